@@ -1,0 +1,51 @@
+"""The public frontend namespace (what `eagerc.<name>` resolves to)."""
+from .runtime import _load_all  # noqa: F401  (registers every op)
+from .runtime.dtypes import (bool, uint8, int8, int16, int32, int64, float16, float32, float64,  # noqa: F401
+                             DType as dtype, promote_types, get_default_dtype, set_default_dtype)
+from .runtime.device import Device as device_type, device  # noqa: F401
+from ._tensor import Tensor, Size  # noqa: F401
+from . import dispatch  # noqa: F401
+from .ops import elementwise as _elementwise, reduction as _reduction, shape as _shape  # noqa: F401
+from .ops import indexing as _indexing, joining as _joining, linalg as _linalg  # noqa: F401
+from .ops import tensor_methods as _tensor_methods  # noqa: F401
+from .ops.creation import *  # noqa: F401,F403
+from .ops.creation import __all__ as _creation_all
+from .ops.elementwise import (  # noqa: F401
+    add, sub, mul, div, true_divide, divide, multiply, subtract, floor_divide, remainder, pow,
+    neg, negative, abs, absolute, sign, maximum, minimum, clamp, clip, clamp_min, clamp_max, where,
+    lerp, exp, exp2, log, log2, log1p, expm1, sqrt, rsqrt, sin, cos, tan, tanh, sigmoid, relu, erf,
+    square, reciprocal, floor, ceil, round, trunc, fix, isnan, isinf, isfinite, nan_to_num, eq, ne,
+    lt, le, gt, ge, greater, greater_equal, less, less_equal, not_equal, logical_and, logical_or,
+    logical_not, logical_xor, bitwise_and, bitwise_or, bitwise_xor, bitwise_not, clone, result_dtype)
+from .ops.reduction import (  # noqa: F401
+    sum, mean, prod, max, min, amax, amin, argmax, argmin, var, std, var_mean, std_mean, logsumexp,
+    norm, all, any, cumsum, cumprod, count_nonzero)
+from .ops.shape import (  # noqa: F401
+    reshape, expand, expand_as, broadcast_to, permute, transpose, swapaxes, swapdims, t, squeeze,
+    unsqueeze, flatten, contiguous)
+from .ops.shape import *  # noqa: F401,F403
+from .ops.indexing import *  # noqa: F401,F403
+from .ops.joining import *  # noqa: F401,F403
+from .ops.linalg import *  # noqa: F401,F403
+from . import autograd  # noqa: F401
+from .autograd import no_grad, enable_grad, set_grad_enabled, inference_mode, is_grad_enabled  # noqa: F401
+from . import cuda  # noqa: F401
+
+
+def is_tensor(obj):
+    return isinstance(obj, Tensor)
+
+
+def numel(input):
+    return input.numel()
+
+
+def _result_type(a, b):
+    return result_dtype(a, b)
+
+
+result_type = _result_type
+long, int, float, double, half, short = int64, int32, float32, float64, float16, int16  # noqa: A001
+float16, bool_ = float16, bool
+
+__all__ = sorted(n for n in dir() if not n.startswith("_"))

@@ -1,0 +1,216 @@
+"""The Tensor: an ndarray (numpy or cupy) plus what autograd needs to know about it.
+
+This module holds the data model only -- storage, properties, conversions, printing.
+Operations are attached by the op families in `eagerc/ops/` (each registers its
+functions as methods), so this file stays readable and every op still goes through
+`eagerc.dispatch.apply`.
+"""
+import numpy as np
+
+from .runtime import dtypes
+from .runtime.device import CPU, device_of_array
+
+__all__ = ["Tensor"]
+
+
+class Tensor:
+    """A multi-dimensional array that records operations for automatic differentiation.
+
+    Slots: `data` (the array), `requires_grad`, `grad`, `grad_fn` (the Node that made
+    it, None for leaves) and `_vc`, a version counter shared with views (a one-item
+    list, created lazily on the first in-place op or view).
+    """
+    __slots__ = ("data", "requires_grad", "grad", "grad_fn", "_vc", "_base", "_hooks", "__weakref__")
+    __array_priority__ = 1000  # make numpy defer to Tensor's reflected operators
+
+    def __init__(self, data=None, *, dtype=None, device=None, requires_grad=False):
+        from .ops.creation import to_array
+        self.data = to_array([] if data is None else data, dtype, device)
+        self.requires_grad = bool(requires_grad)
+        self.grad = None
+        self.grad_fn = None
+        self._vc = None
+
+    # ------------------------------------------------------------ properties
+    @property
+    def shape(self):
+        return Size(self.data.shape)
+
+    @property
+    def dtype(self):
+        return dtypes.from_np(self.data.dtype)
+
+    @property
+    def device(self):
+        d = self.data
+        return CPU if type(d) is np.ndarray else device_of_array(d)
+
+    @property
+    def is_cuda(self):
+        return self.device.type == "cuda"
+
+    @property
+    def ndim(self):
+        return self.data.ndim
+
+    @property
+    def is_leaf(self):
+        return self.grad_fn is None
+
+    @property
+    def _version(self):
+        return 0 if self._vc is None else self._vc[0]
+
+    @property
+    def itemsize(self):
+        return self.data.itemsize
+
+    @property
+    def nbytes(self):
+        return self.data.nbytes
+
+    def dim(self):
+        return self.data.ndim
+
+    def size(self, dim=None):
+        if dim is None:
+            return Size(self.data.shape)
+        return self.data.shape[dim]
+
+    def numel(self):
+        return int(self.data.size)
+
+    nelement = numel
+
+    def element_size(self):
+        return self.data.itemsize
+
+    def is_floating_point(self):
+        return self.data.dtype.kind == "f"
+
+    def stride(self, dim=None):
+        strides = tuple(s // self.data.itemsize for s in self.data.strides)
+        return strides if dim is None else strides[dim]
+
+    def is_contiguous(self):
+        return bool(self.data.flags.c_contiguous)
+
+    def data_ptr(self):
+        d = self.data
+        return d.ctypes.data if type(d) is np.ndarray else d.data.ptr
+
+    def __len__(self):
+        if self.data.ndim == 0:
+            raise TypeError("len() of a 0-d tensor")
+        return self.data.shape[0]
+
+    # ------------------------------------------------------------ conversions
+    def item(self):
+        if self.data.size != 1:
+            raise RuntimeError(f"a Tensor with {self.data.size} elements cannot be converted to Scalar")
+        return self.data.reshape(()).item()
+
+    def tolist(self):
+        return _host(self.data).tolist()
+
+    def numpy(self, *, force=False):
+        """The numpy array sharing this tensor's memory (CPU tensors only, like PyTorch)."""
+        if self.requires_grad and not force:
+            raise RuntimeError("Can't call numpy() on Tensor that requires grad. "
+                               "Use tensor.detach().numpy() instead.")
+        if type(self.data) is not np.ndarray:
+            if not force:
+                raise TypeError(f"can't convert {self.device} device type tensor to numpy. "
+                                "Use Tensor.cpu() to copy the tensor to host memory first.")
+            return _host(self.data)
+        return self.data
+
+    def __array__(self, dtype=None, copy=None):
+        a = _host(self.data)
+        return a if dtype is None else a.astype(dtype, copy=False)
+
+    def __dlpack__(self, *args, **kwargs):
+        return self.data.__dlpack__(*args, **kwargs)
+
+    def __dlpack_device__(self):
+        return self.data.__dlpack_device__()
+
+    def __bool__(self):
+        if self.data.size != 1:
+            raise RuntimeError(f"Boolean value of Tensor with {self.data.size} values is ambiguous")
+        return bool(self.data.reshape(()))
+
+    def __float__(self):
+        return float(self.item())
+
+    def __int__(self):
+        return int(self.item())
+
+    def __index__(self):
+        if self.data.dtype.kind not in "iub" or self.data.size != 1:
+            raise TypeError("only integer tensors of a single element can be converted to an index")
+        return int(self.item())
+
+    def __hash__(self):
+        return id(self)
+
+    def __iter__(self):
+        if self.data.ndim == 0:
+            raise TypeError("iteration over a 0-d tensor")
+        return (self[i] for i in range(self.data.shape[0]))
+
+    def __repr__(self):
+        from .printing import tensor_repr
+        return tensor_repr(self)
+
+    __str__ = __repr__
+
+    def __format__(self, spec):
+        if self.data.ndim == 0 and spec:
+            return format(self.item(), spec)
+        return repr(self)
+
+    def __reduce_ex__(self, protocol):
+        # Needed so DataLoader workers can send tensors between processes; the user
+        # never loads pickles (checkpoints use safetensors).
+        return (_rebuild, (_host(self.data), self.requires_grad))
+
+    def __deepcopy__(self, memo):
+        t = Tensor.__new__(Tensor)
+        t.data = self.data.copy()
+        t.requires_grad = self.requires_grad
+        t.grad = None if self.grad is None else self.grad.__deepcopy__(memo)
+        t.grad_fn = None
+        t._vc = None
+        memo[id(self)] = t
+        if type(self) is not Tensor:  # Parameter and friends keep their class
+            t = type(self)(t, requires_grad=self.requires_grad)
+        return t
+
+
+class Size(tuple):
+    """A shape, like torch.Size: a tuple with numel()."""
+
+    def numel(self):
+        n = 1
+        for s in self:
+            n *= s
+        return n
+
+    def __repr__(self):
+        return f"eagerc.Size([{', '.join(str(s) for s in self)}])"
+
+
+def _rebuild(array, requires_grad):
+    t = Tensor.__new__(Tensor)
+    t.data = array
+    t.requires_grad = requires_grad
+    t.grad = None
+    t.grad_fn = None
+    t._vc = None
+    return t
+
+
+def _host(a):
+    return a if type(a) is np.ndarray else a.get()
+

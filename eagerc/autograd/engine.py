@@ -1,0 +1,230 @@
+"""The backward engine: an iterative walk of the graph in topological order.
+
+Iterative (no recursion), so a 100,000-op chain is fine. Each node runs once,
+after every node that feeds it a gradient; gradients arriving by several paths are
+summed first. Saved values are dropped after use unless retain_graph.
+"""
+import numpy as np
+
+from .. import dispatch
+from ..dispatch import Node
+from .._tensor import Tensor
+from .formulas import G, INPUT, OUT, SHAPE, ATTR
+
+_FREED = "freed"  # node.saved after the graph was released
+
+_FREED_MSG = (
+    "Trying to backward through the graph a second time (or directly access saved tensors "
+    "after they have already been freed). Saved intermediate values of the graph are freed "
+    "when you call .backward() or autograd.grad(). Specify retain_graph=True if you need to "
+    "backward through the graph a second time or if you need to access saved tensors after "
+    "calling backward.")
+
+
+def _modified_error(node, what, t_shape, t_dtype, vc, expected):
+    last = f" by {vc[1]}" if len(vc) > 1 else ""
+    return RuntimeError(
+        f"one of the variables needed for gradient computation has been modified by an inplace "
+        f"operation: {what} of {node.op.name} ({t_shape} {t_dtype}) is at version {vc[0]}{last}; "
+        f"expected version {expected} instead. {node.op.name} saved it for its backward, and the "
+        f"in-place op{last} changed it afterwards. Use an out-of-place op (or .clone()) instead.")
+
+
+def _saved_input(node, i):
+    t = node.saved[i]
+    if isinstance(t, Tensor) and t._vc is not None and t._vc[0] != node.versions[i]:
+        raise _modified_error(node, f"input {i}", tuple(t.data.shape), t.data.dtype, t._vc,
+                              node.versions[i])
+    return t
+
+
+def _saved_output(node):
+    if node.out_vc[0] != 0:
+        raise _modified_error(node, "the output", tuple(node.out.shape), node.out.dtype, node.out_vc, 0)
+    t = Tensor.__new__(Tensor)
+    t.data = node.out
+    t.requires_grad = True
+    t.grad = None
+    t.grad_fn = node
+    t._vc = node.out_vc
+    return t
+
+
+def sum_to(g, shape):
+    """Sum a broadcast gradient back to `shape` (with Tensor ops, so it is differentiable)."""
+    gshape = g.data.shape
+    if gshape == shape:
+        return g
+    lead = len(gshape) - len(shape)
+    axes = tuple(range(lead)) + tuple(i + lead for i, n in enumerate(shape) if n == 1 and gshape[i + lead] != 1)
+    if axes:
+        g = g.sum(dim=axes, keepdim=True)
+    if lead or g.data.shape != shape:
+        g = g.reshape(shape)
+    return g
+
+
+def node_input_grads(node, g):
+    """Gradients for each input of `node` given the gradient of its output."""
+    if node.saved is _FREED:
+        raise RuntimeError(_FREED_MSG)
+    op = node.op
+    formulas = op.grads
+    if op.grad_params is None:  # one function for the whole node
+        return formulas(node, g)
+    grads = []
+    for i, edge in enumerate(node.next):
+        if edge is None or formulas[i] is None:
+            grads.append(None)
+            continue
+        args = []
+        for kind, key in op.grad_params[i]:
+            if kind == G:
+                args.append(g)
+            elif kind == INPUT:
+                args.append(_saved_input(node, key))
+            elif kind == OUT:
+                args.append(_saved_output(node))
+            elif kind == SHAPE:
+                args.append(node.shapes[key])
+            else:
+                args.append(node.attrs[key])
+        gi = formulas[i](*args)
+        if op.broadcasts and gi is not None and gi.data.shape != node.shapes[i]:
+            gi = sum_to(gi, node.shapes[i])
+        grads.append(gi)
+    return grads
+
+
+def _release(node):
+    if node.saved is not None or node.out is not None:
+        node.saved = _FREED
+        node.out = None
+
+
+def _check_anomaly(node, i, gi):
+    d = gi.data
+    if d.dtype.kind == "f" and not bool(np.isfinite(d).all() if type(d) is np.ndarray else d.isfinite().all()):
+        where = node.created_at or "(creation site not recorded)\n"
+        raise RuntimeError(
+            f"Function '{node.name()}' returned nan or inf values in its {i}th output "
+            f"(gradient for input {i} of {node.op.name}, shape {tuple(d.shape)}). "
+            f"The forward op {node.op.name} was created at:\n{where}")
+
+
+def _collect(roots):
+    """Count, for every node reachable from `roots`, how many graph edges point at it."""
+    deps = {}
+    seen = set()
+    stack = [n for n in roots]
+    for n in roots:
+        seen.add(n)
+    while stack:
+        node = stack.pop()
+        for e in node.next:
+            if e is not None and type(e) is not Tensor and not isinstance(e, Tensor):
+                deps[e] = deps.get(e, 0) + 1
+                if e not in seen:
+                    seen.add(e)
+                    stack.append(e)
+    return deps
+
+
+def _accumulate_leaf(leaf, g, create_graph):
+    hooks = getattr(leaf, "_hooks", None)
+    if hooks:
+        for h in hooks:
+            r = h(g)
+            if r is not None:
+                g = r
+    if g.data.dtype != leaf.data.dtype:
+        g = g.to(leaf.dtype)
+    if not create_graph:
+        g = g.detach()
+    if leaf.grad is None:
+        # a fresh array: the gradient may alias another leaf's (add passes g through)
+        leaf.grad = g if create_graph else g.clone()
+    else:
+        leaf.grad = leaf.grad + g
+
+
+def run_backward(roots, root_grads, retain_graph=False, create_graph=False, targets=None):
+    """Propagate `root_grads` from `roots` (Tensors) through the graph.
+
+    With `targets` (Tensors), gradients w.r.t. them are returned instead of being
+    accumulated into `.grad` (that is `autograd.grad`).
+    """
+    capture = None
+    if targets is not None:
+        capture = {}
+        for t in targets:
+            capture[t.grad_fn if t.grad_fn is not None else t] = None
+    buffers = {}
+    start = []
+
+    def deliver(edge, gi):
+        if isinstance(edge, Tensor):
+            if capture is not None:
+                if edge in capture:
+                    prev = capture[edge]
+                    capture[edge] = gi if prev is None else prev + gi
+            else:
+                _accumulate_leaf(edge, gi, create_graph)
+        else:
+            prev = buffers.get(edge)
+            buffers[edge] = gi if prev is None else prev + gi
+
+    for t, g in zip(roots, root_grads):
+        if t.grad_fn is None:
+            if not t.requires_grad:
+                raise RuntimeError("element 0 of tensors does not require grad and does not have a grad_fn")
+            deliver(t, g)
+        else:
+            deliver(t.grad_fn, g)
+            start.append(t.grad_fn)
+
+    deps = _collect(start)
+    ready = [n for n in dict.fromkeys(start) if deps.get(n, 0) == 0]
+    prev_mode = dispatch.grad_enabled()
+    dispatch.set_grad_enabled(create_graph)
+    anomaly = dispatch.anomaly_enabled()
+    try:
+        while ready:
+            node = ready.pop()
+            g = buffers.pop(node, None)
+            if g is not None:
+                if g.data.dtype != node.out_dtype:
+                    g = g.to(node.out_dtype)
+                if node.hooks:
+                    for h in node.hooks:
+                        r = h(g)
+                        if r is not None:
+                            g = r
+                if node.retained is not None:
+                    t = node.retained()
+                    if t is not None:
+                        t.grad = g if create_graph else g.detach()
+                if capture is not None and node in capture:
+                    capture[node] = g
+                grads = node_input_grads(node, g)
+                for i, (edge, gi) in enumerate(zip(node.next, grads)):
+                    if edge is not None and gi is not None:
+                        if anomaly:
+                            _check_anomaly(node, i, gi)
+                        deliver(edge, gi)
+                if not retain_graph:
+                    _release(node)
+            for edge in node.next:
+                if edge is not None and not isinstance(edge, Tensor):
+                    left = deps[edge] - 1
+                    deps[edge] = left
+                    if left == 0:
+                        ready.append(edge)
+    finally:
+        dispatch.set_grad_enabled(prev_mode)
+    if capture is not None:
+        return [capture[t.grad_fn if t.grad_fn is not None else t] for t in targets]
+    return None
+
+
+__all__ = ["run_backward", "sum_to", "node_input_grads", "Node"]

@@ -1,0 +1,80 @@
+"""Attach derivatives to declared ops, written with Tensor ops.
+
+`defgrad("mul", lambda g, b: g * b, lambda g, a: g * a)` gives one formula per
+input. A formula's parameter names say what it needs, which is also what the
+forward pass saves (so nothing else is kept alive):
+
+- `g`             the gradient of the output
+- an input name   that input (as saved at forward time), e.g. `a`, `x`
+- `out`           the op's output
+- `<input>_shape` the shape of an input, e.g. `x_shape`
+- an attribute    that attribute's value, e.g. `dim`, `keepdim`
+
+An op whose derivative is easier as one function for all inputs (variadic ops like
+cat) uses `defgrad_node(name, fn, saves_inputs=False)`: fn(node, g) returns a
+sequence with one gradient (or None) per input.
+"""
+import inspect
+
+from ..dispatch import SAVE_ALL
+from ..runtime.ops import get
+
+__all__ = ["defgrad", "defgrad_node"]
+
+# parameter kinds, resolved by the engine
+G, INPUT, OUT, SHAPE, ATTR = range(5)
+
+
+def _param_kinds(op, fn):
+    kinds = []
+    for p in inspect.signature(fn).parameters:
+        if p == "g":
+            kinds.append((G, None))
+        elif p in op.inputs:
+            kinds.append((INPUT, op.inputs.index(p)))
+        elif p == "out":
+            kinds.append((OUT, None))
+        elif p.endswith("_shape") and p[:-6] in op.inputs:
+            kinds.append((SHAPE, op.inputs.index(p[:-6])))
+        elif p in op.attrs:
+            kinds.append((ATTR, p))
+        else:
+            raise TypeError(f"derivative of {op.name}: parameter {p!r} is not g, out, an input "
+                            f"{op.inputs}, an input's _shape or an attribute {op.attrs}")
+    return tuple(kinds)
+
+
+def defgrad(name, *formulas):
+    """One formula per input (None for inputs that get no gradient)."""
+    op = get(name)
+    if len(formulas) != len(op.inputs):
+        raise TypeError(f"derivative of {name}: {len(op.inputs)} inputs {op.inputs} "
+                        f"but {len(formulas)} formulas")
+    params = tuple(None if f is None else _param_kinds(op, f) for f in formulas)
+    n = len(op.inputs)
+    table = []
+    for mask in range(1 << n):
+        inputs, out, shapes = set(), False, op.broadcasts
+        for i in range(n):
+            if mask >> i & 1 and params[i] is not None:
+                for kind, key in params[i]:
+                    if kind == INPUT:
+                        inputs.add(key)
+                    elif kind == OUT:
+                        out = True
+                    elif kind == SHAPE:
+                        shapes = True
+        table.append((tuple(sorted(inputs)), out, shapes))
+    op.grads = formulas
+    op.grad_params = params
+    op.save_table = table
+    return op
+
+
+def defgrad_node(name, fn, saves_inputs=False):
+    """One function for the whole node: fn(node, g) -> per-input gradients."""
+    op = get(name)
+    op.grads = fn
+    op.grad_params = None
+    op.save_table = SAVE_ALL if saves_inputs else None
+    return op

@@ -1,0 +1,221 @@
+"""The one dispatch point: every tensor operation, eager or traced, runs `apply`.
+
+apply unwraps the arrays, runs the op's kernel, wraps the result, and -- when grad
+mode is on and an input requires grad -- attaches a backward `Node`; when a tracer
+is active it records the call. Define-by-run, autograd and tracing are three
+consumers of this one event. This is the hot path of eager mode: no per-call
+dictionaries, no *args repacking beyond the inputs tuple, slots everywhere.
+"""
+import traceback
+
+import numpy as np
+
+from .runtime.ops.meta import Spec
+from .runtime import dtypes
+from ._tensor import Tensor
+
+_ndarray = np.ndarray
+_new = object.__new__
+
+# Global modes, read on every op. Module globals are the fastest thing Python reads.
+_grad_enabled = True
+_anomaly = False
+tracer = None  # the active tracer (eagerc.compiler sets it); None in plain eager mode
+
+
+def grad_enabled():
+    return _grad_enabled
+
+
+def set_grad_enabled(mode):
+    global _grad_enabled
+    _grad_enabled = bool(mode)
+
+
+def anomaly_enabled():
+    return _anomaly
+
+
+def set_anomaly_enabled(mode):
+    global _anomaly
+    _anomaly = bool(mode)
+
+
+class Node:
+    """A backward step: the op that ran, what its derivative needs, and where grads go.
+
+    `next` has one edge per input: the input's grad_fn Node, the input Tensor itself
+    when it is a leaf that requires grad (gradients accumulate into it), or None.
+    A Node never references its own output tensor, so dropping the outputs frees the
+    graph; an output the derivative needs is kept as its array (`out`).
+    """
+    __slots__ = ("op", "attrs", "next", "saved", "versions", "shapes", "out", "out_vc",
+                 "out_dtype", "hooks", "retained", "created_at", "__weakref__")
+
+    def name(self):
+        return self.op.name.capitalize() + "Backward"
+
+    @property
+    def next_functions(self):
+        return tuple((e, 0) for e in self.next)
+
+    def __repr__(self):
+        return f"<{self.name()}>"
+
+    def register_hook(self, fn):
+        raise NotImplementedError("register hooks on tensors (Tensor.register_hook), not on grad_fn")
+
+
+def _fmt_specs(arrays):
+    return [Spec(a.shape, dtypes.from_np(a.dtype)) if hasattr(a, "shape") and hasattr(a, "dtype")
+            else a for a in arrays]
+
+
+def explain_failure(op, arrays, attrs, exc):
+    """Turn a kernel's exception into an error naming the op, the inputs and the rule."""
+    devices = {type(a).__module__.split(".")[0] for a in arrays if hasattr(a, "shape")}
+    if len(devices) > 1:
+        return RuntimeError(
+            f"{op.name}: expected all tensors to be on the same device, but found tensors on "
+            f"cpu and cuda ({', '.join(str(getattr(a, 'shape', a)) for a in arrays)}); "
+            "move them with .to(device) first")
+    try:
+        specs = _fmt_specs(arrays)
+        op.meta(*specs, **(attrs or {}))
+    except (RuntimeError, TypeError, ValueError, IndexError) as rule_error:
+        return rule_error
+    from .runtime.ops.meta import describe
+    return type(exc)(f"{op.name}: failed on inputs {describe(_fmt_specs(arrays))}"
+                     f"{' with ' + repr(attrs) if attrs else ''}: {exc}")
+
+
+def apply(op, args, attrs=None):
+    """Run `op` on `args` (Tensors and Python scalars) with attributes `attrs`."""
+    arrays = []
+    requires_grad = False
+    gpu = False
+    for a in args:
+        if isinstance(a, Tensor):
+            d = a.data
+            if a.requires_grad:
+                requires_grad = True
+            if type(d) is not _ndarray:
+                gpu = True
+            arrays.append(d)
+        else:
+            arrays.append(a)
+    kernel = op.cpu if not gpu else _gpu_kernel(op, arrays)
+    try:
+        out = kernel(*arrays) if attrs is None else kernel(*arrays, **attrs)
+    except Exception as e:  # numpy's message names no op: explain it with the op's rule
+        raise explain_failure(op, arrays, attrs, e) from None
+
+    t = _new(Tensor)
+    t.data = out
+    t.grad = None
+    t._vc = None
+    if requires_grad and _grad_enabled and op.differentiable:
+        t.requires_grad = True
+        t.grad_fn = _make_node(op, args, attrs, t, out)
+    else:
+        t.requires_grad = False
+        t.grad_fn = None
+    if op.view:
+        src = args[0]
+        vc = src._vc
+        if vc is None:
+            vc = src._vc = [0]
+        t._vc = vc
+        t._base = src
+    if tracer is not None:
+        tracer.record(op, args, attrs, t)
+    return t
+
+
+def _gpu_kernel(op, arrays):
+    from .runtime.device import xp_of
+    for a in arrays:
+        if hasattr(a, "device") and not isinstance(a, np.ndarray):
+            return op.kernel(xp_of(a))
+    return op.cpu
+
+
+SAVE_ALL = "all"  # save_table of a node-level derivative that reads every input
+_SHAPES_ONLY = ((), False, True)  # variadic ops (cat, stack, einsum...) need input shapes only
+
+
+def _make_node(op, args, attrs, out_tensor, out):
+    node = _new(Node)
+    node.op = op
+    node.attrs = attrs
+    mask = 0
+    edges = []
+    bit = 1
+    for a in args:
+        if isinstance(a, Tensor) and a.requires_grad:
+            mask |= bit
+            edges.append(a.grad_fn if a.grad_fn is not None else a)
+        else:
+            edges.append(None)
+        bit <<= 1
+    node.next = edges
+    table = op.save_table
+    if table is None:
+        save_inputs, save_out, save_shapes = _SHAPES_ONLY
+    elif table is SAVE_ALL:
+        save_inputs, save_out, save_shapes = range(len(args)), False, True
+    else:
+        save_inputs, save_out, save_shapes = table[mask]
+    if save_inputs:
+        saved = [None] * len(args)
+        versions = [0] * len(args)
+        for i in save_inputs:
+            a = args[i]
+            saved[i] = a
+            if isinstance(a, Tensor) and a._vc is not None:
+                versions[i] = a._vc[0]
+        node.saved = saved
+        node.versions = versions
+    else:
+        node.saved = None
+        node.versions = None
+    node.shapes = [getattr(a, "shape", None) for a in args] if save_shapes else None
+    if save_out:
+        node.out = out
+        node.out_vc = out_tensor._vc = [0]
+    else:
+        node.out = None
+        node.out_vc = None
+    node.out_dtype = out.dtype
+    node.hooks = None
+    node.retained = None
+    node.created_at = _user_stack() if _anomaly else None
+    return node
+
+
+def _user_stack():
+    """The creation traceback for anomaly mode, without eagerc's own frames."""
+    frames = [f for f in traceback.extract_stack()[:-3] if "/eagerc/" not in f.filename.replace("\\", "/")]
+    return "".join(traceback.format_list(frames[-8:]))
+
+
+def wrap(data, requires_grad=False):
+    """A fresh leaf Tensor around an array (no copy)."""
+    t = _new(Tensor)
+    t.data = data
+    t.grad = None
+    t._vc = None
+    t.requires_grad = requires_grad
+    t.grad_fn = None
+    return t
+
+
+
+def create(op, attrs, dev):
+    """Run a creation op (no tensor inputs) on device `dev`; recorded like any op."""
+    from .runtime.device import CPU, xp_for
+    kernel = op.cpu if dev is CPU or dev.type == "cpu" else op.kernel(xp_for(dev))
+    t = wrap(kernel(**attrs))
+    if tracer is not None:
+        tracer.record(op, (), attrs, t)
+    return t

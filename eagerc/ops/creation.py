@@ -1,0 +1,295 @@
+"""Tensor creation: tensor, zeros, ones, full, arange, rand, randn, ... and *_like."""
+import numbers
+
+import numpy as np
+
+from ..dispatch import create, wrap
+from ..runtime import dtypes, random as rng
+from ..runtime.device import CPU, device as as_device, device_of_array, xp_for
+from ..runtime.ops import OPS
+from .._tensor import Tensor
+
+__all__ = ["tensor", "as_tensor", "from_numpy", "from_dlpack", "zeros", "ones", "full", "empty",
+           "zeros_like", "ones_like", "full_like", "empty_like", "rand_like", "randn_like",
+           "randint_like", "arange", "linspace", "eye", "rand", "randn", "randint", "randperm",
+           "manual_seed", "Generator", "default_generator", "seed", "initial_seed",
+           "get_rng_state", "set_rng_state"]
+
+Generator = rng.Generator
+default_generator = rng.default_generator
+
+
+def manual_seed(s):
+    """Seed the default generator (CPU and CUDA share one counter-based stream)."""
+    return default_generator.manual_seed(int(s))
+
+
+def seed():
+    return default_generator.seed()
+
+
+def initial_seed():
+    return default_generator.initial_seed()
+
+
+def get_rng_state():
+    return wrap(default_generator.get_state())
+
+
+def set_rng_state(state):
+    default_generator.set_state(np.asarray(state))
+
+
+def _infer_dtype(data):
+    """PyTorch's dtype for Python data: floats -> default float, ints -> int64, bools -> bool."""
+    if isinstance(data, bool):
+        return dtypes.bool
+    if isinstance(data, numbers.Integral):
+        return dtypes.int64
+    if isinstance(data, numbers.Real):
+        return dtypes.get_default_dtype()
+    return None
+
+
+def _nested_dtype(data):
+    cat = -1
+    stack = [data]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, (list, tuple)):
+            stack.extend(x)
+        elif isinstance(x, Tensor):
+            return None  # numpy decides from the tensor's dtype
+        elif isinstance(x, (bool, np.bool_)):
+            cat = max(cat, 0)
+        elif isinstance(x, numbers.Integral):
+            cat = max(cat, 1)
+        elif isinstance(x, numbers.Real):
+            cat = max(cat, 2)
+        else:
+            return None
+    return (dtypes.bool, dtypes.int64, dtypes.get_default_dtype())[cat] if cat >= 0 else dtypes.get_default_dtype()
+
+
+def to_array(data, dtype=None, device=None, copy=True):
+    """An array on `device` (numpy or cupy) holding `data`, with PyTorch's dtype inference."""
+    dtype = dtypes.as_dtype(dtype)
+    dev = as_device(device) if device is not None else None
+    if isinstance(data, Tensor):
+        arr = data.data
+    elif isinstance(data, np.ndarray) or hasattr(data, "__cuda_array_interface__"):
+        arr = data
+    else:
+        inferred = _nested_dtype(data) if isinstance(data, (list, tuple)) else _infer_dtype(data)
+        arr = np.array(data, dtype=(dtype or inferred).np if (dtype or inferred) else None)
+        if arr.dtype == np.float64 and dtype is None and inferred is None:
+            arr = arr.astype(dtypes.get_default_dtype().np)
+        copy = False
+    if arr.dtype not in dtypes._BY_NP:
+        if arr.dtype.kind == "f":
+            arr = arr.astype(np.float32)
+        elif arr.dtype.kind in "iu":
+            arr = arr.astype(np.int64)
+        else:
+            raise TypeError(f"tensor: can't convert data of dtype {arr.dtype}; supported dtypes are "
+                            f"{', '.join(d.name for d in dtypes.ALL)}")
+        copy = False
+    src_dev = device_of_array(arr)
+    target = dev or src_dev
+    if target != src_dev:
+        arr = _move(arr, target)
+        copy = False
+    if dtype is not None and arr.dtype != dtype.np:
+        arr = arr.astype(dtype.np)
+        copy = False
+    if copy:
+        arr = arr.copy()
+    return arr
+
+
+def _move(arr, target):
+    if target.type == "cpu":
+        return arr.get()
+    cp = xp_for(target)
+    with cp.cuda.Device(target.index or 0):
+        return cp.asarray(arr)
+
+
+def tensor(data, dtype=None, device=None, requires_grad=False):
+    """A new tensor copying `data` (a list, scalar, numpy array or Tensor)."""
+    t = wrap(to_array(data, dtype, device, copy=True))
+    if requires_grad:
+        t.requires_grad_(True)
+    return t
+
+
+def as_tensor(data, dtype=None, device=None):
+    """Like tensor, but shares memory with numpy arrays and tensors when it can."""
+    if isinstance(data, Tensor) and dtype is None and device is None:
+        return data
+    if isinstance(data, Tensor):
+        return data.to(device=device, dtype=dtype)
+    return wrap(to_array(data, dtype, device, copy=False))
+
+
+def from_numpy(array):
+    """A tensor sharing memory with `array` (zero-copy)."""
+    if not isinstance(array, np.ndarray):
+        raise TypeError(f"from_numpy: expected np.ndarray (got {type(array).__name__})")
+    dtypes.from_np(array.dtype)
+    return wrap(array)
+
+
+def from_dlpack(ext):
+    """Zero-copy import of any DLPack-capable array (numpy, cupy, torch, ...)."""
+    if hasattr(ext, "__dlpack_device__"):
+        dev_type, dev_id = ext.__dlpack_device__()
+        if int(dev_type) == 1:  # kDLCPU
+            return wrap(np.from_dlpack(ext))
+        return wrap(xp_for(as_device("cuda", int(dev_id))).from_dlpack(ext))
+    raise TypeError(f"from_dlpack: {type(ext).__name__} does not support DLPack")
+
+
+def _shape(size):
+    if len(size) == 1 and isinstance(size[0], (tuple, list)):
+        size = size[0]
+    return tuple(int(s) for s in size)
+
+
+def _dev(device):
+    return CPU if device is None else as_device(device)
+
+
+def _finish(t, requires_grad):
+    if requires_grad:
+        t.requires_grad = True
+    return t
+
+
+def full(size, fill_value, *, dtype=None, device=None, requires_grad=False):
+    dtype = dtypes.as_dtype(dtype) or _infer_dtype(fill_value) or dtypes.get_default_dtype()
+    t = create(OPS["full"], {"shape": tuple(size), "value": fill_value, "dtype": dtype.name}, _dev(device))
+    return _finish(t, requires_grad)
+
+
+def zeros(*size, dtype=None, device=None, requires_grad=False):
+    return full(_shape(size), 0, dtype=dtype or dtypes.get_default_dtype(), device=device,
+                requires_grad=requires_grad)
+
+
+def ones(*size, dtype=None, device=None, requires_grad=False):
+    return full(_shape(size), 1, dtype=dtype or dtypes.get_default_dtype(), device=device,
+                requires_grad=requires_grad)
+
+
+def empty(*size, dtype=None, device=None, requires_grad=False):
+    return zeros(*size, dtype=dtype, device=device, requires_grad=requires_grad)
+
+
+def zeros_like(x, *, dtype=None, device=None, requires_grad=False):
+    return zeros(tuple(x.data.shape), dtype=dtype or x.dtype, device=device or x.device,
+                 requires_grad=requires_grad)
+
+
+def ones_like(x, *, dtype=None, device=None, requires_grad=False):
+    return ones(tuple(x.data.shape), dtype=dtype or x.dtype, device=device or x.device,
+                requires_grad=requires_grad)
+
+
+def empty_like(x, *, dtype=None, device=None, requires_grad=False):
+    return zeros_like(x, dtype=dtype, device=device, requires_grad=requires_grad)
+
+
+def full_like(x, fill_value, *, dtype=None, device=None, requires_grad=False):
+    return full(tuple(x.data.shape), fill_value, dtype=dtype or x.dtype, device=device or x.device,
+                requires_grad=requires_grad)
+
+
+def rand_like(x, *, dtype=None, device=None, generator=None):
+    return rand(tuple(x.data.shape), dtype=dtype or x.dtype, device=device or x.device, generator=generator)
+
+
+def randn_like(x, *, dtype=None, device=None, generator=None):
+    return randn(tuple(x.data.shape), dtype=dtype or x.dtype, device=device or x.device, generator=generator)
+
+
+def randint_like(x, low=0, high=None, *, dtype=None, device=None, generator=None):
+    if high is None:
+        low, high = 0, low
+    return randint(low, high, tuple(x.data.shape), dtype=dtype or x.dtype, device=device or x.device,
+                   generator=generator)
+
+
+def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=False):
+    if end is None:
+        start, end = 0, start
+    if dtype is None:
+        dtype = dtypes.int64 if all(isinstance(v, numbers.Integral) for v in (start, end, step)) \
+            else dtypes.get_default_dtype()
+    dtype = dtypes.as_dtype(dtype)
+    t = create(OPS["arange"], {"start": start, "end": end, "step": step, "dtype": dtype.name}, _dev(device))
+    return _finish(t, requires_grad)
+
+
+def linspace(start, end, steps, *, dtype=None, device=None, requires_grad=False):
+    dtype = dtypes.as_dtype(dtype) or dtypes.get_default_dtype()
+    t = create(OPS["linspace"], {"start": start, "end": end, "steps": int(steps), "dtype": dtype.name},
+               _dev(device))
+    return _finish(t, requires_grad)
+
+
+def eye(n, m=None, *, dtype=None, device=None, requires_grad=False):
+    dtype = dtypes.as_dtype(dtype) or dtypes.get_default_dtype()
+    t = create(OPS["eye"], {"n": int(n), "m": int(n if m is None else m), "dtype": dtype.name}, _dev(device))
+    return _finish(t, requires_grad)
+
+
+def _draw(name, shape, dtype, device, generator, words, **extra):
+    gen = generator or default_generator
+    n = 1
+    for s in shape:
+        n *= s
+    offset = gen.next_offset(words(n))
+    attrs = {"shape": shape, "dtype": dtype.name, "seed": gen.initial_seed(), "offset": offset}
+    attrs.update(extra)
+    return create(OPS[name], attrs, _dev(device))
+
+
+def _float_dtype(dtype, fn):
+    dtype = dtypes.as_dtype(dtype) or dtypes.get_default_dtype()
+    if not dtype.is_floating_point:
+        raise TypeError(f"{fn}: expected a floating dtype, got {dtype}")
+    return dtype
+
+
+def rand(*size, generator=None, dtype=None, device=None, requires_grad=False):
+    """Uniform [0, 1) from the counter-based stream (see docs/random.md)."""
+    t = _draw("uniform", _shape(size), _float_dtype(dtype, "rand"), device, generator,
+              lambda n: rng.words_used("uniform", n))
+    return _finish(t, requires_grad)
+
+
+def randn(*size, generator=None, dtype=None, device=None, requires_grad=False):
+    t = _draw("normal", _shape(size), _float_dtype(dtype, "randn"), device, generator,
+              lambda n: rng.words_used("normal", n))
+    return _finish(t, requires_grad)
+
+
+def randint(low, high=None, size=None, *, generator=None, dtype=None, device=None):
+    if size is None:  # randint(high, size)
+        low, high, size = 0, low, high
+    if high is None:
+        low, high = 0, low
+    if high <= low:
+        raise RuntimeError(f"randint: expected low < high, got low={low}, high={high}")
+    dtype = dtypes.as_dtype(dtype) or dtypes.int64
+    return _draw("randint", _shape((size,) if isinstance(size, int) else size), dtype, device, generator,
+                 lambda n: rng.words_used("integers", n), low=int(low), high=int(high))
+
+
+def randperm(n, *, generator=None, dtype=None, device=None):
+    gen = generator or default_generator
+    dtype = dtypes.as_dtype(dtype) or dtypes.int64
+    offset = gen.next_offset(rng.words_used("permutation", n))
+    return create(OPS["randperm"], {"n": int(n), "dtype": dtype.name, "seed": gen.initial_seed(),
+                                    "offset": offset}, _dev(device))

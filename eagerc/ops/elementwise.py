@@ -1,0 +1,404 @@
+"""Elementwise ops: functions, Tensor operators and methods, and their derivatives.
+
+Type promotion happens here (PyTorch's rules, see runtime/dtypes.py): operands of
+other dtypes are cast with the `cast` op first, so kernels see one dtype and traced
+graphs show every conversion.
+"""
+import math
+
+from ..dispatch import apply
+from ..autograd.formulas import defgrad
+from ..runtime import dtypes
+from ..runtime.ops import OPS
+from .._tensor import Tensor
+from .inplace import check_inplace, commit
+
+_LN2 = math.log(2.0)
+_TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
+
+
+# ---------------------------------------------------------------- promotion
+
+def _operand_dtype(x):
+    return x.dtype if isinstance(x, Tensor) else None
+
+
+def result_dtype(*xs):
+    dims, zero, scalars = [], [], []
+    for x in xs:
+        if isinstance(x, Tensor):
+            (dims if x.data.ndim else zero).append(dtypes.from_np(x.data.dtype))
+        elif x is not None:
+            scalars.append(x)
+    return dtypes.result_type(dims, zero, scalars)
+
+
+def cast(x, dtype):
+    """x converted to `dtype` (a no-op when it already is)."""
+    dtype = dtypes.as_dtype(dtype)
+    if x.data.dtype == dtype.np:
+        return x
+    return apply(_CAST, (x,), {"dtype": dtype.name})
+
+
+def _promote(args, floating=False):
+    """Cast tensor operands to the common dtype (the default float if `floating`)."""
+    d = result_dtype(*args)
+    if floating and not d.is_floating_point:
+        d = dtypes.get_default_dtype()
+    return tuple(cast(a, d) if isinstance(a, Tensor) and a.data.dtype != d.np else
+                 (float(a) if floating and isinstance(a, bool) else a) for a in args)
+
+
+def _check_operand(name, x):
+    if not isinstance(x, (Tensor, int, float, bool)):
+        import numpy as np
+        if isinstance(x, (np.number, np.bool_)):
+            return x.item()
+        raise TypeError(f"{name}: expected a Tensor or a Python number, got {type(x).__name__}")
+    return x
+
+
+def binary(op, a, b):
+    """Apply a same-dtype binary op with promotion; the fast path is two tensors of one dtype."""
+    if isinstance(b, Tensor) and isinstance(a, Tensor) and a.data.dtype is b.data.dtype:
+        return apply(op, (a, b))
+    a = _check_operand(op.name, a)
+    b = _check_operand(op.name, b)
+    return apply(op, _promote((a, b)))
+
+
+def _float_binary(op, a, b):
+    if isinstance(b, Tensor) and isinstance(a, Tensor) and a.data.dtype is b.data.dtype \
+            and a.data.dtype.kind == "f":
+        return apply(op, (a, b))
+    return apply(op, _promote((_check_operand(op.name, a), _check_operand(op.name, b)), floating=True))
+
+
+def _compare(op, a, b):
+    if isinstance(a, Tensor) and isinstance(b, Tensor) and a.data.dtype is not b.data.dtype:
+        a, b = _promote((a, b))
+    return apply(op, (_check_operand(op.name, a), _check_operand(op.name, b)))
+
+
+def _unary_float(op, x):
+    if x.data.dtype.kind != "f":
+        x = cast(x, dtypes.get_default_dtype())
+    return apply(op, (x,))
+
+
+_CAST = OPS["cast"]
+
+# ---------------------------------------------------------------- functions
+
+
+def add(input, other, *, alpha=1):
+    if alpha != 1:
+        other = other * alpha
+    return binary(OPS["add"], input, other)
+
+
+def sub(input, other, *, alpha=1):
+    if alpha != 1:
+        other = other * alpha
+    return binary(OPS["sub"], input, other)
+
+
+def mul(input, other):
+    return binary(OPS["mul"], input, other)
+
+
+def div(input, other, *, rounding_mode=None):
+    if rounding_mode is None:
+        return _float_binary(OPS["div"], input, other)
+    if rounding_mode == "floor":
+        return binary(OPS["floor_divide"], input, other)
+    if rounding_mode == "trunc":
+        if result_dtype(input, other).is_floating_point:
+            return trunc(div(input, other))
+        q = _float_binary(OPS["div"], input, other)
+        return cast(trunc(q), result_dtype(input, other))
+    raise ValueError(f"div: expected rounding_mode None, 'trunc' or 'floor', got {rounding_mode!r}")
+
+
+def floor_divide(input, other):
+    return binary(OPS["floor_divide"], input, other)
+
+
+def remainder(input, other):
+    return binary(OPS["remainder"], input, other)
+
+
+def pow(input, exponent):
+    return binary(OPS["pow"], input, exponent)
+
+
+def maximum(input, other):
+    return binary(OPS["maximum"], input, other)
+
+
+def minimum(input, other):
+    return binary(OPS["minimum"], input, other)
+
+
+def where(condition, input=None, other=None):
+    if input is None and other is None:
+        from .indexing import nonzero
+        return nonzero(condition, as_tuple=True)
+    if not isinstance(condition, Tensor) or condition.data.dtype.kind != "b":
+        condition = cast(condition if isinstance(condition, Tensor) else _tensor(condition), dtypes.bool)
+    a, b = _promote((_check_operand("where", input), _check_operand("where", other)))
+    return apply(OPS["where"], (condition, a, b))
+
+
+def _tensor(x):
+    from .creation import tensor
+    return tensor(x)
+
+
+def clamp(input, min=None, max=None):
+    if isinstance(min, Tensor) or isinstance(max, Tensor):
+        out = input
+        if min is not None:
+            out = maximum(out, min)
+        if max is not None:
+            out = minimum(out, max)
+        return out
+    if min is None and max is None:
+        raise RuntimeError("clamp: at least one of 'min' or 'max' must not be None")
+    x = input
+    if any(v is not None and not isinstance(v, int) for v in (min, max)) and x.data.dtype.kind != "f":
+        x = cast(x, dtypes.get_default_dtype())
+    return apply(OPS["clamp"], (x,), {"min": min, "max": max})
+
+
+clip = clamp
+
+
+def lerp(input, end, weight):
+    return apply(OPS["lerp"], _promote((input, end, weight), floating=True))
+
+
+def nan_to_num(input, nan=0.0, posinf=None, neginf=None):
+    return apply(OPS["nan_to_num"], (input,), {"nan": nan, "posinf": posinf, "neginf": neginf})
+
+
+def clone(input, *, memory_format=None):
+    return apply(OPS["clone"], (input,))
+
+
+def square(input):
+    return apply(OPS["square"], (input,))
+
+
+def _unary(name, floating):
+    op = OPS[name]
+    if floating:
+        def f(input):
+            return _unary_float(op, input)
+    else:
+        def f(input):
+            return apply(op, (input,))
+    f.__name__ = f.__qualname__ = name
+    f.__doc__ = f"Elementwise {name}."
+    return f
+
+
+_FLOAT_UNARY = ("exp", "exp2", "log", "log2", "log1p", "expm1", "sqrt", "rsqrt", "sin", "cos", "tan",
+                "tanh", "sigmoid", "erf", "reciprocal")
+_SAME_UNARY = ("neg", "abs", "sign", "relu", "floor", "ceil", "trunc", "isnan", "isinf",
+               "isfinite", "logical_not", "bitwise_not")
+for _n in _FLOAT_UNARY + _SAME_UNARY:
+    globals()[_n] = _unary(_n, _n in _FLOAT_UNARY)
+negative = neg  # noqa: F821
+absolute = abs  # noqa: F821
+fix = trunc  # noqa: F821
+
+
+def round(input, *, decimals=0):
+    if decimals == 0:
+        return apply(OPS["round"], (input,))
+    scale = 10.0 ** decimals
+    return apply(OPS["round"], (input * scale,)) / scale
+
+
+def _rounding_identity(name):
+    f = globals()[name]
+
+    def g(input):
+        if input.data.dtype.kind in "iub":
+            return input.clone()
+        return f(input)
+    g.__name__ = name
+    return g
+
+
+for _n in ("floor", "ceil", "trunc"):
+    globals()[_n] = _rounding_identity(_n)
+
+
+def _binary_fn(name, kind):
+    op = OPS[name]
+
+    def f(input, other):
+        return kind(op, input, other)
+    f.__name__ = name
+    return f
+
+
+for _n in ("eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor"):
+    globals()[_n] = _binary_fn(_n, _compare)
+for _n in ("bitwise_and", "bitwise_or", "bitwise_xor"):
+    globals()[_n] = _binary_fn(_n, binary)
+greater, greater_equal, less, less_equal, not_equal = gt, ge, lt, le, ne  # noqa: F821
+true_divide = divide = div
+multiply = mul
+subtract = sub
+clamp_min = lambda input, min: clamp(input, min=min)  # noqa: E731
+clamp_max = lambda input, max: clamp(input, max=max)  # noqa: E731
+
+# ---------------------------------------------------------------- derivatives
+
+defgrad("add", lambda g: g, lambda g: g)
+defgrad("sub", lambda g: g, lambda g: -g)
+defgrad("mul", lambda g, b: g * b, lambda g, a: g * a)
+defgrad("div", lambda g, b: g / b, lambda g, b, out: -g * out / b)
+defgrad("pow", lambda g, a, b: g * b * a ** (b - 1), lambda g, a, out: g * out * log(a))  # noqa: F821
+defgrad("remainder", lambda g: g, lambda g, a, b: -g * floor_divide(a, b))
+defgrad("maximum", lambda g, a, b: g * ((a > b) + (a == b) * 0.5),
+        lambda g, a, b: g * ((b > a) + (a == b) * 0.5))
+defgrad("minimum", lambda g, a, b: g * ((a < b) + (a == b) * 0.5),
+        lambda g, a, b: g * ((b < a) + (a == b) * 0.5))
+defgrad("exp", lambda g, out: g * out)
+defgrad("exp2", lambda g, out: g * out * _LN2)
+defgrad("log", lambda g, x: g / x)
+defgrad("log2", lambda g, x: g / (x * _LN2))
+defgrad("log1p", lambda g, x: g / (x + 1))
+defgrad("expm1", lambda g, out: g * (out + 1))
+defgrad("sqrt", lambda g, out: g / (out * 2))
+defgrad("rsqrt", lambda g, out: g * out * out * out * -0.5)
+defgrad("sin", lambda g, x: g * cos(x))  # noqa: F821
+defgrad("cos", lambda g, x: -g * sin(x))  # noqa: F821
+defgrad("tan", lambda g, out: g * (out * out + 1))
+defgrad("tanh", lambda g, out: g * (1 - out * out))
+defgrad("sigmoid", lambda g, out: g * out * (1 - out))
+defgrad("erf", lambda g, x: g * exp(-(x * x)) * _TWO_OVER_SQRT_PI)  # noqa: F821
+defgrad("reciprocal", lambda g, out: -g * out * out)
+defgrad("neg", lambda g: -g)
+defgrad("abs", lambda g, x: g * sign(x))  # noqa: F821
+defgrad("relu", lambda g, out: g * (out > 0))
+defgrad("square", lambda g, x: g * x * 2)
+defgrad("clone", lambda g: g)
+defgrad("cast", lambda g: g)
+defgrad("where", None, lambda g, cond: where(cond, g, 0.0), lambda g, cond: where(cond, 0.0, g))
+defgrad("clamp", lambda g, x, min, max: g * _in_range(x, min, max))
+defgrad("lerp", lambda g, w: g * (1 - w), lambda g, w: g * w, lambda g, a, b: g * (b - a))
+defgrad("nan_to_num", lambda g, x: g * isfinite(x))  # noqa: F821
+
+
+def _in_range(x, lo, hi):
+    m = None
+    if lo is not None:
+        m = x >= lo
+    if hi is not None:
+        m = (x <= hi) if m is None else logical_and(m, x <= hi)  # noqa: F821
+    return m
+
+
+# ---------------------------------------------------------------- Tensor methods and operators
+
+def _rev(fn):
+    return lambda self, other: fn(other, self)
+
+
+def _inplace(fn, name):
+    def method(self, *args, **kwargs):
+        check_inplace(self, name)
+        return commit(self, fn(self, *args, **kwargs), name)
+    method.__name__ = name
+    return method
+
+
+_ADD, _SUB, _MUL, _DIV = OPS["add"], OPS["sub"], OPS["mul"], OPS["div"]
+
+
+def _fast(op, fallback):
+    """Operator fast path: two tensors of one dtype go straight to apply."""
+    def method(self, other):
+        if isinstance(other, Tensor) and other.data.dtype is self.data.dtype:
+            return apply(op, (self, other))
+        return fallback(self, other)
+    return method
+
+
+Tensor.__add__ = _fast(_ADD, add)
+Tensor.__radd__ = _rev(add)
+Tensor.__sub__ = _fast(_SUB, sub)
+Tensor.__rsub__ = _rev(sub)
+Tensor.__mul__ = _fast(_MUL, mul)
+Tensor.__rmul__ = _rev(mul)
+Tensor.__truediv__ = div
+Tensor.__rtruediv__ = _rev(div)
+Tensor.__floordiv__ = floor_divide
+Tensor.__rfloordiv__ = _rev(floor_divide)
+Tensor.__mod__ = remainder
+Tensor.__rmod__ = _rev(remainder)
+Tensor.__pow__ = pow
+Tensor.__rpow__ = _rev(pow)
+Tensor.__neg__ = neg  # noqa: F821
+Tensor.__pos__ = lambda self: self
+Tensor.__abs__ = abs  # noqa: F821
+Tensor.__invert__ = lambda self: logical_not(self) if self.data.dtype.kind == "b" else bitwise_not(self)  # noqa
+Tensor.__and__ = lambda self, o: logical_and(self, o) if _is_bool(self, o) else bitwise_and(self, o)  # noqa
+Tensor.__or__ = lambda self, o: logical_or(self, o) if _is_bool(self, o) else bitwise_or(self, o)  # noqa
+Tensor.__xor__ = lambda self, o: logical_xor(self, o) if _is_bool(self, o) else bitwise_xor(self, o)  # noqa
+Tensor.__rand__, Tensor.__ror__, Tensor.__rxor__ = Tensor.__and__, Tensor.__or__, Tensor.__xor__
+Tensor.__eq__ = eq  # noqa: F821
+Tensor.__ne__ = ne  # noqa: F821
+Tensor.__lt__ = lt  # noqa: F821
+Tensor.__le__ = le  # noqa: F821
+Tensor.__gt__ = gt  # noqa: F821
+Tensor.__ge__ = ge  # noqa: F821
+Tensor.__hash__ = lambda self: id(self)
+
+
+def _is_bool(a, b):
+    bd = b.data.dtype.kind == "b" if isinstance(b, Tensor) else isinstance(b, bool)
+    return a.data.dtype.kind == "b" and bd
+
+
+_METHODS = {
+    "add": add, "sub": sub, "mul": mul, "div": div, "true_divide": div, "divide": div,
+    "multiply": mul, "subtract": sub, "floor_divide": floor_divide, "remainder": remainder,
+    "pow": pow, "maximum": maximum, "minimum": minimum, "clamp": clamp, "clip": clamp,
+    "clamp_min": clamp_min, "clamp_max": clamp_max, "lerp": lerp, "nan_to_num": nan_to_num,
+    "clone": clone, "square": square, "round": round, "where": lambda self, cond, other: where(cond, self, other),
+    "fmod": lambda self, other: self - trunc(self / other) * other,  # noqa: F821
+}
+for _n in _FLOAT_UNARY + _SAME_UNARY + ("negative", "absolute", "fix", "eq", "ne", "lt", "le", "gt",
+                                       "ge", "greater", "greater_equal", "less", "less_equal",
+                                       "not_equal", "logical_and", "logical_or", "logical_xor",
+                                       "bitwise_and", "bitwise_or", "bitwise_xor"):
+    _METHODS[_n] = globals()[_n]
+
+for _n, _f in _METHODS.items():
+    setattr(Tensor, _n, _f)
+
+for _n in ("add", "sub", "mul", "div", "true_divide", "floor_divide", "remainder", "pow", "clamp",
+           "clip", "clamp_min", "clamp_max", "lerp", "nan_to_num", "square", "round", "neg", "negative",
+           "abs", "sign", "relu", "floor", "ceil", "trunc", "exp", "exp2", "log", "log2", "log1p",
+           "expm1", "sqrt", "rsqrt", "sin", "cos", "tan", "tanh", "sigmoid", "erf", "reciprocal",
+           "maximum", "minimum", "logical_not", "bitwise_not", "bitwise_and", "bitwise_or",
+           "bitwise_xor", "eq", "ne", "lt", "le", "gt", "ge"):
+    setattr(Tensor, _n + "_", _inplace(_METHODS[_n], _n + "_"))
+
+Tensor.__iadd__ = _inplace(add, "add_")
+Tensor.__isub__ = _inplace(sub, "sub_")
+Tensor.__imul__ = _inplace(mul, "mul_")
+Tensor.__itruediv__ = _inplace(div, "div_")
+Tensor.__ipow__ = _inplace(pow, "pow_")
+Tensor.__imod__ = _inplace(remainder, "remainder_")
+Tensor.__ifloordiv__ = _inplace(floor_divide, "floor_divide_")
+Tensor.__iand__ = _inplace(Tensor.__and__, "bitwise_and_")
+Tensor.__ior__ = _inplace(Tensor.__or__, "bitwise_or_")
+Tensor.__ixor__ = _inplace(Tensor.__xor__, "bitwise_xor_")

@@ -1,0 +1,243 @@
+"""Tensor methods that are about autograd, devices and dtypes rather than math."""
+import weakref
+
+import numpy as np
+
+from .. import dispatch
+from ..dispatch import apply, wrap
+from ..runtime import dtypes
+from ..runtime.device import device as as_device, Device
+from ..runtime.ops import OPS
+from .._tensor import Tensor
+from . import creation
+from .elementwise import cast
+from .inplace import bump_version, check_inplace, commit
+
+
+def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
+    from ..autograd import backward as _backward
+    _backward(self, gradient, retain_graph, create_graph)
+
+
+def detach(self):
+    """A new leaf sharing this tensor's memory (and version counter)."""
+    t = wrap(self.data)
+    if self._vc is None:
+        self._vc = [0]
+    t._vc = self._vc
+    return t
+
+
+def detach_(self):
+    self.grad_fn = None
+    self.requires_grad = False
+    return self
+
+
+def requires_grad_(self, requires_grad=True):
+    if self.grad_fn is not None and not requires_grad:
+        raise RuntimeError("requires_grad_: you can only change requires_grad flags of leaf variables. "
+                           "Use detach() to get a tensor that does not require grad.")
+    if requires_grad and self.data.dtype.kind != "f":
+        raise RuntimeError(f"only Tensors of floating point dtype can require gradients, got {self.dtype}")
+    self.requires_grad = bool(requires_grad)
+    return self
+
+
+def retain_grad(self):
+    if self.grad_fn is None:
+        if not self.requires_grad:
+            raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
+        return
+    self.grad_fn.retained = weakref.ref(self)
+
+
+def register_hook(self, hook):
+    """hook(grad) -> new grad or None, run when this tensor's gradient is computed."""
+    if not self.requires_grad:
+        raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
+    if self.grad_fn is None:
+        hooks = getattr(self, "_hooks", None)
+        if hooks is None:
+            hooks = self._hooks = []
+    else:
+        hooks = self.grad_fn.hooks
+        if hooks is None:
+            hooks = self.grad_fn.hooks = []
+    hooks.append(hook)
+    return _RemovableHandle(hooks, hook)
+
+
+class _RemovableHandle:
+    def __init__(self, hooks, hook):
+        self._hooks, self._hook = hooks, hook
+
+    def remove(self):
+        if self._hook in self._hooks:
+            self._hooks.remove(self._hook)
+
+
+def _parse_to(args, kwargs):
+    device = kwargs.pop("device", None)
+    dtype = kwargs.pop("dtype", None)
+    kwargs.pop("non_blocking", None)
+    kwargs.pop("copy", None)
+    for a in args:
+        if isinstance(a, Tensor):
+            device, dtype = a.device, a.dtype
+        elif isinstance(a, (str, Device, int)) and not isinstance(a, bool):
+            device = a
+        elif a is not None:
+            dtype = a
+    if kwargs:
+        raise TypeError(f"to() got unexpected arguments {sorted(kwargs)}")
+    return (as_device(device) if device is not None else None), dtypes.as_dtype(dtype)
+
+
+def to(self, *args, **kwargs):
+    """to(device), to(dtype), to(device, dtype), to(other): returns self when nothing changes."""
+    device, dtype = _parse_to(args, kwargs)
+    t = self
+    if device is not None and device != self.device:
+        t = apply(OPS["to_device"], (t,), {"device": str(device)})
+    if dtype is not None:
+        t = cast(t, dtype)
+    return t
+
+
+def cuda(self, device=None):
+    return to(self, "cuda" if device is None else as_device("cuda", device if isinstance(device, int) else None)
+              if not isinstance(device, (str, Device)) else device)
+
+
+def cpu(self):
+    return to(self, "cpu")
+
+
+def type_as(self, other):
+    return cast(self, other.dtype)
+
+
+def _type(self, dtype=None):
+    if dtype is None:
+        return "eagerc." + {"f": "Float", "i": "Long", "b": "Bool", "u": "Byte"}[self.data.dtype.kind] + "Tensor"
+    return cast(self, dtype)
+
+
+def zero_(self):
+    return fill_(self, 0)
+
+
+def fill_(self, value):
+    check_inplace(self, "fill_")
+    if isinstance(value, Tensor):
+        if value.requires_grad and dispatch.grad_enabled():
+            return commit(self, value.expand(self.shape) * 1, "fill_")
+        value = value.item()
+    if self.grad_fn is not None and dispatch.grad_enabled():
+        return commit(self, creation.full_like(self, value), "fill_")
+    self.data.fill(value)
+    bump_version(self, "fill_")
+    return self
+
+
+def copy_(self, src, non_blocking=False):
+    check_inplace(self, "copy_")
+    if not isinstance(src, Tensor):
+        src = creation.tensor(src)
+    src = to(src, self.device, self.dtype)
+    if src.requires_grad and dispatch.grad_enabled():
+        return commit(self, src.expand(tuple(self.data.shape)) + 0, "copy_")
+    self.data[...] = src.data
+    bump_version(self, "copy_")
+    if self.grad_fn is not None and dispatch.grad_enabled():
+        self.grad_fn = None
+        self.requires_grad = False
+    return self
+
+
+def _random_fill(self, draw, name):
+    check_inplace(self, name)
+    with dispatch_no_grad():
+        r = draw()
+    self.data[...] = r.data
+    bump_version(self, name)
+    return self
+
+
+def dispatch_no_grad():
+    from ..autograd.grad_mode import no_grad
+    return no_grad()
+
+
+def normal_(self, mean=0.0, std=1.0, *, generator=None):
+    return _random_fill(self, lambda: creation.randn(tuple(self.data.shape), dtype=self.dtype,
+                                                     device=self.device, generator=generator) * std + mean,
+                        "normal_")
+
+
+def uniform_(self, a=0.0, b=1.0, *, generator=None):
+    return _random_fill(self, lambda: creation.rand(tuple(self.data.shape), dtype=self.dtype,
+                                                    device=self.device, generator=generator) * (b - a) + a,
+                        "uniform_")
+
+
+def bernoulli_(self, p=0.5, *, generator=None):
+    return _random_fill(self, lambda: creation.rand(tuple(self.data.shape), dtype=dtypes.float32,
+                                                    device=self.device, generator=generator) < p,
+                        "bernoulli_")
+
+
+def random_(self, low=0, high=None, *, generator=None):
+    if high is None:
+        low, high = 0, low
+    return _random_fill(self, lambda: creation.randint(low, high, tuple(self.data.shape),
+                                                       device=self.device, generator=generator),
+                        "random_")
+
+
+def _new(factory):
+    def method(self, *size, dtype=None, device=None, requires_grad=False, **kw):
+        return factory(*size, dtype=dtype or self.dtype, device=device or self.device,
+                       requires_grad=requires_grad, **kw)
+    return method
+
+
+def new_tensor(self, data, dtype=None, device=None, requires_grad=False):
+    return creation.tensor(data, dtype=dtype or self.dtype, device=device or self.device,
+                           requires_grad=requires_grad)
+
+
+def new_full(self, size, fill_value, dtype=None, device=None, requires_grad=False):
+    return creation.full(size, fill_value, dtype=dtype or self.dtype, device=device or self.device,
+                         requires_grad=requires_grad)
+
+
+def _grad_getter_guard():
+    pass
+
+
+_CONVERSIONS = {"float": dtypes.float32, "double": dtypes.float64, "half": dtypes.float16,
+                "long": dtypes.int64, "int": dtypes.int32, "short": dtypes.int16, "bool": dtypes.bool,
+                "byte": dtypes.uint8, "char": dtypes.int8}
+
+
+def _conversion(d):
+    return lambda self: cast(self, d)
+
+
+for _name, _d in _CONVERSIONS.items():
+    setattr(Tensor, _name, _conversion(_d))
+
+for _f in (backward, detach, detach_, requires_grad_, retain_grad, register_hook, to, cuda, cpu,
+           type_as, zero_, fill_, copy_, normal_, uniform_, bernoulli_, random_, new_tensor, new_full):
+    setattr(Tensor, _f.__name__, _f)
+Tensor.type = _type
+Tensor.new_zeros = _new(creation.zeros)
+Tensor.new_ones = _new(creation.ones)
+Tensor.new_empty = _new(creation.empty)
+Tensor.retains_grad = property(lambda self: self.grad_fn is not None and self.grad_fn.retained is not None)
+Tensor.T = property(lambda self: self.permute(*reversed(range(self.data.ndim))))
+Tensor.mT = property(lambda self: self.transpose(-2, -1))
+Tensor.H = Tensor.T
+np_bool = np.bool_

@@ -1,0 +1,11 @@
+"""The runtime layer: devices, dtypes, op declarations and kernels, RNG.
+
+It imports numpy (and cupy lazily) and never the layers above, so a deployed
+program can be loaded and run with `eagerc.runtime` alone.
+"""
+from . import dtypes, device, random  # noqa: F401
+from .ops import OPS, load_all as _load_all
+
+_load_all()
+
+__all__ = ["dtypes", "device", "random", "OPS"]

@@ -1,0 +1,118 @@
+"""Reductions over dimensions: sum, mean, prod, amax, amin, argmax, argmin, all, any,
+cumsum, cumprod. `dim` is None (all), an int or a tuple; negatives allowed.
+Composite reductions (var, std, logsumexp, norm) are built from these in the frontend.
+"""
+import numpy as np
+
+from .. import dtypes
+from . import declare
+from .meta import Spec, fail, normalize_dims, normalize_dim, reduced_shape
+
+
+def _axes(dim, ndim):
+    if dim is None:
+        return None
+    return normalize_dims("reduce", dim, ndim) if ndim else None
+
+
+def _sum(xp):
+    def sum_(x, dim=None, keepdim=False):
+        dt = np.int64 if x.dtype.kind in "biu" else None
+        return xp.asarray(xp.sum(x, axis=_axes(dim, x.ndim), keepdims=keepdim, dtype=dt))
+    return sum_
+
+
+def _mean(xp):
+    def mean(x, dim=None, keepdim=False):
+        return xp.asarray(xp.mean(x, axis=_axes(dim, x.ndim), keepdims=keepdim)).astype(x.dtype, copy=False)
+    return mean
+
+
+def _prod(xp):
+    def prod(x, dim=None, keepdim=False):
+        dt = np.int64 if x.dtype.kind in "biu" else None
+        return xp.asarray(xp.prod(x, axis=_axes(dim, x.ndim), keepdims=keepdim, dtype=dt))
+    return prod
+
+
+def _extreme(name):
+    def impl(xp):
+        f = getattr(xp, name)
+
+        def extreme(x, dim=None, keepdim=False):
+            return xp.asarray(f(x, axis=_axes(dim, x.ndim), keepdims=keepdim))
+        return extreme
+    return impl
+
+
+def _arg(name):
+    def impl(xp):
+        f = getattr(xp, name)
+
+        def arg(x, dim=None, keepdim=False):
+            if dim is None:
+                r = xp.asarray(f(x.reshape(-1)))
+                return r.reshape((1,) * x.ndim) if keepdim else r
+            axis = normalize_dim(name, dim, x.ndim) if x.ndim else None
+            return xp.asarray(f(x, axis=axis, keepdims=keepdim)).astype(np.int64, copy=False)
+        return arg
+    return impl
+
+
+def _cum(name):
+    def impl(xp):
+        f = getattr(xp, name)
+
+        def cum(x, dim):
+            dt = np.int64 if x.dtype.kind in "biu" else None
+            if x.ndim == 0:
+                return x.astype(dt or x.dtype)
+            return f(x, axis=normalize_dim(name, dim, x.ndim), dtype=dt)
+        return cum
+    return impl
+
+
+def _reduce_rule(name, out_dtype=None, floating=False):
+    def rule(x, dim=None, keepdim=False):
+        if floating and not x.dtype.is_floating_point:
+            fail(name, (x,), f"{name} expects a floating-point input; got {x.dtype.name} "
+                 "(cast with .float() first)", RuntimeError)
+        axes = normalize_dims(name, dim, len(x.shape))
+        if not x.shape:
+            axes = ()
+        if name in ("amax", "amin", "argmax", "argmin") and any(x.shape[a] == 0 for a in axes):
+            fail(name, (x,), "cannot reduce over a zero-size dimension (no identity)", IndexError)
+        d = out_dtype(x.dtype) if out_dtype else x.dtype
+        return Spec(reduced_shape(x.shape, axes, keepdim), d)
+    return rule
+
+
+def _int_to_long(d):
+    return dtypes.int64 if not d.is_floating_point else d
+
+
+declare("sum", ("x",), _sum, _reduce_rule("sum", _int_to_long), attrs=("dim", "keepdim"))
+declare("mean", ("x",), _mean, _reduce_rule("mean", floating=True), attrs=("dim", "keepdim"))
+declare("prod", ("x",), _prod, _reduce_rule("prod", _int_to_long), attrs=("dim", "keepdim"))
+declare("amax", ("x",), _extreme("amax"), _reduce_rule("amax"), attrs=("dim", "keepdim"))
+declare("amin", ("x",), _extreme("amin"), _reduce_rule("amin"), attrs=("dim", "keepdim"))
+declare("argmax", ("x",), _arg("argmax"), _reduce_rule("argmax", lambda d: dtypes.int64),
+        attrs=("dim", "keepdim"), differentiable=False)
+declare("argmin", ("x",), _arg("argmin"), _reduce_rule("argmin", lambda d: dtypes.int64),
+        attrs=("dim", "keepdim"), differentiable=False)
+declare("all", ("x",), _extreme("all"), _reduce_rule("all", lambda d: dtypes.bool),
+        attrs=("dim", "keepdim"), differentiable=False)
+declare("any", ("x",), _extreme("any"), _reduce_rule("any", lambda d: dtypes.bool),
+        attrs=("dim", "keepdim"), differentiable=False)
+
+
+def _cum_rule(name):
+    def rule(x, dim):
+        if x.shape:
+            normalize_dim(name, dim, len(x.shape))
+        return Spec(x.shape, _int_to_long(x.dtype))
+    return rule
+
+
+declare("cumsum", ("x",), _cum("cumsum"), _cum_rule("cumsum"), attrs=("dim",))
+declare("cumprod", ("x",), _cum("cumprod"), _cum_rule("cumprod"), attrs=("dim",))
