@@ -109,6 +109,8 @@ def apply(op, args, attrs=None):
         out = kernel(*arrays) if attrs is None else kernel(*arrays, **attrs)
     except Exception as e:  # numpy's message names no op: explain it with the op's rule
         raise explain_failure(op, arrays, attrs, e) from None
+    if type(out) is not _ndarray and not gpu:  # numpy returns scalars for 0-d results
+        out = np.asarray(out)
 
     t = _new(Tensor)
     t.data = out

@@ -263,7 +263,8 @@ defgrad("add", lambda g: g, lambda g: g)
 defgrad("sub", lambda g: g, lambda g: -g)
 defgrad("mul", lambda g, b: g * b, lambda g, a: g * a)
 defgrad("div", lambda g, b: g / b, lambda g, b, out: -g * out / b)
-defgrad("pow", lambda g, a, b: g * b * a ** (b - 1), lambda g, a, out: g * out * log(a))  # noqa: F821
+defgrad("pow", lambda g, a, b: g * b * a ** (b - 1),
+        lambda g, a, out: g * out * (log(a) if isinstance(a, Tensor) else math.log(a)))  # noqa: F821
 defgrad("remainder", lambda g: g, lambda g, a, b: -g * floor_divide(a, b))
 defgrad("maximum", lambda g, a, b: g * ((a > b) + (a == b) * 0.5),
         lambda g, a, b: g * ((b > a) + (a == b) * 0.5))

@@ -12,6 +12,7 @@ from .._tensor import Tensor
 from . import creation
 from .elementwise import cast
 from .inplace import bump_version, check_inplace, commit
+from ..autograd.formulas import defgrad
 
 
 def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
@@ -241,3 +242,5 @@ Tensor.T = property(lambda self: self.permute(*reversed(range(self.data.ndim))))
 Tensor.mT = property(lambda self: self.transpose(-2, -1))
 Tensor.H = Tensor.T
 np_bool = np.bool_
+
+defgrad("to_device", lambda g, x: g.to(x.device))
