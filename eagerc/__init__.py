@@ -12,15 +12,15 @@ __version__ = "0.1.0"
 def __getattr__(name):
     if name.startswith("_"):
         raise AttributeError(f"module 'eagerc' has no attribute {name!r}")
-    api = importlib.import_module("eagerc._api")
-    try:
-        value = getattr(api, name)
-    except AttributeError:
+    try:  # a submodule (eagerc.nn, eagerc.autograd, ...) loads on its own
+        value = importlib.import_module(f"eagerc.{name}")
+    except ModuleNotFoundError as e:
+        if e.name != f"eagerc.{name}":
+            raise
+        api = importlib.import_module("eagerc._api")
         try:
-            value = importlib.import_module(f"eagerc.{name}")
-        except ModuleNotFoundError as e:
-            if e.name != f"eagerc.{name}":
-                raise
+            value = getattr(api, name)
+        except AttributeError:
             raise AttributeError(f"module 'eagerc' has no attribute {name!r}") from None
     globals()[name] = value
     return value

@@ -91,37 +91,28 @@ def explain_failure(op, arrays, attrs, exc):
 
 def apply(op, args, attrs=None):
     """Run `op` on `args` (Tensors and Python scalars) with attributes `attrs`."""
-    arrays = []
-    requires_grad = False
-    gpu = False
-    for a in args:
-        if isinstance(a, Tensor):
-            d = a.data
-            if a.requires_grad:
-                requires_grad = True
-            if type(d) is not _ndarray:
-                gpu = True
-            arrays.append(d)
-        else:
-            arrays.append(a)
-    kernel = op.cpu if not gpu else _gpu_kernel(op, arrays)
+    arrays = [a.data if isinstance(a, Tensor) else a for a in args]
+    kernel = op.cpu if type(arrays[0]) is _ndarray else _kernel_for(op, arrays)
     try:
         out = kernel(*arrays) if attrs is None else kernel(*arrays, **attrs)
     except Exception as e:  # numpy's message names no op: explain it with the op's rule
         raise explain_failure(op, arrays, attrs, e) from None
-    if type(out) is not _ndarray and not gpu:  # numpy returns scalars for 0-d results
+    if type(out) is not _ndarray and kernel is op.cpu:  # numpy returns scalars for 0-d results
         out = np.asarray(out)
 
     t = _new(Tensor)
     t.data = out
     t.grad = None
     t._vc = None
-    if requires_grad and _grad_enabled and op.differentiable:
-        t.requires_grad = True
-        t.grad_fn = _make_node(op, args, attrs, t, out)
-    else:
-        t.requires_grad = False
-        t.grad_fn = None
+    t.requires_grad = False
+    t.grad_fn = None
+    if _grad_enabled and op.differentiable:
+        for a in args:
+            if isinstance(a, Tensor) and a.requires_grad:
+                if out.dtype.kind == "f":
+                    t.requires_grad = True
+                    t.grad_fn = _make_node(op, args, attrs, t, out)
+                break
     if op.view:
         src = args[0]
         vc = src._vc
@@ -134,10 +125,13 @@ def apply(op, args, attrs=None):
     return t
 
 
-def _gpu_kernel(op, arrays):
-    from .runtime.device import xp_of
+def _kernel_for(op, arrays):
+    """The kernel for the arrays' module: cupy arrays get the cupy specialisation."""
     for a in arrays:
-        if hasattr(a, "device") and not isinstance(a, np.ndarray):
+        if isinstance(a, _ndarray):
+            return op.cpu
+        if hasattr(a, "__cuda_array_interface__"):
+            from .runtime.device import xp_of
             return op.kernel(xp_of(a))
     return op.cpu
 
@@ -156,7 +150,8 @@ def _make_node(op, args, attrs, out_tensor, out):
     for a in args:
         if isinstance(a, Tensor) and a.requires_grad:
             mask |= bit
-            edges.append(a.grad_fn if a.grad_fn is not None else a)
+            fn = a.grad_fn
+            edges.append(a if fn is None else fn)
         else:
             edges.append(None)
         bit <<= 1
@@ -181,7 +176,16 @@ def _make_node(op, args, attrs, out_tensor, out):
     else:
         node.saved = None
         node.versions = None
-    node.shapes = [getattr(a, "shape", None) for a in args] if save_shapes else None
+    shapes = None
+    if save_shapes:
+        shapes = [a.data.shape if isinstance(a, Tensor) else None for a in args]
+    elif op.broadcasts:  # only needed when some input was broadcast
+        oshape = out.shape
+        for a in args:
+            if isinstance(a, Tensor) and a.data.shape != oshape:
+                shapes = [a.data.shape if isinstance(a, Tensor) else None for a in args]
+                break
+    node.shapes = shapes
     if save_out:
         node.out = out
         node.out_vc = out_tensor._vc = [0]

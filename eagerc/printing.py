@@ -9,12 +9,21 @@ _DEFAULTS = ("float32", "int64", "bool")
 def _format_array(a):
     kind = a.dtype.kind
     if kind == "f":
-        finite = a[np.isfinite(a)] if a.size else a
-        if finite.size and np.all(finite == np.round(finite)) and np.abs(finite).max() < 1e8:
+        # PyTorch's _Formatter rules, on the nonzero finite values (in float64, so that
+        # range tests on float16 cannot overflow): integer mode when all are whole
+        # numbers; scientific when max/min > 1000 or max > 1e8 (or, outside integer
+        # mode, min < 1e-4); else 4 decimals.
+        finite = (a[np.isfinite(a)] if a.size else a).astype(np.float64)
+        nz = np.abs(finite[finite != 0])
+        int_mode = bool(np.all(finite == np.round(finite)))
+        sci = bool(nz.size) and (nz.max() / nz.min() > 1000 or nz.max() > 1e8
+                                 or (not int_mode and nz.min() < 1e-4))
+        if sci:
+            fmt = lambda v: "%.4e" % v  # noqa: E731
+        elif int_mode:
             fmt = lambda v: ("%.0f." % v) if np.isfinite(v) else str(v)  # noqa: E731
         else:
-            big = finite.size and (np.abs(finite).max() >= 1e8 or 0 < np.abs(finite[finite != 0]).min(initial=1) < 1e-4)
-            fmt = (lambda v: "%.4e" % v) if big else (lambda v: "%.4f" % v)  # noqa: E731
+            fmt = lambda v: "%.4f" % v  # noqa: E731
         return np.array2string(a, separator=", ", formatter={"float_kind": fmt}, prefix="tensor(",
                                threshold=1000, edgeitems=3)
     if kind == "b":

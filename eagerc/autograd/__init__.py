@@ -1,7 +1,7 @@
 """Automatic differentiation: backward, grad, grad modes, custom Functions, checks."""
 from .. import dispatch
 from .._tensor import Tensor
-from .engine import run_backward
+from .engine import run_backward, _accumulate_leaf
 from .function import Function, FunctionCtx
 from .grad_mode import no_grad, enable_grad, set_grad_enabled, inference_mode, is_grad_enabled
 from .gradcheck import gradcheck, gradgradcheck
@@ -39,12 +39,24 @@ def _default_grads(outputs, grad_outputs, api):
     return grads
 
 
-def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False):
+def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, inputs=None):
+    """Accumulate gradients into `.grad` of the leaves (or only of `inputs`, when given)."""
     tensors = _as_list(tensors)
     grads = _default_grads(tensors, _as_list(grad_tensors), "backward")
     if retain_graph is None:
         retain_graph = create_graph
-    run_backward(tensors, grads, retain_graph=retain_graph, create_graph=create_graph)
+    if inputs is None:
+        run_backward(tensors, grads, retain_graph=retain_graph, create_graph=create_graph)
+        return
+    inputs = _as_list(inputs)
+    for i, t in enumerate(inputs):
+        if not t.requires_grad:
+            raise RuntimeError(f"backward: inputs[{i}] (shape {tuple(t.data.shape)}) does not require grad")
+    result = run_backward(tensors, grads, retain_graph=retain_graph, create_graph=create_graph,
+                          targets=inputs)
+    for t, g in zip(inputs, result):
+        if g is not None:
+            _accumulate_leaf(t, g, create_graph)
 
 
 def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False,
@@ -92,7 +104,12 @@ class detect_anomaly:
 
 
 class set_detect_anomaly(detect_anomaly):
+    """Sets the mode at construction (usable as a plain call), restores it on exit."""
+
     def __init__(self, mode):
         super().__init__(mode)
         self._prev = dispatch.anomaly_enabled()
         dispatch.set_anomaly_enabled(mode)
+
+    def __enter__(self):  # the mode is already set; keep the one from before construction
+        return self

@@ -90,7 +90,7 @@ def node_input_grads(node, g):
             else:
                 args.append(node.attrs[key])
         gi = formulas[i](*args)
-        if op.broadcasts and gi is not None and gi.data.shape != node.shapes[i]:
+        if op.broadcasts and node.shapes is not None and gi is not None and gi.data.shape != node.shapes[i]:
             gi = sum_to(gi, node.shapes[i])
         grads.append(gi)
     return grads
@@ -130,13 +130,36 @@ def _collect(roots):
     return deps
 
 
-def _accumulate_leaf(leaf, g, create_graph):
+def _leads_to_targets(roots, capture):
+    """For autograd.grad: node -> whether some target lies below it, i.e. whether its
+    backward has to run. Nodes past the targets are left alone (their saved values too),
+    so the rest of the graph can still be used. Iterative post-order: no recursion."""
+    need = {}
+    stack = [(n, False) for n in dict.fromkeys(roots)]
+    while stack:
+        node, expanded = stack.pop()
+        if expanded:
+            need[node] = any(e is not None and (e in capture or need.get(e, False)) for e in node.next)
+        elif node not in need:
+            need[node] = False  # visited; the final value is set once its children are done
+            stack.append((node, True))
+            for e in node.next:
+                if e is not None and not isinstance(e, Tensor) and e not in need:
+                    stack.append((e, False))
+    return need
+
+
+def _leaf_hooks(leaf, g):
     hooks = getattr(leaf, "_hooks", None)
     if hooks:
-        for h in hooks:
+        for h in tuple(hooks):
             r = h(g)
             if r is not None:
                 g = r
+    return g
+
+
+def _accumulate_leaf(leaf, g, create_graph):
     if g.data.dtype != leaf.data.dtype:
         g = g.to(leaf.dtype)
     if not create_graph:
@@ -160,16 +183,14 @@ def run_backward(roots, root_grads, retain_graph=False, create_graph=False, targ
         for t in targets:
             capture[t.grad_fn if t.grad_fn is not None else t] = None
     buffers = {}
+    leaves = {}  # leaf -> its gradient summed over every path; hooks and .grad see the total
     start = []
 
     def deliver(edge, gi):
         if isinstance(edge, Tensor):
-            if capture is not None:
-                if edge in capture:
-                    prev = capture[edge]
-                    capture[edge] = gi if prev is None else prev + gi
-            else:
-                _accumulate_leaf(edge, gi, create_graph)
+            if capture is None or edge in capture:
+                prev = leaves.get(edge)
+                leaves[edge] = gi if prev is None else prev + gi
         else:
             prev = buffers.get(edge)
             buffers[edge] = gi if prev is None else prev + gi
@@ -184,6 +205,7 @@ def run_backward(roots, root_grads, retain_graph=False, create_graph=False, targ
             start.append(t.grad_fn)
 
     deps = _collect(start)
+    need = None if capture is None else _leads_to_targets(start, capture)
     ready = [n for n in dict.fromkeys(start) if deps.get(n, 0) == 0]
     prev_mode = dispatch.grad_enabled()
     dispatch.set_grad_enabled(create_graph)
@@ -202,10 +224,14 @@ def run_backward(roots, root_grads, retain_graph=False, create_graph=False, targ
                             g = r
                 if node.retained is not None:
                     t = node.retained()
-                    if t is not None:
-                        t.grad = g if create_graph else g.detach()
-                if capture is not None and node in capture:
-                    capture[node] = g
+                    if t is not None:  # accumulates across backward calls, like a leaf's
+                        rg = g if create_graph else g.detach()
+                        t.grad = rg.clone() if t.grad is None else t.grad + rg
+                if capture is not None:
+                    if node in capture:
+                        capture[node] = g
+                    if not need[node]:
+                        continue  # nothing asked for lies below: leave this part of the graph alone
                 grads = node_input_grads(node, g)
                 for i, (edge, gi) in enumerate(zip(node.next, grads)):
                     if edge is not None and gi is not None:
@@ -220,6 +246,12 @@ def run_backward(roots, root_grads, retain_graph=False, create_graph=False, targ
                     deps[edge] = left
                     if left == 0:
                         ready.append(edge)
+        for leaf, g in leaves.items():
+            g = _leaf_hooks(leaf, g)
+            if capture is not None:
+                capture[leaf] = g
+            else:
+                _accumulate_leaf(leaf, g, create_graph)
     finally:
         dispatch.set_grad_enabled(prev_mode)
     if capture is not None:

@@ -54,7 +54,7 @@ def defgrad(name, *formulas):
     n = len(op.inputs)
     table = []
     for mask in range(1 << n):
-        inputs, out, shapes = set(), False, op.broadcasts
+        inputs, out, shapes = set(), False, False
         for i in range(n):
             if mask >> i & 1 and params[i] is not None:
                 for kind, key in params[i]:

@@ -15,6 +15,9 @@
 forward runs with grad disabled on the real tensors; its outputs get one
 `FunctionNode` whose backward calls the user's `backward`.
 """
+import traceback
+import weakref
+
 from .. import dispatch
 from ..dispatch import Node
 from .._tensor import Tensor
@@ -28,8 +31,8 @@ class FunctionCtx:
         self.saved_versions = ()
         self.needs_input_grad = ()
         self.materialize_grads = True
-        self._freed = False
         self._non_differentiable = set()
+        self._node = None  # weakref to the FunctionNode, which owns the saved tensors
 
     def save_for_backward(self, *tensors):
         self.to_save = tensors
@@ -46,16 +49,20 @@ class FunctionCtx:
 
     @property
     def saved_tensors(self):
-        if self._freed:
-            from .engine import _FREED_MSG
+        saved, versions = self.to_save, self.saved_versions
+        node = self._node() if self._node is not None else None
+        if node is not None:
+            saved, versions = node.saved or (), node.versions or ()
+        from .engine import _FREED, _FREED_MSG
+        if saved is _FREED:
             raise RuntimeError(_FREED_MSG)
-        for t, v in zip(self.to_save, self.saved_versions):
+        for t, v in zip(saved, versions):
             if isinstance(t, Tensor) and t._version != v:
                 raise RuntimeError(
                     f"one of the variables needed for gradient computation has been modified by an "
                     f"inplace operation: a tensor saved by {self._name}.forward is at version "
                     f"{t._version}; expected version {v} instead.")
-        return self.to_save
+        return tuple(saved)
 
 
 class _FunctionOp:
@@ -71,7 +78,10 @@ class _FunctionOp:
 
 def _function_backward(node, g):
     ctx = node.attrs
-    grads = node.attrs.fn_cls.backward(ctx, g)
+    out_grads = [g if i == ctx._diff_out else
+                 (_zeros(shape, dtype) if ctx.materialize_grads else None)
+                 for i, (shape, dtype) in enumerate(ctx._out_specs)]
+    grads = ctx.fn_cls.backward(ctx, *out_grads)
     if not isinstance(grads, tuple):
         grads = (grads,)
     n = len(node.next)
@@ -83,9 +93,20 @@ def _function_backward(node, g):
         if gi is not None and not isinstance(gi, Tensor):
             raise TypeError(f"{ctx._name}.backward must return Tensors or None, got {type(gi).__name__}")
         out.append(gi if edge is not None else None)
-    if not node.attrs.retain:
-        ctx._freed = True
     return out
+
+
+def _zeros(shape, dtype):
+    if dtype is None:  # a non-Tensor output gets no gradient
+        return None
+    from ..ops.creation import zeros
+    return zeros(shape, dtype=dtype)
+
+
+def _user_site():
+    """Where the user called Function.apply (for detect_anomaly), without eagerc's frames."""
+    frames = [f for f in traceback.extract_stack()[:-1] if "/eagerc/" not in f.filename.replace("\\", "/")]
+    return "".join(traceback.format_list(frames[-8:]))
 
 
 class Function:
@@ -104,7 +125,6 @@ class Function:
         ctx = FunctionCtx()
         ctx._name = cls.__name__
         ctx.fn_cls = cls
-        ctx.retain = True
         ctx.needs_input_grad = tuple(isinstance(a, Tensor) and a.requires_grad for a in args)
         with_grad = dispatch.grad_enabled() and any(ctx.needs_input_grad)
         prev = dispatch.grad_enabled()
@@ -116,24 +136,37 @@ class Function:
         if not with_grad:
             return out
         outs = out if isinstance(out, tuple) else (out,)
-        if len(outs) != 1:
-            raise NotImplementedError(f"{cls.__name__}: eagerc's Function supports one output tensor")
+        diff = [i for i, o in enumerate(outs) if isinstance(o, Tensor)
+                and id(o) not in ctx._non_differentiable and o.data.dtype.kind == "f"]
+        if not diff:
+            return out
+        if len(diff) > 1:
+            raise NotImplementedError(
+                f"{cls.__name__}: eagerc's Function supports one differentiable output, got "
+                f"{len(diff)} (outputs {diff}); mark the others with ctx.mark_non_differentiable")
+        ctx._diff_out = diff[0]
+        ctx._out_specs = [(tuple(o.data.shape), o.dtype) if isinstance(o, Tensor) else ((), None)
+                          for o in outs]
         node = Node.__new__(Node)
         node.op = _function_op(cls)
         node.attrs = ctx
         node.next = [(a.grad_fn if a.grad_fn is not None else a) if isinstance(a, Tensor) and a.requires_grad
                      else None for a in args]
-        node.saved = None
-        node.versions = None
+        # the node owns the saved tensors: the engine frees them after backward unless
+        # retain_graph, and a second backward then raises the freed-graph error
+        node.saved = list(ctx.to_save) if ctx.to_save else None
+        node.versions = list(ctx.saved_versions) if ctx.to_save else None
+        ctx.to_save = ()
+        ctx._node = weakref.ref(node)
         node.shapes = None
         node.out = None
         node.out_vc = None
         node.hooks = None
         node.retained = None
-        node.created_at = None
+        node.created_at = _user_site() if dispatch.anomaly_enabled() else None
         result = []
-        for o in outs:
-            if isinstance(o, Tensor) and id(o) not in ctx._non_differentiable and o.data.dtype.kind == "f":
+        for i, o in enumerate(outs):
+            if i == ctx._diff_out:
                 if o.grad_fn is not None or o.requires_grad or any(o is a for a in args):
                     o = o.detach()  # a returned input (or an intermediate) gets a fresh node
                 o.requires_grad = True

@@ -35,16 +35,33 @@ class _GradMode:
         return wrapper
 
 
-class no_grad(_GradMode):
+class _NoParamDecorator(_GradMode):
+    """Also usable as a bare decorator, `@no_grad` (as in PyTorch), besides `@no_grad()`."""
+
+    def __new__(cls, orig_func=None):
+        if orig_func is None:
+            return super().__new__(cls)
+        return cls()(orig_func)
+
+    def __init__(self, orig_func=None):
+        pass
+
+
+class no_grad(_NoParamDecorator):
     _mode = False
 
 
-class enable_grad(_GradMode):
+class enable_grad(_NoParamDecorator):
     _mode = True
 
 
 class inference_mode(_GradMode):
     """Like no_grad (eagerc keeps no separate inference tensors)."""
+
+    def __new__(cls, mode=True):
+        if callable(mode):  # bare `@inference_mode`
+            return cls()(mode)
+        return super().__new__(cls)
 
     def __init__(self, mode=True):
         self._mode = not mode

@@ -63,7 +63,7 @@ def _contiguous_inputs(inputs):
     for x in inputs:
         if isinstance(x, Tensor) and x.requires_grad:
             y = Tensor.__new__(Tensor)
-            y.data = np.ascontiguousarray(x.data).copy()
+            y.data = np.array(x.data, order="C", copy=True)  # keeps 0-d inputs 0-d
             y.requires_grad = True
             y.grad = None
             y.grad_fn = None

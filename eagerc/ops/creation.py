@@ -145,8 +145,11 @@ def from_dlpack(ext):
     if hasattr(ext, "__dlpack_device__"):
         dev_type, dev_id = ext.__dlpack_device__()
         if int(dev_type) == 1:  # kDLCPU
-            return wrap(np.from_dlpack(ext))
-        return wrap(xp_for(as_device("cuda", int(dev_id))).from_dlpack(ext))
+            arr = np.from_dlpack(ext)
+        else:
+            arr = xp_for(as_device("cuda", int(dev_id))).from_dlpack(ext)
+        dtypes.from_np(arr.dtype)  # refuse dtypes eagerc has no DType for (complex, uint16, ...)
+        return wrap(arr)
     raise TypeError(f"from_dlpack: {type(ext).__name__} does not support DLPack")
 
 
@@ -162,7 +165,7 @@ def _dev(device):
 
 def _finish(t, requires_grad):
     if requires_grad:
-        t.requires_grad = True
+        t.requires_grad_(True)  # refuses integer and bool dtypes, like tensor(..., requires_grad=True)
     return t
 
 

@@ -11,7 +11,7 @@ import numpy as np
 from .. import dispatch
 from .._tensor import Tensor
 
-__all__ = ["commit", "check_inplace", "bump_version"]
+__all__ = ["commit", "check_inplace", "bump_version", "drop_history"]
 
 
 def bump_version(t, opname):
@@ -63,7 +63,17 @@ def commit(t, result, opname):
         # in-place ops on t cannot corrupt it
         t.grad_fn = result.grad_fn
         t.requires_grad = True
+    else:
+        drop_history(t)
     return t
+
+
+def drop_history(t):
+    """t was overwritten (with grad on) by a value that does not depend on its old graph:
+    its old grad_fn must not route gradients any more (fill_, zero_, normal_ on a non-leaf)."""
+    if t.grad_fn is not None and dispatch.grad_enabled():
+        t.grad_fn = None
+        t.requires_grad = False
 
 
 def _snapshot_saved_self(node, t):

@@ -1,2 +1,252 @@
-"""placeholder"""
-__all__ = []
+"""Joining and splitting: cat/concat/concatenate, stack, hstack/vstack/dstack,
+atleast_1d/2d/3d, split, chunk, tensor_split, unbind.
+
+cat and stack are variadic primitives: their inputs are promoted to one dtype here
+(torch.cat's rule) and their derivatives (`defgrad_node`) cut the output gradient
+back into `slice` views using the input shapes the node kept. Splitting has no
+primitive of its own: every piece is its own `slice` view (unbind adds a reshape to
+drop the dimension), so there are no multi-output ops.
+"""
+from ..dispatch import apply  # first: importing autograd before dispatch re-enters eagerc/__init__
+from ..autograd.formulas import defgrad_node
+from ..runtime import dtypes
+from ..runtime.ops import OPS
+from ..runtime.ops.meta import fmt_shape
+from .._tensor import Tensor
+from .elementwise import cast
+from .shape import _wrap
+
+__all__ = ["cat", "concat", "concatenate", "stack", "hstack", "vstack", "dstack", "atleast_1d",
+           "atleast_2d", "atleast_3d", "split", "chunk", "tensor_split", "unbind"]
+
+_CAT = OPS["cat"]
+_STACK = OPS["stack"]
+_SLICE = OPS["slice"]
+_RESHAPE = OPS["reshape"]
+
+
+def _tensors(op, tensors):
+    """The inputs as a tuple of Tensors of one (promoted) dtype."""
+    if isinstance(tensors, Tensor):
+        raise TypeError(f"{op}: expected a sequence of Tensors, got a single Tensor of shape "
+                        f"{fmt_shape(tensors.data.shape)} (wrap it in a list)")
+    ts = tuple(tensors)
+    if not ts:
+        raise RuntimeError(f"{op}: expected a non-empty list of Tensors")
+    dt = None
+    mixed = False
+    for i, t in enumerate(ts):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{op}: expected Tensor as element {i} of the list, but got {type(t).__name__}")
+        if dt is None:
+            dt = t.data.dtype
+        elif t.data.dtype != dt:
+            mixed = True
+    if mixed:
+        d = dtypes.result_type([dtypes.from_np(t.data.dtype) for t in ts], [], [])
+        ts = tuple(cast(t, d) for t in ts)
+    return ts
+
+
+def cat(tensors, dim=0):
+    """Concatenate along an existing dimension; dtypes are promoted like torch.cat.
+
+    As in PyTorch, 1-d empty tensors (shape (0,)) are skipped when the others have
+    another number of dimensions."""
+    ts = _tensors("cat", tensors)
+    nd = ts[0].data.ndim
+    if nd == 1 and len(ts) > 1 and ts[0].data.shape == (0,):
+        for t in ts:
+            if t.data.shape != (0,):
+                nd = t.data.ndim
+                break
+    if nd != 1:
+        kept = tuple([t for t in ts if t.data.shape != (0,)])
+        if kept and len(kept) != len(ts):
+            ts = kept
+    nd = ts[0].data.ndim
+    d = _wrap("cat", dim, nd) if nd else int(dim)
+    return apply(_CAT, ts, {"dim": d})
+
+
+concat = concatenate = cat
+
+
+def stack(tensors, dim=0):
+    """Join same-shape tensors along a new dimension `dim`."""
+    ts = _tensors("stack", tensors)
+    return apply(_STACK, ts, {"dim": _wrap("stack", dim, ts[0].data.ndim + 1)})
+
+
+def _atleast(x, nd, place):
+    shape = x.data.shape
+    if len(shape) >= nd:
+        return x
+    return apply(_RESHAPE, (x,), {"shape": place(shape)})
+
+
+def _shape_1d(shape):  # only 0-d tensors get here
+    return (1,)
+
+
+def _shape_2d(shape):  # () -> (1, 1); (n,) -> (1, n)
+    return (1,) * (2 - len(shape)) + shape
+
+
+def _shape_3d(shape):  # () -> (1, 1, 1); (n,) -> (1, n, 1); (m, n) -> (m, n, 1), like numpy
+    if not shape:
+        return (1, 1, 1)
+    return (1,) + shape + (1,) if len(shape) == 1 else shape + (1,)
+
+
+def _atleast_all(tensors, nd, place):
+    if len(tensors) == 1 and not isinstance(tensors[0], Tensor):
+        return tuple(_atleast(t, nd, place) for t in tensors[0])
+    out = tuple(_atleast(t, nd, place) for t in tensors)
+    return out[0] if len(out) == 1 else out
+
+
+def atleast_1d(*tensors):
+    return _atleast_all(tensors, 1, _shape_1d)
+
+
+def atleast_2d(*tensors):
+    return _atleast_all(tensors, 2, _shape_2d)
+
+
+def atleast_3d(*tensors):
+    return _atleast_all(tensors, 3, _shape_3d)
+
+
+def hstack(tensors):
+    ts = tuple(_atleast(t, 1, _shape_1d) for t in _tensors("hstack", tensors))
+    return cat(ts, 0 if ts[0].data.ndim == 1 else 1)
+
+
+def vstack(tensors):
+    return cat(tuple(_atleast(t, 2, _shape_2d) for t in _tensors("vstack", tensors)), 0)
+
+
+row_stack = vstack
+
+
+def dstack(tensors):
+    return cat(tuple(_atleast(t, 3, _shape_3d) for t in _tensors("dstack", tensors)), 2)
+
+
+def _pieces(x, d, bounds):
+    return tuple(apply(_SLICE, (x,), {"dim": d, "start": a, "stop": b, "step": 1}) for a, b in bounds)
+
+
+def _split_dim(op, x, dim):
+    shape = x.data.shape
+    if not shape:
+        raise RuntimeError(f"{op}: expects at least a 1-dimensional tensor, got a 0-d tensor")
+    d = _wrap(op, dim, len(shape))
+    return d, shape[d]
+
+
+def split(tensor, split_size_or_sections, dim=0):
+    """Pieces of `split_size` along `dim` (the last may be smaller), or of the given sizes."""
+    d, n = _split_dim("split", tensor, dim)
+    s = split_size_or_sections
+    if isinstance(s, (int, Tensor)):
+        size = int(s)
+        if size < 0:
+            raise RuntimeError(f"split: split_size must be non-negative, got {size}")
+        if size == 0 and n != 0:
+            raise RuntimeError(f"split: split_size can only be 0 if dimension size is 0, but got size {n} "
+                               f"for dimension {d} (shape {fmt_shape(tensor.data.shape)})")
+        if n == 0:
+            return _pieces(tensor, d, [(0, 0)])
+        return _pieces(tensor, d, [(a, min(a + size, n)) for a in range(0, n, size)])
+    sizes = [int(k) for k in s]
+    if any(k < 0 for k in sizes) or sum(sizes) != n:
+        raise RuntimeError(f"split: split sizes {sizes} must be non-negative and sum exactly to {n}, the size "
+                           f"of dimension {d} (shape {fmt_shape(tensor.data.shape)})")
+    bounds, a = [], 0
+    for k in sizes:
+        bounds.append((a, a + k))
+        a += k
+    return _pieces(tensor, d, bounds)
+
+
+def split_with_sizes(tensor, split_sizes, dim=0):
+    return split(tensor, list(split_sizes), dim)
+
+
+def chunk(input, chunks, dim=0):
+    """At most `chunks` pieces of ceil(size / chunks) along `dim` (PyTorch's rule)."""
+    chunks = int(chunks)
+    if chunks <= 0:
+        raise RuntimeError(f"chunk: expects `chunks` to be greater than 0, got {chunks}")
+    d, n = _split_dim("chunk", input, dim)
+    size = (n + chunks - 1) // chunks
+    if n == 0:
+        return _pieces(input, d, [(0, 0)] * chunks)
+    return split(input, size, d)
+
+
+def tensor_split(input, indices_or_sections, dim=0):
+    """`sections` near-equal pieces (the first n % sections one longer), or cut at `indices`."""
+    d, n = _split_dim("tensor_split", input, dim)
+    s = indices_or_sections
+    if isinstance(s, (int, Tensor)) and not (isinstance(s, Tensor) and s.data.ndim):
+        sections = int(s)
+        if sections <= 0:
+            raise RuntimeError(f"tensor_split: number of sections must be greater than 0, got {sections}")
+        q, r = divmod(n, sections)
+        bounds, a = [], 0
+        for i in range(sections):
+            b = a + q + (1 if i < r else 0)
+            bounds.append((a, b))
+            a = b
+        return _pieces(input, d, bounds)
+    idx = [int(i) for i in (s.tolist() if isinstance(s, Tensor) else s)]
+    bounds, a = [], 0
+    for i in idx + [n]:  # like PyTorch (and numpy): piece k is input[idx[k-1]:idx[k]], maybe empty
+        i = min(max(i + n if i < 0 else i, 0), n)
+        bounds.append((a, max(i, a)))
+        a = i
+    return _pieces(input, d, bounds)
+
+
+def unbind(input, dim=0):
+    """The slices along `dim`, with that dimension removed (each a view)."""
+    shape = input.data.shape
+    if not shape:
+        raise IndexError("unbind: dimension specified as 0 but the tensor has no dimensions")
+    d = _wrap("unbind", dim, len(shape))
+    rest = {"shape": shape[:d] + shape[d + 1:]}
+    return tuple(apply(_RESHAPE, (p,), rest) for p in _pieces(input, d, [(i, i + 1) for i in range(shape[d])]))
+
+
+# ---------------------------------------------------------------- derivatives
+
+def _cat_grad(node, g):
+    dim = node.attrs["dim"]
+    grads = []
+    off = 0
+    for edge, shape in zip(node.next, node.shapes):
+        n = shape[dim]
+        grads.append(None if edge is None else
+                     apply(_SLICE, (g,), {"dim": dim, "start": off, "stop": off + n, "step": 1}))
+        off += n
+    return grads
+
+
+def _stack_grad(node, g):
+    dim = node.attrs["dim"]
+    return [None if edge is None else
+            apply(_RESHAPE, (apply(_SLICE, (g,), {"dim": dim, "start": i, "stop": i + 1, "step": 1}),),
+                  {"shape": tuple(shape)})
+            for i, (edge, shape) in enumerate(zip(node.next, node.shapes))]
+
+
+defgrad_node("cat", _cat_grad)
+defgrad_node("stack", _stack_grad)
+
+_METHODS = {"split": split, "split_with_sizes": split_with_sizes, "chunk": chunk,
+            "tensor_split": tensor_split, "unbind": unbind}
+for _n, _f in _METHODS.items():
+    setattr(Tensor, _n, _f)

@@ -4,6 +4,7 @@ argmin, var, std, logsumexp, norm, all, any, cumsum, cumprod.
 var, std, logsumexp and norm are compositions of primitives, so they differentiate
 (to any order) and compile without rules of their own.
 """
+import builtins
 import collections
 import math
 
@@ -12,15 +13,17 @@ from ..dispatch import apply
 from ..runtime.ops import OPS
 from ..runtime.ops.meta import normalize_dims
 from .._tensor import Tensor
-from .elementwise import cast, where
+from .elementwise import cast, logical_and, logical_or, where
 
 return_types_max = collections.namedtuple("max", ["values", "indices"])
 return_types_min = collections.namedtuple("min", ["values", "indices"])
 
 
 def _dim(dim):
-    if isinstance(dim, list):
-        return tuple(dim)
+    """dim as the ops take it: None, an int or a tuple. An empty list or tuple means every
+    dimension (PyTorch's convention for sum, mean, amax, ...)."""
+    if isinstance(dim, (list, tuple)):
+        return tuple(dim) or None
     return dim
 
 
@@ -46,19 +49,25 @@ def prod(input, dim=None, keepdim=False, *, dtype=None):
 
 
 def amax(input, dim=(), keepdim=False):
-    return _reduce("amax", input, None if dim == () else dim, keepdim)
+    return _reduce("amax", input, dim, keepdim)
 
 
 def amin(input, dim=(), keepdim=False):
-    return _reduce("amin", input, None if dim == () else dim, keepdim)
+    return _reduce("amin", input, dim, keepdim)
+
+
+def _one_dim(name, dim):
+    if dim is not None and (isinstance(dim, bool) or not isinstance(dim, int)):
+        raise TypeError(f"{name}: dim must be an int or None, got {dim!r}")
+    return dim
 
 
 def argmax(input, dim=None, keepdim=False):
-    return _reduce("argmax", input, dim, keepdim)
+    return _reduce("argmax", input, _one_dim("argmax", dim), keepdim)
 
 
 def argmin(input, dim=None, keepdim=False):
-    return _reduce("argmin", input, dim, keepdim)
+    return _reduce("argmin", input, _one_dim("argmin", dim), keepdim)
 
 
 def _extreme(input, dim, keepdim, other, arg, red, binary, rtype):
@@ -105,49 +114,96 @@ def _count(input, dim):
 
 
 def var(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    """Variance over `dim` with `correction` (1 by default: Bessel's); var(x, False) is unbiased=False."""
+    if isinstance(dim, bool):  # the var(input, unbiased) overload
+        dim, unbiased = None, dim
+    if not input.dtype.is_floating_point:
+        raise RuntimeError(f"var: expected a floating point tensor, got {input.dtype.name} "
+                           "(std and var only support floating point dtypes)")
     if correction is None:
         correction = 1 if unbiased is None or unbiased else 0
+    dim = _dim(dim)
     centered = input - mean(input, dim, keepdim=True)
     n = _count(input, dim)
     return sum(centered * centered, dim, keepdim) / _builtin_max(n - correction, 0)
 
 
 def std(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    if isinstance(dim, bool):
+        dim, unbiased = None, dim
     return var(input, dim, unbiased, keepdim, correction=correction).sqrt()
 
 
 def var_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    if isinstance(dim, bool):
+        dim, unbiased = None, dim
     return var(input, dim, unbiased, keepdim, correction=correction), mean(input, dim, keepdim)
 
 
 def std_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    if isinstance(dim, bool):
+        dim, unbiased = None, dim
     return std(input, dim, unbiased, keepdim, correction=correction), mean(input, dim, keepdim)
 
 
-_builtin_max = __builtins__["max"] if isinstance(__builtins__, dict) else __builtins__.max
+_builtin_max = builtins.max  # this module defines its own max, min, sum, all and any
 
 
 def logsumexp(input, dim, keepdim=False):
+    """log(sum(exp(x))) over `dim`, shifted by the max so large inputs do not overflow."""
+    dim = _dim(dim)
+    if input.data.size == 0:  # no max to shift by; an empty sum is 0 and its log -inf
+        return input.exp().sum(dim, keepdim).log()
     m = amax(input, dim, keepdim=True).detach()
     m = where(m.isfinite(), m, 0.0)
     out = (input - m).exp().sum(dim, keepdim=True).log() + m
     return out if keepdim else out.squeeze(_dim(dim))
 
 
-def norm(input, p="fro", dim=None, keepdim=False, dtype=None):
+def _zero_safe_sqrt(s):
+    """sqrt(s) whose derivative at s == 0 is 0 (PyTorch's norm subgradient) instead of inf * 0."""
+    zero = s == 0
+    return where(zero, 0.0, where(zero, 1.0, s).sqrt())
+
+
+def vector_norm(input, ord=2, dim=None, keepdim=False, *, dtype=None, op="linalg.vector_norm"):
+    """The ord-norm of `input` flattened over `dim` (all dimensions if None)."""
     if dtype is not None:
         input = cast(input, dtype)
-    if p in ("fro", 2, 2.0, None):
-        return (input * input).sum(dim, keepdim).sqrt()
-    if p in (math.inf, "inf"):
-        return input.abs().amax(() if dim is None else dim, keepdim)
-    if p in (-math.inf, "-inf"):
-        return input.abs().amin(() if dim is None else dim, keepdim)
-    if p == 1:
+    if not input.dtype.is_floating_point:
+        raise RuntimeError(f"{op}: expected a floating point tensor as input, got {input.dtype.name}")
+    dim = _dim(dim)
+    if ord in (math.inf, -math.inf):
+        shape = input.data.shape
+        if builtins.any(shape[d] == 0 for d in (normalize_dims(op, dim, len(shape)) if shape else ())):
+            raise RuntimeError(f"{op}: cannot compute the {ord} norm over a zero-size dimension of a tensor "
+                               f"of shape {tuple(shape)}: the reduction has no identity")
+        a = input.abs()
+        return a.amax(() if dim is None else dim, keepdim) if ord > 0 else a.amin(() if dim is None else dim,
+                                                                                  keepdim)
+    if isinstance(ord, str) or isinstance(ord, bool) or not isinstance(ord, (int, float)):
+        raise RuntimeError(f"{op}: order {ord!r} is not supported (expected a number, inf or -inf)")
+    if ord == 2:
+        return _zero_safe_sqrt((input * input).sum(dim, keepdim))
+    if ord == 1:
         return input.abs().sum(dim, keepdim)
-    if p == 0:
+    if ord == 0:
         return (input != 0).to(input.dtype).sum(dim, keepdim)
-    return (input.abs() ** p).sum(dim, keepdim) ** (1.0 / p)
+    return (input.abs() ** ord).sum(dim, keepdim) ** (1.0 / ord)
+
+
+def norm(input, p="fro", dim=None, keepdim=False, dtype=None):
+    """torch.norm: 'fro' (and None) is the 2-norm over `dim`; numbers and inf are vector norms."""
+    if p in ("fro", None):
+        p = 2
+    elif p in ("inf", "-inf"):
+        p = float(p)
+    elif p == "nuc":
+        raise NotImplementedError("norm: p='nuc' needs singular values (an SVD), which eagerc does not "
+                                  "implement")
+    if isinstance(dim, int):
+        dim = (dim,)
+    return vector_norm(input, p, dim, keepdim, dtype=dtype, op="norm")
 
 
 def cumsum(input, dim, *, dtype=None):
@@ -196,13 +252,44 @@ def _cumsum_grad(g, dim):
 
 
 def _cumprod_grad(g, x, out, dim):
-    # valid for nonzero inputs: d out_k / d x_i = out_k / x_i for k >= i
-    return _cumsum_grad(g * out, dim) / x if g.ndim else g
+    """d out_k / d x_i = prod_{j <= k, j != i} x_j for k >= i, written so zeros work too.
+
+    Before the first zero along `dim` (at z) that is out_k / x_i; at z it is
+    prod_{j < z} x_j * prod_{z < j <= k} x_j (no division); after z it is 0.
+    Exact to first order everywhere and to every order away from zeros (at an exact
+    zero the second derivative misses the terms that pass through that zero).
+    """
+    if not g.ndim:
+        return g
+    zero = x == 0
+    zeros_so_far = zero.cumsum(dim)                        # zeros at or before each position
+    before = zeros_so_far == 0                             # strictly before the first zero
+    first = logical_and(zero, zeros_so_far == 1)           # the first zero itself
+    safe_x = where(before, x, 1.0)
+    grad_before = _cumsum_grad(g * out, dim) / safe_x      # sum_{k >= i} g_k out_k / x_i
+    head = prod(safe_x, dim, keepdim=True)                 # prod_{j < z} x_j
+    after_first = where(logical_or(before, first), 1.0, x).cumprod(dim)
+    tail = where(before, 0.0, after_first)                 # prod_{z < j <= k} x_j for k >= z
+    grad_first = head * _cumsum_grad(g * tail, dim)
+    return where(before, grad_before, where(first, grad_first, 0.0))
+
+
+def _prod_grad(g, x, dim, keepdim):
+    """d prod / d x_i = the product of the other entries, also when some entries are zero
+    (out / x_i would be 0 / 0 there). Like cumprod's: exact to first order everywhere, to
+    every order away from zeros."""
+    zero = x == 0
+    nonzero_x = where(zero, 1.0, x)
+    p = prod(nonzero_x, dim, keepdim=True)  # the product of the nonzero entries
+    zeros = zero.sum(dim, keepdim=True)
+    # no zero: p / x_i; one zero: p at the zero and 0 elsewhere; two or more zeros: 0 everywhere
+    d = where(zeros == 0, p / nonzero_x, where(logical_and(zero, zeros == 1), p, 0.0))
+    return unreduce(g, x.shape, dim, keepdim) * d
 
 
 defgrad("sum", lambda g, x_shape, dim, keepdim: unreduce(g, x_shape, dim, keepdim))
 defgrad("mean", _mean_grad)
-defgrad("prod", lambda g, x, out, dim, keepdim: unreduce(g * out, x.shape, dim, keepdim) / x)
+defgrad("prod", _prod_grad)
 defgrad("amax", _extreme_grad)
 defgrad("amin", _extreme_grad)
 defgrad("cumsum", _cumsum_grad)

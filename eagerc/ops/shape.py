@@ -1,15 +1,44 @@
-"""Shape and movement ops: reshape/view, expand, permute, transpose, squeeze, ..."""
+"""Shape and movement ops: reshape/view, expand, permute, transpose, squeeze, unsqueeze,
+flatten/unflatten, movedim, narrow (a `slice` view), diagonal, tril/triu, flip, roll,
+repeat/tile, and the scatter ops that are the derivatives of slice and diagonal.
+
+Every function normalises its arguments (non-negative dims, clamped slice bounds,
+tuples) before calling `apply`, so recorded attributes are canonical and JSON-plain.
+Derivatives are Tensor ops, so gradients of any order work.
+"""
+import numpy as np
+
+from ..dispatch import apply  # first: importing autograd before dispatch re-enters eagerc/__init__
 from ..autograd.formulas import defgrad
-from ..dispatch import apply
 from ..runtime.ops import OPS
-from ..runtime.ops.meta import fmt_shape, normalize_dim
+from ..runtime.ops.meta import fmt_shape, normalize_dim, normalize_dims
 from .._tensor import Tensor
+
+__all__ = ["reshape", "expand", "expand_as", "broadcast_to", "permute", "transpose", "swapaxes",
+           "swapdims", "t", "squeeze", "unsqueeze", "flatten", "unflatten", "ravel", "contiguous",
+           "movedim", "moveaxis", "narrow", "diagonal", "tril", "triu", "flip", "fliplr", "flipud",
+           "roll", "tile", "slice_scatter", "diagonal_scatter"]
 
 
 def _sizes(args):
+    """Sizes given as varargs or one sequence -> a tuple of Python ints."""
     if len(args) == 1 and isinstance(args[0], (tuple, list)):
         args = args[0]
-    return tuple(int(a) for a in args)
+    for a in args:
+        if type(a) is not int:
+            return tuple(int(a) for a in args)  # numpy ints, 0-d tensors
+    return tuple(args)
+
+
+def _wrap(op, d, nd):
+    """A dim in [-nd, nd) made non-negative; anything else (and 0-d tensors) goes to
+    normalize_dim, which raises the IndexError naming the op."""
+    if type(d) is int:
+        if 0 <= d < nd:
+            return d
+        if -nd <= d < 0:
+            return d + nd
+    return normalize_dim(op, d, nd)
 
 
 def _infer(op, shape, numel):
@@ -28,6 +57,20 @@ def _infer(op, shape, numel):
 
 
 _RESHAPE = OPS["reshape"]
+_EXPAND = OPS["expand"]
+_PERMUTE = OPS["permute"]
+_SQUEEZE = OPS["squeeze"]
+_UNSQUEEZE = OPS["unsqueeze"]
+_SLICE = OPS["slice"]
+_SLICE_SCATTER = OPS["slice_scatter"]
+_DIAGONAL = OPS["diagonal"]
+_DIAGONAL_SCATTER = OPS["diagonal_scatter"]
+_FLIP = OPS["flip"]
+_ROLL = OPS["roll"]
+_REPEAT = OPS["repeat"]
+_TRIL = OPS["tril"]
+_TRIU = OPS["triu"]
+_IDENTITY = [tuple(range(n)) for n in range(33)]  # identity permutations, by rank
 
 
 def reshape(input, *shape):
@@ -38,19 +81,30 @@ def reshape(input, *shape):
 
 
 def view(input, *shape):
-    if len(shape) == 1 and not isinstance(shape[0], (tuple, list, int)):
+    if len(shape) == 1 and not isinstance(shape[0], (tuple, list)) and not hasattr(shape[0], "__index__"):
         raise NotImplementedError("view(dtype) (bit reinterpretation) is not supported; use .to(dtype)")
+    d = input.data
+    if not d.flags.c_contiguous and type(d) is np.ndarray:
+        target = _infer("view", _sizes(shape), d.size)
+        try:
+            d.reshape(target, copy=False)
+        except ValueError:
+            raise RuntimeError(
+                f"view: size {fmt_shape(target)} is not compatible with the input's shape "
+                f"{fmt_shape(d.shape)} and strides {input.stride()} (at least one dimension spans "
+                "across two contiguous subspaces); use .reshape(...) instead") from None
     return reshape(input, *shape)
 
 
 def expand(input, *sizes):
     sizes = _sizes(sizes)
-    nd = input.data.ndim
-    lead = len(sizes) - nd
-    shape = tuple(input.data.shape[i - lead] if s == -1 and i >= lead else s for i, s in enumerate(sizes))
-    if shape == input.data.shape:
+    xshape = input.data.shape
+    if -1 in sizes:
+        lead = len(sizes) - len(xshape)
+        sizes = tuple(xshape[i - lead] if s == -1 and i >= lead else s for i, s in enumerate(sizes))
+    if sizes == xshape:
         return input
-    return apply(OPS["expand"], (input,), {"shape": shape})
+    return apply(_EXPAND, (input,), {"shape": sizes})
 
 
 def expand_as(input, other):
@@ -62,56 +116,97 @@ def broadcast_to(input, shape):
 
 
 def permute(input, *dims):
-    dims = _sizes(dims)
+    if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
+        dims = dims[0]
     nd = input.data.ndim
     if len(dims) != nd:
         raise RuntimeError(f"permute: number of dims {len(dims)} doesn't match the tensor's {nd} dimensions "
                            f"(shape {fmt_shape(input.data.shape)})")
-    dims = tuple(normalize_dim("permute", d, nd) for d in dims)
-    if dims == tuple(range(nd)):
+    dims = tuple([_wrap("permute", d, nd) for d in dims])
+    if nd < 33 and dims == _IDENTITY[nd]:
         return input
-    return apply(OPS["permute"], (input,), {"dims": dims})
+    return apply(_PERMUTE, (input,), {"dims": dims})
 
 
 def transpose(input, dim0, dim1):
     nd = input.data.ndim
-    if nd == 0:
+    d0, d1 = _wrap("transpose", dim0, nd), _wrap("transpose", dim1, nd)
+    if d0 == d1:
         return input
-    d0, d1 = normalize_dim("transpose", dim0, nd), normalize_dim("transpose", dim1, nd)
     dims = list(range(nd))
-    dims[d0], dims[d1] = dims[d1], dims[d0]
-    return permute(input, *dims)
+    dims[d0], dims[d1] = d1, d0
+    return apply(_PERMUTE, (input,), {"dims": tuple(dims)})
 
 
 swapaxes = swapdims = transpose
 
 
 def t(input):
-    if input.data.ndim > 2:
-        raise RuntimeError(f"t: expects a tensor with <= 2 dimensions, but got {input.data.ndim}")
-    return transpose(input, 0, 1) if input.data.ndim == 2 else input
+    nd = input.data.ndim
+    if nd > 2:
+        raise RuntimeError(f"t: expects a tensor with <= 2 dimensions, but got {nd} "
+                           f"(shape {fmt_shape(input.data.shape)}); use .mT or transpose(dim0, dim1)")
+    return apply(_PERMUTE, (input,), {"dims": (1, 0)}) if nd == 2 else input
 
 
 def squeeze(input, dim=None):
-    if isinstance(dim, list):
-        dim = tuple(dim)
-    return apply(OPS["squeeze"], (input,), {"dim": dim})
+    if dim is not None:
+        nd = input.data.ndim
+        dim = _wrap("squeeze", dim, nd) if isinstance(dim, int) else normalize_dims("squeeze", tuple(dim), nd)
+    return apply(_SQUEEZE, (input,), {"dim": dim})
 
 
 def unsqueeze(input, dim):
-    return apply(OPS["unsqueeze"], (input,), {"dim": int(dim)})
+    return apply(_UNSQUEEZE, (input,), {"dim": _wrap("unsqueeze", dim, input.data.ndim + 1)})
 
 
 def flatten(input, start_dim=0, end_dim=-1):
-    nd = input.data.ndim
+    shape = input.data.shape
+    nd = len(shape)
     if nd == 0:
         return reshape(input, 1)
-    s = normalize_dim("flatten", start_dim, nd)
-    e = normalize_dim("flatten", end_dim, nd)
+    s = _wrap("flatten", start_dim, nd)
+    e = _wrap("flatten", end_dim, nd)
     if s > e:
-        raise RuntimeError(f"flatten: start_dim {start_dim} cannot come after end_dim {end_dim}")
+        raise RuntimeError(f"flatten: start_dim {start_dim} cannot come after end_dim {end_dim} "
+                           f"(shape {fmt_shape(shape)})")
+    if s == e:
+        return input
+    n = 1
+    for k in shape[s:e + 1]:
+        n *= k
+    return reshape(input, shape[:s] + (n,) + shape[e + 1:])
+
+
+def ravel(input):
+    return flatten(input)
+
+
+def unflatten(input, dim, sizes):
+    """Split dimension `dim` into `sizes` (one entry may be -1)."""
     shape = input.data.shape
-    return reshape(input, shape[:s] + (-1,) + shape[e + 1:]) if shape[s:e + 1] else reshape(input, shape)
+    if not shape:
+        raise RuntimeError(f"unflatten: dimension {dim} specified but the tensor has no dimensions")
+    d = _wrap("unflatten", dim, len(shape))
+    sizes = _sizes((sizes,) if isinstance(sizes, int) else sizes)
+    n = shape[d]
+    if not sizes:
+        raise RuntimeError("unflatten: sizes must be non-empty")
+    if sizes.count(-1) > 1:
+        raise RuntimeError(f"unflatten: only one dimension can be inferred, got sizes {sizes}")
+    known = 1
+    for k in sizes:
+        if k != -1:
+            known *= k
+    if -1 in sizes:
+        if known == 0 or n % known:
+            raise RuntimeError(f"unflatten: sizes {sizes} can't be inferred for dimension {d} of size {n} "
+                               f"(input shape {fmt_shape(shape)})")
+        sizes = tuple(n // known if k == -1 else k for k in sizes)
+    elif known != n or any(k < 0 for k in sizes):
+        raise RuntimeError(f"unflatten: sizes {sizes} don't multiply up to the size of dimension {d} ({n}) "
+                           f"of the input (shape {fmt_shape(shape)})")
+    return reshape(input, shape[:d] + sizes + shape[d + 1:])
 
 
 def contiguous(input, memory_format=None):
@@ -120,12 +215,242 @@ def contiguous(input, memory_format=None):
     return apply(OPS["contiguous"], (input,))
 
 
+def _dim_list(op, dims, nd):
+    """int or sequence of dims -> list of non-negative dims, each in range, none repeated."""
+    dims = [dims] if isinstance(dims, int) else list(dims)
+    out = [_wrap(op, d, nd) for d in dims]
+    if len(set(out)) != len(out):
+        raise RuntimeError(f"{op}: dimension list {tuple(dims)} repeats a dimension")
+    return out
+
+
+def movedim(input, source, destination):
+    """Move dims `source` to positions `destination`; the others keep their order."""
+    nd = input.data.ndim
+    src = _dim_list("movedim", source, nd)
+    dst = _dim_list("movedim", destination, nd)
+    if len(src) != len(dst):
+        raise RuntimeError(f"movedim: source {source} and destination {destination} must name the same "
+                           f"number of dimensions (got {len(src)} and {len(dst)})")
+    if nd == 0:
+        return input
+    order = [None] * nd
+    for a, b in zip(src, dst):
+        order[b] = a
+    rest = iter(i for i in range(nd) if i not in src)
+    return permute(input, *[next(rest) if o is None else o for o in order])
+
+
+moveaxis = movedim
+
+
+def slice_dim(input, dim, start=None, stop=None, step=1):
+    """input[..., start:stop:step] along `dim` (Python slice rules, step > 0): one `slice` view.
+
+    The attributes are normalised (0 <= start <= stop <= size), so recorded graphs
+    are canonical."""
+    shape = input.data.shape
+    if not shape:
+        raise IndexError("slice: cannot slice a 0-dim tensor")
+    d = _wrap("slice", dim, len(shape))
+    if step is None:
+        step = 1
+    if step <= 0:
+        raise ValueError(f"slice: step must be positive, got {step}")
+    start, stop, step = slice(start, stop, step).indices(shape[d])
+    if stop < start:
+        stop = start
+    return apply(_SLICE, (input,), {"dim": d, "start": start, "stop": stop, "step": step})
+
+
+def narrow(input, dim, start, length):
+    shape = input.data.shape
+    if not shape:
+        raise RuntimeError("narrow: cannot be applied to a 0-dim tensor")
+    d = _wrap("narrow", dim, len(shape))
+    n = shape[d]
+    start, length = int(start), int(length)
+    if not -n <= start <= n:
+        raise IndexError(f"narrow: start {start} is out of range for dimension {d} of size {n} "
+                         f"(expected to be in range of [{-n}, {n}]; shape {fmt_shape(shape)})")
+    if start < 0:
+        start += n
+    if length < 0:
+        raise RuntimeError(f"narrow: length must be non-negative, got {length}")
+    if start + length > n:
+        raise RuntimeError(f"narrow: start ({start}) + length ({length}) exceeds the size ({n}) of "
+                           f"dimension {d} (shape {fmt_shape(shape)})")
+    return apply(_SLICE, (input,), {"dim": d, "start": start, "stop": start + length, "step": 1})
+
+
+def slice_scatter(input, src, dim=0, start=None, end=None, step=1):
+    """A copy of `input` whose slice [start:end:step] along `dim` is `src`."""
+    shape = input.data.shape
+    if not shape:
+        raise IndexError("slice_scatter: cannot slice a 0-dim tensor")
+    d = _wrap("slice_scatter", dim, len(shape))
+    if step is None or step <= 0:
+        raise ValueError(f"slice_scatter: step must be positive, got {step}")
+    start, stop, step = slice(start, end, step).indices(shape[d])
+    if stop < start:
+        stop = start
+    return apply(_SLICE_SCATTER, (input, _like(src, input)), {"dim": d, "start": start, "stop": stop, "step": step})
+
+
+def _like(src, input):
+    if not isinstance(src, Tensor):
+        raise TypeError(f"expected src to be a Tensor, got {type(src).__name__}")
+    if src.data.dtype != input.data.dtype:
+        from .elementwise import cast
+        src = cast(src, input.dtype)
+    return src
+
+
+def _diag_dims(op, input, dim1, dim2):
+    shape = input.data.shape
+    if len(shape) < 2:
+        raise RuntimeError(f"{op}: expected a tensor with at least 2 dimensions, got shape {fmt_shape(shape)}")
+    d1, d2 = _wrap(op, dim1, len(shape)), _wrap(op, dim2, len(shape))
+    if d1 == d2:
+        raise RuntimeError(f"{op}: dim1 and dim2 cannot be the same dimension (both are {d1}; "
+                           f"shape {fmt_shape(shape)})")
+    return d1, d2
+
+
+def diagonal(input, offset=0, dim1=0, dim2=1):
+    """The diagonal of the (dim1, dim2) matrices, as the last dimension: a view."""
+    d1, d2 = _diag_dims("diagonal", input, dim1, dim2)
+    return apply(_DIAGONAL, (input,), {"offset": int(offset), "dim1": d1, "dim2": d2})
+
+
+def diagonal_scatter(input, src, offset=0, dim1=0, dim2=1):
+    d1, d2 = _diag_dims("diagonal_scatter", input, dim1, dim2)
+    return apply(_DIAGONAL_SCATTER, (input, _like(src, input)), {"offset": int(offset), "dim1": d1, "dim2": d2})
+
+
+def tril(input, diagonal=0):
+    return apply(_TRIL, (input,), {"diagonal": int(diagonal)})
+
+
+def triu(input, diagonal=0):
+    return apply(_TRIU, (input,), {"diagonal": int(diagonal)})
+
+
+def _tril_(self, diagonal=0):
+    from .inplace import check_inplace, commit
+    check_inplace(self, "tril_")
+    return commit(self, tril(self, diagonal), "tril_")
+
+
+def _triu_(self, diagonal=0):
+    from .inplace import check_inplace, commit
+    check_inplace(self, "triu_")
+    return commit(self, triu(self, diagonal), "triu_")
+
+
+def flip(input, *dims):
+    """flip(x, dims) / x.flip(*dims): reverse the order along `dims` (a copy, like PyTorch)."""
+    if len(dims) == 1 and not isinstance(dims[0], int):
+        dims = dims[0]
+    nd = input.data.ndim
+    dims = normalize_dims("flip", tuple(int(d) for d in dims), nd)
+    if nd == 0:
+        dims = ()  # a 0-d tensor has nothing to reverse (dim 0 / -1 is still accepted)
+    return apply(_FLIP, (input,), {"dims": dims})
+
+
+def fliplr(input):
+    if input.data.ndim < 2:
+        raise RuntimeError(f"fliplr: expected a tensor with at least 2 dimensions, got shape "
+                           f"{fmt_shape(input.data.shape)}")
+    return flip(input, (1,))
+
+
+def flipud(input):
+    if input.data.ndim < 1:
+        raise RuntimeError("flipud: expected a tensor with at least 1 dimension, got a 0-d tensor")
+    return flip(input, (0,))
+
+
+def roll(input, shifts, dims=None):
+    """Shift elements along `dims` with wrap-around; without dims, the flattened tensor is rolled."""
+    nd = input.data.ndim
+    if dims is None:
+        if not isinstance(shifts, int):
+            shifts = tuple(shifts)
+            if len(shifts) != 1:
+                raise RuntimeError(f"roll: without dims, shifts must be a single int, got {shifts}")
+            shifts = shifts[0]
+        return apply(_ROLL, (input,), {"shifts": int(shifts), "dims": None})
+    shifts = (int(shifts),) if isinstance(shifts, int) else tuple(int(s) for s in shifts)
+    dims = (int(dims),) if isinstance(dims, int) else tuple(int(d) for d in dims)
+    if len(shifts) != len(dims):
+        raise RuntimeError(f"roll: shifts and dims must align, got {len(shifts)} shifts {shifts} and "
+                           f"{len(dims)} dims {dims}")
+    dims = tuple([_wrap("roll", d, nd) for d in dims])
+    if nd == 0:
+        return apply(_ROLL, (input,), {"shifts": 0, "dims": None})
+    return apply(_ROLL, (input,), {"shifts": shifts, "dims": dims})
+
+
+def repeat(input, *sizes):
+    """Tensor.repeat: tile the tensor `sizes` times (sizes may add leading dimensions)."""
+    return apply(_REPEAT, (input,), {"sizes": _sizes(sizes)})
+
+
+def tile(input, *dims):
+    dims = _sizes(dims)
+    nd = input.data.ndim
+    if len(dims) < nd:
+        dims = (1,) * (nd - len(dims)) + dims
+    return apply(_REPEAT, (input,), {"sizes": dims})
+
+
+# ---------------------------------------------------------------- derivatives
+
+def _zeros(shape, like):
+    from .creation import zeros
+    return zeros(tuple(shape), dtype=like.dtype, device=like.device)
+
+
+def _repeat_grad(g, x_shape, sizes):
+    lead = len(sizes) - len(x_shape)
+    padded = (1,) * lead + tuple(x_shape)
+    split = []
+    for r, n in zip(sizes, padded):
+        split += [r, n]
+    if split:
+        g = g.reshape(split).sum(dim=tuple(range(0, len(split), 2)))
+    return g.reshape(tuple(x_shape))
+
+
 defgrad("reshape", lambda g, x_shape: g.reshape(x_shape))
 defgrad("expand", lambda g, x_shape: _sum_to(g, x_shape))
 defgrad("permute", lambda g, dims: g.permute(*_inverse(dims)))
 defgrad("squeeze", lambda g, x_shape: g.reshape(x_shape))
 defgrad("unsqueeze", lambda g, x_shape: g.reshape(x_shape))
 defgrad("contiguous", lambda g: g)
+defgrad("slice",
+        lambda g, x_shape, dim, start, stop, step: apply(
+            _SLICE_SCATTER, (_zeros(x_shape, g), g), {"dim": dim, "start": start, "stop": stop, "step": step}))
+defgrad("slice_scatter",
+        lambda g, src_shape, dim, start, stop, step: apply(
+            _SLICE_SCATTER, (g, _zeros(src_shape, g)), {"dim": dim, "start": start, "stop": stop, "step": step}),
+        lambda g, dim, start, stop, step: apply(
+            _SLICE, (g,), {"dim": dim, "start": start, "stop": stop, "step": step}))
+defgrad("diagonal",
+        lambda g, x_shape, offset, dim1, dim2: apply(
+            _DIAGONAL_SCATTER, (_zeros(x_shape, g), g), {"offset": offset, "dim1": dim1, "dim2": dim2}))
+defgrad("diagonal_scatter",
+        lambda g, src_shape, offset, dim1, dim2: apply(
+            _DIAGONAL_SCATTER, (g, _zeros(src_shape, g)), {"offset": offset, "dim1": dim1, "dim2": dim2}),
+        lambda g, offset, dim1, dim2: apply(_DIAGONAL, (g,), {"offset": offset, "dim1": dim1, "dim2": dim2}))
+defgrad("tril", lambda g, diagonal: apply(_TRIL, (g,), {"diagonal": diagonal}))
+defgrad("triu", lambda g, diagonal: apply(_TRIU, (g,), {"diagonal": diagonal}))
+defgrad("flip", lambda g, dims: apply(_FLIP, (g,), {"dims": dims}))
+defgrad("roll", lambda g, shifts, dims: apply(_ROLL, (g,), {
+    "shifts": -shifts if dims is None else tuple(-s for s in shifts), "dims": dims}))
+defgrad("repeat", _repeat_grad)
 
 
 def _sum_to(g, shape):
@@ -143,7 +468,11 @@ def _inverse(dims):
 _METHODS = {"reshape": reshape, "view": view, "expand": expand, "expand_as": expand_as,
             "broadcast_to": broadcast_to, "permute": permute, "transpose": transpose,
             "swapaxes": swapaxes, "swapdims": swapdims, "t": t, "squeeze": squeeze,
-            "unsqueeze": unsqueeze, "flatten": flatten, "contiguous": contiguous,
+            "unsqueeze": unsqueeze, "flatten": flatten, "unflatten": unflatten, "ravel": ravel,
+            "contiguous": contiguous, "movedim": movedim, "moveaxis": moveaxis, "narrow": narrow,
+            "diagonal": diagonal, "tril": tril, "triu": triu, "tril_": _tril_, "triu_": _triu_,
+            "flip": flip, "fliplr": fliplr, "flipud": flipud, "roll": roll, "repeat": repeat,
+            "tile": tile, "slice_scatter": slice_scatter, "diagonal_scatter": diagonal_scatter,
             "view_as": lambda self, other: reshape(self, tuple(other.data.shape)),
             "reshape_as": lambda self, other: reshape(self, tuple(other.data.shape))}
 for _n, _f in _METHODS.items():

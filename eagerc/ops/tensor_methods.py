@@ -11,13 +11,13 @@ from ..runtime.ops import OPS
 from .._tensor import Tensor
 from . import creation
 from .elementwise import cast
-from .inplace import bump_version, check_inplace, commit
+from .inplace import bump_version, check_inplace, commit, drop_history
 from ..autograd.formulas import defgrad
 
 
 def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
     from ..autograd import backward as _backward
-    _backward(self, gradient, retain_graph, create_graph)
+    _backward(self, gradient, retain_graph, create_graph, inputs=inputs)
 
 
 def detach(self):
@@ -119,9 +119,13 @@ def type_as(self, other):
     return cast(self, other.dtype)
 
 
+_TYPE_NAMES = {"float32": "Float", "float64": "Double", "float16": "Half", "int64": "Long",
+               "int32": "Int", "int16": "Short", "int8": "Char", "uint8": "Byte", "bool": "Bool"}
+
+
 def _type(self, dtype=None):
     if dtype is None:
-        return "eagerc." + {"f": "Float", "i": "Long", "b": "Bool", "u": "Byte"}[self.data.dtype.kind] + "Tensor"
+        return "eagerc." + _TYPE_NAMES[self.dtype.name] + "Tensor"
     return cast(self, dtype)
 
 
@@ -151,9 +155,7 @@ def copy_(self, src, non_blocking=False):
         return commit(self, src.expand(tuple(self.data.shape)) + 0, "copy_")
     self.data[...] = src.data
     bump_version(self, "copy_")
-    if self.grad_fn is not None and dispatch.grad_enabled():
-        self.grad_fn = None
-        self.requires_grad = False
+    drop_history(self)
     return self
 
 
@@ -163,6 +165,7 @@ def _random_fill(self, draw, name):
         r = draw()
     self.data[...] = r.data
     bump_version(self, name)
+    drop_history(self)
     return self
 
 

@@ -12,7 +12,8 @@ from .meta import Spec, fail, normalize_dims, normalize_dim, reduced_shape
 def _axes(dim, ndim):
     if dim is None:
         return None
-    return normalize_dims("reduce", dim, ndim) if ndim else None
+    axes = normalize_dims("reduce", dim, ndim)  # checks the range: [-1, 0] for a 0-d tensor
+    return axes if ndim else None
 
 
 def _sum(xp):
@@ -24,7 +25,10 @@ def _sum(xp):
 
 def _mean(xp):
     def mean(x, dim=None, keepdim=False):
-        return xp.asarray(xp.mean(x, axis=_axes(dim, x.ndim), keepdims=keepdim)).astype(x.dtype, copy=False)
+        axes = _axes(dim, x.ndim)
+        if x.size == 0:  # the mean of nothing is nan, quietly (numpy warns "Mean of empty slice")
+            return xp.full_like(xp.asarray(xp.sum(x, axis=axes, keepdims=keepdim)), xp.nan)
+        return xp.asarray(xp.mean(x, axis=axes, keepdims=keepdim)).astype(x.dtype, copy=False)
     return mean
 
 
@@ -53,7 +57,9 @@ def _arg(name):
             if dim is None:
                 r = xp.asarray(f(x.reshape(-1)))
                 return r.reshape((1,) * x.ndim) if keepdim else r
-            axis = normalize_dim(name, dim, x.ndim) if x.ndim else None
+            axis = normalize_dim(name, dim, x.ndim)
+            if x.ndim == 0:
+                axis = None
             return xp.asarray(f(x, axis=axis, keepdims=keepdim)).astype(np.int64, copy=False)
         return arg
     return impl
@@ -65,9 +71,10 @@ def _cum(name):
 
         def cum(x, dim):
             dt = np.int64 if x.dtype.kind in "biu" else None
+            axis = normalize_dim(name, dim, x.ndim)
             if x.ndim == 0:
                 return x.astype(dt or x.dtype)
-            return f(x, axis=normalize_dim(name, dim, x.ndim), dtype=dt)
+            return f(x, axis=axis, dtype=dt)
         return cum
     return impl
 
@@ -108,8 +115,7 @@ declare("any", ("x",), _extreme("any"), _reduce_rule("any", lambda d: dtypes.boo
 
 def _cum_rule(name):
     def rule(x, dim):
-        if x.shape:
-            normalize_dim(name, dim, len(x.shape))
+        normalize_dim(name, dim, len(x.shape))
         return Spec(x.shape, _int_to_long(x.dtype))
     return rule
 

@@ -1,0 +1,37 @@
+"""Shared timing harness: best-of-N per-call times, ratios against a baseline
+measured in the same run (machines here are shared and noisy)."""
+import timeit
+
+
+def per_call_us(fn, number=None, repeat=9, budget_s=0.05):
+    """Best per-call time in microseconds; `number` auto-sized to ~budget_s per repeat."""
+    if number is None:
+        t = timeit.timeit(fn, number=1)
+        number = max(1, int(budget_s / max(t, 1e-7)))
+    return min(timeit.repeat(fn, number=number, repeat=repeat)) / number * 1e6
+
+
+def try_torch():
+    try:
+        import torch
+        torch.set_num_threads(2)
+        return torch
+    except ImportError:
+        return None
+
+
+def table(rows, headers):
+    widths = [max(len(str(r[i])) for r in rows + [headers]) for i in range(len(headers))]
+    line = "  ".join(h.ljust(w) for h, w in zip(headers, widths))
+    out = [line, "  ".join("-" * w for w in widths)]
+    for r in rows:
+        out.append("  ".join(str(c).ljust(w) for c, w in zip(r, widths)))
+    return "\n".join(out)
+
+
+def fmt(x, unit="us"):
+    return "-" if x is None else f"{x:.2f} {unit}"
+
+
+def ratio(a, b):
+    return "-" if a is None or b is None else f"{a / b:.2f}x"

@@ -1,0 +1,527 @@
+"""Learning-rate schedulers, following torch.optim.lr_scheduler.
+
+A scheduler owns a counter, `last_epoch` (really "steps taken"), and on each
+`step()` writes new values into `optimizer.param_groups[i]["lr"]`. Most rules are
+written like PyTorch's, recursively from the current lr (so several schedulers can
+be chained on one optimizer); each also has its closed form (`_get_closed_form_lr`),
+used by `step(epoch)` and by SequentialLR when it switches schedulers.
+
+State dicts hold every attribute except the optimizer (and LambdaLR's functions),
+so they are plain numbers and lists that `eagerc.save` can store.
+"""
+import math
+import types
+import warnings
+from bisect import bisect_right
+from collections import Counter
+
+__all__ = ["LRScheduler", "StepLR", "MultiStepLR", "ConstantLR", "LinearLR", "ExponentialLR",
+           "PolynomialLR", "CosineAnnealingLR", "LambdaLR", "MultiplicativeLR", "OneCycleLR",
+           "SequentialLR", "ChainedScheduler", "ReduceLROnPlateau"]
+
+_EPOCH_DEPRECATION = ("The epoch parameter in `scheduler.step()` is deprecated (as in PyTorch); call "
+                      "`scheduler.step()` without arguments.")
+
+
+class LRScheduler:
+    """Base class. Subclasses implement `get_lr()` (the lrs for `self.last_epoch`)."""
+
+    def __init__(self, optimizer, last_epoch=-1):
+        from .optimizer import Optimizer
+        if not isinstance(optimizer, Optimizer):
+            raise TypeError(f"{type(optimizer).__name__} is not an Optimizer")
+        self.optimizer = optimizer
+        if last_epoch == -1:
+            for group in optimizer.param_groups:
+                group.setdefault("initial_lr", group["lr"])
+        else:
+            for i, group in enumerate(optimizer.param_groups):
+                if "initial_lr" not in group:
+                    raise KeyError(f"param 'initial_lr' is not specified in param_groups[{i}] when "
+                                   "resuming an optimizer")
+        self.base_lrs = [group["initial_lr"] for group in optimizer.param_groups]
+        self.last_epoch = last_epoch
+        self._initial_step()
+
+    def _initial_step(self):
+        self._step_count = 0
+        self.step()
+
+    def get_last_lr(self):
+        """The lrs this scheduler last set, one per parameter group."""
+        return self._last_lr
+
+    def get_lr(self):
+        raise NotImplementedError
+
+    def step(self, epoch=None):
+        self._step_count += 1
+        if epoch is None:
+            self.last_epoch += 1
+            values = self.get_lr()
+        else:
+            warnings.warn(_EPOCH_DEPRECATION, UserWarning, stacklevel=2)
+            values = self._lrs_at(epoch)
+        self._set(values)
+
+    def _lrs_at(self, epoch):
+        self.last_epoch = epoch
+        closed = getattr(self, "_get_closed_form_lr", None)
+        return closed() if closed is not None else self.get_lr()
+
+    def _set(self, values):
+        for group, lr in zip(self.optimizer.param_groups, values):
+            group["lr"] = lr
+        self._last_lr = [group["lr"] for group in self.optimizer.param_groups]
+
+    def state_dict(self):
+        return {k: v for k, v in self.__dict__.items() if k != "optimizer"}
+
+    def load_state_dict(self, state_dict):
+        self.__dict__.update(state_dict)
+
+    def _current(self):
+        return [group["lr"] for group in self.optimizer.param_groups]
+
+
+_LRScheduler = LRScheduler  # PyTorch's old name
+
+
+def _per_group(name, optimizer, value):
+    """One value per parameter group (a scalar is repeated)."""
+    if isinstance(value, (list, tuple)):
+        if len(value) != len(optimizer.param_groups):
+            raise ValueError(f"expected {len(optimizer.param_groups)} values for {name}, got {len(value)}")
+        return list(value)
+    return [value] * len(optimizer.param_groups)
+
+
+class StepLR(LRScheduler):
+    """lr = base_lr * gamma ** (epoch // step_size)."""
+
+    def __init__(self, optimizer, step_size, gamma=0.1, last_epoch=-1):
+        self.step_size = step_size
+        self.gamma = gamma
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self):
+        if self.last_epoch == 0 or self.last_epoch % self.step_size != 0:
+            return self._current()
+        return [lr * self.gamma for lr in self._current()]
+
+    def _get_closed_form_lr(self):
+        return [base * self.gamma ** (self.last_epoch // self.step_size) for base in self.base_lrs]
+
+
+class MultiStepLR(LRScheduler):
+    """lr = base_lr * gamma ** (number of milestones <= epoch)."""
+
+    def __init__(self, optimizer, milestones, gamma=0.1, last_epoch=-1):
+        self.milestones = Counter(milestones)
+        self.gamma = gamma
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self):
+        if self.last_epoch not in self.milestones:
+            return self._current()
+        return [lr * self.gamma ** self.milestones[self.last_epoch] for lr in self._current()]
+
+    def _get_closed_form_lr(self):
+        milestones = sorted(self.milestones.elements())
+        return [base * self.gamma ** bisect_right(milestones, self.last_epoch) for base in self.base_lrs]
+
+    def load_state_dict(self, state_dict):
+        super().load_state_dict(state_dict)
+        self.milestones = Counter({int(k): v for k, v in dict(self.milestones).items()})
+
+
+class ConstantLR(LRScheduler):
+    """lr = base_lr * factor until total_iters, then base_lr."""
+
+    def __init__(self, optimizer, factor=1.0 / 3, total_iters=5, last_epoch=-1):
+        if factor > 1.0 or factor < 0:
+            raise ValueError("Constant multiplicative factor expected to be between 0 and 1.")
+        self.factor = factor
+        self.total_iters = total_iters
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self):
+        if self.last_epoch == 0:
+            return [lr * self.factor for lr in self._current()]
+        if self.last_epoch != self.total_iters:
+            return self._current()
+        return [lr * (1.0 / self.factor) for lr in self._current()]
+
+    def _get_closed_form_lr(self):
+        return [base * (self.factor + (self.last_epoch >= self.total_iters) * (1 - self.factor))
+                for base in self.base_lrs]
+
+
+class LinearLR(LRScheduler):
+    """lr = base_lr * (start_factor + (end_factor - start_factor) * min(epoch, total_iters) / total_iters)."""
+
+    def __init__(self, optimizer, start_factor=1.0 / 3, end_factor=1.0, total_iters=5, last_epoch=-1):
+        if start_factor > 1.0 or start_factor <= 0:
+            raise ValueError("Starting multiplicative factor expected to be greater than 0 and less or equal to 1.")
+        if end_factor > 1.0 or end_factor < 0:
+            raise ValueError("Ending multiplicative factor expected to be between 0 and 1.")
+        self.start_factor = start_factor
+        self.end_factor = end_factor
+        self.total_iters = total_iters
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self):
+        if self.last_epoch == 0:
+            return [lr * self.start_factor for lr in self._current()]
+        if self.last_epoch > self.total_iters:
+            return self._current()
+        s, e, n = self.start_factor, self.end_factor, self.total_iters
+        return [lr * (1.0 + (e - s) / (n * s + (self.last_epoch - 1) * (e - s))) for lr in self._current()]
+
+    def _get_closed_form_lr(self):
+        s, e, n = self.start_factor, self.end_factor, self.total_iters
+        return [base * (s + (e - s) * min(n, self.last_epoch) / n) for base in self.base_lrs]
+
+
+class ExponentialLR(LRScheduler):
+    """lr = base_lr * gamma ** epoch."""
+
+    def __init__(self, optimizer, gamma, last_epoch=-1):
+        self.gamma = gamma
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self):
+        if self.last_epoch == 0:
+            return self._current()
+        return [lr * self.gamma for lr in self._current()]
+
+    def _get_closed_form_lr(self):
+        return [base * self.gamma ** self.last_epoch for base in self.base_lrs]
+
+
+class PolynomialLR(LRScheduler):
+    """lr = base_lr * (1 - min(epoch, total_iters) / total_iters) ** power."""
+
+    def __init__(self, optimizer, total_iters=5, power=1.0, last_epoch=-1):
+        self.total_iters = total_iters
+        self.power = power
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self):
+        if self.last_epoch == 0 or self.last_epoch > self.total_iters:
+            return self._current()
+        f = ((1.0 - self.last_epoch / self.total_iters) / (1.0 - (self.last_epoch - 1) / self.total_iters)) ** self.power
+        return [lr * f for lr in self._current()]
+
+    def _get_closed_form_lr(self):
+        return [base * (1.0 - min(self.total_iters, self.last_epoch) / self.total_iters) ** self.power
+                for base in self.base_lrs]
+
+
+class CosineAnnealingLR(LRScheduler):
+    """lr = eta_min + (base_lr - eta_min) * (1 + cos(pi * epoch / T_max)) / 2 (SGDR without restarts)."""
+
+    def __init__(self, optimizer, T_max, eta_min=0.0, last_epoch=-1):
+        self.T_max = T_max
+        self.eta_min = eta_min
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self):
+        e, T, lo = self.last_epoch, self.T_max, self.eta_min
+        if e == 0:
+            return self._current()
+        if self._step_count == 1 and e > 0:  # constructed with last_epoch > -1: jump there
+            return [lo + (base - lo) * (1 + math.cos(e * math.pi / T)) / 2 for base in self.base_lrs]
+        if (e - 1 - T) % (2 * T) == 0:
+            return [lr + (base - lo) * (1 - math.cos(math.pi / T)) / 2
+                    for base, lr in zip(self.base_lrs, self._current())]
+        return [(1 + math.cos(math.pi * e / T)) / (1 + math.cos(math.pi * (e - 1) / T)) * (lr - lo) + lo
+                for lr in self._current()]
+
+    def _get_closed_form_lr(self):
+        return [self.eta_min + (base - self.eta_min) * (1 + math.cos(math.pi * self.last_epoch / self.T_max)) / 2
+                for base in self.base_lrs]
+
+
+class LambdaLR(LRScheduler):
+    """lr = base_lr * lr_lambda(epoch); one function, or one per parameter group."""
+
+    def __init__(self, optimizer, lr_lambda, last_epoch=-1):
+        self.lr_lambdas = _lambdas(optimizer, lr_lambda)
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self):
+        return [base * f(self.last_epoch) for f, base in zip(self.lr_lambdas, self.base_lrs)]
+
+    def state_dict(self):
+        return _lambda_state(self)
+
+    def load_state_dict(self, state_dict):
+        _load_lambda_state(self, state_dict)
+
+
+class MultiplicativeLR(LRScheduler):
+    """lr = previous lr * lr_lambda(epoch) (for epoch > 0)."""
+
+    def __init__(self, optimizer, lr_lambda, last_epoch=-1):
+        self.lr_lambdas = _lambdas(optimizer, lr_lambda)
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self):
+        if self.last_epoch > 0:
+            return [lr * f(self.last_epoch) for f, lr in zip(self.lr_lambdas, self._current())]
+        return self._current()
+
+    state_dict = LambdaLR.state_dict
+    load_state_dict = LambdaLR.load_state_dict
+
+
+def _lambdas(optimizer, lr_lambda):
+    if not isinstance(lr_lambda, (list, tuple)):
+        return [lr_lambda] * len(optimizer.param_groups)
+    if len(lr_lambda) != len(optimizer.param_groups):
+        raise ValueError(f"Expected {len(optimizer.param_groups)} lr_lambdas, but got {len(lr_lambda)}")
+    return list(lr_lambda)
+
+
+def _lambda_state(sched):
+    """Functions are not state: only callable objects' attributes are kept (as in PyTorch)."""
+    state = {k: v for k, v in sched.__dict__.items() if k not in ("optimizer", "lr_lambdas")}
+    state["lr_lambdas"] = [None] * len(sched.lr_lambdas)
+    for i, f in enumerate(sched.lr_lambdas):
+        if not isinstance(f, types.FunctionType) and hasattr(f, "__dict__"):
+            state["lr_lambdas"][i] = dict(f.__dict__)
+    return state
+
+
+def _load_lambda_state(sched, state_dict):
+    state_dict = dict(state_dict)
+    lambdas = state_dict.pop("lr_lambdas", [])
+    sched.__dict__.update(state_dict)
+    for i, fn_state in enumerate(lambdas):
+        if fn_state is not None:
+            sched.lr_lambdas[i].__dict__.update(fn_state)
+
+
+class OneCycleLR(LRScheduler):
+    """The 1cycle policy (Smith & Topin): lr rises from max_lr/div_factor to max_lr over
+    pct_start of the steps, then anneals to initial_lr/final_div_factor; momentum (or
+    Adam's beta1) cycles the opposite way between max_momentum and base_momentum.
+    three_phase: up, back down to initial_lr symmetrically, then annihilate."""
+
+    def __init__(self, optimizer, max_lr, total_steps=None, epochs=None, steps_per_epoch=None, pct_start=0.3,
+                 anneal_strategy="cos", cycle_momentum=True, base_momentum=0.85, max_momentum=0.95,
+                 div_factor=25.0, final_div_factor=1e4, three_phase=False, last_epoch=-1):
+        if total_steps is not None:
+            if total_steps <= 0 or not isinstance(total_steps, int):
+                raise ValueError(f"Expected positive integer total_steps, but got {total_steps}")
+            self.total_steps = total_steps
+        elif epochs is not None and steps_per_epoch is not None:
+            if not isinstance(epochs, int) or epochs <= 0:
+                raise ValueError(f"Expected positive integer epochs, but got {epochs}")
+            if not isinstance(steps_per_epoch, int) or steps_per_epoch <= 0:
+                raise ValueError(f"Expected positive integer steps_per_epoch, but got {steps_per_epoch}")
+            self.total_steps = epochs * steps_per_epoch
+        else:
+            raise ValueError("You must define either total_steps OR (epochs AND steps_per_epoch)")
+        if pct_start < 0 or pct_start > 1 or not isinstance(pct_start, (int, float)):
+            raise ValueError(f"Expected float between 0 and 1 pct_start, but got {pct_start}")
+        if anneal_strategy not in ("cos", "linear"):
+            raise ValueError(f"anneal_strategy must be one of 'cos' or 'linear', instead got {anneal_strategy}")
+        self.anneal_strategy = anneal_strategy
+        n = self.total_steps
+        if three_phase:
+            self._schedule_phases = [
+                {"end_step": float(pct_start * n) - 1, "start_lr": "initial_lr", "end_lr": "max_lr",
+                 "start_momentum": "max_momentum", "end_momentum": "base_momentum"},
+                {"end_step": float(2 * pct_start * n) - 2, "start_lr": "max_lr", "end_lr": "initial_lr",
+                 "start_momentum": "base_momentum", "end_momentum": "max_momentum"},
+                {"end_step": n - 1, "start_lr": "initial_lr", "end_lr": "min_lr",
+                 "start_momentum": "max_momentum", "end_momentum": "max_momentum"},
+            ]
+        else:
+            self._schedule_phases = [
+                {"end_step": float(pct_start * n) - 1, "start_lr": "initial_lr", "end_lr": "max_lr",
+                 "start_momentum": "max_momentum", "end_momentum": "base_momentum"},
+                {"end_step": n - 1, "start_lr": "max_lr", "end_lr": "min_lr",
+                 "start_momentum": "base_momentum", "end_momentum": "max_momentum"},
+            ]
+        max_lrs = _per_group("max_lr", optimizer, max_lr)
+        if last_epoch == -1:
+            for m, group in zip(max_lrs, optimizer.param_groups):
+                group["initial_lr"] = m / div_factor
+                group["max_lr"] = m
+                group["min_lr"] = group["initial_lr"] / final_div_factor
+        self.cycle_momentum = cycle_momentum
+        if cycle_momentum:
+            defaults = optimizer.defaults
+            if "momentum" not in defaults and "betas" not in defaults:
+                raise ValueError("optimizer must support momentum or beta1 with `cycle_momentum` option enabled")
+            self.use_beta1 = "betas" in defaults
+            max_ms = _per_group("max_momentum", optimizer, max_momentum)
+            base_ms = _per_group("base_momentum", optimizer, base_momentum)
+            if last_epoch == -1:
+                for mm, bm, group in zip(max_ms, base_ms, optimizer.param_groups):
+                    if self.use_beta1:
+                        group["betas"] = (mm, *group["betas"][1:])
+                    else:
+                        group["momentum"] = mm
+                    group["max_momentum"] = mm
+                    group["base_momentum"] = bm
+        super().__init__(optimizer, last_epoch)
+
+    @staticmethod
+    def _anneal(strategy, start, end, pct):
+        if strategy == "cos":
+            return end + (start - end) / 2.0 * (math.cos(math.pi * pct) + 1)
+        return (end - start) * pct + start
+
+    def get_lr(self):
+        step = self.last_epoch
+        if step > self.total_steps:
+            raise ValueError(f"Tried to step {step} times. The specified number of total steps is "
+                             f"{self.total_steps}")
+        lrs = []
+        phases = self._schedule_phases
+        for group in self.optimizer.param_groups:
+            start = 0.0
+            for i, phase in enumerate(phases):
+                end = phase["end_step"]
+                if step <= end or i == len(phases) - 1:
+                    pct = (step - start) / (end - start)
+                    lr = self._anneal(self.anneal_strategy, group[phase["start_lr"]], group[phase["end_lr"]], pct)
+                    if self.cycle_momentum:
+                        mom = self._anneal(self.anneal_strategy, group[phase["start_momentum"]],
+                                           group[phase["end_momentum"]], pct)
+                    break
+                start = end
+            lrs.append(lr)
+            if self.cycle_momentum:
+                if self.use_beta1:
+                    group["betas"] = (mom, *group["betas"][1:])
+                else:
+                    group["momentum"] = mom
+        return lrs
+
+
+class SequentialLR(LRScheduler):
+    """Run `schedulers` one after another, switching at the given step `milestones`
+    (each scheduler restarts from its own epoch 0 when its turn comes)."""
+
+    def __init__(self, optimizer, schedulers, milestones, last_epoch=-1):
+        if len(schedulers) < 1:
+            raise ValueError("SequentialLR expects at least one scheduler")
+        for i, s in enumerate(schedulers):
+            if getattr(s, "optimizer", None) is not optimizer:
+                raise ValueError(f"SequentialLR expects all schedulers to belong to the same optimizer, but "
+                                 f"got scheduler {type(s).__name__} at index {i} with a different optimizer")
+        if len(milestones) != len(schedulers) - 1:
+            raise ValueError(f"Sequential Schedulers expects number of schedulers provided to be one more than "
+                             f"the number of milestone points, but got number of schedulers {len(schedulers)} "
+                             f"and the number of milestones to be equal to {len(milestones)}")
+        self._schedulers = list(schedulers)
+        self._milestones = list(milestones)
+        self.last_epoch = last_epoch + 1
+        self.optimizer = optimizer
+        for group in optimizer.param_groups:  # undo what the schedulers' constructors did
+            group["lr"] = group["initial_lr"]
+        for s in self._schedulers:
+            s.last_epoch -= 1
+        self._schedulers[0]._initial_step()
+        self._last_lr = self._schedulers[0].get_last_lr()
+
+    def step(self):
+        self.last_epoch += 1
+        idx = bisect_right(self._milestones, self.last_epoch)
+        s = self._schedulers[idx]
+        if idx > 0 and self._milestones[idx - 1] == self.last_epoch:
+            s._step_count += 1
+            s._set(s._lrs_at(0))  # restart it from its closed form at epoch 0
+        else:
+            s.step()
+        self._last_lr = s.get_last_lr()
+
+    def state_dict(self):
+        state = {k: v for k, v in self.__dict__.items() if k not in ("optimizer", "_schedulers")}
+        state["_schedulers"] = [s.state_dict() for s in self._schedulers]
+        return state
+
+    def load_state_dict(self, state_dict):
+        state_dict = dict(state_dict)
+        subs = state_dict.pop("_schedulers")
+        self.__dict__.update(state_dict)
+        for s, sd in zip(self._schedulers, subs):
+            s.load_state_dict(sd)
+
+
+class ChainedScheduler(LRScheduler):
+    """Step several schedulers together each step (their effects multiply)."""
+
+    def __init__(self, schedulers, optimizer=None):
+        if len(schedulers) < 1:
+            raise ValueError("ChainedScheduler expects at least one scheduler")
+        self.optimizer = optimizer if optimizer is not None else schedulers[0].optimizer
+        self._schedulers = list(schedulers)
+        self._last_lr = [g["lr"] for g in self.optimizer.param_groups]
+
+    def step(self):
+        for s in self._schedulers:
+            s.step()
+        self._last_lr = [g["lr"] for g in self.optimizer.param_groups]
+
+    state_dict = SequentialLR.state_dict
+    load_state_dict = SequentialLR.load_state_dict
+
+
+class ReduceLROnPlateau(LRScheduler):
+    """Multiply lr by `factor` when a metric has stopped improving for `patience` epochs."""
+
+    def __init__(self, optimizer, mode="min", factor=0.1, patience=10, threshold=1e-4, threshold_mode="rel",
+                 cooldown=0, min_lr=0, eps=1e-8):
+        if factor >= 1.0:
+            raise ValueError("Factor should be < 1.0.")
+        if mode not in ("min", "max"):
+            raise ValueError(f"mode {mode} is unknown!")
+        if threshold_mode not in ("rel", "abs"):
+            raise ValueError(f"threshold mode {threshold_mode} is unknown!")
+        self.optimizer = optimizer
+        self.factor = factor
+        self.min_lrs = [float(v) for v in _per_group("min_lr", optimizer, min_lr)]
+        self.patience, self.cooldown, self.eps = patience, cooldown, eps
+        self.mode, self.threshold, self.threshold_mode = mode, threshold, threshold_mode
+        self.cooldown_counter = 0
+        self.best = math.inf if mode == "min" else -math.inf
+        self.num_bad_epochs = 0
+        self.last_epoch = 0
+        self._last_lr = [g["lr"] for g in optimizer.param_groups]
+
+    def _is_better(self, a, best):
+        rel = self.threshold_mode == "rel"
+        if self.mode == "min":
+            return a < (best * (1.0 - self.threshold) if rel else best - self.threshold)
+        return a > (best * (1.0 + self.threshold) if rel else best + self.threshold)
+
+    def step(self, metrics, epoch=None):
+        current = float(metrics)
+        self.last_epoch = self.last_epoch + 1 if epoch is None else epoch
+        if self._is_better(current, self.best):
+            self.best = current
+            self.num_bad_epochs = 0
+        else:
+            self.num_bad_epochs += 1
+        if self.cooldown_counter > 0:
+            self.cooldown_counter -= 1
+            self.num_bad_epochs = 0
+        if self.num_bad_epochs > self.patience:
+            for group, min_lr in zip(self.optimizer.param_groups, self.min_lrs):
+                old = float(group["lr"])
+                new = max(old * self.factor, min_lr)
+                if old - new > self.eps:
+                    group["lr"] = new
+            self.cooldown_counter = self.cooldown
+            self.num_bad_epochs = 0
+        self._last_lr = [g["lr"] for g in self.optimizer.param_groups]
+
+    @property
+    def in_cooldown(self):
+        return self.cooldown_counter > 0

@@ -1,0 +1,268 @@
+"""The Optimizer base: parameter groups, per-parameter state, state_dict round trips.
+
+Subclasses implement `step` on the raw arrays (`p.data`, `p.grad.data` and the
+state tensors' `.data`) with in-place ufuncs (`out=`), which is several times
+faster than building Tensor temporaries through the dispatcher: an Adam step is a
+dozen numpy calls per parameter and allocates nothing. Updates write into
+`p.data` itself, so views and other references see them, and each update bumps
+the parameter's version counter like any in-place op.
+
+The state is PyTorch's: `state[p]` is a dict of Tensors (and `step` is a float32
+0-d Tensor), and `state_dict()` / `load_state_dict()` use PyTorch's layout:
+
+    {"state": {0: {"step": tensor(3.), "exp_avg": ..., ...}, ...},
+     "param_groups": [{"lr": 0.001, ..., "params": [0, 1, 2]}, ...]}
+
+where parameters are numbered in the order they appear across the groups.
+"""
+import copy
+from collections import defaultdict
+from itertools import chain
+
+import numpy as np
+
+from ..autograd.grad_mode import enable_grad
+from ..dispatch import wrap
+from ..ops.inplace import bump_version
+from ..runtime.device import xp_of
+from .._tensor import Tensor
+
+__all__ = ["Optimizer", "required"]
+
+
+class _Required:
+    """The default of an argument every parameter group must give (e.g. an old SGD's lr)."""
+
+    def __repr__(self):
+        return "<required parameter>"
+
+
+required = _Required()
+
+
+def array_module(a):
+    """numpy for numpy arrays, cupy otherwise (cheap: one type check on the CPU path)."""
+    return np if type(a) is np.ndarray else xp_of(a)
+
+
+def new_step():
+    """A fresh `step` counter: a CPU float32 0-d tensor, as PyTorch keeps it."""
+    return wrap(np.zeros((), np.float32))
+
+
+def advance_step(state):
+    """Increment state['step'] in place and return its new value as a Python float."""
+    step = state["step"]
+    if not isinstance(step, Tensor):  # a state dict that stored a plain number
+        step = state["step"] = wrap(np.asarray(float(step), np.float32))
+    s = step.data
+    s += 1
+    return float(s)
+
+
+class Optimizer:
+    """Base class of all optimizers.
+
+    params: an iterable of Tensors, or of dicts (parameter groups) each with a
+    "params" entry and any per-group options overriding `defaults`.
+    """
+
+    def __init__(self, params, defaults):
+        self.defaults = defaults
+        self.state = defaultdict(dict)
+        self.param_groups = []
+        self._scratch_cache = {}
+        if isinstance(params, Tensor):
+            raise TypeError("params argument given to the optimizer should be an iterable of Tensors "
+                            f"or dicts, but got {type(params).__name__}")
+        param_groups = list(params)
+        if len(param_groups) == 0:
+            raise ValueError("optimizer got an empty parameter list")
+        if not isinstance(param_groups[0], dict):
+            param_groups = [{"params": param_groups}]
+        for group in param_groups:
+            self.add_param_group(group)
+
+    # ------------------------------------------------------------ groups
+    def add_param_group(self, param_group):
+        """Add a group of parameters (a dict with "params") with its own options."""
+        if not isinstance(param_group, dict):
+            raise TypeError(f"param_group must be a dict, but got {type(param_group).__name__}")
+        params = param_group["params"]
+        if isinstance(params, Tensor):
+            params = [params]
+        elif isinstance(params, (set, frozenset)):
+            raise TypeError("optimizer parameters need to be organized in ordered collections, but "
+                            "the ordering of tensors in sets will change between runs. Please use a "
+                            "list instead.")
+        else:
+            params = list(params)
+        for p in params:
+            if not isinstance(p, Tensor):
+                raise TypeError(f"optimizer can only optimize Tensors, but one of the params is "
+                                f"{type(p).__name__}")
+            if p.grad_fn is not None:
+                raise ValueError("can't optimize a non-leaf Tensor")
+        if len({id(p) for p in params}) != len(params):
+            raise ValueError("optimizer contains a parameter group with duplicate parameters")
+        group = dict(param_group)
+        group["params"] = params
+        for name, default in self.defaults.items():
+            if default is required and name not in group:
+                raise ValueError(f"parameter group didn't specify a value of required optimization "
+                                 f"parameter {name}")
+            group.setdefault(name, default)
+        seen = {id(p) for g in self.param_groups for p in g["params"]}
+        if any(id(p) in seen for p in params):
+            raise ValueError("some parameters appear in more than one parameter group")
+        self.param_groups.append(group)
+
+    # ------------------------------------------------------------ gradients
+    def zero_grad(self, set_to_none=True):
+        """Reset the gradients of all optimized tensors (to None by default, like PyTorch)."""
+        for group in self.param_groups:
+            for p in group["params"]:
+                g = p.grad
+                if g is None:
+                    continue
+                if set_to_none:
+                    p.grad = None
+                else:
+                    if g.grad_fn is not None:
+                        g.grad_fn = None
+                    g.requires_grad = False
+                    g.data.fill(0)
+                    bump_version(g, "zero_")
+
+    def step(self, closure=None):
+        raise NotImplementedError
+
+    @staticmethod
+    def _closure_loss(closure):
+        if closure is None:
+            return None
+        with enable_grad():
+            return closure()
+
+    def _scratch(self, a, n):
+        """n reusable work arrays shaped like `a` (shared by all params of one shape)."""
+        xp = array_module(a)
+        key = (a.shape, a.dtype.str, a.strides, id(xp), getattr(a, "device", None) if xp is not np else None)
+        bufs = self._scratch_cache.get(key)
+        if bufs is None or len(bufs) < n:
+            bufs = self._scratch_cache[key] = [xp.empty_like(a) for _ in range(n)]
+        return bufs
+
+    # ------------------------------------------------------------ state dicts
+    def state_dict(self):
+        """{'state': {index: {...}}, 'param_groups': [{..., 'params': [indices]}]}.
+
+        The state's tensors are the optimizer's own (not copies), as in PyTorch:
+        save or clone them before the next step if you need a snapshot."""
+        index = {}
+        groups = []
+        for group in self.param_groups:
+            packed = {k: v for k, v in group.items() if k != "params"}
+            ids = []
+            for p in group["params"]:
+                if id(p) not in index:
+                    index[id(p)] = len(index)
+                ids.append(index[id(p)])
+            packed["params"] = ids
+            groups.append(packed)
+        state = {}
+        for p, s in self.state.items():
+            if isinstance(p, Tensor) and id(p) in index:
+                state[index[id(p)]] = dict(s)
+        state = dict(sorted(state.items()))
+        for k, s in self.state.items():  # entries not keyed by a parameter (rare) go last
+            if not isinstance(k, Tensor):
+                state[k] = s
+        return {"state": state, "param_groups": groups}
+
+    def load_state_dict(self, state_dict):
+        """Restore from `state_dict()` output; state tensors are copied onto each
+        parameter's device (and float state to its dtype), never shared with the dict."""
+        if not isinstance(state_dict, dict) or "param_groups" not in state_dict or "state" not in state_dict:
+            raise ValueError("optimizer state_dict must be a dict with 'state' and 'param_groups' keys")
+        groups = self.param_groups
+        saved_groups = state_dict["param_groups"]
+        if len(groups) != len(saved_groups):
+            raise ValueError(f"loaded state dict has a different number of parameter groups "
+                             f"({len(saved_groups)}) than the optimizer ({len(groups)})")
+        for i, (g, sg) in enumerate(zip(groups, saved_groups)):
+            if len(g["params"]) != len(sg["params"]):
+                raise ValueError(f"loaded state dict contains a parameter group that doesn't match the "
+                                 f"size of optimizer's group: group {i} has {len(sg['params'])} params "
+                                 f"in the state dict and {len(g['params'])} in the optimizer")
+        id_map = {}
+        for old, p in zip(chain.from_iterable(g["params"] for g in saved_groups),
+                          chain.from_iterable(g["params"] for g in groups)):
+            id_map[_int_key(old)] = p
+
+        state = defaultdict(dict)
+        for k, v in state_dict["state"].items():
+            k = _int_key(k)
+            if k in id_map:
+                p = id_map[k]
+                state[p] = {name: _cast_state(p, k, name, value) for name, value in v.items()}
+            else:
+                state[k] = copy.deepcopy(v)
+        new_groups = []
+        for g, sg in zip(groups, saved_groups):
+            ng = {k: copy.deepcopy(v) for k, v in sg.items() if k != "params"}
+            ng["params"] = g["params"]
+            new_groups.append(ng)
+        self.state = state
+        self.param_groups = new_groups
+
+    # ------------------------------------------------------------ misc
+    def __getstate__(self):
+        return {"defaults": self.defaults, "state": self.state, "param_groups": self.param_groups}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self.__dict__.setdefault("_scratch_cache", {})
+
+    def __repr__(self):
+        lines = [self.__class__.__name__ + " ("]
+        for i, group in enumerate(self.param_groups):
+            lines.append(f"Parameter Group {i}")
+            for key in sorted(group):
+                if key != "params":
+                    lines.append(f"    {key}: {group[key]}")
+        lines.append(")")
+        return "\n".join(lines)
+
+
+def _int_key(k):
+    """State dict keys are ints; accept their string form too (e.g. from a JSON file)."""
+    if isinstance(k, str) and k.lstrip("-").isdigit():
+        return int(k)
+    return k
+
+
+def _cast_state(p, index, name, value):
+    """A copy of one state value, on p's device; float tensors in p's dtype (not step)."""
+    if isinstance(value, Tensor):
+        data = value.data
+        if name != "step":
+            if data.ndim and tuple(data.shape) != tuple(p.data.shape):
+                raise ValueError(f"loaded state dict has state[{index}][{name!r}] of shape "
+                                 f"{tuple(data.shape)}, but the parameter it belongs to has shape "
+                                 f"{tuple(p.data.shape)}")
+            xp = array_module(p.data)
+            if data.dtype.kind == "f" and p.data.dtype.kind == "f" and data.dtype != p.data.dtype:
+                data = data.astype(p.data.dtype)
+            if xp is np:
+                data = np.array(data if type(data) is np.ndarray else data.get(), copy=True)
+            else:
+                data = xp.array(data, copy=True)
+        else:  # step stays a CPU tensor
+            data = np.array(data if type(data) is np.ndarray else data.get(), copy=True)
+        return wrap(data)
+    if isinstance(value, dict):
+        return {k: _cast_state(p, index, k, v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_cast_state(p, index, name, v) for v in value)
+    return copy.deepcopy(value)

@@ -1,0 +1,732 @@
+"""Convolution, pooling and nearest-upsampling primitives (NCHW layout).
+
+Every kernel works on strided views of the (padded) input plus, for convolutions,
+one batched BLAS matmul -- never a Python loop over pixels or over the batch. The
+only Python loops run over kernel positions (kh*kw, e.g. 9) or replication counts.
+
+Convolutions (im2col):
+- the windows of the padded input are a strided view (no copy); reshaping it to
+  (n, groups, cin/groups*kh*kw, P) is the one im2col copy, and
+  `weight @ cols` is the batched matmul (numpy hands each (co, K) @ (K, P) to BLAS);
+- stride 1 uses *row-wrapped* windows: each kernel offset reads one contiguous run of
+  P = (oh-1)*W + ow elements of a padded channel plane (W the padded width), so
+  the copy moves long runs instead of ow-long rows (about 4x faster). The run also
+  covers W-ow junk columns at the end of each output row; they are dropped from the
+  output, and gradients are zero there, so they cancel;
+- `conv_transpose2d` is the adjoint: `weight^T @ x` gives columns that col2im adds
+  back into the padded output, one strided add per kernel position;
+- `conv2d_weight` (the weight gradient) is `gy @ cols^T` summed over the batch.
+The three are each other's derivatives (see eagerc/nn/functional_conv.py), so
+gradients of any order stay on these kernels.
+
+Pooling: the window at kernel position (i, j) over all outputs is one strided slice
+of the padded input; max pooling folds `maximum` over the kh*kw slices, average
+pooling adds them. Max pooling's backward recomputes the window argmax (strict `>`
+while scanning positions in row-major order, so ties go to the first position, as in
+PyTorch) and routes the gradient there.
+
+Attributes are JSON-plain. `padding` of the conv ops is per side,
+((top, bottom), (left, right)) -- asymmetric for padding='same' with even kernels;
+negative values crop. Pool ops take symmetric (ph, pw).
+
+Decomposition note (for the compiler): conv2d / conv_transpose2d / conv2d_weight are
+pad + strided window gather + matmul (+ col2im adds); a backend should keep the
+matmul on BLAS (numpy / cuBLAS) and may fuse only the gather, bias and the following
+elementwise ops. max/avg pooling decompose into kh*kw strided slices folded with
+maximum / add and a divide; the adaptive average pool and its backward are two small
+matmuls with averaging matrices; nearest upsampling is a gather along H and W.
+"""
+import numpy as np
+
+from .. import dtypes
+from . import declare
+from .meta import Spec, fail, fmt_shape
+
+__all__ = ["conv_output_size", "pool_output_size"]
+
+
+# ---------------------------------------------------------------- shared helpers
+
+def conv_output_size(size, k, s, p0, p1, d):
+    """Output length of a convolution along one axis (padding p0 before, p1 after)."""
+    return (size + p0 + p1 - d * (k - 1) - 1) // s + 1
+
+
+def pool_output_size(size, k, s, p, d, ceil_mode):
+    """Output length of a pooling window along one axis (PyTorch's rule for ceil_mode:
+    the last window must start inside the input or its left padding)."""
+    span = size + 2 * p - d * (k - 1) - 1
+    if not ceil_mode:
+        return span // s + 1
+    out = -(-span // s) + 1
+    if (out - 1) * s >= size + p:
+        out -= 1
+    return out
+
+
+def _as_strided(xp):
+    return xp.lib.stride_tricks.as_strided
+
+
+def _pad(xp, x, pads, value=0):
+    """x (n, c, H, W) padded by pads = ((top, bottom), (left, right)); negatives crop."""
+    (t, b), (l, r) = pads
+    if t == b == l == r == 0:
+        return x
+    if t < 0 or b < 0 or l < 0 or r < 0:
+        H, W = x.shape[2:]
+        x = x[:, :, max(-t, 0):H - max(-b, 0), max(-l, 0):W - max(-r, 0)]
+        t, b, l, r = max(t, 0), max(b, 0), max(l, 0), max(r, 0)
+    n, c, H, W = x.shape
+    shape = (n, c, H + t + b, W + l + r)
+    out = xp.zeros(shape, x.dtype) if value == 0 else xp.full(shape, value, x.dtype)
+    out[:, :, t:t + H, l:l + W] = x
+    return out
+
+
+def _unpad(xp, x, pads, H, W):
+    """The inverse of `_pad` for a gradient computed in padded coordinates: crop the
+    padding; rows that `_pad` cropped away (negative padding) get zero gradient."""
+    (t, b), (l, r) = pads
+    if t == b == l == r == 0 and x.shape[2:] == (H, W):
+        return x
+    if t >= 0 and b >= 0 and l >= 0 and r >= 0:
+        return x[:, :, t:t + H, l:l + W]
+    full = xp.zeros(x.shape[:2] + (H, W), x.dtype)
+    inner = x[:, :, max(t, 0):x.shape[2] - max(b, 0), max(l, 0):x.shape[3] - max(r, 0)]
+    t0, l0 = max(-t, 0), max(-l, 0)
+    full[:, :, t0:t0 + inner.shape[2], l0:l0 + inner.shape[3]] = inner
+    return full
+
+
+def _windows(xp, x, kh, kw, stride, dilation, oh, ow):
+    """The im2col view (no copy) of a padded x (n, c, H, W).
+
+    Returns (view, flat): with stride 1, view is (n, c, kh, kw, P) over row-wrapped runs
+    of P = (oh-1)*W + ow elements (flat=True); otherwise (n, c, kh, kw, oh, ow).
+    """
+    sh, sw = stride
+    dh, dw = dilation
+    n, c, H, W = x.shape
+    s0, s1, s2, s3 = x.strides
+    strided = _as_strided(xp)
+    if sh == 1 and sw == 1 and s2 == W * s3 and oh > 0 and ow > 0:
+        P = (oh - 1) * W + ow
+        return strided(x, (n, c, kh, kw, P), (s0, s1, dh * s2, dw * s3, s3)), True
+    return strided(x, (n, c, kh, kw, oh, ow), (s0, s1, dh * s2, dw * s3, sh * s2, sw * s3)), False
+
+
+def _from_runs(xp, y, oh, ow, W):
+    """Row-wrapped (..., P) -> (..., oh, ow) view that skips the junk columns."""
+    st = y.strides
+    return _as_strided(xp)(y, y.shape[:-1] + (oh, ow), st[:-1] + (W * st[-1], st[-1]))
+
+
+def _to_runs(xp, g, W):
+    """(..., oh, ow) -> row-wrapped (..., P) with zeros in the junk columns."""
+    oh, ow = g.shape[-2:]
+    out = xp.zeros(g.shape[:-2] + ((oh - 1) * W + ow,), g.dtype)
+    _from_runs(xp, out, oh, ow, W)[...] = g
+    return out
+
+
+def _add_bias(xp, y, b):
+    """y (possibly a view) plus bias b (a (C,) array or a Python scalar), contiguous."""
+    if hasattr(b, "shape"):
+        return xp.add(y, b.reshape(-1, 1, 1))
+    if b:
+        return y + b
+    return xp.ascontiguousarray(y)
+
+
+def _check_bias(b, co):
+    if hasattr(b, "shape") and tuple(b.shape) != (co,):
+        raise ValueError("bias shape")
+
+
+# ---------------------------------------------------------------- conv kernels
+
+def _conv2d(xp):
+    def conv2d(x, w, b, stride, padding, dilation, groups):
+        n, c = x.shape[:2]
+        co, cg, kh, kw = w.shape
+        if c != cg * groups or co % groups or x.dtype != w.dtype:
+            raise ValueError("conv2d: input/weight mismatch")
+        _check_bias(b, co)
+        x = _pad(xp, x, padding)
+        oh = conv_output_size(x.shape[2], kh, stride[0], 0, 0, dilation[0])
+        ow = conv_output_size(x.shape[3], kw, stride[1], 0, 0, dilation[1])
+        if oh <= 0 or ow <= 0:
+            raise ValueError("conv2d: output size")
+        view, flat = _windows(xp, x, kh, kw, stride, dilation, oh, ow)
+        P = view.shape[-1] if flat else oh * ow
+        cols = view.reshape(n, groups, cg * kh * kw, P)                      # im2col copy
+        y = xp.matmul(w.reshape(groups, co // groups, cg * kh * kw), cols)    # (n, G, co/G, P)
+        y = y.reshape(n, co, P)
+        y = _from_runs(xp, y, oh, ow, x.shape[3]) if flat else y.reshape(n, co, oh, ow)
+        return _add_bias(xp, y, b)
+    return conv2d
+
+
+def _col2im(xp, cols, out_shape, kh, kw, stride, dilation, oh, ow):
+    """Adjoint of the im2col gather: add cols (n, c, kh, kw, P or oh*ow) into a zero
+    padded (n, c, H, W) buffer, one strided add per kernel position."""
+    n, c, H, W = out_shape
+    sh, sw = stride
+    dh, dw = dilation
+    out = xp.zeros(out_shape, cols.dtype)
+    if sh == 1 and sw == 1:
+        P = cols.shape[-1]
+        runs = out.reshape(n, c, H * W)
+        for i in range(kh):
+            for j in range(kw):
+                o = i * dh * W + j * dw
+                runs[:, :, o:o + P] += cols[:, :, i, j]
+        return out
+    cols = cols.reshape(n, c, kh, kw, oh, ow)
+    for i in range(kh):
+        for j in range(kw):
+            out[:, :, i * dh:i * dh + sh * (oh - 1) + 1:sh, j * dw:j * dw + sw * (ow - 1) + 1:sw] += cols[:, :, i, j]
+    return out
+
+
+def _conv_transpose2d(xp):
+    def conv_transpose2d(x, w, b, stride, padding, output_padding, dilation, groups):
+        n, c, h, wd = x.shape
+        ci, cog, kh, kw = w.shape
+        if c != ci or ci % groups or x.dtype != w.dtype:
+            raise ValueError("conv_transpose2d: input/weight mismatch")
+        co = cog * groups
+        _check_bias(b, co)
+        (pt, pb), (pl, pr) = padding
+        Hp = (h - 1) * stride[0] + dilation[0] * (kh - 1) + 1 + output_padding[0]
+        Wp = (wd - 1) * stride[1] + dilation[1] * (kw - 1) + 1 + output_padding[1]
+        Hout, Wout = Hp - pt - pb, Wp - pl - pr
+        if Hout <= 0 or Wout <= 0:
+            raise ValueError("conv_transpose2d: output size")
+        flat = stride[0] == 1 and stride[1] == 1
+        g = _to_runs(xp, x, Wp) if flat else x.reshape(n, c, h * wd)
+        K = cog * kh * kw
+        wT = w.reshape(groups, ci // groups, K).swapaxes(1, 2)                # (G, K, ci/G)
+        P = g.shape[-1]
+        cols = xp.matmul(wT, g.reshape(n, groups, ci // groups, P))             # (n, G, K, P)
+        cols = cols.reshape(n, co, kh, kw, P)
+        y = _col2im(xp, cols, (n, co, Hp, Wp), kh, kw, stride, dilation, h, wd)
+        y = _unpad(xp, y, padding, Hout, Wout)
+        return _add_bias(xp, y, b)
+    return conv_transpose2d
+
+
+def _conv2d_weight(xp):
+    def conv2d_weight(x, gy, kernel_size, stride, padding, dilation, groups):
+        """d(loss)/d(weight) of conv2d(x, weight) given gy = d(loss)/d(output)."""
+        n, c = x.shape[:2]
+        co = gy.shape[1]
+        kh, kw = kernel_size
+        if c % groups or co % groups or gy.shape[0] != n or x.dtype != gy.dtype:
+            raise ValueError("conv2d_weight: input/grad mismatch")
+        x = _pad(xp, x, padding)
+        oh, ow = gy.shape[2:]
+        if oh > conv_output_size(x.shape[2], kh, stride[0], 0, 0, dilation[0]) or \
+                ow > conv_output_size(x.shape[3], kw, stride[1], 0, 0, dilation[1]):
+            raise ValueError("conv2d_weight: grad size")
+        cg = c // groups
+        view, flat = _windows(xp, x, kh, kw, stride, dilation, oh, ow)
+        P = view.shape[-1] if flat else oh * ow
+        cols = view.reshape(n, groups, cg * kh * kw, P)
+        g = _to_runs(xp, gy, x.shape[3]) if flat else gy.reshape(n, co, P)
+        g = g.reshape(n, groups, co // groups, P)
+        dw = xp.matmul(g, cols.swapaxes(-1, -2)).sum(axis=0)                  # (G, co/G, K)
+        return dw.reshape(co, cg, kh, kw)
+    return conv2d_weight
+
+
+# ---------------------------------------------------------------- conv rules
+
+def _pair_of_pairs(p):
+    return tuple(tuple(int(v) for v in side) for side in p)
+
+
+def _floating_same(op, specs, names):
+    d = specs[0].dtype
+    for s, nm in zip(specs, names):
+        if not s.dtype.is_floating_point:
+            fail(op, specs, f"expected floating-point {nm}; got {s.dtype.name} (cast with .float() first)")
+        if s.dtype is not d:
+            fail(op, specs, f"expected {names[0]} and {nm} to have the same dtype, but got "
+                 f"{d.name} and {s.dtype.name}")
+    return d
+
+
+def _check_4d(op, specs, names):
+    for s, nm in zip(specs, names):
+        if len(s.shape) != 4:
+            fail(op, specs, f"expected a 4-d {nm} (batched NCHW), got a {len(s.shape)}-d {nm} "
+                 f"of shape {fmt_shape(s.shape)}")
+
+
+def _check_bias_spec(op, specs, b, co, d):
+    if isinstance(b, Spec):
+        if tuple(b.shape) != (co,):
+            fail(op, specs, f"expected bias of shape ({co}) (one per output channel), got {fmt_shape(b.shape)}")
+        if b.dtype is not d:
+            fail(op, specs, f"expected bias of dtype {d.name}, got {b.dtype.name}")
+
+
+def _check_conv_attrs(op, specs, stride, dilation, groups):
+    if any(s < 1 for s in stride):
+        fail(op, specs, f"stride must be positive, got {tuple(stride)}")
+    if any(d < 1 for d in dilation):
+        fail(op, specs, f"dilation must be positive, got {tuple(dilation)}")
+    if groups < 1:
+        fail(op, specs, f"groups must be positive, got {groups}")
+
+
+def _conv2d_rule(x, w, b, stride, padding, dilation, groups):
+    specs = (x, w, b)
+    _check_4d("conv2d", specs[:2], ("input", "weight"))
+    d = _floating_same("conv2d", specs[:2], ("input", "weight"))
+    _check_conv_attrs("conv2d", specs, stride, dilation, groups)
+    co, cg, kh, kw = w.shape
+    if co % groups:
+        fail("conv2d", specs, f"expected weight's out_channels ({co}) to be divisible by groups ({groups})")
+    if x.shape[1] != cg * groups:
+        fail("conv2d", specs, f"given groups={groups}, weight of size {fmt_shape(w.shape)}, expected input "
+             f"{fmt_shape(x.shape)} to have {cg * groups} channels, but got {x.shape[1]} channels instead")
+    _check_bias_spec("conv2d", specs, b, co, d)
+    (pt, pb), (pl, pr) = _pair_of_pairs(padding)
+    H, W = x.shape[2] + pt + pb, x.shape[3] + pl + pr
+    oh = conv_output_size(x.shape[2], kh, stride[0], pt, pb, dilation[0])
+    ow = conv_output_size(x.shape[3], kw, stride[1], pl, pr, dilation[1])
+    if oh <= 0 or ow <= 0:
+        fail("conv2d", specs, f"calculated padded input size per channel: ({H} x {W}); kernel size "
+             f"(with dilation {tuple(dilation)}): ({dilation[0] * (kh - 1) + 1} x {dilation[1] * (kw - 1) + 1}); "
+             "the kernel can't be greater than the (padded) input")
+    return Spec((x.shape[0], co, oh, ow), d)
+
+
+def _conv_transpose2d_rule(x, w, b, stride, padding, output_padding, dilation, groups):
+    specs = (x, w, b)
+    _check_4d("conv_transpose2d", specs[:2], ("input", "weight"))
+    d = _floating_same("conv_transpose2d", specs[:2], ("input", "weight"))
+    _check_conv_attrs("conv_transpose2d", specs, stride, dilation, groups)
+    ci, cog, kh, kw = w.shape
+    if x.shape[1] != ci:
+        fail("conv_transpose2d", specs, f"given transposed weight of size {fmt_shape(w.shape)} "
+             f"(in_channels, out_channels/groups, kH, kW), expected input {fmt_shape(x.shape)} to have {ci} "
+             f"channels, but got {x.shape[1]} channels instead")
+    if ci % groups:
+        fail("conv_transpose2d", specs, f"expected in_channels ({ci}) to be divisible by groups ({groups})")
+    for op_, s, dl in zip(output_padding, stride, dilation):
+        if op_ < 0 or op_ >= max(s, dl):
+            fail("conv_transpose2d", specs, f"output padding must be smaller than either stride or dilation, "
+                 f"got output_padding={tuple(output_padding)}, stride={tuple(stride)}, dilation={tuple(dilation)}")
+    co = cog * groups
+    _check_bias_spec("conv_transpose2d", specs, b, co, d)
+    (pt, pb), (pl, pr) = _pair_of_pairs(padding)
+    H = (x.shape[2] - 1) * stride[0] - pt - pb + dilation[0] * (kh - 1) + output_padding[0] + 1
+    W = (x.shape[3] - 1) * stride[1] - pl - pr + dilation[1] * (kw - 1) + output_padding[1] + 1
+    if H <= 0 or W <= 0:
+        fail("conv_transpose2d", specs, f"calculated output size ({H} x {W}) is too small")
+    return Spec((x.shape[0], co, H, W), d)
+
+
+def _conv2d_weight_rule(x, gy, kernel_size, stride, padding, dilation, groups):
+    specs = (x, gy)
+    _check_4d("conv2d_weight", specs, ("input", "grad_output"))
+    d = _floating_same("conv2d_weight", specs, ("input", "grad_output"))
+    _check_conv_attrs("conv2d_weight", specs, stride, dilation, groups)
+    n, c = x.shape[:2]
+    co = gy.shape[1]
+    if c % groups or co % groups:
+        fail("conv2d_weight", specs, f"expected input channels ({c}) and grad_output channels ({co}) to be "
+             f"divisible by groups ({groups})")
+    if gy.shape[0] != n:
+        fail("conv2d_weight", specs, "expected input and grad_output to have the same batch size")
+    (pt, pb), (pl, pr) = _pair_of_pairs(padding)
+    kh, kw = kernel_size
+    oh = conv_output_size(x.shape[2], kh, stride[0], pt, pb, dilation[0])
+    ow = conv_output_size(x.shape[3], kw, stride[1], pl, pr, dilation[1])
+    if gy.shape[2] > oh or gy.shape[3] > ow:
+        fail("conv2d_weight", specs, f"grad_output's spatial size {fmt_shape(gy.shape[2:])} exceeds the "
+             f"convolution's output size ({oh}x{ow})")
+    return Spec((co, c // groups, kh, kw), d)
+
+
+declare("conv2d", ("x", "w", "b"), _conv2d, _conv2d_rule,
+        attrs=("stride", "padding", "dilation", "groups"),
+        doc="2-d cross-correlation; b is a (C_out,) bias or a scalar constant (0 for none)")
+declare("conv_transpose2d", ("x", "w", "b"), _conv_transpose2d, _conv_transpose2d_rule,
+        attrs=("stride", "padding", "output_padding", "dilation", "groups"),
+        doc="the adjoint of conv2d w.r.t. its input (a 'deconvolution'); w is (C_in, C_out/groups, kH, kW)")
+declare("conv2d_weight", ("x", "gy"), _conv2d_weight, _conv2d_weight_rule,
+        attrs=("kernel_size", "stride", "padding", "dilation", "groups"),
+        doc="the weight gradient of conv2d: sum over the batch of gy times the input windows")
+
+
+# ---------------------------------------------------------------- pooling kernels
+
+def _lowest(dtype):
+    return -np.inf if dtype.kind == "f" else np.iinfo(dtype).min
+
+
+def _pool_geometry(size, kernel_size, stride, padding, dilation, ceil_mode):
+    H, W = size
+    oh = pool_output_size(H, kernel_size[0], stride[0], padding[0], dilation[0], ceil_mode)
+    ow = pool_output_size(W, kernel_size[1], stride[1], padding[1], dilation[1], ceil_mode)
+    # pad so that every window fits: ceil_mode windows may hang over the padded edge
+    need_h = (oh - 1) * stride[0] + dilation[0] * (kernel_size[0] - 1) + 1
+    need_w = (ow - 1) * stride[1] + dilation[1] * (kernel_size[1] - 1) + 1
+    pads = ((padding[0], max(need_h - H - padding[0], 0)), (padding[1], max(need_w - W - padding[1], 0)))
+    return oh, ow, pads
+
+
+def _slices(x, kernel_size, stride, dilation, oh, ow):
+    """The strided slice of padded x seen by kernel position (i, j) of every window."""
+    sh, sw = stride
+    dh, dw = dilation
+    for i in range(kernel_size[0]):
+        for j in range(kernel_size[1]):
+            yield x[:, :, i * dh:i * dh + sh * (oh - 1) + 1:sh, j * dw:j * dw + sw * (ow - 1) + 1:sw]
+
+
+def _check_pool_input(x):
+    if x.ndim != 4:
+        raise ValueError("pool: expected 4-d input")
+
+
+def _max_pool2d(xp):
+    def max_pool2d(x, kernel_size, stride, padding, dilation, ceil_mode):
+        _check_pool_input(x)
+        oh, ow, pads = _pool_geometry(x.shape[2:], kernel_size, stride, padding, dilation, ceil_mode)
+        if oh <= 0 or ow <= 0:
+            raise ValueError("max_pool2d: output size")
+        xpad = _pad(xp, x, pads, _lowest(x.dtype))
+        it = _slices(xpad, kernel_size, stride, dilation, oh, ow)
+        out = next(it).copy()
+        for s in it:
+            xp.maximum(out, s, out=out)
+        return out
+    return max_pool2d
+
+
+def _argmax_positions(xp, x, kernel_size, stride, padding, dilation, ceil_mode):
+    """For every window, the kernel position (row-major) of its first maximum."""
+    oh, ow, pads = _pool_geometry(x.shape[2:], kernel_size, stride, padding, dilation, ceil_mode)
+    xpad = _pad(xp, x, pads, _lowest(x.dtype))
+    it = _slices(xpad, kernel_size, stride, dilation, oh, ow)
+    best = next(it).copy()
+    pos = xp.zeros(best.shape, np.int32)
+    for k, s in enumerate(it, 1):
+        better = s > best                 # strict: on ties the first position stays
+        xp.copyto(best, s, where=better)
+        xp.copyto(pos, k, where=better)
+    return pos, oh, ow, pads, xpad.shape
+
+
+def _max_pool2d_backward(xp):
+    def max_pool2d_backward(gy, x, kernel_size, stride, padding, dilation, ceil_mode):
+        """Route each output gradient to its window's (first) argmax in x."""
+        _check_pool_input(x)
+        pos, oh, ow, pads, padded = _argmax_positions(xp, x, kernel_size, stride, padding, dilation, ceil_mode)
+        if gy.shape != pos.shape:
+            raise ValueError("max_pool2d_backward: grad shape")
+        dx = xp.zeros(padded, gy.dtype)
+        disjoint = all(s >= d * (k - 1) + 1 for k, s, d in zip(kernel_size, stride, dilation))
+        for k, s in enumerate(_slices(dx, kernel_size, stride, dilation, oh, ow)):
+            if disjoint:  # each input position is in at most one window: plain writes
+                xp.copyto(s, gy, where=pos == k)
+            else:
+                s += xp.where(pos == k, gy, gy.dtype.type(0))
+        return xp.ascontiguousarray(_unpad(xp, dx, pads, *x.shape[2:]))
+    return max_pool2d_backward
+
+
+def _max_pool2d_select(xp):
+    def max_pool2d_select(v, x, kernel_size, stride, padding, dilation, ceil_mode):
+        """v (shaped like x) read at each window's argmax of x: the adjoint of max_pool2d_backward."""
+        _check_pool_input(x)
+        if v.shape != x.shape:
+            raise ValueError("max_pool2d_select: shape")
+        pos, oh, ow, pads, padded = _argmax_positions(xp, x, kernel_size, stride, padding, dilation, ceil_mode)
+        vpad = _pad(xp, v, pads)
+        out = xp.zeros(pos.shape, v.dtype)
+        for k, s in enumerate(_slices(vpad, kernel_size, stride, dilation, oh, ow)):
+            xp.copyto(out, s, where=pos == k)
+        return out
+    return max_pool2d_select
+
+
+def _max_pool2d_indices(xp):
+    def max_pool2d_indices(x, kernel_size, stride, padding, dilation, ceil_mode):
+        """PyTorch's return_indices: the flat index (into H*W of the unpadded input) of each max."""
+        _check_pool_input(x)
+        pos, oh, ow, pads, _ = _argmax_positions(xp, x, kernel_size, stride, padding, dilation, ceil_mode)
+        kw = kernel_size[1]
+        pos = pos.astype(np.int64)
+        ih = xp.arange(oh, dtype=np.int64).reshape(-1, 1) * stride[0] - padding[0] + (pos // kw) * dilation[0]
+        iw = xp.arange(ow, dtype=np.int64) * stride[1] - padding[1] + (pos % kw) * dilation[1]
+        return ih * x.shape[3] + iw
+    return max_pool2d_indices
+
+
+def _avg_divisor(xp, size, dtype, kernel_size, stride, padding, oh, ow, count_include_pad, divisor_override):
+    """What each window's sum is divided by: a number, or an (oh, ow) array at the edges."""
+    if divisor_override:
+        return divisor_override
+    counts = []
+    for size, k, s, p, o in zip(size, kernel_size, stride, padding, (oh, ow)):
+        start = np.arange(o) * s - p
+        end = np.minimum(start + k, size + p)
+        if not count_include_pad:
+            start, end = np.maximum(start, 0), np.minimum(end, size)
+        counts.append(end - start)
+    div = np.outer(counts[0], counts[1])
+    if (div == div.flat[0]).all():
+        return int(div.flat[0])
+    return xp.asarray(div.astype(dtype))
+
+
+def _avg_pool2d(xp):
+    def avg_pool2d(x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
+        _check_pool_input(x)
+        oh, ow, pads = _pool_geometry(x.shape[2:], kernel_size, stride, padding, (1, 1), ceil_mode)
+        if oh <= 0 or ow <= 0:
+            raise ValueError("avg_pool2d: output size")
+        xpad = _pad(xp, x, pads)
+        it = _slices(xpad, kernel_size, stride, (1, 1), oh, ow)
+        out = next(it).copy()
+        for s in it:
+            out += s
+        out /= _avg_divisor(xp, x.shape[2:], x.dtype, kernel_size, stride, padding, oh, ow, count_include_pad, divisor_override)
+        return out
+    return avg_pool2d
+
+
+def _avg_pool2d_backward(xp):
+    def avg_pool2d_backward(gy, input_size, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                            divisor_override):
+        H, W = input_size
+        oh, ow, pads = _pool_geometry((H, W), kernel_size, stride, padding, (1, 1), ceil_mode)
+        if gy.shape[2:] != (oh, ow):
+            raise ValueError("avg_pool2d_backward: grad shape")
+        g = gy / _avg_divisor(xp, (H, W), gy.dtype, kernel_size, stride, padding, oh, ow, count_include_pad, divisor_override)
+        g = g.astype(gy.dtype, copy=False)
+        dx = xp.zeros(gy.shape[:2] + (H + sum(pads[0]), W + sum(pads[1])), gy.dtype)
+        for s in _slices(dx, kernel_size, stride, (1, 1), oh, ow):
+            s += g
+        return xp.ascontiguousarray(_unpad(xp, dx, pads, H, W))
+    return avg_pool2d_backward
+
+
+def _adaptive_matrix(xp, size, out, dtype):
+    """(out, size) averaging matrix of adaptive pooling: row i averages
+    [floor(i*size/out), ceil((i+1)*size/out))."""
+    i = np.arange(out)
+    start = (i * size) // out
+    end = -((-(i + 1) * size) // out)
+    j = np.arange(size)
+    m = ((j >= start[:, None]) & (j < end[:, None])) / (end - start)[:, None]
+    return xp.asarray(m.astype(dtype))
+
+
+def _adaptive_avg_pool2d(xp):
+    def adaptive_avg_pool2d(x, output_size):
+        _check_pool_input(x)
+        oh, ow = output_size
+        mh = _adaptive_matrix(xp, x.shape[2], oh, x.dtype)
+        mw = _adaptive_matrix(xp, x.shape[3], ow, x.dtype)
+        return xp.matmul(mh, xp.matmul(x, mw.T))
+    return adaptive_avg_pool2d
+
+
+def _adaptive_avg_pool2d_backward(xp):
+    def adaptive_avg_pool2d_backward(gy, input_size):
+        oh, ow = gy.shape[2:]
+        mh = _adaptive_matrix(xp, input_size[0], oh, gy.dtype)
+        mw = _adaptive_matrix(xp, input_size[1], ow, gy.dtype)
+        return xp.matmul(mh.T, xp.matmul(gy, mw))
+    return adaptive_avg_pool2d_backward
+
+
+def nearest_source_index(out, size, scale, exact=False):
+    """PyTorch's nearest-neighbour source index along one axis, in float32 as upstream
+    (including its exact shortcuts for same size and 2x); `scale` is the user's
+    scale_factor (the kernel uses 1/scale_factor) or None (then size/out)."""
+    i = np.arange(out)
+    if not exact and out == size:
+        return i
+    if not exact and out == 2 * size:
+        return i >> 1
+    s = np.float32(1.0 / scale) if scale else np.float32(size) / np.float32(out)
+    if exact:
+        src = np.floor(((i + 0.5) * np.float64(s)).astype(np.float32))
+    else:
+        src = np.floor(i.astype(np.float32) * s)
+    return np.minimum(src.astype(np.int64), size - 1)
+
+
+def _upsample_nearest2d(xp):
+    def upsample_nearest2d(x, output_size, scales, exact):
+        _check_pool_input(x)
+        (oh, ow), (sh, sw) = output_size, scales
+        ih = nearest_source_index(oh, x.shape[2], sh, exact)
+        iw = nearest_source_index(ow, x.shape[3], sw, exact)
+        return x.take(xp.asarray(ih), axis=2).take(xp.asarray(iw), axis=3)
+    return upsample_nearest2d
+
+
+def _sum_groups(xp, g, index, size, axis):
+    """Adjoint of `take(index, axis)`: sum the slices of g that read each source row.
+    `index` is non-decreasing, so each source row's readers are a contiguous run; loop
+    over the run lengths (at most ceil(out/size)), not over rows."""
+    counts = np.bincount(index, minlength=size)
+    first = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    shape = list(g.shape)
+    shape[axis] = size
+    out = xp.zeros(shape, g.dtype)
+    for r in range(int(counts.max()) if counts.size else 0):
+        rows = np.nonzero(counts > r)[0]
+        src = xp.asarray(first[rows] + r)
+        dst = (slice(None),) * axis + (xp.asarray(rows),)
+        out[dst] += g.take(src, axis=axis)
+    return out
+
+
+def _upsample_nearest2d_backward(xp):
+    def upsample_nearest2d_backward(gy, input_size, output_size, scales, exact):
+        (H, W), (oh, ow), (sh, sw) = input_size, output_size, scales
+        if gy.shape[2:] != (oh, ow):
+            raise ValueError("upsample_nearest2d_backward: grad shape")
+        ih = nearest_source_index(oh, H, sh, exact)
+        iw = nearest_source_index(ow, W, sw, exact)
+        n, c = gy.shape[:2]
+        if oh % H == 0 and ow % W == 0 and (ih == np.arange(oh) // (oh // H)).all() and \
+                (iw == np.arange(ow) // (ow // W)).all():  # integer factors: a reshape-sum
+            return gy.reshape(n, c, H, oh // H, W, ow // W).sum(axis=(3, 5))
+        return _sum_groups(xp, _sum_groups(xp, gy, ih, H, 2), iw, W, 3)
+    return upsample_nearest2d_backward
+
+
+# ---------------------------------------------------------------- pooling rules
+
+def _pool_input(op, x, floating=True):
+    if len(x.shape) != 4:
+        fail(op, (x,), f"expected a 4-d input (N, C, H, W), got {len(x.shape)}-d {fmt_shape(x.shape)}")
+    if floating and not x.dtype.is_floating_point:
+        fail(op, (x,), f"expected a floating-point input, got {x.dtype.name}")
+
+
+def _check_window(op, x, kernel_size, stride, padding, dilation, ceil_mode):
+    if any(k < 1 for k in kernel_size):
+        fail(op, (x,), f"kernel_size must be positive, got {tuple(kernel_size)}")
+    if any(s < 1 for s in stride):
+        fail(op, (x,), f"stride must be positive, got {tuple(stride)}")
+    if any(d < 1 for d in dilation):
+        fail(op, (x,), f"dilation must be positive, got {tuple(dilation)}")
+    if any(p < 0 or p > k // 2 for p, k in zip(padding, kernel_size)):
+        fail(op, (x,), f"pad should be at most half of kernel size, but got padding={tuple(padding)} "
+             f"and kernel_size={tuple(kernel_size)}")
+    oh = pool_output_size(x.shape[2], kernel_size[0], stride[0], padding[0], dilation[0], ceil_mode)
+    ow = pool_output_size(x.shape[3], kernel_size[1], stride[1], padding[1], dilation[1], ceil_mode)
+    if oh <= 0 or ow <= 0:
+        fail(op, (x,), f"given input size {fmt_shape(x.shape[1:])}, calculated output size "
+             f"({x.shape[1]}x{oh}x{ow}) is too small")
+    return oh, ow
+
+
+def _max_pool2d_rule(x, kernel_size, stride, padding, dilation, ceil_mode):
+    _pool_input("max_pool2d", x)
+    oh, ow = _check_window("max_pool2d", x, kernel_size, stride, padding, dilation, ceil_mode)
+    return Spec(tuple(x.shape[:2]) + (oh, ow), x.dtype)
+
+
+def _max_pool2d_backward_rule(gy, x, kernel_size, stride, padding, dilation, ceil_mode):
+    out = _max_pool2d_rule(x, kernel_size, stride, padding, dilation, ceil_mode)
+    if tuple(gy.shape) != out.shape or gy.dtype is not x.dtype:
+        fail("max_pool2d_backward", (gy, x), f"expected grad_output of shape {fmt_shape(out.shape)} "
+             f"and dtype {x.dtype.name}")
+    return Spec(tuple(x.shape), x.dtype)
+
+
+def _max_pool2d_select_rule(v, x, kernel_size, stride, padding, dilation, ceil_mode):
+    out = _max_pool2d_rule(x, kernel_size, stride, padding, dilation, ceil_mode)
+    if tuple(v.shape) != tuple(x.shape) or v.dtype is not x.dtype:
+        fail("max_pool2d_select", (v, x), "expected values of the input's shape and dtype")
+    return out
+
+
+def _max_pool2d_indices_rule(x, kernel_size, stride, padding, dilation, ceil_mode):
+    out = _max_pool2d_rule(x, kernel_size, stride, padding, dilation, ceil_mode)
+    return Spec(out.shape, dtypes.int64)
+
+
+def _avg_pool2d_rule(x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
+    _pool_input("avg_pool2d", x)
+    oh, ow = _check_window("avg_pool2d", x, kernel_size, stride, padding, (1, 1), ceil_mode)
+    if divisor_override is not None and divisor_override == 0:
+        fail("avg_pool2d", (x,), "divisor must be not zero")
+    return Spec(tuple(x.shape[:2]) + (oh, ow), x.dtype)
+
+
+def _avg_pool2d_backward_rule(gy, input_size, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                              divisor_override):
+    x = Spec(tuple(gy.shape[:2]) + tuple(input_size), gy.dtype)
+    out = _avg_pool2d_rule(x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+    if tuple(gy.shape) != out.shape:
+        fail("avg_pool2d_backward", (gy,), f"expected grad_output of shape {fmt_shape(out.shape)} for input "
+             f"size {tuple(input_size)}")
+    return x
+
+
+def _adaptive_rule(x, output_size):
+    _pool_input("adaptive_avg_pool2d", x)
+    if len(output_size) != 2 or any(o < 1 for o in output_size):
+        fail("adaptive_avg_pool2d", (x,), f"expected output_size of two positive ints, got {output_size}")
+    if any(n == 0 for n in x.shape[2:]):
+        fail("adaptive_avg_pool2d", (x,), "expected non-empty spatial dimensions")
+    return Spec(tuple(x.shape[:2]) + tuple(output_size), x.dtype)
+
+
+def _adaptive_backward_rule(gy, input_size):
+    _pool_input("adaptive_avg_pool2d_backward", gy)
+    return Spec(tuple(gy.shape[:2]) + tuple(input_size), gy.dtype)
+
+
+def _upsample_rule(x, output_size, scales, exact):
+    _pool_input("upsample_nearest2d", x, floating=False)
+    if len(output_size) != 2 or any(o < 1 for o in output_size):
+        fail("upsample_nearest2d", (x,), f"expected output size of two positive ints, got {output_size}")
+    if any(n == 0 for n in x.shape[2:]):
+        fail("upsample_nearest2d", (x,), "expected non-empty spatial dimensions")
+    return Spec(tuple(x.shape[:2]) + tuple(output_size), x.dtype)
+
+
+def _upsample_backward_rule(gy, input_size, output_size, scales, exact):
+    _pool_input("upsample_nearest2d_backward", gy)
+    if tuple(gy.shape[2:]) != tuple(output_size):
+        fail("upsample_nearest2d_backward", (gy,), f"expected grad_output of spatial size {tuple(output_size)}")
+    return Spec(tuple(gy.shape[:2]) + tuple(input_size), gy.dtype)
+
+
+_WINDOW = ("kernel_size", "stride", "padding", "dilation", "ceil_mode")
+_AVG = ("kernel_size", "stride", "padding", "ceil_mode", "count_include_pad", "divisor_override")
+
+declare("max_pool2d", ("x",), _max_pool2d, _max_pool2d_rule, attrs=_WINDOW)
+declare("max_pool2d_backward", ("gy", "x"), _max_pool2d_backward, _max_pool2d_backward_rule, attrs=_WINDOW,
+        doc="the gradient of max_pool2d: gy routed to each window's first argmax in x")
+declare("max_pool2d_select", ("v", "x"), _max_pool2d_select, _max_pool2d_select_rule, attrs=_WINDOW,
+        doc="v read at each window's first argmax of x (the adjoint of max_pool2d_backward)")
+declare("max_pool2d_indices", ("x",), _max_pool2d_indices, _max_pool2d_indices_rule, attrs=_WINDOW,
+        differentiable=False, doc="flat H*W index of each window's first max (return_indices)")
+declare("avg_pool2d", ("x",), _avg_pool2d, _avg_pool2d_rule, attrs=_AVG)
+declare("avg_pool2d_backward", ("gy",), _avg_pool2d_backward, _avg_pool2d_backward_rule,
+        attrs=("input_size",) + _AVG)
+declare("adaptive_avg_pool2d", ("x",), _adaptive_avg_pool2d, _adaptive_rule, attrs=("output_size",))
+declare("adaptive_avg_pool2d_backward", ("gy",), _adaptive_avg_pool2d_backward, _adaptive_backward_rule,
+        attrs=("input_size",))
+declare("upsample_nearest2d", ("x",), _upsample_nearest2d, _upsample_rule,
+        attrs=("output_size", "scales", "exact"))
+declare("upsample_nearest2d_backward", ("gy",), _upsample_nearest2d_backward, _upsample_backward_rule,
+        attrs=("input_size", "output_size", "scales", "exact"))
+

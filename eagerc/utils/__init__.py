@@ -1,0 +1,4 @@
+"""eagerc.utils: data loading (eagerc.utils.data)."""
+from . import data  # noqa: F401
+
+__all__ = ["data"]
