@@ -14,7 +14,7 @@ def per_call_us(fn, number=None, repeat=9, budget_s=0.05):
 def try_torch():
     try:
         import torch
-        torch.set_num_threads(2)
+        torch.set_num_threads(int(__import__("os").environ.get("TORCH_THREADS", "1")))
         return torch
     except ImportError:
         return None

@@ -53,7 +53,10 @@ class Node:
                  "out_dtype", "hooks", "retained", "created_at", "__weakref__")
 
     def name(self):
-        return self.op.name.capitalize() + "Backward"
+        n = self.op.name
+        if "_" in n or n.islower():  # declared ops are snake_case; Function classes are CamelCase
+            n = "".join(part.capitalize() for part in n.split("_"))
+        return n + "Backward0"
 
     @property
     def next_functions(self):

@@ -251,8 +251,6 @@ def test_register_hook_needs_requires_grad():
         eagerc.tensor([1.0]).register_hook(lambda g: g)
 
 
-@pytest.mark.xfail(strict=True, reason="lead: dispatch.Node.name uses str.capitalize(), giving "
-                                       "'MyexpBackward' and 'Nan_to_numBackward'")
 def test_grad_fn_names_are_camel_case_like_pytorch():
     class MyExp(autograd.Function):
         @staticmethod

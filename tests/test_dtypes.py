@@ -226,9 +226,6 @@ def test_dtype_objects():
         assert E.tensor([1], dtype=d).numpy().dtype == d.np
 
 
-@pytest.mark.xfail(strict=True, reason="lead: elementwise._check_operand passes np.float64 (a float "
-                                       "subclass) to the kernel unchanged, so numpy's NEP 50 makes the "
-                                       "result float64 although result_dtype says float32")
 def test_numpy_scalars_promote_like_python_scalars():
     t = E.tensor([1.0, 2.0])
     assert (t * np.float64(2.0)).dtype == F32

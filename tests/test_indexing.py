@@ -411,3 +411,25 @@ def test_index_put_rule():
         OPS["index_put"].meta(x, Spec((3, 4), dtypes.float32), i, index=(("tensor", 0),), accumulate=False)
     with pytest.raises(TypeError, match="values of dtype float64"):
         OPS["index_put"].meta(x, Spec((4,), dtypes.float64), i, index=(("tensor", 0),), accumulate=False)
+
+
+_I = np.array([[0, 2, 2], [1, 0, 0]])
+
+
+@pytest.mark.parametrize("name, fn", [
+    ("gather", lambda x, s: x.gather(1, eagerc.tensor(_I)) * s[:, :3]),
+    ("scatter", lambda x, s: x.scatter(1, eagerc.tensor([[0, 2, 1], [2, 1, 0]]), s[:, :3] * s[:, :3])),
+    ("scatter_add", lambda x, s: x.scatter_add(1, eagerc.tensor(_I), s * s) * x),
+    ("index_select", lambda x, s: x.index_select(1, eagerc.tensor([2, 0, 2])) * s[:, :3]),
+    ("index_add", lambda x, s: x.index_add(1, eagerc.tensor([2, 0, 2, 1]), s * s) * x),
+    ("masked_select", lambda x, s: eagerc.masked_select(x * s[:, :3], eagerc.tensor([True, False, True]))),
+    ("masked_fill", lambda x, s: x.masked_fill(eagerc.tensor([True, False, True]), 0.0) * x),
+    ("index_put_accumulate", lambda x, s: eagerc.index_put(x, (eagerc.tensor([0, 0, 1]),), s[0, :3] * x[1],
+                                                           accumulate=True) * x),
+])
+def test_double_backward(name, fn):
+    rng = np.random.default_rng(0)
+    x = t64(rng.standard_normal((2, 3)), requires_grad=True)
+    s = t64(rng.standard_normal((2, 4)), requires_grad=True)
+    assert eagerc.autograd.gradcheck(fn, [x, s])
+    assert eagerc.autograd.gradgradcheck(fn, [x, s])

@@ -159,14 +159,16 @@ def _leaf_hooks(leaf, g):
     return g
 
 
-def _accumulate_leaf(leaf, g, create_graph):
+def _accumulate_leaf(leaf, g, create_graph, exclusive):
+    """Add g into leaf.grad. `exclusive`: g's array is referenced by nothing else (not a
+    view, not the user's gradient, not given to another leaf), so it can be kept as is."""
     if g.data.dtype != leaf.data.dtype:
         g = g.to(leaf.dtype)
+        exclusive = True
     if not create_graph:
         g = g.detach()
     if leaf.grad is None:
-        # a fresh array: the gradient may alias another leaf's (add passes g through)
-        leaf.grad = g if create_graph else g.clone()
+        leaf.grad = g if create_graph or exclusive else g.clone()
     else:
         leaf.grad = leaf.grad + g
 
@@ -246,12 +248,15 @@ def run_backward(roots, root_grads, retain_graph=False, create_graph=False, targ
                     deps[edge] = left
                     if left == 0:
                         ready.append(edge)
+        shared = {id(g.data) for g in root_grads}  # arrays a .grad must not alias
         for leaf, g in leaves.items():
             g = _leaf_hooks(leaf, g)
             if capture is not None:
                 capture[leaf] = g
             else:
-                _accumulate_leaf(leaf, g, create_graph)
+                d = g.data
+                _accumulate_leaf(leaf, g, create_graph, d.base is None and id(d) not in shared)
+                shared.add(id(d))
     finally:
         dispatch.set_grad_enabled(prev_mode)
     if capture is not None:

@@ -17,6 +17,7 @@ from .._api import (arange, exp, log, log1p, expm1, erf, minimum, rand, relu as 
 from .._tensor import Tensor
 from ..autograd.engine import _saved_input
 from ..autograd.formulas import defgrad, defgrad_node
+from .. import dispatch
 from ..dispatch import apply
 from ..runtime.ops import OPS
 from ..runtime.ops import nn as _nn_kernels  # noqa: F401  (declares the fused ops; until load_all has "nn")
@@ -35,12 +36,22 @@ __all__ = [
     "binary_cross_entropy", "binary_cross_entropy_with_logits", "kl_div",
     # decompositions of the fused ops
     "linear_decomposed", "softmax_decomposed", "log_softmax_decomposed", "layer_norm_decomposed",
-    "cross_entropy_decomposed", "embedding_decomposed",
+    "cross_entropy_decomposed", "embedding_decomposed", "gelu_decomposed",
 ]
 
 _LINEAR, _SOFTMAX, _LOG_SOFTMAX = OPS["linear"], OPS["softmax"], OPS["log_softmax"]
 _LAYER_NORM, _CROSS_ENTROPY, _PAD = OPS["layer_norm"], OPS["cross_entropy"], OPS["pad"]
 _EMBEDDING, _EMBEDDING_BACKWARD = OPS["embedding"], OPS["embedding_backward"]
+_GELU, _GELU_BACKWARD = OPS["gelu"], OPS["gelu_backward"]
+_SOFTMAX_BACKWARD, _LOG_SOFTMAX_BACKWARD = OPS["softmax_backward"], OPS["log_softmax_backward"]
+_LAYER_NORM_BACKWARD, _LAYER_NORM_WEIGHT_BACKWARD = OPS["layer_norm_backward"], OPS["layer_norm_weight_backward"]
+_CROSS_ENTROPY_BACKWARD = OPS["cross_entropy_backward"]
+
+
+def _first_order():
+    """True while a plain backward runs (grad mode off): derivatives may use the fused
+    `*_backward` kernels. Under create_graph=True they use their Tensor-op formulas."""
+    return not dispatch._grad_enabled
 
 
 def _float_input(name, x):
@@ -125,7 +136,15 @@ def leaky_relu(input, negative_slope=0.01, inplace=False):
 
 
 def gelu(input, approximate="none"):
-    """x * Phi(x): exact with erf ('none'), or the tanh approximation ('tanh')."""
+    """x * Phi(x): exact with erf ('none'), or the tanh approximation ('tanh'). One fused op."""
+    if approximate not in ("none", "tanh"):
+        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    if input.data.dtype.kind != "f":
+        _float_input("gelu", input)
+    return apply(_GELU, (input,), {"approximate": approximate})
+
+
+def gelu_decomposed(input, approximate="none"):
     if approximate == "none":
         return input * (erf(input * (1 / math.sqrt(2))) + 1) * 0.5
     if approximate == "tanh":
@@ -252,8 +271,33 @@ def log_softmax_decomposed(input, dim):
     return shifted - shifted.exp().sum(dim, keepdim=True).log()
 
 
-defgrad("softmax", lambda g, out, dim: out * (g - (g * out).sum(dim, keepdim=True)))
-defgrad("log_softmax", lambda g, out, dim: g - out.exp() * g.sum(dim, keepdim=True))
+def _softmax_grad(g, out, dim):
+    if _first_order():
+        return apply(_SOFTMAX_BACKWARD, (g, out), {"dim": dim})
+    return out * (g - (g * out).sum(dim, keepdim=True))
+
+
+def _log_softmax_grad(g, out, dim):
+    if _first_order():
+        return apply(_LOG_SOFTMAX_BACKWARD, (g, out), {"dim": dim})
+    return g - out.exp() * g.sum(dim, keepdim=True)
+
+
+def _gelu_grad(g, x, approximate):
+    if _first_order():
+        return apply(_GELU_BACKWARD, (g, x), {"approximate": approximate})
+    if approximate == "tanh":
+        k = math.sqrt(2 / math.pi)
+        t = _tanh((x + x * x * x * 0.044715) * k)
+        return g * ((t + 1) * 0.5 + x * (1 - t * t) * (x * x * (3 * 0.044715) + 1) * (0.5 * k))
+    cdf = (erf(x * (1 / math.sqrt(2))) + 1) * 0.5
+    pdf = exp(x * x * -0.5) * (1 / math.sqrt(2 * math.pi))
+    return g * (cdf + x * pdf)
+
+
+defgrad("softmax", _softmax_grad)
+defgrad("log_softmax", _log_softmax_grad)
+defgrad("gelu", _gelu_grad)
 for _n in ("softmax", "log_softmax", "softmin"):
     setattr(Tensor, _n, lambda self, dim=None, dtype=None, _f=globals()[_n]: _f(self, dim, 4, dtype))
 
@@ -389,17 +433,23 @@ def _layer_norm_grad(node, g):
     k = len(node.attrs["normalized_shape"])
     axes = tuple(range(x.ndim - k, x.ndim))
     lead = tuple(range(x.ndim - k))
+    gx = gw = gb = None
+    if b_edge is not None:
+        gb = g.sum(lead) if lead else g
+    if _first_order():
+        if x_edge is not None:
+            gx = apply(_LAYER_NORM_BACKWARD, (g, x, weight), node.attrs)
+        if w_edge is not None:
+            gw = apply(_LAYER_NORM_WEIGHT_BACKWARD, (g, x), node.attrs)
+        return gx, gw, gb
     xc = x - x.mean(axes, keepdim=True)
     rstd = ((xc * xc).mean(axes, keepdim=True) + node.attrs["eps"]).rsqrt()
     xhat = xc * rstd
-    gx = gw = gb = None
     if x_edge is not None:
         gy = g * weight if weight is not None else g
         gx = (gy - gy.mean(axes, keepdim=True) - xhat * (gy * xhat).mean(axes, keepdim=True)) * rstd
     if w_edge is not None:
         gw = (g * xhat).sum(lead) if lead else g * xhat
-    if b_edge is not None:
-        gb = g.sum(lead) if lead else g
     return gx, gw, gb
 
 
@@ -788,6 +838,9 @@ def cross_entropy_decomposed(input, target, weight=None, ignore_index=-100, redu
 
 def _cross_entropy_grad(g, x, target, weight, ignore_index, reduction, label_smoothing):
     """d loss / d x = scale * valid * (softmax(x) * coef - target distribution)."""
+    if _first_order():
+        return apply(_CROSS_ENTROPY_BACKWARD, (g, x, target, weight),
+                     {"ignore_index": ignore_index, "reduction": reduction, "label_smoothing": label_smoothing})
     cd = _class_dim(x)
     C = x.shape[cd]
     cshape = _class_shape(x)

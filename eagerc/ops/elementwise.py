@@ -6,6 +6,8 @@ graphs show every conversion.
 """
 import math
 
+import numpy as _np
+
 from ..dispatch import apply
 from ..autograd.formulas import defgrad
 from ..runtime import dtypes
@@ -51,10 +53,9 @@ def _promote(args, floating=False):
 
 
 def _check_operand(name, x):
+    if isinstance(x, _np.generic):  # np.float64 is a float, but must promote like a Python scalar
+        return x.item()
     if not isinstance(x, (Tensor, int, float, bool)):
-        import numpy as np
-        if isinstance(x, (np.number, np.bool_)):
-            return x.item()
         raise TypeError(f"{name}: expected a Tensor or a Python number, got {type(x).__name__}")
     return x
 

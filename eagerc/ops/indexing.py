@@ -14,6 +14,15 @@ Derivatives scatter the output gradient back: getitem/index through `index_put`
 (accumulating, so repeated indices add up), gather through scatter_add,
 index_select through index_add. Each of those is differentiable in turn, so double
 backward works.
+
+Like PyTorch: a 0-d integer tensor used as a key acts as an int (a view); with
+repeated indices a non-accumulating write keeps the last value and the values' gradient
+is g[index] for every entry (as PyTorch's); scatter with repeats is only defined up to
+which value wins. Unlike PyTorch: negative slice steps work (numpy's meaning).
+Not yet supported: writing, with autograd on, into a *view* of a tensor that requires
+grad (`h[0][1] = v`, or `h[0] += v`, which Python runs as h[0].__iadd__): commit()
+refuses in-place ops on views whose result requires grad; `h[0, 1] = v` and
+`h[[0]] += v` work.
 """
 import operator
 import warnings

@@ -7,7 +7,6 @@ from them. Operands of different dtypes are cast to their common dtype first
 with Tensor ops, so they differentiate again (second derivatives, traced backward).
 """
 import math
-import types
 
 from ..autograd.engine import _saved_input, sum_to
 from ..autograd.formulas import defgrad, defgrad_node
@@ -20,7 +19,7 @@ from .._tensor import Tensor
 from .elementwise import result_dtype, cast
 from . import reduction
 
-__all__ = ["matmul", "mm", "bmm", "mv", "dot", "inner", "outer", "ger", "einsum", "linalg"]
+__all__ = ["matmul", "mm", "bmm", "mv", "dot", "inner", "outer", "ger", "einsum"]
 
 _MATMUL = OPS["matmul"]
 _EINSUM = OPS["einsum"]
@@ -255,14 +254,6 @@ def _linalg_norm(A, ord=None, dim=None, keepdim=False, *, dtype=None):
                        f"given, got shape {tuple(A.data.shape)}")
 
 
-# `eagerc.linalg` (the module's `linalg` attribute, exported by `from .ops.linalg import *`)
-linalg = types.ModuleType("eagerc.linalg", "Linear algebra functions (torch.linalg): norm, vector_norm, "
-                          "matrix_norm, matmul.")
-linalg.norm = _linalg_norm
-linalg.vector_norm = vector_norm
-linalg.matrix_norm = matrix_norm
-linalg.matmul = matmul
-linalg.__all__ = ["norm", "vector_norm", "matrix_norm", "matmul"]
 
 # ---------------------------------------------------------------- Tensor methods and operators
 

@@ -62,7 +62,6 @@ class Adagrad(Optimizer):
                 s = state["sum"].data
                 xp.multiply(g, g, out=t2)
                 s += t2
-                bump_version(state["sum"], "addcmul_")
                 xp.sqrt(s, out=t2)
                 t2 += eps
                 xp.divide(g, t2, out=t2)

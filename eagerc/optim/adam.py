@@ -68,7 +68,6 @@ class Adam(Optimizer):
                 if amsgrad:
                     vmax = state["max_exp_avg_sq"]
                     xp.maximum(vmax.data, v, out=vmax.data)
-                    bump_version(vmax, "maximum")
                     v = vmax.data
                 bias1 = 1 - beta1 ** step
                 bias2_sqrt = math.sqrt(1 - beta2 ** step)
@@ -78,8 +77,6 @@ class Adam(Optimizer):
                 xp.divide(m, t2, out=t2)
                 t2 *= lr * bias2_sqrt / bias1
                 d -= t2
-                bump_version(state["exp_avg"], "lerp_")
-                bump_version(state["exp_avg_sq"], "addcmul_")
                 bump_version(p, "addcdiv_")
         return loss
 

@@ -55,9 +55,9 @@ def advance_step(state):
     step = state["step"]
     if not isinstance(step, Tensor):  # a state dict that stored a plain number
         step = state["step"] = wrap(np.asarray(float(step), np.float32))
-    s = step.data
-    s += 1
-    return float(s)
+    value = float(step.data) + 1.0
+    step.data[()] = value
+    return value
 
 
 class Optimizer:
@@ -146,10 +146,13 @@ class Optimizer:
 
     def _scratch(self, a, n):
         """n reusable work arrays shaped like `a` (shared by all params of one shape)."""
-        xp = array_module(a)
-        key = (a.shape, a.dtype.str, a.strides, id(xp), getattr(a, "device", None) if xp is not np else None)
+        if type(a) is np.ndarray:
+            key = (a.shape, a.dtype)
+        else:
+            key = (a.shape, a.dtype, a.device.id)
         bufs = self._scratch_cache.get(key)
         if bufs is None or len(bufs) < n:
+            xp = array_module(a)
             bufs = self._scratch_cache[key] = [xp.empty_like(a) for _ in range(n)]
         return bufs
 

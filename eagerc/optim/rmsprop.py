@@ -52,13 +52,11 @@ class RMSprop(Optimizer):
                 xp.multiply(g, g, out=t2)
                 t2 *= 1 - alpha
                 s += t2
-                bump_version(state["square_avg"], "addcmul_")
                 if centered:
                     a = state["grad_avg"].data
                     a *= alpha
                     xp.multiply(g, 1 - alpha, out=t2)
                     a += t2
-                    bump_version(state["grad_avg"], "lerp_")
                     xp.multiply(a, a, out=t2)
                     xp.subtract(s, t2, out=t2)
                     xp.sqrt(t2, out=t2)
@@ -71,7 +69,6 @@ class RMSprop(Optimizer):
                     b = buf.data
                     b *= momentum
                     b += t2
-                    bump_version(buf, "addcdiv_")
                     xp.multiply(b, lr, out=t2)
                 else:
                     t2 *= lr

@@ -53,7 +53,6 @@ class SGD(Optimizer):
                             b += t
                         else:
                             b += g
-                        bump_version(buf, "mul_")
                     if nesterov:  # p -= lr * (g + momentum * b)
                         xp.multiply(g, lr, out=t)
                         d -= t

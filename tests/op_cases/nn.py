@@ -34,7 +34,8 @@ def _softmax(x, dim):
 
 def _log_softmax(x, dim):
     z = x - x.max(axis=dim, keepdims=True, initial=-np.inf)
-    return z - np.log(np.exp(z).sum(axis=dim, keepdims=True))
+    with np.errstate(divide="ignore"):  # empty inputs
+        return z - np.log(np.exp(z).sum(axis=dim, keepdims=True))
 
 
 def _reduce(loss, reduction):
@@ -54,7 +55,8 @@ def _ref_nll(logp, target, weight=None, ignore_index=-100, reduction="mean"):
     w = (np.ones(lp.shape[-1]) if weight is None else weight)[t] * valid
     loss = -picked * w
     if reduction == "mean":
-        return loss.sum() / w.sum()
+        with np.errstate(invalid="ignore"):  # an empty batch gives nan
+            return loss.sum() / w.sum()
     return _reduce(loss, reduction)
 
 
@@ -73,7 +75,8 @@ def _ref_ce(x, target, weight=None, ignore_index=-100, reduction="mean", label_s
     if reduction == "mean":
         valid = target != ignore_index
         w = (np.ones(C) if weight is None else weight)[np.where(valid, target, 0)] * valid
-        return loss.sum() / w.sum()
+        with np.errstate(invalid="ignore"):  # an empty batch gives nan
+            return loss.sum() / w.sum()
     return _reduce(loss, reduction)
 
 

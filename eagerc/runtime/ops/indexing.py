@@ -381,26 +381,24 @@ def _getitem_rule(x, index):
 
 def _index(xp):
     def index_(x, *indices, index):
-        if len(index) == 1 and index[0][0] == "tensor" and x.ndim:  # x[i], the common case
-            i = indices[0]
-            if i.dtype.kind not in _INT_KINDS or xp is not np:
-                _check_dtypes("index", [(0, 0, "tensor", 0, 1, None)], indices)
-                _check_range("index", i, 0, x.shape[0], True)
+        if xp is np and len(index) == 1 and index[0][0] == "tensor" and x.ndim \
+                and indices[0].dtype.kind in _INT_KINDS:  # x[i], the common case, straight to numpy
             try:
-                return x[i]
+                return x[indices[0]]
             except IndexError:
-                _check_range("index", i, 0, x.shape[0], True)
+                _check_range("index", indices[0], 0, x.shape[0], True)
                 raise
         key, adv = plan("index", x.shape, index, [a.ndim for a in indices])
-        view = x[key]
         if not adv:
-            return view.copy()
+            return x[key].copy()
         _check_dtypes("index", adv, indices)
         _check_counts(xp, "index", adv, indices)
         if xp is not np:
             _check_tensor_ranges("index", x.shape, adv, indices)
+        # x[i] and x[mask] skip the basic part (numpy is faster without the extra view)
+        sub = indices[0] if len(index) == 1 else _residual(adv, indices)
         try:
-            return view[_residual(adv, indices)]
+            return (x if len(index) == 1 else x[key])[sub]
         except IndexError:
             _check_tensor_ranges("index", x.shape, adv, indices)
             raise

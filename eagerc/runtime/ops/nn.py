@@ -3,20 +3,29 @@
 Each op here is a *composite*: it could be written with primitives, and the frontend
 keeps exactly that decomposition next to its fast path. The pairs are
 
-| op (fast eager kernel here) | derivative (Tensor ops)          | decomposition (eagerc/nn/functional.py) |
-|-----------------------------|----------------------------------|-----------------------------------------|
-| `linear(x, weight, bias)`   | `linear` again + `sum`           | `linear_decomposed`: matmul + add        |
-| `softmax(x; dim)`           | `out * (g - sum(g * out))`       | `softmax_decomposed`: amax, sub, exp, sum, div |
-| `log_softmax(x; dim)`       | `g - exp(out) * sum(g)`          | `log_softmax_decomposed`                 |
-| `layer_norm(x, w, b; ...)`  | the usual xhat formula           | `layer_norm_decomposed`: mean, var, rsqrt |
-| `cross_entropy(x, t, w; ...)` | `softmax(x)` minus the target distribution | `cross_entropy_decomposed`: log_softmax + one-hot pick |
-| `embedding(weight, idx)`    | `embedding_backward` (scatter-add) | `embedding_decomposed`: index_select    |
-| `pad(x; pad, value)`        | `pad` with the negated widths (a crop) | -- (already a primitive)           |
+| op (fast eager kernel here)   | derivative (eagerc/nn/functional.py)         | decomposition (same file)      |
+|-------------------------------|----------------------------------------------|--------------------------------|
+| `linear(x, weight, bias)`     | `linear` again (g @ W, g.T @ x) + `sum`      | `linear_decomposed`            |
+| `softmax(x; dim)`             | `out * (g - sum(g * out))`                   | `softmax_decomposed`           |
+| `log_softmax(x; dim)`         | `g - exp(out) * sum(g)`                      | `log_softmax_decomposed`       |
+| `layer_norm(x, w, b; ...)`    | the xhat formula                             | `layer_norm_decomposed`        |
+| `cross_entropy(x, t, w; ...)` | `softmax(x) * coef - target distribution`    | `cross_entropy_decomposed`     |
+| `gelu(x; approximate)`        | `g * (Phi(x) + x phi(x))` (or the tanh form) | `gelu_decomposed`              |
+| `embedding(weight, idx)`      | `embedding_backward` (a scatter-add)         | `embedding_decomposed`         |
+| `pad(x; pad, value)`          | `pad` with negated widths (a crop)           | -- (a primitive itself)        |
 
-Eager mode runs the kernel (one numpy pass instead of four to ten); the derivative
-is written with Tensor ops, so higher-order gradients and traced backward graphs
-work; the compiler can swap in the decomposition to fuse it with its neighbours
-(tests/test_nn_functional.py checks each decomposition equals its fast path).
+Each derivative exists twice, and both are tested against each other and against
+finite differences: the formula written with Tensor ops (used under
+`create_graph=True`, so second derivatives work), and for plain first-order
+backward one fused kernel declared here, `<op>_backward` (softmax_backward,
+log_softmax_backward, layer_norm_backward + layer_norm_weight_backward,
+cross_entropy_backward, gelu_backward, embedding_backward), the way PyTorch has
+`_softmax_backward_data` or `nll_loss_backward`. Backward kernels are ops like any
+other: the tracer records them when it watches `loss.backward()`.
+
+Eager mode runs the kernel (one numpy pass instead of four to ten); the compiler can
+swap in the decomposition to fuse it with its neighbours (tests/test_nn_functional.py
+checks each decomposition equals its fast path, values and gradients).
 
 Kernels are xp-generic (numpy or cupy); class dimensions and normalised dimensions
 are attributes, so the shape rules below work on shapes alone.
@@ -101,23 +110,52 @@ def _softmax_rule(name):
     return rule
 
 
+def _softmax_backward(xp):
+    def softmax_backward(g, out, dim):
+        if not out.ndim:  # softmax of a 0-d tensor is the constant 1
+            return xp.zeros_like(g)
+        gx = g * out
+        gx -= out * gx.sum(axis=dim, keepdims=True)
+        return gx
+    return softmax_backward
+
+
+def _log_softmax_backward(xp):
+    def log_softmax_backward(g, out, dim):
+        if not out.ndim:
+            return xp.zeros_like(g)
+        return g - xp.exp(out) * g.sum(axis=dim, keepdims=True)
+    return log_softmax_backward
+
+
+def _softmax_backward_rule(g, out, dim):
+    if tuple(g.shape) != tuple(out.shape) or g.dtype is not out.dtype:
+        fail("softmax_backward", (g, out), "the gradient and the output must have one shape and dtype")
+    return Spec(tuple(out.shape), out.dtype)
+
+
 declare("softmax", ("x",), _softmax, _softmax_rule("softmax"), attrs=("dim",))
 declare("log_softmax", ("x",), _log_softmax, _softmax_rule("log_softmax"), attrs=("dim",))
+declare("softmax_backward", ("g", "out"), _softmax_backward, _softmax_backward_rule, attrs=("dim",),
+        differentiable=False)
+declare("log_softmax_backward", ("g", "out"), _log_softmax_backward, _softmax_backward_rule, attrs=("dim",),
+        differentiable=False)
 
 
 # ---------------------------------------------------------------- layer_norm
 
+def _normalized(xp, x, normalized_shape, eps):
+    """x as (rows, features), normalised per row, and 1/std per row."""
+    x2 = x.reshape(-1, _numel(normalized_shape)) if x.size else x.reshape(0, _numel(normalized_shape))
+    xc = x2 - x2.mean(axis=1, keepdims=True)
+    rstd = 1.0 / xp.sqrt((xc * xc).mean(axis=1, keepdims=True) + eps)
+    xc *= rstd
+    return xc, rstd
+
+
 def _layer_norm(xp):
     def layer_norm(x, weight, bias, normalized_shape, eps):
-        k = len(normalized_shape)
-        lead = x.shape[:x.ndim - k]
-        x2 = x.reshape(_numel(lead), -1) if x.size else x.reshape(_numel(lead), _numel(normalized_shape))
-        mu = x2.mean(axis=1, keepdims=True)
-        xc = x2 - mu
-        var = (xc * xc).mean(axis=1, keepdims=True)
-        var += eps
-        xc *= 1.0 / xp.sqrt(var)
-        y = xc.reshape(x.shape)
+        y = _normalized(xp, x, normalized_shape, eps)[0].reshape(x.shape)
         if weight is not None:
             y *= weight
         if bias is not None:
@@ -140,43 +178,186 @@ def _layer_norm_rule(x, weight, bias, normalized_shape, eps):
     return Spec(tuple(x.shape), x.dtype)
 
 
+def _layer_norm_backward(xp):
+    def layer_norm_backward(g, x, weight, normalized_shape, eps):
+        xhat, rstd = _normalized(xp, x, normalized_shape, eps)
+        gy = g.reshape(xhat.shape)
+        if weight is not None:
+            gy = gy * weight.reshape(1, -1)
+        gx = gy - gy.mean(axis=1, keepdims=True)
+        gx -= xhat * (gy * xhat).mean(axis=1, keepdims=True)
+        gx *= rstd
+        return gx.reshape(x.shape)
+    return layer_norm_backward
+
+
+def _layer_norm_weight_backward(xp):
+    def layer_norm_weight_backward(g, x, normalized_shape, eps):
+        xhat, _ = _normalized(xp, x, normalized_shape, eps)
+        xhat *= g.reshape(xhat.shape)
+        return xhat.sum(axis=0).reshape(tuple(normalized_shape))
+    return layer_norm_weight_backward
+
+
+def _layer_norm_backward_rule(g, x, weight, normalized_shape, eps):
+    _layer_norm_rule(x, weight, None, normalized_shape, eps)
+    if tuple(g.shape) != tuple(x.shape):
+        fail("layer_norm_backward", (g, x), "the gradient must have the input's shape")
+    return Spec(tuple(x.shape), x.dtype)
+
+
+def _layer_norm_weight_backward_rule(g, x, normalized_shape, eps):
+    _layer_norm_backward_rule(g, x, None, normalized_shape, eps)
+    return Spec(tuple(normalized_shape), x.dtype)
+
+
 declare("layer_norm", ("x", "weight", "bias"), _layer_norm, _layer_norm_rule,
         attrs=("normalized_shape", "eps"))
+declare("layer_norm_backward", ("g", "x", "weight"), _layer_norm_backward, _layer_norm_backward_rule,
+        attrs=("normalized_shape", "eps"), differentiable=False)
+declare("layer_norm_weight_backward", ("g", "x"), _layer_norm_weight_backward, _layer_norm_weight_backward_rule,
+        attrs=("normalized_shape", "eps"), differentiable=False)
+
+
+# ---------------------------------------------------------------- gelu
+
+_SQRT_HALF = 0.7071067811865476
+_SQRT_2_OVER_PI = 0.7978845608028654
+_INV_SQRT_2PI = 0.3989422804014327
+
+
+def _gelu(xp):
+    from .elementwise import _erf
+    erf = _erf(xp)
+
+    def gelu(x, approximate="none"):
+        if approximate == "tanh":
+            inner = x * x
+            inner *= 0.044715
+            inner += 1.0
+            inner *= x * _SQRT_2_OVER_PI
+            y = xp.tanh(inner)
+        else:
+            y = erf(x * _SQRT_HALF)
+        y += 1.0
+        y *= x
+        y *= 0.5
+        return y.astype(x.dtype, copy=False)
+    return gelu
+
+
+def _gelu_backward(xp):
+    from .elementwise import _erf
+    erf = _erf(xp)
+
+    def gelu_backward(g, x, approximate="none"):
+        if approximate == "tanh":
+            x2 = x * x
+            t = xp.tanh(_SQRT_2_OVER_PI * x * (1 + 0.044715 * x2))
+            d = 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * _SQRT_2_OVER_PI * (1 + 3 * 0.044715 * x2)
+        else:
+            d = 0.5 * (1 + erf(x * _SQRT_HALF)) + x * xp.exp(-0.5 * x * x) * _INV_SQRT_2PI
+        d *= g
+        return d.astype(x.dtype, copy=False)
+    return gelu_backward
+
+
+def _gelu_rule(x, approximate="none"):
+    if not x.dtype.is_floating_point:
+        fail("gelu", (x,), "expected a floating-point input", TypeError)
+    if approximate not in ("none", "tanh"):
+        fail("gelu", (x,), f"approximate must be 'none' or 'tanh', got {approximate!r}", ValueError)
+    return Spec(tuple(x.shape), x.dtype)
+
+
+def _gelu_backward_rule(g, x, approximate="none"):
+    if tuple(g.shape) != tuple(x.shape):
+        fail("gelu_backward", (g, x), "the gradient must have the input's shape")
+    return _gelu_rule(x, approximate)
+
+
+declare("gelu", ("x",), _gelu, _gelu_rule, attrs=("approximate",))
+declare("gelu_backward", ("g", "x"), _gelu_backward, _gelu_backward_rule, attrs=("approximate",),
+        differentiable=False)
 
 
 # ---------------------------------------------------------------- cross_entropy (class indices)
 
+def _ce_layout(xp, x, target):
+    """Logits as (rows, C), flat targets, and a function that puts a (rows, C) result back
+    in x's layout (classes on dim 1, or dim 0 for an unbatched (C,) input)."""
+    if x.ndim == 1:
+        return x[None], target.reshape(1), lambda r: r[0]
+    if x.ndim == 2:
+        return x, target, lambda r: r
+    moved = xp.moveaxis(x, 1, -1)
+    shape = moved.shape
+    return (moved.reshape(-1, x.shape[1]), target.reshape(-1),
+            lambda r: xp.ascontiguousarray(xp.moveaxis(r.reshape(shape), -1, 1)))
+
+
+def _ce_targets(xp, t, C, ignore_index, dtype, weight):
+    """(valid mask, targets with ignored ones set to 0, per-row weight w[t] * valid)."""
+    valid = t != ignore_index
+    t = xp.where(valid, t, 0)
+    if t.size and (int(t.min()) < 0 or int(t.max()) >= C):
+        bad = int(t.max()) if int(t.max()) >= C else int(t.min())
+        raise IndexError(f"cross_entropy: target {bad} is out of bounds for {C} classes")
+    wt = valid.astype(dtype) if weight is None else weight[t] * valid
+    return valid, t, wt
+
+
 def _cross_entropy(xp):
     def cross_entropy(x, target, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0):
-        if x.ndim == 1:  # unbatched: (C,) and a 0-d target
-            out = cross_entropy(x[None], target.reshape(1), weight, ignore_index, reduction, label_smoothing)
-            return out.reshape(()) if reduction == "none" else out
-        C = x.shape[1]
-        out_shape = (x.shape[0],) + x.shape[2:]
-        if x.ndim > 2:  # classes last, then one (N*d1*..., C) problem
-            x = xp.moveaxis(x, 1, -1)
-        x = x.reshape(-1, C)
-        t = target.reshape(-1)
-        z = x - x.max(axis=1, keepdims=True)
+        x2, t, back = _ce_layout(xp, x, target)
+        C = x2.shape[1]
+        z = x2 - x2.max(axis=1, keepdims=True)
         z -= xp.log(xp.exp(z).sum(axis=1, keepdims=True))  # log-probabilities
-        valid = t != ignore_index
-        t = xp.where(valid, t, 0)
-        if t.size and (int(t.min()) < 0 or int(t.max()) >= C):
-            bad = int(t.max()) if int(t.max()) >= C else int(t.min())
-            raise IndexError(f"cross_entropy: target {bad} is out of bounds for {C} classes")
-        picked = xp.take_along_axis(z, t[:, None], axis=1)[:, 0]
-        wt = valid.astype(x.dtype) if weight is None else weight[t] * valid
-        loss = -picked * wt
+        valid, t, wt = _ce_targets(xp, t, C, ignore_index, x.dtype, weight)
+        loss = z[xp.arange(t.shape[0]), t]
+        loss *= -wt
         if label_smoothing:
             smooth = -(z.sum(axis=1) if weight is None else z @ weight)
             loss = (1 - label_smoothing) * loss + (label_smoothing / C) * smooth * valid
         if reduction == "none":
-            return loss.reshape(out_shape).astype(x.dtype, copy=False)
+            return loss.reshape(target.shape).astype(x.dtype, copy=False)
         total = loss.sum()
         if reduction == "mean":
-            total = total / wt.sum()
+            denom = wt.sum()
+            total = total / denom if denom != 0 else xp.nan  # all targets ignored: nan, like PyTorch
         return xp.asarray(total, dtype=x.dtype)
     return cross_entropy
+
+
+def _cross_entropy_backward(xp):
+    def cross_entropy_backward(g, x, target, weight=None, ignore_index=-100, reduction="mean",
+                               label_smoothing=0.0):
+        """d loss / d x = scale * valid * (softmax(x) * coef - target distribution)."""
+        x2, t, back = _ce_layout(xp, x, target)
+        n, C = x2.shape
+        p = x2 - x2.max(axis=1, keepdims=True)
+        xp.exp(p, out=p)
+        p /= p.sum(axis=1, keepdims=True)
+        valid, t, wt = _ce_targets(xp, t, C, ignore_index, x.dtype, weight)
+        rows = xp.arange(n)
+        eps = label_smoothing
+        if eps:
+            validf = valid.astype(x.dtype)
+            total_w = C if weight is None else weight.sum()
+            p *= (wt * (1 - eps) + validf * (eps * total_w / C))[:, None]
+            p[rows, t] -= wt * (1 - eps)
+            p -= validf[:, None] * (eps / C if weight is None else weight * (eps / C))
+        else:
+            p *= wt[:, None]
+            p[rows, t] -= wt
+        if reduction == "none":
+            p *= g.reshape(-1, 1)
+        elif reduction == "sum":
+            p *= g
+        else:
+            p *= g / wt.sum()
+        return back(p)
+    return cross_entropy_backward
 
 
 def _cross_entropy_rule(x, target, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0):
@@ -200,8 +381,19 @@ def _cross_entropy_rule(x, target, weight=None, ignore_index=-100, reduction="me
     return Spec(expected if reduction == "none" else (), x.dtype)
 
 
+def _cross_entropy_backward_rule(g, x, target, weight=None, **attrs):
+    loss = _cross_entropy_rule(x, target, weight, **attrs)
+    if tuple(g.shape) != tuple(loss.shape):
+        fail("cross_entropy_backward", (g, x, target), f"the gradient must have the loss's shape "
+             f"{fmt_shape(loss.shape)}")
+    return Spec(tuple(x.shape), x.dtype)
+
+
 declare("cross_entropy", ("x", "target", "weight"), _cross_entropy, _cross_entropy_rule,
         attrs=("ignore_index", "reduction", "label_smoothing"))
+declare("cross_entropy_backward", ("g", "x", "target", "weight"), _cross_entropy_backward,
+        _cross_entropy_backward_rule, attrs=("ignore_index", "reduction", "label_smoothing"),
+        differentiable=False)
 
 
 # ---------------------------------------------------------------- embedding
