@@ -87,6 +87,8 @@ def explain_failure(op, arrays, attrs, exc):
         op.meta(*specs, **(attrs or {}))
     except (RuntimeError, TypeError, ValueError, IndexError) as rule_error:
         return rule_error
+    if str(exc).startswith(op.name + ":"):  # the kernel already explained itself
+        return exc
     from .runtime.ops.meta import describe
     return type(exc)(f"{op.name}: failed on inputs {describe(_fmt_specs(arrays))}"
                      f"{' with ' + repr(attrs) if attrs else ''}: {exc}")

@@ -221,6 +221,7 @@ def load(f, map_location=None, *, weights_only=True, mmap=None):
     device names to devices ({'cuda:0': 'cpu'}). weights_only and mmap are accepted
     for PyTorch compatibility (loading never runs code anyway)."""
     st = _safetensors()
+    _check_map_location(map_location)
     if hasattr(f, "read"):
         where = getattr(f, "name", None) or "<file object>"
         data = f.read()
@@ -303,6 +304,8 @@ class _Decoder:
         kind = node.get("$type")
         if kind is None:
             return {k: self.decode(v) for k, v in node.items()}
+        if kind in ("tensor", "ndarray"):
+            return self.tensor(node, kind)
         try:
             if kind == "dict":
                 d = OrderedDict() if node.get("ordered") else {}
@@ -313,8 +316,6 @@ class _Decoder:
                 return tuple(self.decode(v) for v in node["items"])
             if kind == "float":
                 return float(node["value"])
-            if kind in ("tensor", "ndarray"):
-                return self.tensor(node, kind)
             if kind == "dtype":
                 from .runtime import dtypes
                 return dtypes.as_dtype(node["name"])
@@ -336,19 +337,23 @@ class _Decoder:
         return k
 
     def tensor(self, node, kind):
-        name = node["key"]
+        try:
+            name, dtype, shape, crc = node["key"], node["dtype"], list(node["shape"]), int(node["crc32"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise self.fail(f"corrupted checkpoint: malformed {kind!r} entry in the structure metadata "
+                            f"({type(e).__name__}: {e})") from None
         cached = self.cache.get(name)
         if cached is not None:
             return cached
         arr = self.arrays.get(name)
         if arr is None:
             raise self.fail(f"corrupted checkpoint: tensor {name!r} listed in the metadata is missing from the file")
-        if arr.dtype.name != node["dtype"] or list(arr.shape) != list(node["shape"]):
+        if arr.dtype.name != dtype or list(arr.shape) != shape:
             raise self.fail(f"corrupted checkpoint: tensor {name!r} is {arr.dtype.name}{list(arr.shape)} in "
-                            f"the file but {node['dtype']}{list(node['shape'])} in the metadata")
-        crc = zlib.crc32(memoryview(arr.copy(order="C") if not arr.flags.c_contiguous else arr).cast("B")) \
+                            f"the file but {dtype}{shape} in the metadata")
+        actual = zlib.crc32(memoryview(arr if arr.flags.c_contiguous else arr.copy(order="C")).cast("B")) \
             if arr.size else 0
-        if crc != node["crc32"]:
+        if actual != crc:
             raise self.fail(f"corrupted checkpoint: the data of tensor {name!r} does not match its checksum")
         self.used.add(name)
         if not (arr.flags.writeable and arr.flags.aligned):
@@ -388,7 +393,19 @@ class _Decoder:
             return device(saved)
         if isinstance(m, dict):
             return device(m.get(saved, saved))
-        if callable(m) and not isinstance(m, str):
-            raise TypeError("map_location: eagerc takes a device, a device name or a dict of device names "
-                            "(not a function)")
         return device(m)
+
+
+def _check_map_location(m):
+    from .runtime.device import Device, device
+    if m is None or isinstance(m, Device):
+        return
+    if isinstance(m, dict):
+        for v in m.values():
+            device(v)
+        return
+    if isinstance(m, str):
+        device(m)
+        return
+    raise TypeError(f"map_location: eagerc takes None, a device, a device name or a dict of device names, "
+                    f"not {type(m).__name__}")

@@ -1060,3 +1060,13 @@ def test_integer_results_do_not_require_grad():
         assert not y.requires_grad and y.grad_fn is None
     with pytest.raises(RuntimeError, match="does not require grad"):
         (x.long() * 2).sum().backward()
+
+
+def test_leaf_grads_never_alias_each_other_or_the_user_gradient():
+    a = eagerc.tensor([1.0, 2.0], requires_grad=True)
+    b = eagerc.tensor([3.0, 4.0], requires_grad=True)
+    g = eagerc.tensor([1.0, 1.0])
+    (a + b).backward(g)  # add passes g through to both leaves
+    a.grad.data[0] = 100.0
+    np.testing.assert_array_equal(b.grad.numpy(), [1.0, 1.0])
+    np.testing.assert_array_equal(g.numpy(), [1.0, 1.0])

@@ -198,12 +198,11 @@ def test_one_cycle_state_dict_round_trip(tmp_path):
     _lrs(opt, sched, 5)
     save({"o": opt.state_dict(), "s": sched.state_dict()}, tmp_path / "c.safetensors")
     expected = _lrs(opt, sched, 10)
-    opt2 = _opt(cls=optim.Adam)
+    opt2 = _opt(cls=optim.Adam)  # the usual order: build both, then load both
+    sched2 = S.OneCycleLR(opt2, max_lr=0.3, total_steps=20)
     ck = load(tmp_path / "c.safetensors")
     opt2.load_state_dict(ck["o"])
-    sched2 = S.OneCycleLR(opt2, max_lr=0.3, total_steps=20, last_epoch=4)
     sched2.load_state_dict(ck["s"])
-    opt2.param_groups[0]["lr"] = expected[0][0]
     assert _lrs(opt2, sched2, 10) == expected
 
 
@@ -241,6 +240,5 @@ def test_reduce_lr_on_plateau():
     for loss in [5, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4]:
         sched.step(loss)
         lrs.append(opt.param_groups[0]["lr"])
-    assert lrs[:4] == [1.0, 1.0, 1.0, 1.0] and lrs[4] == 0.5
-    assert min(lrs) == 0.125 or min(lrs) >= 0.1
+    assert lrs == [1.0] * 4 + [0.5] * 4 + [0.25] * 4 + [0.125] * 2
     assert sched.get_last_lr() == [lrs[-1]]

@@ -127,9 +127,21 @@ def _record_all(cases):
     return rec.seen
 
 
-def test_shape_rules_match_kernels_and_every_op_has_a_case():
-    seen = _record_all(CASES)
-    missing = sorted(set(OPS) - seen)
+_SEEN = []
+
+
+def _seen_ops():
+    if not _SEEN:
+        _SEEN.append(_record_all(CASES))
+    return _SEEN[0]
+
+
+def test_shape_rules_match_kernels():
+    assert _seen_ops()  # _Recorder.record asserts each rule against its kernel's output
+
+
+def test_every_op_has_a_case():
+    missing = sorted(set(OPS) - _seen_ops())
     assert not missing, f"declared ops that no op-table case exercises: {missing}"
 
 

@@ -400,3 +400,76 @@ def test_adam_bias_correction_first_step():
     opt.step()
     np.testing.assert_allclose(p.detach().numpy(), [-0.1, 0.1, -0.1, 0.1], rtol=1e-4)
     assert math.isclose(opt.state[p]["step"].item(), 1.0)
+
+
+# ---------------------------------------------------------------- eagerc.nn.utils
+
+def _with_grads(grads):
+    ps = []
+    for g in grads:
+        p = eagerc.zeros(*np.shape(g), requires_grad=True)
+        p.grad = eagerc.tensor(np.asarray(g, dtype=np.float32))
+        ps.append(p)
+    return ps
+
+
+@pytest.mark.parametrize("norm_type", [2.0, 1, 3.5, math.inf, "inf"])
+def test_clip_grad_norm(norm_type):
+    from eagerc.nn.utils import clip_grad_norm_
+    rng = np.random.default_rng(0)
+    gs = [rng.standard_normal((4, 3)), rng.standard_normal(5)]
+    ps = _with_grads(gs) + [eagerc.zeros(2, requires_grad=True)]  # one param without a grad
+    flat = np.concatenate([g.ravel() for g in gs])
+    p = float(norm_type)
+    ref = np.abs(flat).max() if p == math.inf else (np.abs(flat) ** p).sum() ** (1 / p)
+    total = clip_grad_norm_(ps, max_norm=0.5, norm_type=norm_type)
+    assert isinstance(total, eagerc.Tensor) and total.ndim == 0 and total.dtype == eagerc.float32
+    assert total.item() == pytest.approx(ref, rel=1e-5)
+    scale = 0.5 / (ref + 1e-6)
+    for q, g in zip(ps, gs):
+        np.testing.assert_allclose(q.grad.numpy(), g * scale, rtol=1e-5)
+    assert ps[2].grad is None
+    # below the limit nothing changes
+    before = [q.grad.numpy().copy() for q in ps[:2]]
+    clip_grad_norm_(ps, max_norm=100.0, norm_type=norm_type)
+    for q, b in zip(ps, before):
+        np.testing.assert_array_equal(q.grad.numpy(), b)
+
+
+def test_clip_grad_norm_edge_cases():
+    from eagerc.nn.utils import clip_grad_norm_
+    p = _with_grads([[3.0, 4.0]])[0]
+    total = clip_grad_norm_(p, 1.0)  # a single tensor is accepted
+    assert total.item() == pytest.approx(5.0) and p.grad.numpy() == pytest.approx([0.6, 0.8], rel=1e-5)
+    assert clip_grad_norm_([eagerc.zeros(2, requires_grad=True)], 1.0).item() == 0.0
+    bad = _with_grads([[np.inf, 1.0]])
+    with pytest.raises(RuntimeError, match="non-finite"):
+        clip_grad_norm_(bad, 1.0, error_if_nonfinite=True)
+    assert not math.isfinite(clip_grad_norm_(bad, 1.0).item())
+
+
+def test_clip_grad_value():
+    from eagerc.nn.utils import clip_grad_value_
+    ps = _with_grads([[-3.0, 0.5, 2.0], [[10.0, -0.1]]])
+    v0 = ps[0].grad._version
+    clip_grad_value_(ps, 1.0)
+    assert ps[0].grad.tolist() == [-1.0, 0.5, 1.0] and ps[1].grad.numpy().tolist() == [[1.0, pytest.approx(-0.1)]]
+    assert ps[0].grad._version == v0 + 1
+
+
+def test_parameters_to_vector_and_back():
+    from eagerc.nn.utils import parameters_to_vector, vector_to_parameters
+    m = eagerc.nn.Linear(3, 2)
+    vec = parameters_to_vector(m.parameters())
+    assert vec.shape == (8,)
+    np.testing.assert_array_equal(vec.detach().numpy()[:6], m.weight.detach().numpy().ravel())
+    (vec * eagerc.arange(8.0)).sum().backward()  # differentiable
+    np.testing.assert_array_equal(m.bias.grad.numpy(), [6.0, 7.0])
+    w = m.weight
+    ref = m.weight.detach()  # shares memory: the update is in place
+    vector_to_parameters(eagerc.arange(8.0), m.parameters())
+    assert m.weight is w and ref.tolist() == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]] and m.bias.tolist() == [6.0, 7.0]
+    with pytest.raises(ValueError, match="elements"):
+        vector_to_parameters(eagerc.zeros(5), m.parameters())
+    with pytest.raises(TypeError, match="expected eagerc.Tensor"):
+        vector_to_parameters([0.0] * 8, m.parameters())

@@ -122,3 +122,28 @@ CASES = [
     Case("linspace", lambda x: eagerc.linspace(0, 1, 5) + x, lambda x: np.linspace(0, 1, 5) + x, [((5,),)]),
     Case("eye", lambda x: eagerc.eye(3, 4) * x, lambda x: np.eye(3, 4) * x, [((4,),)]),
 ]
+
+# random creation ops: the op plumbing (seed/offset attributes) against eagerc.runtime.random,
+# whose formulas are checked against an independent Philox in tests/test_random.py
+
+
+def _gen():
+    return eagerc.Generator().manual_seed(7)
+
+
+def _words_ref(kind, shape, dtype=np.float64, **kw):
+    from eagerc.runtime import random as R
+    return getattr(R, kind)(7, 0, shape, dtype=dtype, **kw) if kind in ("uniform", "normal") else None
+
+
+CASES += [
+    Case("rand", lambda x: eagerc.rand(3, 4, generator=_gen(), dtype=x.dtype) + x,
+         lambda x: _words_ref("uniform", (3, 4), x.dtype) + x, [((4,),)]),
+    Case("randn", lambda x: eagerc.randn(3, 4, generator=_gen(), dtype=x.dtype) * x,
+         lambda x: _words_ref("normal", (3, 4), x.dtype) * x, [((4,),)], rtol=1e-12),
+    Case("randint", lambda x: eagerc.randint(0, 10, (3, 4), generator=_gen()) + x,
+         lambda x: __import__("eagerc").runtime.random.integers(7, 0, (3, 4), 0, 10, np.int64) + x,
+         [((4,),)]),
+    Case("randperm", lambda x: eagerc.randperm(6, generator=_gen()) * x,
+         lambda x: __import__("eagerc").runtime.random.permutation(7, 0, 6) * x, [((6,),)]),
+]

@@ -226,19 +226,43 @@ _SQRT_2_OVER_PI = 0.7978845608028654
 _INV_SQRT_2PI = 0.3989422804014327
 
 
-def _gelu(xp):
+def _erf_for(xp, dtype):
+    """erf for arrays of `dtype`: scipy's (correctly rounded to float64) for float64,
+    and for float32/float16 on numpy the Abramowitz-Stegun 7.1.26 rational formula
+    (|error| < 1.5e-7, below float32's resolution near 1; PyTorch's vectorised CPU
+    erf uses the same formula) -- about 8x faster than scipy's float32 erf."""
     from .elementwise import _erf
-    erf = _erf(xp)
+    if xp.__name__ != "numpy" or dtype == "float64":
+        return _erf(xp)
 
+    def erf(x):
+        a = xp.abs(x)
+        t = a * 0.3275911
+        t += 1.0
+        xp.reciprocal(t, out=t)
+        r = t * 1.061405429
+        for c in (-1.453152027, 1.421413741, -0.284496736, 0.254829592):
+            r += c
+            r *= t
+        a *= a
+        xp.negative(a, out=a)
+        xp.exp(a, out=a)
+        r *= a
+        xp.subtract(1.0, r, out=r)
+        return xp.copysign(r, x, out=r)
+    return erf
+
+
+def _gelu(xp):
     def gelu(x, approximate="none"):
         if approximate == "tanh":
             inner = x * x
             inner *= 0.044715
             inner += 1.0
             inner *= x * _SQRT_2_OVER_PI
-            y = xp.tanh(inner)
+            y = xp.tanh(inner, out=inner)
         else:
-            y = erf(x * _SQRT_HALF)
+            y = _erf_for(xp, x.dtype.name)(x * _SQRT_HALF)
         y += 1.0
         y *= x
         y *= 0.5
@@ -247,16 +271,21 @@ def _gelu(xp):
 
 
 def _gelu_backward(xp):
-    from .elementwise import _erf
-    erf = _erf(xp)
-
     def gelu_backward(g, x, approximate="none"):
         if approximate == "tanh":
             x2 = x * x
             t = xp.tanh(_SQRT_2_OVER_PI * x * (1 + 0.044715 * x2))
             d = 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * _SQRT_2_OVER_PI * (1 + 3 * 0.044715 * x2)
-        else:
-            d = 0.5 * (1 + erf(x * _SQRT_HALF)) + x * xp.exp(-0.5 * x * x) * _INV_SQRT_2PI
+        else:  # Phi(x) + x phi(x)
+            d = _erf_for(xp, x.dtype.name)(x * _SQRT_HALF)
+            d += 1.0
+            d *= 0.5
+            pdf = x * x
+            pdf *= -0.5
+            xp.exp(pdf, out=pdf)
+            pdf *= x
+            pdf *= _INV_SQRT_2PI
+            d += pdf
         d *= g
         return d.astype(x.dtype, copy=False)
     return gelu_backward
@@ -286,6 +315,8 @@ declare("gelu_backward", ("g", "x"), _gelu_backward, _gelu_backward_rule, attrs=
 def _ce_layout(xp, x, target):
     """Logits as (rows, C), flat targets, and a function that puts a (rows, C) result back
     in x's layout (classes on dim 1, or dim 0 for an unbatched (C,) input)."""
+    if target.shape != x.shape[:1] + x.shape[2:] and not (x.ndim == 1 and target.ndim == 0):
+        raise ValueError("the target's shape must be the input's without the class dimension")
     if x.ndim == 1:
         return x[None], target.reshape(1), lambda r: r[0]
     if x.ndim == 2:
@@ -297,7 +328,16 @@ def _ce_layout(xp, x, target):
 
 
 def _ce_targets(xp, t, C, ignore_index, dtype, weight):
-    """(valid mask, targets with ignored ones set to 0, per-row weight w[t] * valid)."""
+    """(valid mask, targets with the ignored ones set to 0, per-row weight w[t] * valid).
+
+    The mask is None in the common case -- every target in [0, C), none ignored, no
+    class weights -- which the kernels take as "all rows count once"."""
+    if t.dtype.kind == "i":
+        outside = bool((t.view(t.dtype.str.replace("i", "u")) >= C).any()) if t.size else False  # <0 or >=C
+    else:
+        outside = bool((t >= C).any()) if t.size else False
+    if not outside and weight is None and not 0 <= ignore_index < C:
+        return None, t, None
     valid = t != ignore_index
     t = xp.where(valid, t, 0)
     if t.size and (int(t.min()) < 0 or int(t.max()) >= C):
@@ -310,20 +350,23 @@ def _ce_targets(xp, t, C, ignore_index, dtype, weight):
 def _cross_entropy(xp):
     def cross_entropy(x, target, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0):
         x2, t, back = _ce_layout(xp, x, target)
-        C = x2.shape[1]
-        z = x2 - x2.max(axis=1, keepdims=True)
-        z -= xp.log(xp.exp(z).sum(axis=1, keepdims=True))  # log-probabilities
+        n, C = x2.shape
+        z = x2 - x2.max(axis=1, keepdims=True) if n else x2.copy()
+        lse = xp.log(xp.exp(z).sum(axis=1))
         valid, t, wt = _ce_targets(xp, t, C, ignore_index, x.dtype, weight)
-        loss = z[xp.arange(t.shape[0]), t]
-        loss *= -wt
-        if label_smoothing:
-            smooth = -(z.sum(axis=1) if weight is None else z @ weight)
-            loss = (1 - label_smoothing) * loss + (label_smoothing / C) * smooth * valid
+        loss = lse - z[xp.arange(n), t]  # -log p[target]
+        if wt is not None:
+            loss *= wt
+        if label_smoothing:  # -sum_c w_c log p_c
+            smooth = lse * (C if weight is None else weight.sum()) - (z.sum(axis=1) if weight is None else z @ weight)
+            if valid is not None:
+                smooth *= valid
+            loss = (1 - label_smoothing) * loss + (label_smoothing / C) * smooth
         if reduction == "none":
             return loss.reshape(target.shape).astype(x.dtype, copy=False)
         total = loss.sum()
         if reduction == "mean":
-            denom = wt.sum()
+            denom = n if wt is None else wt.sum()
             total = total / denom if denom != 0 else xp.nan  # all targets ignored: nan, like PyTorch
         return xp.asarray(total, dtype=x.dtype)
     return cross_entropy
@@ -335,13 +378,19 @@ def _cross_entropy_backward(xp):
         """d loss / d x = scale * valid * (softmax(x) * coef - target distribution)."""
         x2, t, back = _ce_layout(xp, x, target)
         n, C = x2.shape
-        p = x2 - x2.max(axis=1, keepdims=True)
+        p = x2 - x2.max(axis=1, keepdims=True) if n else x2.copy()
         xp.exp(p, out=p)
         p /= p.sum(axis=1, keepdims=True)
         valid, t, wt = _ce_targets(xp, t, C, ignore_index, x.dtype, weight)
         rows = xp.arange(n)
         eps = label_smoothing
-        if eps:
+        if wt is None:  # every row counts once
+            if eps:
+                p[rows, t] -= 1 - eps
+                p -= eps / C
+            else:
+                p[rows, t] -= 1
+        elif eps:
             validf = valid.astype(x.dtype)
             total_w = C if weight is None else weight.sum()
             p *= (wt * (1 - eps) + validf * (eps * total_w / C))[:, None]
@@ -355,7 +404,7 @@ def _cross_entropy_backward(xp):
         elif reduction == "sum":
             p *= g
         else:
-            p *= g / wt.sum()
+            p *= g / (n if wt is None else wt.sum())
         return back(p)
     return cross_entropy_backward
 
