@@ -225,16 +225,21 @@ def load(f, map_location=None, *, weights_only=True, mmap=None):
     if hasattr(f, "read"):
         where = getattr(f, "name", None) or "<file object>"
         data = f.read()
+        structure = _read_metadata(data[:8], len(data), lambda n: data[8:8 + n], where)
+        try:
+            arrays = st.numpy.load(data)
+        except Exception as e:  # SafetensorError and friends
+            raise _bad_data(where, e) from None
     else:
         where = os.fspath(f)
-        with open(where, "rb") as fh:
-            data = fh.read()
-    structure = _read_metadata(data, where)
-    try:
-        arrays = st.numpy.load(data)
-    except Exception as e:  # SafetensorError and friends
-        raise CheckpointError(f"{where}: corrupted or truncated checkpoint: the tensor data could not be "
-                              f"read ({e})") from None
+        size = os.path.getsize(where)
+        with open(where, "rb") as fh:  # only the header is read here; safetensors reads the rest
+            structure = _read_metadata(fh.read(8), size, fh.read, where)
+        try:
+            with st.safe_open(where, framework="numpy") as sf:
+                arrays = {k: sf.get_tensor(k) for k in sf.keys()}
+        except Exception as e:
+            raise _bad_data(where, e) from None
     dec = _Decoder(arrays, where, map_location)
     obj = dec.decode(structure)
     extra = sorted(set(arrays) - dec.used)
@@ -244,8 +249,14 @@ def load(f, map_location=None, *, weights_only=True, mmap=None):
     return obj
 
 
-def _read_metadata(data, where):
-    size = len(data)
+def _bad_data(where, e):
+    return CheckpointError(f"{where}: corrupted or truncated checkpoint: the tensor data could not be read ({e})")
+
+
+def _read_metadata(first8, size, read_header, where):
+    """Validate the safetensors header (read_header(n) returns its n bytes) and return
+    the checkpoint's structure."""
+    data = first8
     if size < 8:
         raise CheckpointError(f"{where}: not an eagerc checkpoint: the file is {size} bytes long, too short "
                               "to be a safetensors file (empty or truncated?)")
@@ -260,7 +271,7 @@ def _read_metadata(data, where):
         raise CheckpointError(f"{where}: truncated checkpoint: its header needs {8 + n} bytes but the file has "
                               f"only {size}")
     try:
-        header = json.loads(bytes(data[8:8 + n]).decode("utf-8"))
+        header = json.loads(bytes(read_header(n)).decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise CheckpointError(f"{where}: corrupted checkpoint or not a safetensors file: its header is not "
                               f"valid JSON ({e})") from None

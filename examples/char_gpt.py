@@ -161,7 +161,7 @@ def estimate_loss(model, data, block_size, batch_size, iters, seed):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--steps", type=int, default=500)
     p.add_argument("--eval-every", type=int, default=50)
     p.add_argument("--eval-iters", type=int, default=8, help="batches per loss estimate")
     p.add_argument("--batch-size", type=int, default=16)

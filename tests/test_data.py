@@ -260,6 +260,15 @@ def test_workers_give_the_same_batches_as_the_main_process():
     assert got == ref and len(dl) == 10
     got, _ = run(2, prefetch_factor=1, drop_last=True)
     assert got == ref[:-1]
+    ds = _ds(13)  # TensorDataset batches are eagerc Tensors, pickled between processes
+    tensors = [_as_lists(DataLoader(ds, batch_size=3, shuffle=True, generator=_gen(4), num_workers=w)) for w in (0, 2)]
+    assert tensors[0] == tensors[1]
+
+
+def test_spawned_workers():
+    """Workers started by 'spawn' (nothing inherited: the dataset and collate_fn are pickled)."""
+    dl = DataLoader(Squares(), batch_size=8, num_workers=2, multiprocessing_context="spawn")
+    assert [b[1].tolist() for b in dl] == [b[1].tolist() for b in DataLoader(Squares(), batch_size=8)]
 
 
 def test_worker_ids_init_fn_and_seeds():
@@ -295,3 +304,19 @@ def test_worker_errors_reach_the_main_process():
         list(DataLoader(Failing(), batch_size=2, num_workers=2))
     with pytest.raises(KeyError, match="DataLoader worker process"):
         list(DataLoader(Failing(), batch_size=2, num_workers=1))
+
+
+class Dying(Dataset):
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        if get_worker_info() is not None:
+            import os
+            os._exit(3)  # the worker dies without a word
+        return i
+
+
+def test_a_dead_worker_is_reported():
+    with pytest.raises(RuntimeError, match="exited unexpectedly"):
+        list(DataLoader(Dying(), batch_size=2, num_workers=1))

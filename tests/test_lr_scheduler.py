@@ -89,7 +89,8 @@ def _one_cycle_ref(step, total, max_lr, pct_start, div, final_div, strategy, thr
               else (lambda a, b, p: a + (b - a) * p))
     e1 = pct_start * total - 1
     if three_phase:
-        phases = [(0, e1, init, max_lr), (e1, 2 * pct_start * total - 2, max_lr, init), (2 * pct_start * total - 2, total - 1, init, low)]
+        e2 = 2 * pct_start * total - 2
+        phases = [(0, e1, init, max_lr), (e1, e2, max_lr, init), (e2, total - 1, init, low)]
     else:
         phases = [(0, e1, init, max_lr), (e1, total - 1, max_lr, low)]
     for i, (s, e, a, b) in enumerate(phases):

@@ -74,11 +74,66 @@ def test_cross_entropy_matches_decomposition(kw, weighted):
     _same(lambda x: F.cross_entropy(x, t3, w, **kw), lambda x: F.cross_entropy_decomposed(x, t3, w, **kw), X3)
 
 
+def test_batch_norm_matches_decomposition():
+    x = RNG.standard_normal((4, 3, 2, 2))
+    w, b = RNG.standard_normal(3), RNG.standard_normal(3)
+    _same(lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True),
+          lambda x, w, b: F.batch_norm_decomposed(x, w, b), x, w, b)
+    _same(lambda x: F.batch_norm(x, None, None, training=True, eps=0.1),
+          lambda x: F.batch_norm_decomposed(x, eps=0.1), x[:, :, 0])
+
+
 def test_embedding_matches_decomposition():
     idx = eagerc.tensor(np.array([[0, 2, 2], [5, 1, 0]]))
     weight = RNG.standard_normal((6, 4))
     _same(lambda w: F.embedding(idx, w, padding_idx=2), lambda w: F.embedding_decomposed(idx, w, padding_idx=2),
           weight)
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu_matches_decomposition(approximate):
+    _same(lambda x: F.gelu(x, approximate), lambda x: F.gelu_decomposed(x, approximate), X3 * 3)
+
+
+def test_gelu_float32_fast_erf_is_accurate():
+    x = np.linspace(-9, 9, 20001)
+    from scipy.special import erf
+    ref = 0.5 * x * (1 + erf(x / math.sqrt(2)))
+    out = F.gelu(eagerc.tensor(x, dtype=eagerc.float32)).numpy().astype(np.float64)
+    np.testing.assert_allclose(out, ref, rtol=2e-6, atol=2e-6)
+    xt = eagerc.tensor(x, dtype=eagerc.float32, requires_grad=True)
+    F.gelu(xt).sum().backward()
+    pdf = np.exp(-x * x / 2) / math.sqrt(2 * math.pi)
+    np.testing.assert_allclose(xt.grad.numpy(), 0.5 * (1 + erf(x / math.sqrt(2))) + x * pdf, rtol=2e-6, atol=2e-6)
+
+
+# Each fused op has two derivatives: a fused `<op>_backward` kernel for plain backward and a
+# Tensor-op formula used under create_graph=True. They must agree.
+@pytest.mark.parametrize("name,fn,shapes", [
+    ("softmax", lambda x: F.softmax(x, 1), [(3, 4, 2)]),
+    ("log_softmax", lambda x: F.log_softmax(x, -1), [(3, 4)]),
+    ("layer_norm", lambda x, w, b: F.layer_norm(x, (4,), w, b), [(2, 3, 4), (4,), (4,)]),
+    ("layer_norm_2d", lambda x: F.layer_norm(x, (3, 4)), [(2, 3, 4)]),
+    ("batch_norm", lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True), [(4, 3, 2), (3,), (3,)]),
+    ("gelu", F.gelu, [(3, 4)]),
+    ("gelu_tanh", lambda x: F.gelu(x, approximate="tanh"), [(3, 4)]),
+    ("cross_entropy", lambda x: F.cross_entropy(x, eagerc.tensor([0, 3, 1])), [(3, 4)]),
+    ("cross_entropy_ignore_smooth", lambda x: F.cross_entropy(x, eagerc.tensor([0, -100, 1]), label_smoothing=0.2),
+     [(3, 4)]),
+    ("cross_entropy_weight_none", lambda x: F.cross_entropy(
+        x, eagerc.tensor([[0, 3], [2, 2]]), eagerc.tensor([1.0, 2.0, 0.5, 3.0], dtype=eagerc.float64),
+        reduction="none", label_smoothing=0.1, ignore_index=2), [(2, 4, 2)]),
+    ("cross_entropy_unbatched_sum", lambda x: F.cross_entropy(x, eagerc.tensor(2), reduction="sum"), [(4,)]),
+])
+def test_fused_backward_kernels_match_their_formulas(name, fn, shapes):
+    rng = np.random.default_rng(4)
+    xs = [t64(rng.standard_normal(s)) for s in shapes]
+    out = fn(*xs)
+    r = eagerc.tensor(rng.standard_normal(tuple(out.shape)))
+    fused = eagerc.autograd.grad((out * r).sum(), xs, retain_graph=True)
+    formula = eagerc.autograd.grad((out * r).sum(), xs, create_graph=True)
+    for a, b in zip(fused, formula):
+        np.testing.assert_allclose(a.numpy(), b.detach().numpy(), rtol=1e-10, atol=1e-12)
 
 
 # ---------------------------------------------------------------- second derivatives of the fused ops
@@ -89,6 +144,7 @@ def test_embedding_matches_decomposition():
     ("log_softmax", lambda x: F.log_softmax(x, 0), [(3, 2)], True),
     ("linear", F.linear, [(2, 3), (2, 3), (2,)], True),
     ("layer_norm", lambda x, w, b: F.layer_norm(x, (3,), w, b), [(2, 3), (3,), (3,)], True),
+    ("batch_norm", lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True), [(3, 2), (2,), (2,)], True),
     ("cross_entropy", lambda x: F.cross_entropy(x, eagerc.tensor([2, 0]), label_smoothing=0.2).reshape(1),
      [(2, 3)], True),
     ("cross_entropy_weight", lambda x: F.cross_entropy(x, eagerc.tensor([2, 0, -100]),
@@ -99,6 +155,8 @@ def test_embedding_matches_decomposition():
     ("embedding_padding", lambda w: F.embedding(eagerc.tensor([[0, 2], [2, 1]]), w, padding_idx=1) ** 2,
      [(3, 2)], False),
     ("pad", lambda x: F.pad(x, (1, -1)) ** 2, [(2, 3)], True),
+    ("gelu", F.gelu, [(2, 3)], True),
+    ("gelu_tanh", lambda x: F.gelu(x, approximate="tanh"), [(2, 3)], True),
 ])
 def test_second_derivatives(name, fn, shapes, first):
     rng = np.random.default_rng(3)

@@ -144,6 +144,8 @@ def test_truncated_files(tmp_path):
             _load_bytes(tmp_path, data[:cut])
         assert isinstance(e.value, RuntimeError)
         assert any(w in str(e.value) for w in ("truncated", "too short", "corrupted"))
+        with pytest.raises(CheckpointError, match="<file object>"):
+            load(io.BytesIO(data[:cut]))
 
 
 def test_corrupted_bytes(tmp_path):

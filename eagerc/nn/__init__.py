@@ -1,7 +1,7 @@
-"""eagerc.nn: Modules, Parameter, containers, layers, losses, `functional` and `init`."""
+"""eagerc.nn: Modules, Parameter, containers, layers, losses, `functional`, `init` and `utils`."""
 from .. import _api  # noqa: F401  (the whole frontend first: `import eagerc.nn` may come before `eagerc.<x>`)
 from .parameter import Parameter, Buffer  # noqa: F401
 from .modules import *  # noqa: F401,F403
 from .modules import Module, RemovableHandle  # noqa: F401
-from . import functional, init  # noqa: F401
-from . import modules  # noqa: F401
+from . import functional, init, modules  # noqa: F401
+from . import utils  # noqa: F401,E402

@@ -2,11 +2,15 @@
 
 Most functions are compositions of eagerc ops, so they differentiate (to any order)
 and trace without rules of their own. The hot composites -- linear, softmax,
-log_softmax, layer_norm, cross_entropy (class indices), embedding and constant pad --
-run one fused kernel declared in `eagerc/runtime/ops/nn.py`; their derivatives are
-attached below with `defgrad` (written with Tensor ops), and each keeps a plain
-decomposition into primitives (`softmax_decomposed`, ...) that the tests check
-against the fast path and that the compiler can use to fuse.
+log_softmax, layer_norm, batch_norm (training), cross_entropy (class indices), gelu,
+embedding and constant pad -- run one fused kernel declared in
+`eagerc/runtime/ops/nn.py` (its docstring has the table). For each, this file holds
+
+- the PyTorch-named function that applies the fused op,
+- its derivative (`defgrad` / `defgrad_node`): a formula written with Tensor ops, used
+  under create_graph=True, and a fused `<op>_backward` kernel for plain backward,
+- its decomposition into primitives (`softmax_decomposed`, ...), which the tests
+  check against the fast path and which the compiler can use to fuse.
 """
 import math
 import warnings
@@ -20,7 +24,7 @@ from ..autograd.formulas import defgrad, defgrad_node
 from .. import dispatch
 from ..dispatch import apply
 from ..runtime.ops import OPS
-from ..runtime.ops import nn as _nn_kernels  # noqa: F401  (declares the fused ops; until load_all has "nn")
+from ..runtime.ops import nn as _nn_kernels  # noqa: F401  (declares the fused ops)
 
 __all__ = [
     # linear and activations
@@ -36,7 +40,7 @@ __all__ = [
     "binary_cross_entropy", "binary_cross_entropy_with_logits", "kl_div",
     # decompositions of the fused ops
     "linear_decomposed", "softmax_decomposed", "log_softmax_decomposed", "layer_norm_decomposed",
-    "cross_entropy_decomposed", "embedding_decomposed", "gelu_decomposed",
+    "cross_entropy_decomposed", "embedding_decomposed", "gelu_decomposed", "batch_norm_decomposed",
 ]
 
 _LINEAR, _SOFTMAX, _LOG_SOFTMAX = OPS["linear"], OPS["softmax"], OPS["log_softmax"]
@@ -46,6 +50,8 @@ _GELU, _GELU_BACKWARD = OPS["gelu"], OPS["gelu_backward"]
 _SOFTMAX_BACKWARD, _LOG_SOFTMAX_BACKWARD = OPS["softmax_backward"], OPS["log_softmax_backward"]
 _LAYER_NORM_BACKWARD, _LAYER_NORM_WEIGHT_BACKWARD = OPS["layer_norm_backward"], OPS["layer_norm_weight_backward"]
 _CROSS_ENTROPY_BACKWARD = OPS["cross_entropy_backward"]
+_BATCH_NORM, _BATCH_NORM_STATS = OPS["batch_norm"], OPS["batch_norm_stats"]
+_BATCH_NORM_BACKWARD, _BATCH_NORM_WEIGHT_BACKWARD = OPS["batch_norm_backward"], OPS["batch_norm_weight_backward"]
 
 
 def _first_order():
@@ -60,10 +66,6 @@ def _float_input(name, x):
     if x.data.dtype.kind != "f":
         raise TypeError(f"{name}: expected a floating-point tensor, got {x.dtype.name} "
                         "(convert with .float() first)")
-
-
-def _dims(x, *dims):
-    return tuple(range(x.ndim)) if not dims else dims
 
 
 # =============================================================== linear
@@ -492,38 +494,79 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):
 
 def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1,
                eps=1e-5):
-    """Normalise each channel of an (N, C, *) input by batch statistics (training, which also
-    updates the running buffers in place) or by the running statistics (eval)."""
+    """Normalise each channel of an (N, C, *) input by batch statistics (training: one fused op,
+    and the running buffers are updated in place) or by the running statistics (eval)."""
     if input.ndim < 2:
         raise ValueError(f"batch_norm: expected an input of shape (N, C, *), got {tuple(input.shape)}")
-    axes = (0,) + tuple(range(2, input.ndim))
-    shape = _channel_shape(input)
+    if input.data.dtype.kind != "f":
+        _float_input("batch_norm", input)
     if training:
         count = input.numel() // input.shape[1]
         if count <= 1:
             raise ValueError(f"Expected more than 1 value per channel when training, got input size "
                              f"{list(input.shape)}")
-        mean = input.mean(axes, keepdim=True)
-        xc = input - mean
-        var = (xc * xc).mean(axes, keepdim=True)
-        y = xc * (var + eps).rsqrt()
         if running_mean is not None or running_var is not None:
             from ..autograd.grad_mode import no_grad
             with no_grad():
+                stats = apply(_BATCH_NORM_STATS, (input,))
                 if running_mean is not None:
-                    running_mean.mul_(1 - momentum).add_(mean.reshape(-1).to(running_mean.dtype) * momentum)
+                    running_mean.mul_(1 - momentum).add_(stats[0].to(running_mean.dtype) * momentum)
                 if running_var is not None:
-                    unbiased = var.reshape(-1) * (count / (count - 1))
+                    unbiased = stats[1] * (count / (count - 1))
                     running_var.mul_(1 - momentum).add_(unbiased.to(running_var.dtype) * momentum)
-    else:
-        if running_mean is None or running_var is None:
-            raise RuntimeError("batch_norm: running_mean and running_var are needed when training=False")
-        y = (input - running_mean.reshape(shape)) * (running_var.reshape(shape) + eps).rsqrt()
+        return apply(_BATCH_NORM, (input, weight, bias), {"eps": float(eps)})
+    if running_mean is None or running_var is None:
+        raise RuntimeError("batch_norm: running_mean and running_var are needed when training=False")
+    shape = _channel_shape(input)
+    scale = (running_var + eps).rsqrt()  # per-channel vectors first, then two passes over the input
+    if weight is not None:
+        scale = scale * weight
+    shift = -running_mean * scale
+    if bias is not None:
+        shift = shift + bias
+    return input * scale.reshape(shape) + shift.reshape(shape)
+
+
+def batch_norm_decomposed(input, weight=None, bias=None, eps=1e-5):
+    """The fused training-mode batch_norm op as primitives."""
+    axes = (0,) + tuple(range(2, input.ndim))
+    shape = _channel_shape(input)
+    xc = input - input.mean(axes, keepdim=True)
+    y = xc * ((xc * xc).mean(axes, keepdim=True) + eps).rsqrt()
     if weight is not None:
         y = y * weight.reshape(shape)
     if bias is not None:
         y = y + bias.reshape(shape)
     return y
+
+
+def _batch_norm_grad(node, g):
+    x = _saved_input(node, 0)
+    weight = _saved_input(node, 1)
+    x_edge, w_edge, b_edge = node.next
+    eps = node.attrs["eps"]
+    axes = (0,) + tuple(range(2, x.ndim))
+    gx = gw = gb = None
+    if b_edge is not None:
+        gb = g.sum(axes)
+    if _first_order():
+        if x_edge is not None:
+            gx = apply(_BATCH_NORM_BACKWARD, (g, x, weight), node.attrs)
+        if w_edge is not None:
+            gw = apply(_BATCH_NORM_WEIGHT_BACKWARD, (g, x), node.attrs)
+        return gx, gw, gb
+    xc = x - x.mean(axes, keepdim=True)
+    rstd = ((xc * xc).mean(axes, keepdim=True) + eps).rsqrt()
+    xhat = xc * rstd
+    if x_edge is not None:
+        gy = g * weight.reshape(_channel_shape(x)) if weight is not None else g
+        gx = (gy - gy.mean(axes, keepdim=True) - xhat * (gy * xhat).mean(axes, keepdim=True)) * rstd
+    if w_edge is not None:
+        gw = (g * xhat).sum(axes)
+    return gx, gw, gb
+
+
+defgrad_node("batch_norm", _batch_norm_grad, saves_inputs=True)
 
 
 def _norm(x, p, dim, eps):

@@ -210,7 +210,8 @@ class PolynomialLR(LRScheduler):
     def get_lr(self):
         if self.last_epoch == 0 or self.last_epoch > self.total_iters:
             return self._current()
-        f = ((1.0 - self.last_epoch / self.total_iters) / (1.0 - (self.last_epoch - 1) / self.total_iters)) ** self.power
+        e, n = self.last_epoch, self.total_iters
+        f = ((1.0 - e / n) / (1.0 - (e - 1) / n)) ** self.power
         return [lr * f for lr in self._current()]
 
     def _get_closed_form_lr(self):

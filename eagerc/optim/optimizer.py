@@ -131,6 +131,8 @@ class Optimizer:
                     if g.grad_fn is not None:
                         g.grad_fn = None
                     g.requires_grad = False
+                    if type(g.data) is np.ndarray and not g.data.flags.writeable:
+                        g.data = np.zeros_like(g.data)
                     g.data.fill(0)
                     bump_version(g, "zero_")
 

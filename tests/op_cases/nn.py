@@ -256,6 +256,12 @@ CASES = [
          lambda x, w: x / np.sqrt((x * x).mean(-1, keepdims=True) + 1e-6) * w, [((3, 4), (4,)), ((2, 3, 4), (4,))]),
     Case("nn.batch_norm_train", lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True),
          _ref_batch_norm_train, [((4, 3), (3,), (3,)), ((3, 2, 2, 2), (2,), (2,))], grad_variants=1),
+    Case("nn.batch_norm_running_stats",  # also updates (fresh) running buffers: the batch_norm_stats kernel
+         lambda x, w, b: F.batch_norm(x, _tensor(np.zeros(2)).to(x.dtype), _tensor(np.ones(2)).to(x.dtype), w, b,
+                                      training=True, momentum=0.3),
+         _ref_batch_norm_train, [((3, 2, 4), (2,), (2,))], grad_variants=1),
+    Case("nn.batch_norm_decomposed", lambda x, w, b: F.batch_norm_decomposed(x, w, b), _ref_batch_norm_train,
+         [((3, 2, 4), (2,), (2,))], grad_variants=1),
     Case("nn.batch_norm_eval",
          lambda x, w, b: F.batch_norm(x, _tensor(np.array([0.1, -0.2, 0.3])).to(x.dtype),
                                       _tensor(np.array([0.5, 1.5, 2.0])).to(x.dtype), w, b),

@@ -4,7 +4,7 @@ from .module import Module
 
 __all__ = ["ReLU", "ReLU6", "LeakyReLU", "GELU", "SiLU", "Mish", "ELU", "SELU", "CELU", "Softplus", "Softsign",
            "Tanh", "Sigmoid", "Hardtanh", "Hardsigmoid", "Hardswish", "LogSigmoid", "Tanhshrink", "Softmax",
-           "Softmin", "LogSoftmax", "GLU", "MultiheadAttention"]
+           "Softmin", "LogSoftmax", "GLU"]
 
 
 class _Inplace(Module):

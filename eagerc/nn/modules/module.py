@@ -527,9 +527,9 @@ class Module:
         load(self)
         if strict:
             if unexpected:
-                errors.insert(0, "Unexpected key(s) in state_dict: {}. ".format(", ".join(f'"{k}"' for k in unexpected)))
+                errors.insert(0, "Unexpected key(s) in state_dict: {}. ".format(_quoted(unexpected)))
             if missing:
-                errors.insert(0, "Missing key(s) in state_dict: {}. ".format(", ".join(f'"{k}"' for k in missing)))
+                errors.insert(0, "Missing key(s) in state_dict: {}. ".format(_quoted(missing)))
         if errors:
             raise RuntimeError("Error(s) in loading state_dict for {}:\n\t{}".format(
                 self._get_name(), "\n\t".join(errors)))
@@ -570,6 +570,10 @@ class Module:
             else:
                 main += "\n  " + "\n  ".join(lines) + "\n"
         return main + ")"
+
+
+def _quoted(keys):
+    return ", ".join(f'"{k}"' for k in keys)
 
 
 def _size(shape):

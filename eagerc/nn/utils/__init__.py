@@ -1,5 +1,6 @@
 """eagerc.nn.utils: gradient clipping and flat-vector conversions."""
-from .clip_grad import clip_grad_norm_, clip_grad_norm, clip_grad_value_, get_total_norm, clip_grads_with_norm_  # noqa: F401
+from .clip_grad import (clip_grad_norm_, clip_grad_norm, clip_grad_value_, get_total_norm,  # noqa: F401
+                        clip_grads_with_norm_)
 from .convert_parameters import parameters_to_vector, vector_to_parameters  # noqa: F401
 
 __all__ = ["clip_grad_norm_", "clip_grad_norm", "clip_grad_value_", "get_total_norm", "clip_grads_with_norm_",

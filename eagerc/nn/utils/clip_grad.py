@@ -20,6 +20,14 @@ def _xp(a):
     return np if type(a) is np.ndarray else xp_of(a)
 
 
+def _own(g):
+    """g's array, made writable first if backward left a read-only (broadcast) view."""
+    d = g.data
+    if type(d) is np.ndarray and not d.flags.writeable:
+        d = g.data = d.copy()
+    return d
+
+
 def _norm(a, p):
     """The p-norm of one array as a Python float (accumulated in float64)."""
     xp = _xp(a)
@@ -88,10 +96,9 @@ def clip_grads_with_norm_(parameters, max_norm, total_norm, foreach=None):
         g = p.grad
         if g is None:
             continue
-        gd = g.data
-        if not gd.flags.writeable:  # a broadcast view from backward: give the param its own array
-            gd = g.data = gd.copy()
-        gd *= coef
+        gd = _own(g)
+        with np.errstate(invalid="ignore"):  # inf * 0 is nan, as in PyTorch
+            gd *= coef
         bump_version(g, "mul_")
 
 
@@ -118,8 +125,6 @@ def clip_grad_value_(parameters, clip_value, foreach=None):
         g = p.grad
         if g is None:
             continue
-        gd = g.data
-        if not gd.flags.writeable:
-            gd = g.data = gd.copy()
+        gd = _own(g)
         _xp(gd).clip(gd, -v, v, out=gd)
         bump_version(g, "clamp_")

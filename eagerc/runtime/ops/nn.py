@@ -9,6 +9,7 @@ keeps exactly that decomposition next to its fast path. The pairs are
 | `softmax(x; dim)`             | `out * (g - sum(g * out))`                   | `softmax_decomposed`           |
 | `log_softmax(x; dim)`         | `g - exp(out) * sum(g)`                      | `log_softmax_decomposed`       |
 | `layer_norm(x, w, b; ...)`    | the xhat formula                             | `layer_norm_decomposed`        |
+| `batch_norm(x, w, b; eps)`    | the xhat formula over (N, *) per channel     | `batch_norm_decomposed`        |
 | `cross_entropy(x, t, w; ...)` | `softmax(x) * coef - target distribution`    | `cross_entropy_decomposed`     |
 | `gelu(x; approximate)`        | `g * (Phi(x) + x phi(x))` (or the tanh form) | `gelu_decomposed`              |
 | `embedding(weight, idx)`      | `embedding_backward` (a scatter-add)         | `embedding_decomposed`         |
@@ -19,6 +20,7 @@ finite differences: the formula written with Tensor ops (used under
 `create_graph=True`, so second derivatives work), and for plain first-order
 backward one fused kernel declared here, `<op>_backward` (softmax_backward,
 log_softmax_backward, layer_norm_backward + layer_norm_weight_backward,
+batch_norm_backward + batch_norm_weight_backward,
 cross_entropy_backward, gelu_backward, embedding_backward), the way PyTorch has
 `_softmax_backward_data` or `nll_loss_backward`. Backward kernels are ops like any
 other: the tracer records them when it watches `loss.backward()`.
@@ -219,6 +221,106 @@ declare("layer_norm_weight_backward", ("g", "x"), _layer_norm_weight_backward, _
         attrs=("normalized_shape", "eps"), differentiable=False)
 
 
+# ---------------------------------------------------------------- batch_norm (training: batch statistics)
+
+def _bn_axes(x):
+    return (0,) + tuple(range(2, x.ndim))
+
+
+def _bn_shape(x):
+    return (1, x.shape[1]) + (1,) * (x.ndim - 2)
+
+
+def _bn_normalized(xp, x, eps):
+    axes = _bn_axes(x)
+    xc = x - x.mean(axis=axes, keepdims=True)
+    rstd = 1.0 / xp.sqrt((xc * xc).mean(axis=axes, keepdims=True) + eps)
+    xc *= rstd
+    return xc, rstd
+
+
+def _batch_norm(xp):
+    def batch_norm(x, weight, bias, eps):
+        y, _ = _bn_normalized(xp, x, eps)
+        if weight is not None:
+            y *= weight.reshape(_bn_shape(x))
+        if bias is not None:
+            y += bias.reshape(_bn_shape(x))
+        return y
+    return batch_norm
+
+
+def _batch_norm_backward(xp):
+    def batch_norm_backward(g, x, weight, eps):
+        axes = _bn_axes(x)
+        xhat, rstd = _bn_normalized(xp, x, eps)
+        gy = g * weight.reshape(_bn_shape(x)) if weight is not None else g
+        gx = gy - gy.mean(axis=axes, keepdims=True)
+        gx -= xhat * (gy * xhat).mean(axis=axes, keepdims=True)
+        gx *= rstd
+        return gx
+    return batch_norm_backward
+
+
+def _batch_norm_weight_backward(xp):
+    def batch_norm_weight_backward(g, x, eps):
+        xhat, _ = _bn_normalized(xp, x, eps)
+        xhat *= g
+        return xhat.sum(axis=_bn_axes(x))
+    return batch_norm_weight_backward
+
+
+def _batch_norm_stats(xp):
+    def batch_norm_stats(x):
+        axes = _bn_axes(x)
+        mean = x.mean(axis=axes)
+        xc = x - mean.reshape(_bn_shape(x))
+        return xp.stack([mean, (xc * xc).mean(axis=axes)])
+    return batch_norm_stats
+
+
+def _bn_check(name, x, *specs):
+    specs = (x,) + tuple(s for s in specs if s is not None)
+    if len(x.shape) < 2:
+        fail(name, specs, "expected an input of shape (N, C, *)")
+    for s in specs[1:]:
+        if tuple(s.shape) == (x.shape[1],) or tuple(s.shape) == tuple(x.shape):
+            continue
+        fail(name, specs, f"per-channel tensors must have shape ({x.shape[1]},)")
+    if any(s.dtype is not x.dtype for s in specs) or not x.dtype.is_floating_point:
+        fail(name, specs, "expected floating-point tensors of one dtype", TypeError)
+
+
+def _batch_norm_rule(x, weight, bias, eps):
+    _bn_check("batch_norm", x, weight, bias)
+    return Spec(tuple(x.shape), x.dtype)
+
+
+def _batch_norm_backward_rule(g, x, weight, eps):
+    _bn_check("batch_norm_backward", x, g, weight)
+    return Spec(tuple(x.shape), x.dtype)
+
+
+def _batch_norm_weight_backward_rule(g, x, eps):
+    _bn_check("batch_norm_weight_backward", x, g)
+    return Spec((x.shape[1],), x.dtype)
+
+
+def _batch_norm_stats_rule(x):
+    _bn_check("batch_norm_stats", x)
+    return Spec((2, x.shape[1]), x.dtype)
+
+
+declare("batch_norm", ("x", "weight", "bias"), _batch_norm, _batch_norm_rule, attrs=("eps",),
+        doc="normalise each channel (dim 1) by the batch's mean and biased variance, then weight * x + bias")
+declare("batch_norm_backward", ("g", "x", "weight"), _batch_norm_backward, _batch_norm_backward_rule,
+        attrs=("eps",), differentiable=False)
+declare("batch_norm_weight_backward", ("g", "x"), _batch_norm_weight_backward, _batch_norm_weight_backward_rule,
+        attrs=("eps",), differentiable=False)
+declare("batch_norm_stats", ("x",), _batch_norm_stats, _batch_norm_stats_rule, differentiable=False,
+        doc="per-channel [mean, biased variance] as a (2, C) array (for the running statistics)")
+
+
 # ---------------------------------------------------------------- gelu
 
 _SQRT_HALF = 0.7071067811865476
@@ -255,6 +357,8 @@ def _erf_for(xp, dtype):
 
 def _gelu(xp):
     def gelu(x, approximate="none"):
+        shape = x.shape
+        x = x.reshape(-1)  # 1-d, so in-place ufuncs work for 0-d inputs too
         if approximate == "tanh":
             inner = x * x
             inner *= 0.044715
@@ -266,12 +370,14 @@ def _gelu(xp):
         y += 1.0
         y *= x
         y *= 0.5
-        return y.astype(x.dtype, copy=False)
+        return y.astype(x.dtype, copy=False).reshape(shape)
     return gelu
 
 
 def _gelu_backward(xp):
     def gelu_backward(g, x, approximate="none"):
+        shape = x.shape
+        x, g = x.reshape(-1), g.reshape(-1)
         if approximate == "tanh":
             x2 = x * x
             t = xp.tanh(_SQRT_2_OVER_PI * x * (1 + 0.044715 * x2))
@@ -287,7 +393,7 @@ def _gelu_backward(xp):
             pdf *= _INV_SQRT_2PI
             d += pdf
         d *= g
-        return d.astype(x.dtype, copy=False)
+        return d.astype(x.dtype, copy=False).reshape(shape)
     return gelu_backward
 
 
@@ -462,7 +568,11 @@ def _embedding_backward(xp):
         if padding_idx is not None:
             keep = idx != padding_idx
             idx, g2 = idx[keep], g2[keep]
-        xp.add.at(out, idx, g2)
+        if xp.__name__ == "numpy":
+            xp.add.at(out, idx, g2)
+        else:  # cupy
+            import cupyx
+            cupyx.scatter_add(out, idx, g2)
         return out
     return embedding_backward
 

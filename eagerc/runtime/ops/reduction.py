@@ -18,8 +18,12 @@ def _axes(dim, ndim):
 
 def _sum(xp):
     def sum_(x, dim=None, keepdim=False):
-        dt = np.int64 if x.dtype.kind in "biu" else None
-        return xp.asarray(xp.sum(x, axis=_axes(dim, x.ndim), keepdims=keepdim, dtype=dt))
+        # the array method (no __array_function__ dispatch) is the fast path; apply turns a
+        # numpy scalar result back into a 0-d array
+        axis = None if dim is None else _axes(dim, x.ndim)
+        if x.dtype.kind in "biu":
+            return x.sum(axis=axis, keepdims=keepdim, dtype=np.int64)
+        return x.sum(axis=axis, keepdims=keepdim)
     return sum_
 
 

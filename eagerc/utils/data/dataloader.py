@@ -319,8 +319,9 @@ class _MultiProcessIter(_BaseIter):
                 iq.put(None)
             except (OSError, ValueError):
                 pass
+        deadline = time.monotonic() + 5.0  # for all workers together, then terminate the rest
         for w in self._workers:
-            w.join(timeout=5)
+            w.join(timeout=max(0.0, deadline - time.monotonic()))
             if w.is_alive():
                 w.terminate()
                 w.join(timeout=1)
