@@ -49,4 +49,10 @@ result_type = _result_type
 long, int, float, double, half, short = int64, int32, float32, float64, float16, int16  # noqa: A001
 float16, bool_ = float16, bool
 
+
+# nn's fused ops (softmax, layer_norm, cross_entropy, conv...) get their derivatives and
+# Tensor methods when nn.functional is imported; the frontend is incomplete without them.
+from .nn import functional as _nn_functional  # noqa: E402,F401
+from .nn.functional import softmax, log_softmax  # noqa: E402,F401
+
 __all__ = sorted(n for n in dir() if not n.startswith("_"))

@@ -259,3 +259,50 @@ def test_top_level_names():
     if "save" not in dir(eagerc):
         pytest.xfail("eagerc._api does not re-export save/load yet (from .serialization import save, load)")
     assert eagerc.save is save and eagerc.load is load
+
+
+def test_resume_training_from_a_checkpoint(tmp_path):
+    """model + optimizer + scheduler + data order saved mid-run; the resumed run matches."""
+    from eagerc.nn.utils import clip_grad_norm_
+    from eagerc.utils.data import DataLoader, TensorDataset
+
+    eagerc.manual_seed(0)
+    x = eagerc.randn(48, 5)
+    y = (x.sum(1, keepdim=True) > 0).float()
+    ds = TensorDataset(x, y)
+
+    def build():
+        eagerc.manual_seed(1)
+        model = eagerc.nn.Sequential(eagerc.nn.Linear(5, 8), eagerc.nn.Tanh(), eagerc.nn.Linear(8, 1))
+        opt = optim.AdamW(model.parameters(), lr=0.05)
+        sched = optim.lr_scheduler.OneCycleLR(opt, max_lr=0.05, total_steps=36)
+        return model, opt, sched
+
+    def train(model, opt, sched, loader, epochs):
+        for _ in range(epochs):
+            for xb, yb in loader:
+                opt.zero_grad()
+                loss = ((model(xb) - yb) ** 2).mean()
+                loss.backward()
+                clip_grad_norm_(model.parameters(), 1.0)
+                opt.step()
+                sched.step()
+
+    gen = eagerc.Generator().manual_seed(7)
+    model, opt, sched = build()
+    loader = DataLoader(ds, batch_size=8, shuffle=True, generator=gen)
+    train(model, opt, sched, loader, 3)
+    save({"model": model.state_dict(), "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
+          "rng": gen.get_state().tolist(), "epoch": 3}, tmp_path / "run.safetensors")
+    train(model, opt, sched, loader, 3)
+
+    model2, opt2, sched2 = build()
+    ck = load(tmp_path / "run.safetensors")
+    model2.load_state_dict(ck["model"])
+    opt2.load_state_dict(ck["optimizer"])
+    sched2.load_state_dict(ck["scheduler"])
+    gen2 = eagerc.Generator().set_state(ck["rng"])
+    train(model2, opt2, sched2, DataLoader(ds, batch_size=8, shuffle=True, generator=gen2), 3)
+    for (k, a), (_, b) in zip(model.state_dict().items(), model2.state_dict().items()):
+        np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=k)
+    assert opt.param_groups[0]["lr"] == opt2.param_groups[0]["lr"]

@@ -216,6 +216,8 @@ class Optimizer:
         new_groups = []
         for g, sg in zip(groups, saved_groups):
             ng = {k: copy.deepcopy(v) for k, v in sg.items() if k != "params"}
+            for k, v in self.defaults.items():  # options the saving version did not have
+                ng.setdefault(k, v)
             ng["params"] = g["params"]
             new_groups.append(ng)
         self.state = state

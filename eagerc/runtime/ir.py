@@ -1,0 +1,262 @@
+"""The graph IR: typed values, nodes of declared ops, and a graph that reads like a program.
+
+A `Graph` is a list of `Node`s in a valid order. Every node applies one declared op
+(eagerc.runtime.ops.OPS) to input values and Python-scalar constants, with JSON-plain
+attributes, and defines one output `Value` carrying shape, dtype and device. Graph
+inputs are of three kinds:
+
+- "arg":      a tensor from the user's call (flattened from the argument structure)
+- "external": a tensor read by reference at call time (a parameter, a buffer, a closure
+              tensor), named by its module path, e.g. `layers.0.weight`
+- constants:  Python scalars written inline in a node's inputs
+
+Outputs are values plus `out_tree`, the JSON structure that rebuilds the user's return
+value. In-place updates of external tensors are explicit `mutations` (target name ->
+value), never hidden effects.
+
+The printed form is one binding per line, like a jaxpr:
+
+    graph(x: f32[8,256], layers.0.weight: f32[256,256] {external}) {
+      t0: f32[8,256] = linear(x, layers.0.weight, layers.0.bias)     # model.py:12 (layers.0)
+      return t0
+    }
+"""
+import json
+
+from . import dtypes
+from .ops import OPS
+
+__all__ = ["Value", "Node", "Graph", "FORMAT_VERSION", "short_dtype"]
+
+FORMAT_VERSION = 1
+
+_SHORT = {"float16": "f16", "float32": "f32", "float64": "f64", "int8": "i8", "int16": "i16",
+          "int32": "i32", "int64": "i64", "uint8": "u8", "bool": "bool"}
+
+
+def short_dtype(name):
+    return _SHORT.get(name, name)
+
+
+class Value:
+    """A tensor value in a graph: a unique name and its type (shape, dtype, device).
+
+    `shape` entries are ints, or strings for symbolic (dynamic) sizes such as "s0".
+    """
+    __slots__ = ("name", "shape", "dtype", "device")
+
+    def __init__(self, name, shape, dtype, device="cpu"):
+        self.name = name
+        self.shape = tuple(shape)
+        self.dtype = dtype if isinstance(dtype, str) else dtype.name
+        self.device = str(device)
+
+    def type_str(self):
+        return f"{short_dtype(self.dtype)}[{','.join(str(s) for s in self.shape)}]"
+
+    def to_json(self):
+        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype, "device": self.device}
+
+    @classmethod
+    def from_json(cls, d):
+        return cls(d["name"], d["shape"], d["dtype"], d.get("device", "cpu"))
+
+    def __repr__(self):
+        return f"%{self.name}: {self.type_str()}"
+
+
+class Node:
+    """One op application. `inputs` holds Values and Python scalars (constants)."""
+    __slots__ = ("op", "inputs", "attrs", "out", "loc", "module")
+
+    def __init__(self, op, inputs, attrs, out, loc=None, module=None):
+        self.op = op
+        self.inputs = list(inputs)
+        self.attrs = dict(attrs or {})
+        self.out = out
+        self.loc = loc          # "file.py:12" of the user's line that ran the op
+        self.module = module    # module path, e.g. "layers.0", or None
+
+    def input_values(self):
+        return [v for v in self.inputs if isinstance(v, Value)]
+
+    def copy_with(self, inputs=None, attrs=None, out=None):
+        """A node like this one (same op, location and module) with some fields replaced."""
+        return Node(self.op, self.inputs if inputs is None else inputs,
+                    self.attrs if attrs is None else attrs, self.out if out is None else out,
+                    self.loc, self.module)
+
+    def to_json(self):
+        return {"op": self.op, "inputs": [_input_json(v) for v in self.inputs],
+                "attrs": _attrs_json(self.attrs), "out": self.out.to_json(),
+                "loc": self.loc, "module": self.module}
+
+    def __repr__(self):
+        return format_node(self)
+
+
+def _input_json(v):
+    if isinstance(v, Value):
+        return {"value": v.name}
+    return {"const": v}
+
+
+def _attrs_json(attrs):
+    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in attrs.items()}
+
+
+def _fmt_input(v):
+    if isinstance(v, Value):
+        return v.name
+    return repr(v)
+
+
+def _fmt_attr(v):
+    if isinstance(v, float):
+        return repr(v)
+    if isinstance(v, (list, tuple)):
+        return "(" + ", ".join(_fmt_attr(x) for x in v) + ("," if len(v) == 1 else "") + ")"
+    return repr(v) if isinstance(v, str) else str(v)
+
+
+def format_node(node):
+    args = ", ".join(_fmt_input(v) for v in node.inputs)
+    attrs = ", ".join(f"{k}={_fmt_attr(v)}" for k, v in node.attrs.items())
+    call = f"{node.op}({args}{', ' if args and attrs else ''}{attrs})"
+    line = f"{node.out.name}: {node.out.type_str()} = {call}"
+    where = " ".join(x for x in (node.loc, f"({node.module})" if node.module else None) if x)
+    return f"{line:<60s}  # {where}" if where else line
+
+
+class Graph:
+    """A straight-line program over declared ops.
+
+    inputs:    [(kind, Value)] with kind "arg" or "external"; an external's Value name is its
+               path (e.g. "layers.0.weight")
+    nodes:     [Node] in execution order
+    outputs:   [Value]
+    out_tree:  JSON structure of the return value: {"t": i} is outputs[i], {"c": x} a constant,
+               {"tuple": [...]}, {"list": [...]}, {"dict": [[key, tree], ...]}, {"none": null}
+    mutations: [(external name, Value)] written back into that external tensor after a run;
+               a name ending in ".grad" targets that tensor's .grad
+    """
+
+    def __init__(self, inputs=(), nodes=(), outputs=(), out_tree=None, mutations=(), meta=None):
+        self.inputs = list(inputs)
+        self.nodes = list(nodes)
+        self.outputs = list(outputs)
+        self.out_tree = out_tree if out_tree is not None else {"t": 0}
+        self.mutations = list(mutations)
+        self.meta = dict(meta or {})
+
+    # ------------------------------------------------------------ views
+    def args(self):
+        return [v for k, v in self.inputs if k == "arg"]
+
+    def externals(self):
+        return [v for k, v in self.inputs if k == "external"]
+
+    def copy(self, nodes=None):
+        return Graph(self.inputs, self.nodes if nodes is None else nodes, self.outputs, self.out_tree,
+                     self.mutations, self.meta)
+
+    def producers(self):
+        return {n.out.name: n for n in self.nodes}
+
+    def users(self):
+        """value name -> list of nodes that read it."""
+        users = {}
+        for n in self.nodes:
+            for v in n.input_values():
+                users.setdefault(v.name, []).append(n)
+        return users
+
+    # ------------------------------------------------------------ printing
+    def __str__(self):
+        head = ", ".join(f"{v.name}: {v.type_str()}" + (" {external}" if k == "external" else "")
+                         for k, v in self.inputs)
+        lines = [f"graph({head}) {{"]
+        lines += ["  " + format_node(n) for n in self.nodes]
+        for target, v in self.mutations:
+            lines.append(f"  {target} <- {v.name}")
+        lines.append("  return " + ", ".join(v.name for v in self.outputs))
+        lines.append("}")
+        return "\n".join(lines)
+
+    __repr__ = __str__
+
+    # ------------------------------------------------------------ serialisation
+    def to_json(self):
+        return {
+            "format_version": FORMAT_VERSION,
+            "inputs": [{"kind": k, **v.to_json()} for k, v in self.inputs],
+            "nodes": [n.to_json() for n in self.nodes],
+            "outputs": [v.name for v in self.outputs],
+            "out_tree": self.out_tree,
+            "mutations": [[t, v.name] for t, v in self.mutations],
+            "meta": self.meta,
+        }
+
+    def dumps(self):
+        return json.dumps(self.to_json(), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, d):
+        """Rebuild a graph from its JSON form. Structure only: `verify` checks the rest."""
+        env = {}
+        inputs = []
+        for item in d["inputs"]:
+            v = Value.from_json(item)
+            env[v.name] = v
+            inputs.append((item["kind"], v))
+        nodes = []
+        for nd in d["nodes"]:
+            ins = []
+            for x in nd["inputs"]:
+                if "value" in x:
+                    if x["value"] not in env:
+                        raise ValueError(f"node {nd['out']['name']} ({nd['op']}) reads undefined value "
+                                         f"{x['value']!r}")
+                    ins.append(env[x["value"]])
+                else:
+                    ins.append(x["const"])
+            out = Value.from_json(nd["out"])
+            env[out.name] = out
+            nodes.append(Node(nd["op"], ins, nd["attrs"], out, nd.get("loc"), nd.get("module")))
+
+        def lookup(name):
+            if name not in env:
+                raise ValueError(f"graph output/mutation names undefined value {name!r}")
+            return env[name]
+        return cls(inputs, nodes, [lookup(n) for n in d["outputs"]], d["out_tree"],
+                   [(t, lookup(n)) for t, n in d.get("mutations", [])], d.get("meta"))
+
+    @classmethod
+    def loads(cls, text):
+        return cls.from_json(json.loads(text))
+
+    # ------------------------------------------------------------ analyses
+    def to_networkx(self):
+        """A networkx DiGraph: one vertex per graph input and node, edges along data flow."""
+        import networkx as nx
+        g = nx.DiGraph()
+        for kind, v in self.inputs:
+            g.add_node(v.name, kind=kind, op=None, value=v)
+        for n in self.nodes:
+            g.add_node(n.out.name, kind="node", op=n.op, node=n, value=n.out)
+            for v in n.input_values():
+                g.add_edge(v.name, n.out.name, shape=v.shape, dtype=v.dtype)
+        return g
+
+
+def spec_of(value):
+    """The runtime Spec of a Value (for the ops' shape rules)."""
+    from .ops.meta import Spec
+    return Spec(tuple(value.shape), dtypes.as_dtype(value.dtype))
+
+
+def op_def(name):
+    try:
+        return OPS[name]
+    except KeyError:
+        raise ValueError(f"unknown op {name!r}") from None

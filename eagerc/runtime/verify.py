@@ -1,0 +1,123 @@
+"""The IR verifier: every value defined before use, ops declared, attributes JSON-plain,
+and each node's type equal to what its op's shape/dtype rule says.
+
+Runs after every compiler pass in debug mode and on every file the runtime loads, so a
+malformed or hostile graph is rejected before anything executes.
+"""
+from .ir import Graph, Value, spec_of
+from .ops import OPS
+from . import dtypes
+
+__all__ = ["GraphError", "verify"]
+
+
+class GraphError(ValueError):
+    """A graph that is not well formed; the message names the node and the problem."""
+
+
+def _json_plain(x, depth=0):
+    if depth > 32:
+        return False
+    if x is None or isinstance(x, (bool, int, str)):
+        return True
+    if isinstance(x, float):
+        return True
+    if isinstance(x, (list, tuple)):
+        return all(_json_plain(v, depth + 1) for v in x)
+    if isinstance(x, dict):
+        return all(isinstance(k, str) and _json_plain(v, depth + 1) for k, v in x.items())
+    return False
+
+
+def _static(shape):
+    return all(isinstance(s, int) for s in shape)
+
+
+def _check_value(v, where):
+    if not isinstance(v.name, str) or not v.name:
+        raise GraphError(f"{where}: value without a name")
+    try:
+        dtypes.as_dtype(v.dtype)
+    except TypeError:
+        raise GraphError(f"{where}: value {v.name} has unknown dtype {v.dtype!r}") from None
+    for s in v.shape:
+        if isinstance(s, bool) or not (isinstance(s, str) or (isinstance(s, int) and 0 <= s < 2 ** 40)):
+            raise GraphError(f"{where}: value {v.name} has invalid size {s!r} in shape {list(v.shape)}")
+
+
+def verify(graph: Graph, check_types=True):
+    """Raise GraphError if `graph` is malformed; return it otherwise."""
+    defined = {}
+    for kind, v in graph.inputs:
+        if kind not in ("arg", "external"):
+            raise GraphError(f"graph input {v.name!r} has unknown kind {kind!r}")
+        _check_value(v, f"input {v.name}")
+        if v.name in defined:
+            raise GraphError(f"graph input {v.name!r} is defined twice")
+        defined[v.name] = v
+    for i, n in enumerate(graph.nodes):
+        where = f"node {i} ({n.op} -> {getattr(n.out, 'name', '?')})"
+        op = OPS.get(n.op)
+        if op is None:
+            raise GraphError(f"{where}: unknown op {n.op!r}")
+        if not _json_plain(n.attrs):
+            raise GraphError(f"{where}: attributes are not JSON-plain: {n.attrs!r}")
+        unknown = set(n.attrs) - set(op.attrs)
+        if unknown:
+            raise GraphError(f"{where}: unknown attributes {sorted(unknown)} (op takes {list(op.attrs)})")
+        for x in n.inputs:
+            if isinstance(x, Value):
+                if defined.get(x.name) is not x:
+                    raise GraphError(f"{where}: reads {x.name!r} before it is defined")
+            elif not (x is None or isinstance(x, (bool, int, float))):
+                raise GraphError(f"{where}: constant input {x!r} is not a Python number")
+        _check_value(n.out, where)
+        if n.out.name in defined:
+            raise GraphError(f"{where}: redefines value {n.out.name!r}")
+        if check_types and _static(n.out.shape) and all(_static(v.shape) for v in n.input_values()):
+            specs = [spec_of(x) if isinstance(x, Value) else x for x in n.inputs]
+            try:
+                spec = op.meta(*specs, **n.attrs)
+            except (RuntimeError, TypeError, ValueError, IndexError, KeyError) as e:
+                raise GraphError(f"{where}: {e}") from None
+            if tuple(spec.shape) != tuple(n.out.shape) or spec.dtype.name != n.out.dtype:
+                raise GraphError(f"{where}: declared {n.out.type_str()} but {n.op}'s rule gives "
+                                 f"{dtypes.as_dtype(spec.dtype).name}{list(spec.shape)}")
+        defined[n.out.name] = n.out
+    for v in graph.outputs:
+        if defined.get(v.name) is not v:
+            raise GraphError(f"graph output {v.name!r} is not defined")
+    externals = {v.name: v for k, v in graph.inputs if k == "external"}
+    for target, v in graph.mutations:
+        base = target[:-5] if target.endswith(".grad") else target
+        if base not in externals:
+            raise GraphError(f"mutation target {target!r} is not an external input")
+        if defined.get(v.name) is not v:
+            raise GraphError(f"mutation of {target!r} reads undefined value {v.name!r}")
+        if _static(v.shape) and tuple(v.shape) != tuple(externals[base].shape):
+            raise GraphError(f"mutation of {target!r}: value shape {list(v.shape)} != target shape "
+                             f"{list(externals[base].shape)}")
+    _check_tree(graph.out_tree, len(graph.outputs))
+    return graph
+
+
+def _check_tree(tree, n, depth=0):
+    if depth > 64 or not isinstance(tree, dict) or len(tree) != 1:
+        raise GraphError(f"malformed out_tree {tree!r}")
+    (kind, val), = tree.items()
+    if kind == "t":
+        if not isinstance(val, int) or isinstance(val, bool) or not 0 <= val < n:
+            raise GraphError(f"out_tree refers to output {val!r}; the graph has {n}")
+    elif kind in ("tuple", "list"):
+        for t in val:
+            _check_tree(t, n, depth + 1)
+    elif kind == "dict":
+        for item in val:
+            if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], (str, int))):
+                raise GraphError(f"malformed dict entry in out_tree: {item!r}")
+            _check_tree(item[1], n, depth + 1)
+    elif kind == "c":
+        if not _json_plain(val):
+            raise GraphError(f"out_tree constant {val!r} is not JSON-plain")
+    elif kind != "none":
+        raise GraphError(f"unknown out_tree kind {kind!r}")
