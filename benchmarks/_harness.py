@@ -1,5 +1,6 @@
 """Shared timing harness: best-of-N per-call times, ratios against a baseline
 measured in the same run (machines here are shared and noisy)."""
+import os
 import timeit
 
 
@@ -11,10 +12,24 @@ def per_call_us(fn, number=None, repeat=9, budget_s=0.05):
     return min(timeit.repeat(fn, number=number, repeat=repeat)) / number * 1e6
 
 
+THREADS = int(os.environ.get("BENCH_THREADS", "1"))
+
+
+def limit_threads():
+    """Give numpy's BLAS and PyTorch the same thread count (default 1: on a small shared
+    machine multi-threaded BLAS on small matrices mostly measures contention)."""
+    try:
+        from threadpoolctl import threadpool_limits
+        threadpool_limits(THREADS)
+    except ImportError:
+        pass
+
+
 def try_torch():
+    limit_threads()
     try:
         import torch
-        torch.set_num_threads(int(__import__("os").environ.get("TORCH_THREADS", "1")))
+        torch.set_num_threads(THREADS)
         return torch
     except ImportError:
         return None

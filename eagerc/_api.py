@@ -54,5 +54,6 @@ float16, bool_ = float16, bool
 # Tensor methods when nn.functional is imported; the frontend is incomplete without them.
 from .nn import functional as _nn_functional  # noqa: E402,F401
 from .nn.functional import softmax, log_softmax  # noqa: E402,F401
+from .compiler import compile  # noqa: E402,F401
 
 __all__ = sorted(n for n in dir() if not n.startswith("_"))

@@ -106,15 +106,18 @@ class Tensor:
 
     # ------------------------------------------------------------ conversions
     def item(self):
+        _concrete(self, "item()")
         if self.data.size != 1:
             raise RuntimeError(f"a Tensor with {self.data.size} elements cannot be converted to Scalar")
         return self.data.reshape(()).item()
 
     def tolist(self):
+        _concrete(self, "tolist()")
         return _host(self.data).tolist()
 
     def numpy(self, *, force=False):
         """The numpy array sharing this tensor's memory (CPU tensors only, like PyTorch)."""
+        _concrete(self, "numpy()")
         if self.requires_grad and not force:
             raise RuntimeError("Can't call numpy() on Tensor that requires grad. "
                                "Use tensor.detach().numpy() instead.")
@@ -126,6 +129,7 @@ class Tensor:
         return self.data
 
     def __array__(self, dtype=None, copy=None):
+        _concrete(self, "conversion to a numpy array")
         a = _host(self.data)
         return a if dtype is None else a.astype(dtype, copy=False)
 
@@ -136,6 +140,7 @@ class Tensor:
         return self.data.__dlpack_device__()
 
     def __bool__(self):
+        _concrete(self, "bool() (an `if` or `while` on a tensor)")
         if self.data.size != 1:
             raise RuntimeError(f"Boolean value of Tensor with {self.data.size} values is ambiguous")
         return bool(self.data.reshape(()))
@@ -199,6 +204,13 @@ class Size(tuple):
 
     def __repr__(self):
         return f"eagerc.Size([{', '.join(str(s) for s in self)}])"
+
+
+def _concrete(t, what):
+    """A tensor is turned into a Python value: a tracer must know (guard or graph break)."""
+    from . import dispatch
+    if dispatch.tracer is not None:
+        dispatch.tracer.concretize(t, what)
 
 
 def _rebuild(array, requires_grad):

@@ -85,7 +85,7 @@ def test_conv2d_padding_modes_pad_explicitly(mode):
     x = T(rand(1, 2, 4, 5))
     expected = F.conv2d(F.pad(x, (2, 2, 1, 1), mode=mode), m.weight, m.bias)
     close(m(x), expected.detach().numpy())
-    assert tuple(m(x).shape) == (1, 3, 4, 5)
+    assert tuple(m(x).shape) == (1, 3, 4, 7)
 
 
 def test_modules_state_dict_round_trip_and_gradients():
@@ -199,18 +199,21 @@ def test_max_pool_ties_route_the_gradient_to_the_first_maximum():
     expected = np.zeros((4, 4))
     expected[::2, ::2] = 1
     np.testing.assert_array_equal(x.grad.numpy()[0, 0], expected)
-    # overlapping windows: a position that is the first max of several windows gets each gradient
-    x = T(np.array([[[[1.0, 1.0, 0.0], [1.0, 1.0, 0.0], [0.0, 0.0, 0.0]]]]), requires_grad=True)
+    # overlapping windows: each window's first maximum, accumulated where windows share it
+    x = T(np.ones((1, 1, 3, 3)), requires_grad=True)
     F.max_pool2d(x, 2, 1).sum().backward()
-    np.testing.assert_array_equal(x.grad.numpy()[0, 0], [[3, 0, 0], [0, 0, 0], [0, 0, 0]])
+    np.testing.assert_array_equal(x.grad.numpy()[0, 0], [[1, 1, 0], [1, 1, 0], [0, 0, 0]])
+    x = T(np.array([[[[0.0, 0.0, 0.0], [0.0, 2.0, 2.0], [0.0, 2.0, 0.0]]]]), requires_grad=True)
+    F.max_pool2d(x, 2, 1).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy()[0, 0], [[0, 0, 0], [0, 4, 0], [0, 0, 0]])
     _, idx = F.max_pool2d(x, 2, 1, return_indices=True)
-    np.testing.assert_array_equal(idx.numpy()[0, 0], [[0, 0], [0, 4]])
+    np.testing.assert_array_equal(idx.numpy()[0, 0], [[4, 4], [4, 4]])
 
 
 def test_max_pool_relu_zeros_and_nan():
     x = T(np.array([[[[0.0, 0.0], [0.0, 0.0]], [[1.0, np.nan], [2.0, 0.0]]]]), requires_grad=True)
     y = F.max_pool2d(x, 2)
-    assert y.numpy()[0, 0, 0, 0] == 0 and np.isnan(y.numpy()[0, 1, 0, 0])
+    assert y.detach().numpy()[0, 0, 0, 0] == 0 and np.isnan(y.detach().numpy()[0, 1, 0, 0])
     y.sum().backward()
     np.testing.assert_array_equal(x.grad.numpy()[0, 1], [[0, 1], [0, 0]])  # the NaN takes the gradient
 
@@ -269,10 +272,10 @@ def test_upsample_and_interpolate():
 def test_interpolate_scale_factor_uses_pytorch_source_index():
     # PyTorch's source index for a user scale_factor is floor(dst / scale_factor), not dst * in / out
     x = T(np.arange(5.0).reshape(1, 1, 1, 5))
-    y = F.interpolate(x, scale_factor=(1, 1.5))
-    np.testing.assert_array_equal(y.numpy()[0, 0, 0], [0, 0, 1, 2, 2, 3, 4])
-    y = F.interpolate(x, scale_factor=(1, 1.5), recompute_scale_factor=True)
-    np.testing.assert_array_equal(y.numpy()[0, 0, 0], [0, 0, 1, 2, 2, 3, 4][:7])
+    y = F.interpolate(x, scale_factor=(1, 1.7))  # 8 outputs, source floor(i / 1.7)
+    np.testing.assert_array_equal(y.numpy()[0, 0, 0], [0, 0, 1, 1, 2, 2, 3, 4])
+    y = F.interpolate(x, scale_factor=(1, 1.7), recompute_scale_factor=True)  # floor(i * 5 / 8)
+    np.testing.assert_array_equal(y.numpy()[0, 0, 0], [0, 0, 1, 1, 2, 3, 3, 4])
 
 
 # ---------------------------------------------------------------- default initialisation
@@ -324,7 +327,7 @@ def test_conv_argument_errors():
     _raises(RuntimeError, "kernel can't be greater", F.conv2d, x, eagerc.randn(3, 2, 7, 7))
     _raises(RuntimeError, "bias of shape \\(3\\)", F.conv2d, x, w, eagerc.randn(4))
     _raises(RuntimeError, "same dtype", F.conv2d, x, w.double())
-    _raises(RuntimeError, "floating-point", F.conv2d, x.long(), w.long())
+    _raises(TypeError, "got bool", F.conv2d, x > 0, w > 0)
     _raises(RuntimeError, "3D \\(unbatched\\) or 4D \\(batched\\)", F.conv2d, eagerc.randn(5, 5), w)
     _raises(RuntimeError, "4-d weight", F.conv2d, x, eagerc.randn(3, 2, 3))
     _raises(ValueError, "not supported for strided", F.conv2d, x, w, padding="same", stride=2)
@@ -349,7 +352,8 @@ def test_pool_and_interpolate_errors():
     _raises(RuntimeError, "avg_pool2d.*too small", F.avg_pool2d, eagerc.randn(1, 1, 1, 1), 2)
     _raises(RuntimeError, "divisor must be not zero", F.avg_pool2d, x, 2, divisor_override=0)
     _raises(RuntimeError, "kernel_size should be greater than zero", F.max_pool2d, x, 0)
-    _raises(RuntimeError, "floating-point", F.max_pool2d, x.long(), 2)
+    _raises(TypeError, "avg_pool2d.*floating-point.*int64", F.avg_pool2d, x.long(), 2)
+    _raises(TypeError, "adaptive_avg_pool2d.*floating-point", F.adaptive_avg_pool2d, x.long(), 2)
     _raises(NotImplementedError, "mode='bilinear' is not implemented", F.interpolate, x, scale_factor=2,
             mode="bilinear")
     _raises(ValueError, "only one of size or scale_factor", F.interpolate, x, size=3, scale_factor=2)
@@ -404,6 +408,17 @@ def test_a_small_cnn_learns():
     with eagerc.no_grad():
         acc = (net(xt).argmax(1).numpy() == y).mean()
     assert acc > 0.9
+
+
+def test_integer_inputs_like_pytorch():
+    xi = eagerc.tensor(np.arange(32).reshape(1, 2, 4, 4))
+    wi = eagerc.tensor(np.arange(18).reshape(1, 2, 3, 3) % 3 - 1)
+    y = F.conv2d(xi, wi, padding=1)
+    assert y.dtype == eagerc.int64
+    np.testing.assert_array_equal(y.numpy(), ref_conv2d(xi.numpy(), wi.numpy(), None, 1, 1).astype(np.int64))
+    p = F.max_pool2d(xi, 2, padding=1)
+    assert p.dtype == eagerc.int64
+    np.testing.assert_array_equal(p.numpy(), ref_max_pool2d(xi.numpy(), 2, 2, 1)[0])
 
 
 def test_no_grad_and_views_of_the_input():

@@ -47,8 +47,10 @@ def user_location():
 
 
 class Tracer:
-    def __init__(self, external_names=None):
+    def __init__(self, external_names=None, fullgraph=False):
         self.names = dict(external_names or {})   # id(tensor) -> external name
+        self.fullgraph = fullgraph
+        self.broken = None    # the first GraphBreak, if the function needed a concrete value
         self.values = {}      # id(tensor) -> Value
         self.keep = []        # every tensor seen: keeps ids unique while tracing
         self.inputs = []      # (kind, Value)
@@ -56,6 +58,8 @@ class Tracer:
         self.nodes = []
         self.mutations = {}   # external name -> Value (last write wins)
         self.module_stack = []
+        self.rng_source = None  # (generator, words) of the random op about to be recorded
+        self.rng = {}           # output value name -> (generator, words)
         self._n = 0
 
     # ------------------------------------------------------------ values
@@ -94,6 +98,13 @@ class Tracer:
                                self.module_stack[-1] if self.module_stack else None))
         self.values[id(out)] = v
         self.keep.append(out)
+        if self.rng_source is not None:
+            self.rng[v.name] = self.rng_source
+            self.rng_source = None
+
+    def rng_nodes(self, graph):
+        """[(value name, generator, words)] for the random ops that survive in `graph`."""
+        return [(n.out.name,) + self.rng[n.out.name] for n in graph.nodes if n.out.name in self.rng]
 
     def mutate(self, target, result):
         """`target` now holds `result`'s value (an in-place op); externals get a mutation output."""
@@ -108,8 +119,21 @@ class Tracer:
                 self.mutations[inp.name] = v
 
     def concretize(self, t, what):
-        if id(t) in self.values or isinstance(t, Tensor):
-            raise GraphBreak(what, user_location())
+        self._break(what)
+
+    def raw_write(self, t, opname):
+        self._break(f"{opname} (an in-place write outside the recorded ops)")
+
+    def _break(self, what):
+        """Stop recording: under fullgraph raise; otherwise note where, and let the eager run
+        go on (the function has side effects already; running it again would repeat them)."""
+        loc = user_location()
+        if self.fullgraph:
+            raise GraphBreak(what, loc)
+        if self.broken is None:
+            self.broken = GraphBreak(what, loc)
+        from .. import dispatch
+        dispatch.tracer = None  # the rest of this call runs plainly eagerly
 
     # ------------------------------------------------------------ result
     def graph(self, result):
@@ -120,25 +144,47 @@ class Tracer:
 
 
 @contextlib.contextmanager
-def tracing(tracer):
-    prev = dispatch.tracer
-    if prev is not None:
+def tracing(tracer, modules=None):
+    """Install `tracer` at the dispatch point (and module-path hooks for `modules`)."""
+    if dispatch.tracer is not None:
         raise RuntimeError("eagerc.compile: nested tracing is not supported (a compiled function "
                            "called another while it was being traced)")
+    handles = _module_path_hooks(tracer, modules) if modules else []
     dispatch.tracer = tracer
     try:
         yield tracer
     finally:
-        dispatch.tracer = prev
+        dispatch.tracer = None
+        for h in handles:
+            h.remove()
 
 
-def trace(fn, args, kwargs=None, external_names=None):
-    """Run fn(*args, **kwargs) eagerly while recording; returns (graph, result, tracer)."""
+def _module_path_hooks(tracer, paths):
+    """Global forward hooks that keep tracer.module_stack = the path of the running module."""
+    from ..nn.modules.module import register_module_forward_pre_hook, register_module_forward_hook
+
+    def pre(module, args):
+        tracer.module_stack.append(paths.get(id(module), type(module).__name__))
+
+    def post(module, args, out):
+        if tracer.module_stack:
+            tracer.module_stack.pop()
+    return [register_module_forward_pre_hook(pre), register_module_forward_hook(post)]
+
+
+def trace(fn, args, kwargs=None, external_names=None, modules=None, fullgraph=False):
+    """Run fn(*args, **kwargs) eagerly while recording; returns (graph or None, result, tracer).
+
+    The graph is None when the function needed a concrete tensor value (tracer.broken says
+    where); the result is always the real eager result.
+    """
     kwargs = kwargs or {}
-    tracer = Tracer(external_names)
+    tracer = Tracer(external_names, fullgraph)
     leaves, _ = flatten((args, kwargs), lambda x: isinstance(x, Tensor))
     for i, t in enumerate(leaves):
         tracer.add_arg(t, f"arg{i}")
-    with tracing(tracer):
+    with tracing(tracer, modules):
         result = fn(*args, **kwargs)
+    if tracer.broken is not None:
+        return None, result, tracer
     return tracer.graph(result), result, tracer

@@ -3,6 +3,7 @@ import numbers
 
 import numpy as np
 
+from .. import dispatch
 from ..dispatch import create, wrap
 from ..runtime import dtypes, random as rng
 from ..runtime.device import CPU, device as as_device, device_of_array, xp_for
@@ -253,6 +254,8 @@ def _draw(name, shape, dtype, device, generator, words, **extra):
     for s in shape:
         n *= s
     offset = gen.next_offset(words(n))
+    if dispatch.tracer is not None:  # a compiled graph must draw fresh offsets each call
+        dispatch.tracer.rng_source = (gen, words(n))
     attrs = {"shape": shape, "dtype": dtype.name, "seed": gen.initial_seed(), "offset": offset}
     attrs.update(extra)
     return create(OPS[name], attrs, _dev(device))
@@ -294,5 +297,7 @@ def randperm(n, *, generator=None, dtype=None, device=None):
     gen = generator or default_generator
     dtype = dtypes.as_dtype(dtype) or dtypes.int64
     offset = gen.next_offset(rng.words_used("permutation", n))
+    if dispatch.tracer is not None:
+        dispatch.tracer.rng_source = (gen, rng.words_used("permutation", n))
     return create(OPS["randperm"], {"n": int(n), "dtype": dtype.name, "seed": gen.initial_seed(),
                                     "offset": offset}, _dev(device))

@@ -15,6 +15,13 @@ __all__ = ["commit", "check_inplace", "bump_version", "drop_history"]
 
 
 def bump_version(t, opname):
+    """Record a raw in-place write (the caller already changed t.data)."""
+    _bump(t, opname)
+    if dispatch.tracer is not None:  # a write the tracer cannot see as an op
+        dispatch.tracer.raw_write(t, opname)
+
+
+def _bump(t, opname):
     vc = t._vc
     if vc is None:
         vc = t._vc = [0, opname]
@@ -57,7 +64,9 @@ def commit(t, result, opname):
                 "ops, e.g. eagerc.where / index_put, or clone() the view first")
         _snapshot_saved_self(result.grad_fn, t)
     data[...] = rd
-    bump_version(t, opname)
+    _bump(t, opname)
+    if dispatch.tracer is not None:
+        dispatch.tracer.mutate(t, result)
     if result.grad_fn is not None:
         # the node keeps its own copy of any output it saved (result.data), so later
         # in-place ops on t cannot corrupt it

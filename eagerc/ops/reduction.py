@@ -33,7 +33,13 @@ def _reduce(name, x, dim, keepdim, dtype=None):
     return apply(OPS[name], (x,), {"dim": _dim(dim), "keepdim": bool(keepdim)})
 
 
+_SUM = OPS["sum"]
+_SUM_ALL = {"dim": None, "keepdim": False}  # shared, never mutated: x.sum() builds no dict
+
+
 def sum(input, dim=None, keepdim=False, *, dtype=None):
+    if dim is None and not keepdim and dtype is None:
+        return apply(_SUM, (input,), _SUM_ALL)
     return _reduce("sum", input, dim, keepdim, dtype)
 
 

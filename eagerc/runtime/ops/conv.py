@@ -139,9 +139,9 @@ def _add_bias(xp, y, b):
     return xp.ascontiguousarray(y)
 
 
-def _check_bias(b, co):
-    if hasattr(b, "shape") and tuple(b.shape) != (co,):
-        raise ValueError("bias shape")
+def _check_bias(b, co, dtype):
+    if hasattr(b, "shape") and (tuple(b.shape) != (co,) or b.dtype != dtype):
+        raise ValueError("bias shape or dtype")
 
 
 # ---------------------------------------------------------------- conv kernels
@@ -150,9 +150,9 @@ def _conv2d(xp):
     def conv2d(x, w, b, stride, padding, dilation, groups):
         n, c = x.shape[:2]
         co, cg, kh, kw = w.shape
-        if c != cg * groups or co % groups or x.dtype != w.dtype:
+        if c != cg * groups or co % groups or x.dtype != w.dtype or x.dtype == bool:
             raise ValueError("conv2d: input/weight mismatch")
-        _check_bias(b, co)
+        _check_bias(b, co, x.dtype)
         x = _pad(xp, x, padding)
         oh = conv_output_size(x.shape[2], kh, stride[0], 0, 0, dilation[0])
         ow = conv_output_size(x.shape[3], kw, stride[1], 0, 0, dilation[1])
@@ -194,10 +194,12 @@ def _conv_transpose2d(xp):
     def conv_transpose2d(x, w, b, stride, padding, output_padding, dilation, groups):
         n, c, h, wd = x.shape
         ci, cog, kh, kw = w.shape
-        if c != ci or ci % groups or x.dtype != w.dtype:
+        if c != ci or ci % groups or x.dtype != w.dtype or x.dtype == bool:
             raise ValueError("conv_transpose2d: input/weight mismatch")
         co = cog * groups
-        _check_bias(b, co)
+        _check_bias(b, co, x.dtype)
+        if any(op < 0 or op >= max(s, d) for op, s, d in zip(output_padding, stride, dilation)):
+            raise ValueError("conv_transpose2d: output_padding")
         (pt, pb), (pl, pr) = padding
         Hp = (h - 1) * stride[0] + dilation[0] * (kh - 1) + 1 + output_padding[0]
         Wp = (wd - 1) * stride[1] + dilation[1] * (kw - 1) + 1 + output_padding[1]
@@ -223,7 +225,7 @@ def _conv2d_weight(xp):
         n, c = x.shape[:2]
         co = gy.shape[1]
         kh, kw = kernel_size
-        if c % groups or co % groups or gy.shape[0] != n or x.dtype != gy.dtype:
+        if c % groups or co % groups or gy.shape[0] != n or x.dtype != gy.dtype or x.dtype == bool:
             raise ValueError("conv2d_weight: input/grad mismatch")
         x = _pad(xp, x, padding)
         oh, ow = gy.shape[2:]
@@ -250,11 +252,12 @@ def _pair_of_pairs(p):
     return tuple(tuple(int(v) for v in side) for side in p)
 
 
-def _floating_same(op, specs, names):
+def _same_numeric(op, specs, names):
+    """Inputs of one dtype, floating or integer (PyTorch convolves integers too), not bool."""
     d = specs[0].dtype
     for s, nm in zip(specs, names):
-        if not s.dtype.is_floating_point:
-            fail(op, specs, f"expected floating-point {nm}; got {s.dtype.name} (cast with .float() first)")
+        if s.dtype is dtypes.bool:
+            fail(op, specs, f"expected a numeric {nm}, got bool (cast with .float() first)", TypeError)
         if s.dtype is not d:
             fail(op, specs, f"expected {names[0]} and {nm} to have the same dtype, but got "
                  f"{d.name} and {s.dtype.name}")
@@ -288,7 +291,7 @@ def _check_conv_attrs(op, specs, stride, dilation, groups):
 def _conv2d_rule(x, w, b, stride, padding, dilation, groups):
     specs = (x, w, b)
     _check_4d("conv2d", specs[:2], ("input", "weight"))
-    d = _floating_same("conv2d", specs[:2], ("input", "weight"))
+    d = _same_numeric("conv2d", specs[:2], ("input", "weight"))
     _check_conv_attrs("conv2d", specs, stride, dilation, groups)
     co, cg, kh, kw = w.shape
     if co % groups:
@@ -311,7 +314,7 @@ def _conv2d_rule(x, w, b, stride, padding, dilation, groups):
 def _conv_transpose2d_rule(x, w, b, stride, padding, output_padding, dilation, groups):
     specs = (x, w, b)
     _check_4d("conv_transpose2d", specs[:2], ("input", "weight"))
-    d = _floating_same("conv_transpose2d", specs[:2], ("input", "weight"))
+    d = _same_numeric("conv_transpose2d", specs[:2], ("input", "weight"))
     _check_conv_attrs("conv_transpose2d", specs, stride, dilation, groups)
     ci, cog, kh, kw = w.shape
     if x.shape[1] != ci:
@@ -337,7 +340,7 @@ def _conv_transpose2d_rule(x, w, b, stride, padding, output_padding, dilation, g
 def _conv2d_weight_rule(x, gy, kernel_size, stride, padding, dilation, groups):
     specs = (x, gy)
     _check_4d("conv2d_weight", specs, ("input", "grad_output"))
-    d = _floating_same("conv2d_weight", specs, ("input", "grad_output"))
+    d = _same_numeric("conv2d_weight", specs, ("input", "grad_output"))
     _check_conv_attrs("conv2d_weight", specs, stride, dilation, groups)
     n, c = x.shape[:2]
     co = gy.shape[1]
@@ -393,14 +396,17 @@ def _slices(x, kernel_size, stride, dilation, oh, ow):
             yield x[:, :, i * dh:i * dh + sh * (oh - 1) + 1:sh, j * dw:j * dw + sw * (ow - 1) + 1:sw]
 
 
-def _check_pool_input(x):
-    if x.ndim != 4:
-        raise ValueError("pool: expected 4-d input")
+def _check_pool_input(x, floating=False, kernel_size=None, padding=None):
+    """Cheap checks in the kernel; on failure the shape rule explains (see dispatch.explain_failure)."""
+    if x.ndim != 4 or x.dtype == bool or (floating and x.dtype.kind != "f"):
+        raise ValueError("pool: unsupported input")
+    if kernel_size is not None and any(p < 0 or p > k // 2 for p, k in zip(padding, kernel_size)):
+        raise ValueError("pool: padding")
 
 
 def _max_pool2d(xp):
     def max_pool2d(x, kernel_size, stride, padding, dilation, ceil_mode):
-        _check_pool_input(x)
+        _check_pool_input(x, False, kernel_size, padding)
         oh, ow, pads = _pool_geometry(x.shape[2:], kernel_size, stride, padding, dilation, ceil_mode)
         if oh <= 0 or ow <= 0:
             raise ValueError("max_pool2d: output size")
@@ -509,7 +515,9 @@ def _avg_divisor(xp, size, dtype, kernel_size, stride, padding, oh, ow, count_in
 
 def _avg_pool2d(xp):
     def avg_pool2d(x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
-        _check_pool_input(x)
+        _check_pool_input(x, True, kernel_size, padding)
+        if divisor_override is not None and divisor_override == 0:
+            raise ZeroDivisionError("avg_pool2d: divisor_override")
         oh, ow, pads = _pool_geometry(x.shape[2:], kernel_size, stride, padding, (1, 1), ceil_mode)
         if oh <= 0 or ow <= 0:
             raise ValueError("avg_pool2d: output size")
@@ -552,8 +560,10 @@ def _adaptive_matrix(xp, size, out, dtype):
 
 def _adaptive_avg_pool2d(xp):
     def adaptive_avg_pool2d(x, output_size):
-        _check_pool_input(x)
+        _check_pool_input(x, floating=True)
         oh, ow = output_size
+        if oh < 1 or ow < 1 or 0 in x.shape[2:]:
+            raise ValueError("adaptive_avg_pool2d: sizes")
         mh = _adaptive_matrix(xp, x.shape[2], oh, x.dtype)
         mw = _adaptive_matrix(xp, x.shape[3], ow, x.dtype)
         return xp.matmul(mh, xp.matmul(x, mw.T))
@@ -590,6 +600,8 @@ def _upsample_nearest2d(xp):
     def upsample_nearest2d(x, output_size, scales, exact):
         _check_pool_input(x)
         (oh, ow), (sh, sw) = output_size, scales
+        if oh < 1 or ow < 1 or 0 in x.shape[2:]:
+            raise ValueError("upsample_nearest2d: sizes")
         ih = nearest_source_index(oh, x.shape[2], sh, exact)
         iw = nearest_source_index(ow, x.shape[3], sw, exact)
         return x.take(xp.asarray(ih), axis=2).take(xp.asarray(iw), axis=3)
@@ -634,7 +646,10 @@ def _pool_input(op, x, floating=True):
     if len(x.shape) != 4:
         fail(op, (x,), f"expected a 4-d input (N, C, H, W), got {len(x.shape)}-d {fmt_shape(x.shape)}")
     if floating and not x.dtype.is_floating_point:
-        fail(op, (x,), f"expected a floating-point input, got {x.dtype.name}")
+        fail(op, (x,), f"expected a floating-point input, got {x.dtype.name} (cast with .float() first)",
+             TypeError)
+    if x.dtype is dtypes.bool:
+        fail(op, (x,), "expected a numeric input, got bool", TypeError)
 
 
 def _check_window(op, x, kernel_size, stride, padding, dilation, ceil_mode):
@@ -656,7 +671,7 @@ def _check_window(op, x, kernel_size, stride, padding, dilation, ceil_mode):
 
 
 def _max_pool2d_rule(x, kernel_size, stride, padding, dilation, ceil_mode):
-    _pool_input("max_pool2d", x)
+    _pool_input("max_pool2d", x, floating=False)
     oh, ow = _check_window("max_pool2d", x, kernel_size, stride, padding, dilation, ceil_mode)
     return Spec(tuple(x.shape[:2]) + (oh, ow), x.dtype)
 

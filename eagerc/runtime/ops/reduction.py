@@ -20,6 +20,8 @@ def _sum(xp):
     def sum_(x, dim=None, keepdim=False):
         # the array method (no __array_function__ dispatch) is the fast path; apply turns a
         # numpy scalar result back into a 0-d array
+        if dim is None and not keepdim and x.dtype.kind in "fc":
+            return x.sum()
         axis = None if dim is None else _axes(dim, x.ndim)
         if x.dtype.kind in "biu":
             return x.sum(axis=axis, keepdims=keepdim, dtype=np.int64)
