@@ -99,6 +99,15 @@ class _Recorder:
     def __init__(self):
         self.seen = set()
 
+    def concretize(self, t, what):  # data-dependent sizes (masks, nonzero) read a count
+        pass
+
+    def raw_write(self, t, opname):
+        pass
+
+    def mutate(self, t, result):
+        pass
+
     def record(self, op, args, attrs, out):
         self.seen.add(op.name)
         specs = [Spec(tuple(a.data.shape), dtypes.from_np(a.data.dtype)) if isinstance(a, eagerc.Tensor) else a
