@@ -52,6 +52,7 @@ class Tracer:
         self.fullgraph = fullgraph
         self.broken = None    # the first GraphBreak, if the function needed a concrete value
         self.values = {}      # id(tensor) -> Value
+        self.by_array = {}    # id(array) -> Value: tensors re-wrapping an array the trace made
         self.keep = []        # every tensor seen: keeps ids unique while tracing
         self.inputs = []      # (kind, Value)
         self.externals = {}   # external name -> Tensor
@@ -79,6 +80,11 @@ class Tracer:
 
     def value_of(self, t):
         v = self.values.get(id(t))
+        if v is None:  # a new Tensor object around an array the trace made (autograd's saved outputs)
+            v = self.by_array.get(id(t.data))
+            if v is not None:
+                self.values[id(t)] = v
+                self.keep.append(t)
         if v is None:
             name = self.names.get(id(t))
             if name is None:
@@ -97,6 +103,7 @@ class Tracer:
         self.nodes.append(Node(op.name, ins, attrs, v, user_location(),
                                self.module_stack[-1] if self.module_stack else None))
         self.values[id(out)] = v
+        self.by_array[id(out.data)] = v
         self.keep.append(out)
         if self.rng_source is not None:
             self.rng[v.name] = self.rng_source
@@ -111,6 +118,7 @@ class Tracer:
         v = self.value_of(result)
         old = self.values.get(id(target))
         self.values[id(target)] = v
+        self.by_array[id(target.data)] = v
         self.keep.append(target)
         for kind, inp in self.inputs:
             if inp is old and kind == "external":

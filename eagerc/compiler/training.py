@@ -1,0 +1,216 @@
+"""Training under compile: trace the backward too, split the joint graph, run both compiled.
+
+When a compiled function is called with grad enabled and some input or parameter
+requires grad, tracing also watches a backward pass (derivatives are Tensor ops, so
+the engine's formulas are recorded like any op). The joint graph is split:
+
+- forward graph: the user's outputs, plus every forward value the backward reads
+  ("saved" values), as outputs;
+- backward graph: inputs are those saved values, the parameters it reads and one
+  gradient per differentiable output; outputs are the gradients of every input and
+  parameter that requires grad.
+
+A compiled call runs the forward program and returns outputs carrying one autograd
+Node; `backward()` through it runs the backward program. Double backward through a
+compiled function raises (never a silently wrong higher-order gradient).
+"""
+import numpy as np
+
+from .. import dispatch
+from .._tensor import Tensor
+from ..dispatch import Node
+from ..runtime.ir import Graph
+from ..runtime.pytree import flatten
+from .tracer import Tracer, tracing
+
+__all__ = ["trace_joint", "split_joint", "JointEntry"]
+
+
+def trace_joint(fn, args, kwargs, external_names, module_paths, fullgraph=False):
+    """Run fn eagerly with grad, then a traced autograd.grad over its differentiable outputs.
+
+    Returns (forward graph, backward graph, result, tracer) or (None, None, result, tracer)
+    on a graph break. The eager result keeps its own autograd graph (retain_graph=True),
+    so the first call behaves exactly like eager mode.
+    """
+    from ..autograd import grad as autograd_grad
+    tracer = Tracer(external_names, fullgraph)
+    leaves, _ = flatten((args, kwargs), lambda x: isinstance(x, Tensor))
+    for i, t in enumerate(leaves):
+        tracer.add_arg(t, f"arg{i}")
+    with tracing(tracer, module_paths):
+        result = fn(*args, **kwargs)
+        if tracer.broken is not None:
+            return None, None, result, tracer
+        n_forward = len(tracer.nodes)
+        outs, out_tree = flatten(result, lambda x: isinstance(x, Tensor))
+        diff = [i for i, t in enumerate(outs) if t.requires_grad]
+        targets = [t for t in leaves if t.requires_grad] + \
+                  [t for t in tracer.externals.values() if t.requires_grad]
+        gouts = []
+        for k, i in enumerate(diff):
+            go = dispatch.wrap(np.ones_like(outs[i].data))
+            tracer.add_arg(go, f"grad{k}")
+            gouts.append(go)
+        grads = autograd_grad([outs[i] for i in diff], targets, gouts, retain_graph=True, allow_unused=True)
+        if tracer.broken is not None:
+            return None, None, result, tracer
+        forward_values = [tracer.value_of(t) for t in outs]
+        grad_values = [None if g is None else tracer.value_of(g) for g in grads]
+    fwd, bwd = split_joint(tracer, n_forward, forward_values, out_tree, grad_values, len(diff))
+    return fwd, bwd, result, tracer
+
+
+def split_joint(tracer, n_forward, out_values, out_tree, grad_values, n_grad_outs):
+    nodes = tracer.nodes
+    fwd_nodes, bwd_nodes = nodes[:n_forward], nodes[n_forward:]
+    fwd_defined = {n.out.name for n in fwd_nodes}
+    inputs_by_name = {v.name: (k, v) for k, v in tracer.inputs}
+    # forward values the backward reads: become extra forward outputs ("saved")
+    saved, seen = [], set()
+    bwd_inputs = []
+    for n in bwd_nodes:
+        for v in n.input_values():
+            if v.name in seen:
+                continue
+            if v.name in fwd_defined:
+                saved.append(v)
+                seen.add(v.name)
+            elif v.name in inputs_by_name:
+                bwd_inputs.append(inputs_by_name[v.name])
+                seen.add(v.name)
+    for v in grad_values:  # a gradient can be a forward value or an input directly
+        if v is not None and v.name not in seen:
+            if v.name in fwd_defined:
+                saved.append(v)
+            elif v.name in inputs_by_name:
+                bwd_inputs.append(inputs_by_name[v.name])
+            seen.add(v.name)
+    fwd_inputs = [(k, v) for k, v in tracer.inputs if not v.name.startswith("grad")]
+    mutations = list(tracer.mutations.items())
+    forward = Graph(fwd_inputs, fwd_nodes, list(out_values) + saved, out_tree, mutations,
+                    meta={"n_user_outputs": len(out_values)})
+    grad_inputs = [(k, v) for k, v in tracer.inputs if v.name.startswith("grad")]
+    saved_inputs = [("arg", v) for v in saved]
+    b_inputs = saved_inputs + [iv for iv in bwd_inputs if not iv[1].name.startswith("grad")] + grad_inputs
+    present = [v for v in grad_values if v is not None]
+    backward = Graph(_dedupe(b_inputs), bwd_nodes, present, {"tuple": [{"t": i} for i in range(len(present))]},
+                     meta={"grad_slots": [v is not None for v in grad_values],
+                           "saved": [v.name for v in saved], "n_grad_outputs": n_grad_outs})
+    return forward, backward
+
+
+def _dedupe(inputs):
+    out, seen = [], set()
+    for k, v in inputs:
+        if v.name not in seen:
+            seen.add(v.name)
+            out.append((k, v))
+    return out
+
+
+class _CompiledBackward:
+    """Stands in for an OpDef on the Node of a compiled call's outputs."""
+    __slots__ = ("name", "grads", "grad_params", "broadcasts", "view")
+
+    def __init__(self):
+        self.name = "CompiledFunction"
+        self.grads = _run_backward
+        self.grad_params = None
+        self.broadcasts = False
+        self.view = False
+
+
+class _Ctx:
+    """What one compiled call's backward needs: the program, the saved arrays, the inputs."""
+    __slots__ = ("program", "graph", "env", "n_outs", "index", "edges")
+
+
+def _run_backward(node, g):
+    ctx = node.attrs
+    if dispatch.grad_enabled():
+        raise RuntimeError("backward with create_graph=True through a compiled function is not supported: "
+                           "its backward runs as one compiled program. Call the function uncompiled for "
+                           "higher-order gradients.")
+    env = dict(ctx.env)
+    for k in range(ctx.n_outs):
+        grad_name = f"grad{k}"
+        if k == ctx.index:
+            env[grad_name] = g.data
+        else:  # other outputs' gradients are zero on this path (one node per output)
+            shape_src = next(v for kk, v in ctx.graph.inputs if v.name == grad_name)
+            env[grad_name] = np.zeros(shape_src.shape, dtype=shape_src.dtype)
+    outs, _ = ctx.program(env, None)
+    slots = ctx.graph.meta["grad_slots"]
+    it = iter(outs)
+    grads = [dispatch.wrap(np.asarray(next(it))) if present else None for present in slots]
+    return grads
+
+
+_OP = _CompiledBackward()
+
+
+def attach_backward(outs, n_user, diff_indices, bwd_graph, bwd_program, saved_env, edges):
+    """Give each differentiable output a Node that runs the backward program."""
+    for k, i in enumerate(diff_indices):
+        t = outs[i]
+        ctx = _Ctx()
+        ctx.program = bwd_program
+        ctx.graph = bwd_graph
+        ctx.env = saved_env
+        ctx.n_outs = len(diff_indices)
+        ctx.index = k
+        node = Node.__new__(Node)
+        node.op = _OP
+        node.attrs = ctx
+        node.next = list(edges)
+        node.saved = []          # released by the engine after use unless retain_graph
+        node.versions = None
+        node.shapes = None
+        node.out = None
+        node.out_vc = None
+        node.out_dtype = t.data.dtype
+        node.hooks = None
+        node.retained = None
+        node.created_at = None
+        t.requires_grad = True
+        t.grad_fn = node
+
+
+class JointEntry:
+    """A compiled specialisation for calls that need autograd: forward + backward programs."""
+
+    def __init__(self, forward, backward, backend, tracer, n_args):
+        from .passes import optimize
+        self.forward = optimize(forward)
+        self.backward = optimize(backward)
+        self.fwd_program = backend.compile(self.forward)
+        self.bwd_program = backend.compile(self.backward)
+        self.externals = dict(tracer.externals)
+        self.n_user = forward.meta["n_user_outputs"]
+        self.saved_names = backward.meta["saved"]
+        arg_vals = {v.name for k, v in tracer.inputs if k == "arg"}
+        self.bwd_reads = [v.name for k, v in backward.inputs
+                          if v.name not in set(self.saved_names) and not v.name.startswith("grad")]
+        # the order of gradient targets, as traced: args that require grad, then parameters
+        self.target_args = [i for i in range(n_args) if tracer.keep[i].requires_grad]
+        self.target_externals = [name for name, t in tracer.externals.items() if t.requires_grad]
+        self.arg_vals = arg_vals
+
+    def run(self, leaves, rng_overrides=None):
+        from ..runtime.pytree import unflatten
+        env = {f"arg{i}": t.data for i, t in enumerate(leaves)}
+        for name, t in self.externals.items():
+            env[name] = t.data
+        outs, mutations = self.fwd_program(env, rng_overrides)
+        user, saved = outs[:self.n_user], outs[self.n_user:]
+        bwd_env = dict(zip(self.saved_names, saved))
+        for name in self.bwd_reads:
+            bwd_env[name] = env[name]
+        tensors = [dispatch.wrap(np.asarray(a)) for a in user]
+        diff = [i for i, t in enumerate(tensors) if t.data.dtype.kind == "f"]
+        diff = diff[:self.backward.meta["n_grad_outputs"]] if len(diff) >= self.backward.meta["n_grad_outputs"] else diff
+        edges = [(leaves[i].grad_fn if leaves[i].grad_fn is not None else leaves[i]) for i in self.target_args]
+        edges += [self.externals[name] for name in self.target_externals]
+        attach_backward(tensors, self.n_user, diff, self.backward, self.bwd_program, bwd_env, edges)
+        return unflatten(self.forward.out_tree, tensors), mutations
