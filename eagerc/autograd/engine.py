@@ -171,6 +171,9 @@ def _accumulate_leaf(leaf, g, create_graph, exclusive):
         leaf.grad = g if create_graph or exclusive else g.clone()
     else:
         leaf.grad = leaf.grad + g
+    set_grad = getattr(dispatch.tracer, "set_grad", None)
+    if set_grad is not None:  # a compiled training step writes .grad back explicitly
+        set_grad(leaf, leaf.grad)
 
 
 def run_backward(roots, root_grads, retain_graph=False, create_graph=False, targets=None):

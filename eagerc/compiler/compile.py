@@ -1,15 +1,29 @@
 """`eagerc.compile`: trace on the first call, then run the compiled graph while guards hold.
 
 A call is described by its guard key: the argument structure (tuples, lists, dicts,
-Python scalar values), each tensor's shape, dtype, device and requires_grad, grad mode,
-and the training flag of every module involved. A key seen before runs its compiled
-program; a new key retraces (and logs which guard failed and how); past `max_graphs`
-programs the function runs eagerly with a warning. A call whose trace needed a concrete
-tensor value (a graph break) runs eagerly -- it was run eagerly while tracing anyway --
-and its key is remembered as eager, with a warning naming the user's file:line.
+Python scalar values, other objects by identity), each tensor's shape, dtype, device
+and requires_grad, which arguments are the same tensor, grad mode, the training flag
+of every module the function ran (or owns), and the Python scalars the function reads
+from its globals and closure. A key seen before runs its compiled program (after a
+cheap check that the parameters and buffers it reads are still the same tensors with
+the same shapes and dtypes); a new key retraces -- logging which guard failed, the old
+and new value and the user's file:line -- and past `max_graphs` programs new keys run
+eagerly with a warning.
+
+Dynamic shapes: after a retrace caused only by sizes (or from the first call with
+`dynamic=True`) the sizes that changed become symbols, the function is traced once
+more on synthetic sizes, and one symbolic graph serves every size (see dynamic.py).
+Keys of such calls have None in place of the dynamic sizes; sizes 0 and 1 stay
+specialised, like torch.compile.
+
+A call whose trace needed a concrete tensor value (a graph break) runs eagerly -- it
+was run eagerly while tracing anyway -- and its key is remembered as eager, with a
+warning naming the user's file:line.
 """
 import functools
 import logging
+import math
+import operator
 import warnings
 
 import numpy as np
@@ -17,132 +31,442 @@ import numpy as np
 from .. import dispatch
 from .._tensor import Tensor
 from ..runtime.pytree import flatten, unflatten
-from .tracer import GraphBreak, trace
+from . import dynamic as dyn
+from .tracer import GraphBreak, tensor_leaves, trace, user_frame_info, user_location
 
 log = logging.getLogger("eagerc.compile")
 
-__all__ = ["compile", "CompiledFunction", "explain", "GraphBreak"]
+__all__ = ["compile", "CompiledFunction", "CompiledModule", "explain", "ExplainOutput", "GraphBreak"]
 
 MAX_GRAPHS = 8
+MAX_SPECIALISED = 64   # programs kept per dynamic graph (one per distinct size binding)
+
+_ndarray = np.ndarray
+_training = operator.attrgetter("training")
+_SCALARS = (int, float, bool, str, type(None), complex)
+_ARG_NAMES = [f"arg{i}" for i in range(256)]
 
 
-def _is_tensor(x):
-    return isinstance(x, Tensor)
+# ---------------------------------------------------------------- guard keys
+
+def _spec(x, leaves):
+    """A hashable description of one argument; tensors are appended to `leaves` (None marks one)."""
+    t = type(x)
+    if t is Tensor or isinstance(x, Tensor):
+        leaves.append(x)
+        return None
+    if t in _SCALARS:
+        return (t, x)
+    if t is tuple or t is list:
+        return (t,) + tuple([_spec(v, leaves) for v in x])
+    if t is dict:
+        return (dict,) + tuple([(k, _spec(v, leaves)) for k, v in x.items()])
+    if isinstance(x, tuple):  # namedtuple
+        return (t,) + tuple([_spec(v, leaves) for v in x])
+    if isinstance(x, np.generic):
+        return (t, x.item())
+    return (t, "id", id(x))  # anything else: the very same object
+
+
+def _fmt_struct(s):
+    if s is None:
+        return "T"
+    t = s[0]
+    if t is tuple or t is list or (isinstance(t, type) and issubclass(t, tuple)):
+        inner = ", ".join(_fmt_struct(v) for v in s[1:])
+        return f"({inner}{',' if len(s) == 2 else ''})" if t is not list else f"[{inner}]"
+    if t is dict:
+        return "{" + ", ".join(f"{k!r}: {_fmt_struct(v)}" for k, v in s[1:]) + "}"
+    if len(s) == 3 and s[1] == "id":
+        return f"<{t.__name__} object>"
+    return repr(s[1])
+
+
+def _fmt_shape(shape):
+    return "[" + ", ".join("*" if s is None else str(s) for s in shape) + "]"
+
+
+def _fmt_spec(s):
+    shape, dt, dev, rg = s
+    return f"{np.dtype(dt).name}{_fmt_shape(shape)} on {dev}{' requires_grad' if rg else ''}"
+
+
+_KEY_PARTS = ("argument structure / Python values", "tensor", "grad mode", "module training flags",
+              "argument aliasing", "global/closure values")
 
 
 class Entry:
     """One specialisation: a graph, its program, and how to feed it."""
-    __slots__ = ("key", "graph", "program", "externals", "eager", "reason", "rng", "calls")
+    __slots__ = ("key", "graph", "traced", "program", "externals", "ext_items", "ext_guards", "eager",
+                 "reason", "rng", "calls", "aliases", "single", "dynamic")
 
-    def __init__(self, key, graph=None, program=None, externals=None, eager=False, reason=None, rng=()):
+    def __init__(self, key, graph=None, program=None, externals=None, eager=False, reason=None, rng=(),
+                 traced=None):
         self.key = key
-        self.graph = graph
+        self.graph = graph          # the optimised graph the program runs (symbolic when dynamic)
+        self.traced = traced        # the graph as traced, before passes
         self.program = program
         self.externals = externals or {}
+        self.ext_items = list(self.externals.items())
+        self.ext_guards = []
         self.eager = eager
         self.reason = reason
-        self.rng = rng
+        self.rng = rng              # [(node name, generator, words)] in draw order
         self.calls = 0
+        self.aliases = ()
+        self.single = False
+        self.dynamic = None         # a Dynamic for symbolic graphs
+        if graph is not None:
+            self.single = graph.out_tree == {"t": 0}
+            al = graph.meta.get("output_aliases")
+            if al:
+                self.aliases = [(int(i), name) for i, name in al.items()]
+
+    def stale(self):
+        """None while every external tensor is the one traced, with the same type; else why not."""
+        for g in self.ext_guards:
+            t, owner, attr, arr, shape, dtype, rg, name = g
+            if owner is not None and owner.get(attr) is not t:
+                return f"{name} was replaced by another tensor"
+            if t.requires_grad is not rg:
+                return f"{name}.requires_grad changed: {rg} -> {t.requires_grad}"
+            d = t.data
+            if d is not arr:
+                if d.shape != shape or d.dtype != dtype or type(d) is not type(arr):
+                    return (f"{name} changed: {np.dtype(dtype).name}{list(shape)} -> "
+                            f"{d.dtype.name}{list(d.shape)}")
+                g[3] = d
+        return None
 
 
-def _modules_of(fn):
+class Dynamic:
+    """A symbolic graph and the programs specialised from it, one per binding of the symbols."""
+
+    def __init__(self, graph, sym_attrs, symbols, backend, rng_info):
+        self.graph = graph            # symbolic, as generalised (before passes)
+        self.sym_attrs = sym_attrs
+        self.symbols = symbols        # [symbol] in binding order
+        self.backend = backend
+        self.rng_info = rng_info      # {node name: (words per element, shape expressions)}
+        self.programs = {}            # binding tuple -> program
+        self.generic = None
+        self.generic_attrs = None
+        if getattr(backend, "supports_dynamic", False):
+            from .passes import optimize
+            g = optimize(graph)
+            self.generic = backend.compile(g)
+            self.generic_attrs = dyn.scan_symbolic(g, symbols)
+
+    def program_for(self, env):
+        if self.generic is not None:
+            return self.generic, (self.generic_attrs.overrides(env) if self.generic_attrs else None)
+        b = tuple([env[s] for s in self.symbols])
+        p = self.programs.get(b)
+        if p is None:
+            from .passes import optimize
+            p = self.backend.compile(optimize(dyn.specialize(self.graph, self.sym_attrs, env)))
+            if len(self.programs) >= MAX_SPECIALISED:
+                del self.programs[next(iter(self.programs))]
+            self.programs[b] = p
+        return p, None
+
+    def words(self, name, env):
+        per, shape = self.rng_info[name]
+        return per * math.prod(dyn.evaluate(s, env) for s in shape)
+
+
+# ---------------------------------------------------------------- modules and externals
+
+def _roots_of(fn):
+    """[(module, path prefix)]: the module a bound method belongs to, or a Module itself, and
+    modules the function reaches through its closure or globals (named by variable)."""
     from ..nn.modules.module import Module
-    mods = []
+    roots = []
     owner = getattr(fn, "__self__", None)
     if isinstance(owner, Module):
-        mods.append(owner)
+        roots.append((owner, ""))
     if isinstance(fn, Module):
-        mods.append(fn)
-    return mods
+        roots.append((fn, ""))
+    code = getattr(fn, "__code__", None)
+    if code is not None and not roots:
+        for name, cell in zip(code.co_freevars, getattr(fn, "__closure__", None) or ()):
+            try:
+                v = cell.cell_contents
+            except ValueError:
+                continue
+            if isinstance(v, Module):
+                roots.append((v, name + "."))
+        g = getattr(fn, "__globals__", {})
+        for name in code.co_names:
+            v = g.get(name)
+            if isinstance(v, Module):
+                roots.append((v, name + "."))
+    return roots
+
+
+def _scalar_guards(fn):
+    """Globals and closure cells the function reads that hold Python scalars (guarded by value)."""
+    code = getattr(fn, "__code__", None)
+    if code is None or getattr(fn, "__self__", None) is not None:
+        return [], []
+    g = getattr(fn, "__globals__", {})
+    globs = [n for n in code.co_names if type(g.get(n)) in _SCALARS and g.get(n) is not None]
+    cells = []
+    for name, cell in zip(code.co_freevars, getattr(fn, "__closure__", None) or ()):
+        try:
+            if type(cell.cell_contents) in _SCALARS:
+                cells.append((name, cell))
+        except ValueError:
+            pass
+    return globs, cells
 
 
 class CompiledFunction:
     """The callable `eagerc.compile` returns for a function (or a Module's __call__)."""
 
-    def __init__(self, fn, backend="numpy", dynamic=False, fullgraph=False, max_graphs=MAX_GRAPHS):
+    def __init__(self, fn, backend="numpy", dynamic=None, fullgraph=False, max_graphs=MAX_GRAPHS):
         from .backends import get_backend
         self.fn = fn
         self.backend_name = backend
         self.backend = get_backend(backend)
-        self.dynamic = dynamic
+        self.dynamic = dynamic        # None: automatic after a size-only retrace; True: from the start
         self.fullgraph = fullgraph
         self.max_graphs = max_graphs
         self.entries = {}
         self.traces = 0
-        self.log = []           # (reason, location) for every retrace / break
+        self.log = []                 # one line per retrace, graph break, dynamic decision, limit
         self.eager_only = False
-        self.modules = _modules_of(fn)
+        self._limit_warned = False
+        self._roots = _roots_of(fn)
+        self._guard_mods = []         # modules whose training flag is part of the key
+        self._guard_names = []
+        for m, prefix in self._roots:
+            self._add_guard_module(m, prefix.rstrip(".") or type(m).__name__)
+        self._globs, self._cells = _scalar_guards(fn)
+        self._g = getattr(fn, "__globals__", {})
+        self._dyn = None              # {leaf index: ((dim, symbol), ...)}: sizes that are symbols
+        self._dyn_dims = {}           # {(leaf, dim): symbol}
+        self._dyn_failed = None       # why the function stays static, once a dynamic attempt failed
         functools.update_wrapper(self, fn, updated=())
 
-    # ------------------------------------------------------------ guards
-    def guard_key(self, args, kwargs):
-        leaves, tree = flatten((args, kwargs), _is_tensor)
-        tensors = tuple((tuple(t.data.shape), t.data.dtype.str, str(t.device), t.requires_grad)
-                        for t in leaves)
-        training = tuple(m.training for root in self.modules for m in root.modules())
-        return (repr(tree), tensors, dispatch.grad_enabled(), training), leaves
+    @property
+    def modules(self):
+        return [m for m, _ in self._roots]
 
-    def _why(self, key):
-        """Which guard of the closest cached entry failed, in words."""
-        if not self.entries:
-            return "first call"
-        names = ("argument structure / Python scalar values", "tensor shapes/dtypes/devices/requires_grad",
-                 "grad mode", "module training flags")
-        old = next(reversed(self.entries))
-        for name, a, b in zip(names, old, key):
-            if a != b:
-                if name.startswith("tensor") and len(a) == len(b):
-                    for i, (x, y) in enumerate(zip(a, b)):
-                        if x != y:
-                            return f"arg tensor {i}: {_fmt_spec(x)} -> {_fmt_spec(y)}"
-                return f"{name} changed: {a!r} -> {b!r}"
-        return "unknown"
+    @modules.setter
+    def modules(self, mods):
+        self._roots = [(m, "") for m in mods]
+        for m in mods:
+            self._add_guard_module(m, type(m).__name__)
+
+    def _add_guard_module(self, m, name):
+        if any(g is m for g in self._guard_mods):
+            return False
+        self._guard_mods.append(m)
+        self._guard_names.append(name)
+        return True
+
+    # ------------------------------------------------------------ guards
+    def _key(self, args, kwargs, masked=True):
+        """(key, tensor leaves, symbol bindings or None)."""
+        leaves = []
+        struct = _spec(args, leaves) if not kwargs else (_spec(args, leaves), _spec(kwargs, leaves))
+        specs = []
+        dynd = self._dyn if masked else None
+        env = None
+        for i, t in enumerate(leaves):
+            d = t.data
+            shape = d.shape
+            if dynd is not None:
+                dims = dynd.get(i)
+                if dims is not None:
+                    if env is None:
+                        env = {}
+                    shape, env = _mask(shape, dims, env)
+                    if env is False:  # symbols bound inconsistently: this call can only be static
+                        return self._key(args, kwargs, masked=False)
+            specs.append((shape, d.dtype, "cpu" if type(d) is _ndarray else str(t.device), t.requires_grad))
+        alias = ()
+        if len(leaves) > 1:
+            ids = [id(t) for t in leaves]
+            if len(set(ids)) != len(ids):
+                alias = tuple([ids.index(i) for i in ids])
+        scal = ()
+        if self._globs or self._cells:
+            g = self._g
+            scal = tuple([g.get(n) for n in self._globs] + [c.cell_contents for _, c in self._cells])
+        mods = self._guard_mods
+        key = (struct, tuple(specs), dispatch._grad_enabled,
+               tuple(map(_training, mods)) if mods else (), alias, scal)
+        return key, leaves, env
+
+    def guard_key(self, args, kwargs):
+        key, leaves, _ = self._key(args, kwargs)
+        return key, leaves
+
+    def _describe(self, old, new):
+        """The guards that differ between two keys, in words (old -> new)."""
+        out = []
+        for part, a, b in zip(_KEY_PARTS, old, new):
+            if a == b:
+                continue
+            if part == "tensor":
+                if len(a) != len(b):
+                    out.append(f"number of tensor arguments: {len(a)} -> {len(b)}")
+                    continue
+                for i, (x, y) in enumerate(zip(a, b)):
+                    if x == y:
+                        continue
+                    for what, u, v in zip(("shape", "dtype", "device", "requires_grad"), x, y):
+                        if what == "shape":
+                            if len(u) == len(v) and all(p is None or p == q for p, q in zip(u, v)):
+                                small = [d for d, (p, q) in enumerate(zip(u, v)) if p is None and q < 2]
+                                if small:
+                                    out.append(f"tensor argument {i} shape {_fmt_shape(v)}: size "
+                                               f"{v[small[0]]} of dim {small[0]} is specialised (sizes 0 and "
+                                               f"1 are never symbolic)")
+                                continue
+                            u, v = _fmt_shape(u), _fmt_shape(v)
+                        elif what == "dtype":
+                            u, v = np.dtype(u).name, np.dtype(v).name
+                        if u != v:
+                            out.append(f"tensor argument {i} {what}: {u} -> {v}")
+            elif part == "argument structure / Python values":
+                out.append(f"{part}: {_fmt_struct(a)} -> {_fmt_struct(b)}")
+            elif part == "module training flags":
+                names = self._guard_names
+                diffs = [f"{names[i]}.training {x} -> {y}" for i, (x, y) in enumerate(zip(a, b)) if x != y]
+                out.append("module training flags: " + (", ".join(diffs) or f"{a} -> {b}"))
+            elif part == "global/closure values":
+                names = self._globs + [n for n, _ in self._cells]
+                out.append("; ".join(f"global/closure value {n}: {x!r} -> {y!r}"
+                                     for n, x, y in zip(names, a, b) if x != y))
+            else:
+                out.append(f"{part}: {a!r} -> {b!r}")
+        return "; ".join(x for x in out if x) or "no guard differs"
+
+    def _closest(self, key):
+        best, score = None, None
+        for e in self.entries.values():
+            s = sum(1 for a, b in zip(e.key, key) if a != b)
+            if len(e.key[1]) == len(key[1]):
+                s += sum(1 for x, y in zip(e.key[1], key[1]) if x != y) / (1 + len(key[1]))
+            if score is None or s < score:
+                best, score = e, s
+        return best
 
     # ------------------------------------------------------------ calls
     def __call__(self, *args, **kwargs):
-        if self.eager_only or dispatch.tracer is not None:
+        if dispatch.tracer is not None:  # called while tracing another function: inline it
             return self.fn(*args, **kwargs)
-        key, leaves = self.guard_key(args, kwargs)
+        key, leaves, env = self._key(args, kwargs)
         entry = self.entries.get(key)
+        if entry is None and env is not None:  # a masked key: maybe a static specialisation
+            key, leaves, env = self._key(args, kwargs, masked=False)
+            entry = self.entries.get(key)
         if entry is not None:
-            entry.calls += 1
             if entry.eager:
+                entry.calls += 1
                 return self.fn(*args, **kwargs)
-            return self._run(entry, leaves)
-        if len(self.entries) >= self.max_graphs:
-            warnings.warn(f"eagerc.compile: {self.__name__} has been recompiled {self.max_graphs} times "
-                          f"(last reason: {self._why(key)}); running it eagerly from now on")
-            self.eager_only = True
-            return self.fn(*args, **kwargs)
-        reason = self._why(key)
-        if self.entries:
-            log.info("retracing %s: %s", self.__name__, reason)
-        self.log.append(reason)
-        return self._trace(key, args, kwargs)
+            if entry.ext_guards:
+                why = entry.stale()
+                if why is not None:
+                    del self.entries[key]
+                    return self._miss(key, leaves, env, args, kwargs, stale=f"{why} (a guard on the "
+                                      "tensors the graph reads by reference)")
+            entry.calls += 1
+            return self._run(entry, leaves, env)
+        return self._miss(key, leaves, env, args, kwargs)
 
-    def _external_names(self):
-        names = {}
-        for root in self.modules:
-            for name, p in root.named_parameters():
-                names.setdefault(id(p), name)
-            for name, b in root.named_buffers():
-                names.setdefault(id(b), name)
-        return names
+    def _miss(self, key, leaves, env, args, kwargs, stale=None):
+        file, line, level = user_frame_info()
+        where = f"{file}:{line}" if file else "?"
+        if self.eager_only:
+            return self.fn(*args, **kwargs)
+        ref = None
+        if stale is not None:
+            reason = stale
+        elif not self.entries:
+            reason = "first call"
+        else:
+            ref = self._closest(key)
+            reason = self._describe(ref.key, key)
+        if stale is None and len(self.entries) >= self.max_graphs:
+            if not self._limit_warned:
+                self._limit_warned = True
+                msg = (f"eagerc.compile: {self.__name__} reached max_graphs={self.max_graphs} "
+                       f"specialisations (last guard failure at {where}: {reason}); calls that match "
+                       "none of them run eagerly from now on")
+                self.log.append(msg)
+                warnings.warn(msg, stacklevel=level)
+            return self.fn(*args, **kwargs)
+        if self.entries:
+            line_ = f"retrace at {where}: {reason}"
+            log.info("eagerc.compile: %s: %s", self.__name__, line_)
+        else:
+            line_ = f"first call at {where}"
+        self.log.append(line_)
+        if ref is not None and self.dynamic is not False and self._dyn_failed is None:
+            dims = self._size_change(ref.key, key)
+            if dims:
+                result = self._make_dynamic(ref, dims, key, leaves, args, kwargs)
+                if result is not _FAILED:
+                    return result
+        return self._trace(leaves, args, kwargs)
+
+    def _external_index(self):
+        """({id(tensor): path}, {id(tensor): (owner dict, attr)}) for the modules' parameters
+        and buffers."""
+        names, owners = {}, {}
+        for root, prefix in self._roots:
+            for mpath, m in root.named_modules():
+                for attr, t in list(m._parameters.items()) + list(m._buffers.items()):
+                    if t is None or id(t) in names:
+                        continue
+                    names[id(t)] = prefix + (f"{mpath}.{attr}" if mpath else attr)
+                    owners[id(t)] = (m._parameters if attr in m._parameters else m._buffers, attr)
+        return names, owners
 
     def _module_paths(self):
         paths = {}
-        for root in self.modules:
+        for root, prefix in self._roots:
             for name, m in root.named_modules():
-                paths.setdefault(id(m), name or type(m).__name__)
-        return paths or None
+                paths.setdefault(id(m), (prefix + name).rstrip(".") or type(m).__name__)
+        return paths
 
-    def _trace(self, key, args, kwargs):
+    def _learn_modules(self, tracer):
+        """Guard the training flag of every module that ran; True if the key grew."""
+        paths = None
+        grew = False
+        for m in tracer.modules.values():
+            if not any(g is m for g in self._guard_mods):
+                paths = paths or self._module_paths()
+                grew |= self._add_guard_module(m, paths.get(id(m), type(m).__name__))
+        if grew:  # old keys lack the new flags: they held whatever value those flags have now
+            added = tuple(map(_training, self._guard_mods))
+            old = list(self.entries.items())
+            self.entries.clear()
+            for k, e in old:
+                nk = k[:3] + (k[3] + added[len(k[3]):],) + k[4:]
+                e.key = nk
+                self.entries[nk] = e
+        return grew
+
+    def _do_trace(self, args, kwargs, fullgraph):
+        names, owners = self._external_index()
         self.traces += 1
-        graph, result, tracer = trace(self.fn, args, kwargs, self._external_names(),
-                                      self._module_paths(), self.fullgraph)
+        graph, result, tracer = trace(self.fn, args, kwargs, names, self._module_paths(), fullgraph)
+        return graph, result, tracer, owners
+
+    def _trace(self, leaves, args, kwargs):
+        """Trace this call; its specialisation is stored under the key without symbols."""
+        graph, result, tracer, owners = self._do_trace(args, kwargs, self.fullgraph)
+        self._learn_modules(tracer)
+        key = self._key(args, kwargs, masked=False)[0]
         if graph is None:
             brk = tracer.broken
-            warnings.warn(f"eagerc.compile: graph break in {self.__name__}: {brk}", stacklevel=3)
+            file, line, level = user_frame_info()
+            warnings.warn(f"eagerc.compile: graph break in {self.__name__}: {brk}", stacklevel=level)
             self.log.append(f"graph break: {brk.what} at {brk.location}")
             self.entries[key] = Entry(key, eager=True, reason=str(brk))
             return result
@@ -152,41 +476,415 @@ class CompiledFunction:
             # Training graphs (forward + backward) are not compiled yet: stay eager, say so once.
             reason = "inputs or parameters require grad (compiled training is not supported yet)"
             log.info("eagerc.compile: %s runs eagerly: %s", self.__name__, reason)
-            self.entries[key] = Entry(key, graph=graph, eager=True, reason=reason)
+            self.entries[key] = Entry(key, graph=graph, eager=True, reason=reason, traced=graph)
             return result
-        from .passes import optimize
-        graph = optimize(graph)
-        program = self.backend.compile(graph)
-        self.entries[key] = Entry(key, graph, program, tracer.externals, rng=tracer.rng_nodes(graph))
+        entry = self._compile_entry(key, graph, tracer, owners)
+        self.entries[key] = entry
+        if self.dynamic is True and self._dyn is None and self._dyn_failed is None:
+            self._dynamic_from_start(entry, leaves, args, kwargs)
         return result
 
-    def _run(self, entry, leaves):
-        env = {f"arg{i}": t.data for i, t in enumerate(leaves)}
-        for name, t in entry.externals.items():
-            env[name] = t.data
+    def _compile_entry(self, key, graph, tracer, owners):
+        from .passes import optimize
+        opt = optimize(graph)
+        program = self.backend.compile(opt)
+        entry = Entry(key, opt, program, tracer.externals, rng=tracer.rng_draws(), traced=graph)
+        entry.ext_guards = _ext_guards(tracer.externals, owners)
+        return entry
+
+    # ------------------------------------------------------------ running
+    def _run(self, entry, leaves, env):
+        env_ = {_ARG_NAMES[i]: t.data for i, t in enumerate(leaves)} if len(leaves) < 256 else \
+            {f"arg{i}": t.data for i, t in enumerate(leaves)}
+        for name, t in entry.ext_items:
+            env_[name] = t.data
+        d = entry.dynamic
         overrides = None
+        if d is None:
+            program = entry.program
+        else:
+            program, overrides = d.program_for(env)
         if entry.rng:  # random ops draw fresh numbers each call, like eager mode
-            overrides = {name: {"offset": gen.next_offset(words)} for name, gen, words in entry.rng}
-        outs, mutations = entry.program(env, overrides)
-        for target, arr in mutations:
-            _write_back(entry, leaves, target, arr)
-        tensors = [dispatch.wrap(a if type(a) is not np.generic else np.asarray(a)) for a in outs]
+            rng = {}
+            for name, gen, words in entry.rng:
+                if d is not None:
+                    words = d.words(name, env)
+                rng[name] = {"seed": gen.initial_seed(), "offset": gen.next_offset(words)}
+            if overrides:
+                for k, v in overrides.items():
+                    rng[k] = {**rng[k], **v} if k in rng else v
+            overrides = rng
+        outs, mutations = program(env_, overrides)
+        if mutations:
+            for target, arr in mutations:
+                _write_back(entry, leaves, target, arr)
+        wrap = dispatch.wrap
+        if entry.single and not entry.aliases:
+            a = outs[0]
+            return wrap(a if type(a) is _ndarray or not isinstance(a, np.generic) else np.asarray(a))
+        tensors = [wrap(a if type(a) is _ndarray or not isinstance(a, np.generic) else np.asarray(a))
+                   for a in outs]
+        for i, name in entry.aliases:
+            tensors[i] = leaves[int(name[3:])] if name.startswith("arg") else entry.externals[name]
         return unflatten(entry.graph.out_tree, tensors)
+
+    # ------------------------------------------------------------ dynamic shapes
+    def _size_change(self, old, new):
+        """{(leaf, dim): (old size, new size)} if the keys differ only in sizes (new ones >= 2)."""
+        if old[0] != new[0] or old[2:] != new[2:] or len(old[1]) != len(new[1]):
+            return None
+        dims = {}
+        for i, (a, b) in enumerate(zip(old[1], new[1])):
+            if a[1:] != b[1:] or len(a[0]) != len(b[0]):
+                return None
+            for d, (x, y) in enumerate(zip(a[0], b[0])):
+                if x is None:  # already symbolic in `old`
+                    if y is not None and y < 2:
+                        return None
+                elif x != y:
+                    if y is None or y < 2:
+                        return None
+                    dims[(i, d)] = (x, y)
+        return dims or None
+
+    def _dynamic_from_start(self, entry, leaves, args, kwargs):
+        """dynamic=True: make batch/sequence sizes symbolic right after the first trace.
+
+        Candidates: every size >= 2 that no parameter or buffer has (a feature size usually
+        does); if tracing on synthetic sizes fails, only the first dimension of each input."""
+        ext_sizes = {s for t in entry.externals.values() for s in t.data.shape}
+        cands = {(i, d): (n, n) for i, t in enumerate(leaves) for d, n in enumerate(t.data.shape)
+                 if n >= 2 and n not in ext_sizes}
+        firsts = {k: v for k, v in cands.items() if k[1] == 0}
+        for dims in (cands, firsts):
+            if not dims:
+                continue
+            if self._make_dynamic(entry, dims, entry.key, leaves, args, kwargs, verify_call=False) \
+                    is not _FAILED:
+                return
+            if dims == firsts:
+                break
+            self._dyn_failed = None  # let the narrower attempt run
+
+    def _make_dynamic(self, ref, changed, key, leaves, args, kwargs, verify_call=True):
+        """Build a symbolic graph for the sizes in `changed` ({(leaf, dim): (ref size, new size)}).
+
+        Returns the result of this call, or _FAILED (the function then stays static)."""
+        def fail(why):
+            self._dyn_failed = why
+            msg = f"dynamic shapes: {self.__name__} stays static: {why}"
+            self.log.append(msg)
+            log.info("eagerc.compile: %s", msg)
+            return _FAILED
+        # the symbols: dims already dynamic keep theirs; new dims sharing (old, new) sizes share one
+        dims = dict(self._dyn_dims)
+        groups = {}
+        n_old = len(set(dims.values()))
+        for (i, d), pair in sorted(changed.items()):
+            if (i, d) in dims:
+                continue
+            sym = groups.get(pair)
+            if sym is None:
+                sym = groups[pair] = f"s{n_old + len(groups)}"
+            dims[(i, d)] = sym
+        symbols = sorted(set(dims.values()), key=lambda s: int(s[1:]))
+        if ref.eager:
+            # a graph break or a call that needs autograd runs eagerly anyway: one eager entry
+            # serves every size instead of a retrace per size
+            self._set_dims(dims)
+            nkey, _, _ = self._key(args, kwargs)
+            self.entries[nkey] = Entry(nkey, graph=ref.graph, eager=True, reason=ref.reason)
+            self.log.append(f"dynamic shapes: {self.__name__} runs eagerly for every size of "
+                            f"{self._fmt_dims(dims)}")
+            return self.fn(*args, **kwargs)
+        traced = ref.traced
+        if traced.mutations:
+            return fail("it updates its inputs or buffers in place (a trace on synthetic inputs "
+                        "would repeat that)")
+        ints = dyn.graph_ints(traced)
+        for i, t in enumerate(leaves):
+            ints.update(n for d, n in enumerate(t.data.shape) if (i, d) not in dims)
+        seen = {}
+        for (i, d), sym in dims.items():
+            sizes = [leaves[i].data.shape[d]] + [x for x in changed.get((i, d), ()) if x is not None]
+            seen[sym] = max(seen.get(sym, 0), *sizes)
+        gens = _generators(ref)
+        saved = [g.get_state() for g in gens]
+        errors = []
+        for above in (True, False):  # a size above those seen; if that fails (a bound such as a
+            primes = dyn.choose_primes(seen, ints, above)  # block size), one below
+            if primes is None:
+                continue
+            syn_leaves = [_resize(t, {d: primes[s] for (j, d), s in dims.items() if j == i})
+                          for i, t in enumerate(leaves)]
+            syn_args, syn_kwargs = _replace_tensors((args, kwargs), iter(syn_leaves))
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    graph_p, result_p, tracer_p, owners = self._do_trace(syn_args, syn_kwargs, False)
+                break
+            except Exception as e:  # e.g. a size that must match a parameter
+                errors.append(f"tracing on synthetic sizes {self._fmt_dims(dims, primes)} failed: "
+                              f"{type(e).__name__}: {e}")
+            finally:
+                for g, s in zip(gens, saved):
+                    g.set_state(s)
+        else:
+            return fail("; ".join(errors) or "no distinctive size left to trace with")
+        if graph_p is None:
+            return fail(f"graph break on synthetic sizes: {tracer_p.broken}")
+        if graph_p.mutations:
+            return fail("it updates its inputs or buffers in place")
+        dim_names = {}
+        for (i, d), s in sorted(dims.items()):
+            dim_names.setdefault(s, []).append([f"arg{i}", d])
+        g_sym, sym_attrs, problems = dyn.generalize(graph_p, primes, dim_names)
+        if problems:
+            return fail(problems[0])
+        ref_env = {}
+        for (i, d), s in dims.items():
+            n = ref.key[1][i][0][d] if i < len(ref.key[1]) else None
+            if n is None or n < 2 or ref_env.get(s, n) != n:
+                ref_env = None
+                break
+            ref_env[s] = n
+        if ref_env:
+            diff = dyn.same_program(traced, g_sym, sym_attrs, ref_env)
+            if diff:
+                return fail(f"Python takes another path at another size: {diff}")
+        rng_info = {}
+        for name, gen, words in tracer_p.rng_draws():
+            node = next(n for n in g_sym.nodes if n.out.name == name)
+            numel = math.prod(s for s in graph_p.producers()[name].out.shape)
+            rng_info[name] = (words // numel if numel else 0, node.out.shape)
+        try:
+            d = Dynamic(g_sym, sym_attrs, symbols, self.backend, rng_info)
+        except Exception as e:
+            return fail(f"the backend cannot compile the symbolic graph: {type(e).__name__}: {e}")
+        entry = Entry(None, g_sym, None, tracer_p.externals, rng=tracer_p.rng_draws(), traced=g_sym)
+        entry.dynamic = d
+        entry.ext_guards = _ext_guards(tracer_p.externals, owners)
+        # 1. the program at the synthetic sizes reproduces the synthetic eager run
+        syn_env = dict(primes)
+        for g, s in zip(gens, saved):
+            g.set_state(s)
+        try:
+            got = self._run(entry, syn_leaves, syn_env)
+        except Exception as e:
+            return fail(f"the symbolic program failed at the synthetic sizes: {type(e).__name__}: {e}")
+        finally:
+            for g, s in zip(gens, saved):
+                g.set_state(s)
+        bad = _differs(result_p, got)
+        if bad:
+            return fail(f"the symbolic program disagrees with eager at sizes {primes}: {bad}")
+        # 2. this call: the program against an eager run of the function on the real inputs
+        result = None
+        if verify_call:
+            env = {}
+            for (i, d), sym in dims.items():
+                n = leaves[i].data.shape[d]
+                if env.setdefault(sym, n) != n or n < 2:
+                    env = None
+                    break
+            if env is None:
+                return fail("this call's sizes cannot bind the symbols")
+            before = [g.get_state() for g in gens]
+            expected = self.fn(*args, **kwargs)
+            after = [g.get_state() for g in gens]
+            for g, s in zip(gens, before):
+                g.set_state(s)
+            try:
+                got = self._run(entry, leaves, env)
+                bad = _differs(expected, got)
+            except Exception as e:
+                bad = f"{type(e).__name__}: {e}"
+            for g, s in zip(gens, after):
+                g.set_state(s)
+            if bad:
+                fail(f"the symbolic graph disagrees with eager on this call: {bad}")
+                return expected
+            result = expected
+        # install: the dims become symbols in every key; drop the specialisations the new mask
+        # makes unreachable (older symbolic entries) or that the symbolic graph covers
+        old_dims = self._dyn_dims
+        self._set_dims(dims)
+        nkey = self._key(args, kwargs)[0]
+        entry.key = nkey
+        for k, e in list(self.entries.items()):
+            if e.dynamic is not None and old_dims != dims:
+                del self.entries[k]
+            elif e.dynamic is None and _masks_to(k, self._dyn) == nkey:
+                del self.entries[k]
+        self.entries[nkey] = entry
+        self.log.append(f"dynamic shapes: {self.__name__} now treats {self._fmt_dims(dims)} as symbolic "
+                        f"({', '.join(symbols)})")
+        log.info("eagerc.compile: %s", self.log[-1])
+        return result
+
+    def _set_dims(self, dims):
+        self._dyn_dims = dict(dims)
+        m = {}
+        for (i, d), s in sorted(dims.items()):
+            m.setdefault(i, []).append((d, s))
+        self._dyn = {i: tuple(v) for i, v in m.items()} if m else None
+
+    def _fmt_dims(self, dims, primes=None):
+        parts = []
+        for (i, d), s in sorted(dims.items()):
+            parts.append(f"arg {i} dim {d}" + (f"={primes[s]}" if primes else f" ({s})"))
+        return ", ".join(parts)
 
     # ------------------------------------------------------------ inspection
     @property
     def graphs(self):
-        return [e.graph for e in self.entries.values() if e.graph is not None]
+        """The optimised graph of every compiled specialisation (symbolic ones show sizes as s0...)."""
+        return [e.graph for e in self.entries.values() if e.graph is not None and not e.eager]
+
+    @property
+    def traced_graphs(self):
+        return [e.traced for e in self.entries.values() if e.traced is not None]
 
     def code(self):
         """The generated source of every compiled specialisation."""
-        return "\n\n".join(getattr(e.program, "source", str(e.graph)) for e in self.entries.values()
-                           if e.program is not None)
+        out = []
+        for e in self.entries.values():
+            progs = [e.program] if e.dynamic is None else list(e.dynamic.programs.values()) + \
+                ([e.dynamic.generic] if e.dynamic.generic is not None else [])
+            for p in progs:
+                if p is not None:
+                    out.append(getattr(p, "source", None) or str(e.graph))
+        return "\n\n".join(out)
+
+    def explain(self, *args, **kwargs):
+        return explain(self, *args, **kwargs)
 
 
-def _fmt_spec(s):
-    shape, dt, dev, rg = s
-    return f"{np.dtype(dt).name}{list(shape)} on {dev}{' requires_grad' if rg else ''}"
+class _Failed:
+    def __repr__(self):
+        return "<failed>"
+
+
+_FAILED = _Failed()
+
+
+def _fail_after(fail, why, result):
+    fail(why)
+    return result
+
+
+def _mask(shape, dims, env):
+    """shape with dynamic dims (>= 2) as None, binding their symbols in env (False if inconsistent)."""
+    s = list(shape)
+    for d, sym in dims:
+        if d >= len(s):
+            continue
+        n = s[d]
+        if n < 2:
+            continue
+        b = env.get(sym)
+        if b is None:
+            env[sym] = n
+        elif b != n:
+            return shape, False
+        s[d] = None
+    return tuple(s), env
+
+
+def _masks_to(key, dynd):
+    if dynd is None:
+        return key
+    specs = []
+    for i, sp in enumerate(key[1]):
+        dims = dynd.get(i)
+        shape = sp[0]
+        if dims is not None and None not in shape:
+            shape, ok = _mask(shape, dims, {})
+            if ok is False:
+                return None
+        specs.append((shape,) + tuple(sp[1:]))
+    return (key[0], tuple(specs)) + key[2:]
+
+
+def _resize(t, sizes):
+    """A copy of tensor t with dims resized to `sizes` ({dim: n}), repeating its data."""
+    if not sizes:
+        return t
+    a = t.data
+    for d, n in sizes.items():
+        m = a.shape[d]
+        if m == 0:
+            shape = list(a.shape)
+            shape[d] = n
+            a = np.zeros(shape, a.dtype) if type(a) is _ndarray else type(a)(shape, a.dtype)
+        else:
+            idx = np.arange(n) % m
+            a = a.take(idx if type(a) is _ndarray else _to_xp(a, idx), axis=d)
+    out = dispatch.wrap(a, t.requires_grad)
+    return out
+
+
+def _to_xp(a, idx):
+    from ..runtime.device import xp_of
+    return xp_of(a).asarray(idx)
+
+
+def _replace_tensors(obj, it):
+    if isinstance(obj, Tensor):
+        return next(it)
+    if isinstance(obj, tuple) and not hasattr(obj, "_fields"):
+        return tuple(_replace_tensors(v, it) for v in obj)
+    if isinstance(obj, tuple):
+        return type(obj)(*[_replace_tensors(v, it) for v in obj])
+    if isinstance(obj, list):
+        return [_replace_tensors(v, it) for v in obj]
+    if isinstance(obj, dict):
+        return {k: _replace_tensors(v, it) for k, v in obj.items()}
+    return obj
+
+
+def _generators(entry):
+    from ..runtime.random import default_generator
+    gens = [default_generator]
+    for _, g, _ in entry.rng or ():
+        if not any(g is h for h in gens):
+            gens.append(g)
+    return gens
+
+
+def _differs(expected, got):
+    """None if two results agree (structure, shapes, dtypes, values); else what differs."""
+    is_t = lambda x: isinstance(x, Tensor)  # noqa: E731
+    try:
+        la, ta = flatten(expected, is_t)
+        lb, tb = flatten(got, is_t)
+    except TypeError as e:
+        return str(e)
+    if ta != tb or len(la) != len(lb):
+        return "different output structure"
+    for i, (a, b) in enumerate(zip(la, lb)):
+        x, y = _host(a.data), _host(b.data)
+        if x.shape != y.shape or x.dtype != y.dtype:
+            return f"output {i}: {x.dtype}{list(x.shape)} vs {y.dtype}{list(y.shape)}"
+        if x.dtype.kind in "fc":
+            if not np.allclose(x, y, rtol=1e-4, atol=1e-6, equal_nan=True):
+                return f"output {i}: values differ (max abs diff {np.nanmax(np.abs(x - y)):.3g})"
+        elif not np.array_equal(x, y):
+            return f"output {i}: values differ"
+    return None
+
+
+def _host(a):
+    return a if type(a) is _ndarray else (a.get() if hasattr(a, "get") else np.asarray(a))
+
+
+def _ext_guards(externals, owners):
+    out = []
+    for name, t in externals.items():
+        owner, attr = owners.get(id(t), (None, None))
+        d = t.data
+        out.append([t, owner, attr, d, d.shape, d.dtype, t.requires_grad, name])
+    return out
 
 
 def _write_back(entry, leaves, target, arr):
@@ -199,11 +897,14 @@ def _write_back(entry, leaves, target, arr):
     _bump(t, "compiled update")
 
 
-def compile(model=None, *, backend="numpy", dynamic=False, fullgraph=False, mode=None, **options):
+def compile(model=None, *, backend="numpy", dynamic=None, fullgraph=False, mode=None, **options):
     """Compile a function, a Module instance, or a Module class (like torch.compile).
 
-    backend: "numpy" (generated Python over numpy) or "interpreter"; dynamic: make sizes
-    symbolic after a size-only retrace; fullgraph: a graph break is an error.
+    backend: "numpy" (generated Python over numpy) or "interpreter".
+    dynamic: None (default) makes sizes symbolic after a retrace caused only by sizes;
+             True makes batch/sequence sizes symbolic from the first call; False never.
+    fullgraph: a graph break is an error instead of an eager fallback.
+    max_graphs: specialisations kept per function (default 8); past it new keys run eagerly.
     """
     if model is None:
         return lambda m: compile(m, backend=backend, dynamic=dynamic, fullgraph=fullgraph, **options)
@@ -217,6 +918,7 @@ def compile(model=None, *, backend="numpy", dynamic=False, fullgraph=False, mode
                 if c is None:
                     c = CompiledFunction(super().__call__, backend, dynamic, fullgraph, **options)
                     c.modules = [self]
+                    c.__name__ = cls.__name__
                     self.__dict__["_compiled_call"] = c
                 return c(*args, **kwargs)
         Compiled.__name__ = Compiled.__qualname__ = cls.__name__
@@ -237,6 +939,7 @@ class CompiledModule:
         object.__setattr__(self, "_orig_mod", module)
         c = CompiledFunction(module.__call__, backend, dynamic, fullgraph, **options)
         c.modules = [module]
+        c.__name__ = type(module).__name__
         object.__setattr__(self, "_compiled", c)
 
     def __call__(self, *args, **kwargs):
@@ -252,23 +955,55 @@ class CompiledModule:
         return f"CompiledModule({self._orig_mod!r})"
 
 
+# ---------------------------------------------------------------- explain
+
+class ExplainOutput(str):
+    """The report of `explain` (a str), with its parts as attributes:
+    graphs, graph_count, breaks ([GraphBreak]), break_count, guards ([str]), ops (op count)."""
+
+    def __new__(cls, text, graphs, breaks, guards):
+        self = super().__new__(cls, text)
+        self.graphs = graphs
+        self.graph_count = len(graphs)
+        self.breaks = breaks
+        self.break_count = len(breaks)
+        self.guards = guards
+        self.ops = sum(len(g.nodes) for g in graphs)
+        return self
+
+
 def explain(fn, *args, **kwargs):
-    """Trace fn once (without caching) and report its graph, breaks and guards."""
+    """Trace fn once on these arguments (nothing is cached) and report its graph, graph
+    breaks and the guards a compiled call would check. Runs fn once."""
     c = fn if isinstance(fn, (CompiledFunction, CompiledModule)) else compile(fn)
     c = c._compiled if isinstance(c, CompiledModule) else c
-    key, _ = c.guard_key(args, kwargs)
-    graph, _, tracer = trace(c.fn, args, kwargs, c._external_names(), c._module_paths())
+    names, _ = c._external_index()
+    graph, _, tracer = trace(c.fn, args, kwargs, names, c._module_paths())
+    for m in tracer.modules.values():
+        c._add_guard_module(m, c._module_paths().get(id(m), type(m).__name__))
+    key, leaves, _ = c._key(args, kwargs, masked=False)
     lines = [f"explain({c.__name__}):"]
+    graphs, breaks = [], []
     if graph is None:
-        lines.append(f"  graph break: {tracer.broken}")
+        breaks.append(tracer.broken)
+        lines.append(f"  0 graphs, 1 graph break: {tracer.broken}")
+        lines.append("  (the call runs eagerly; under fullgraph=True it raises)")
     else:
-        lines.append(f"  1 graph, {len(graph.nodes)} ops, 0 graph breaks")
+        graphs.append(graph)
+        lines.append(f"  1 graph, {len(graph.nodes)} ops, 0 graph breaks"
+                     + (f", {len(graph.mutations)} mutations" if graph.mutations else ""))
         lines.append("  " + str(graph).replace("\n", "\n  "))
+    guards = [f"argument structure: {_fmt_struct(key[0])}"]
+    guards += [f"tensor argument {i}: {_fmt_spec(s)}" for i, s in enumerate(key[1])]
+    guards.append(f"grad mode: {key[2]}")
+    guards += [f"{n}.training == {f}" for n, f in zip(c._guard_names, key[3])]
+    if key[4]:
+        guards.append(f"argument aliasing: {key[4]}")
+    guards += [f"global/closure value {n} == {v!r}" for n, v in
+               zip(c._globs + [n for n, _ in c._cells], key[5])]
+    if graph is not None:
+        guards += [f"{name} is the same tensor, {t.data.dtype.name}{list(t.data.shape)}"
+                   for name, t in tracer.externals.items()]
     lines.append("  guards:")
-    lines.append(f"    argument structure: {key[0]}")
-    for i, s in enumerate(key[1]):
-        lines.append(f"    arg tensor {i}: {_fmt_spec(s)}")
-    lines.append(f"    grad mode: {key[2]}")
-    if key[3]:
-        lines.append(f"    module training flags: {key[3]}")
-    return "\n".join(lines)
+    lines += ["    " + g for g in guards]
+    return ExplainOutput("\n".join(lines), graphs, breaks, guards)

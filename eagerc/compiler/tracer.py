@@ -10,17 +10,26 @@ specialisation).
 Tensors that the function reads but did not receive as arguments or make itself are
 "external" inputs, read by reference at call time: module parameters and buffers are
 named by their module path (`layers.0.weight`), other captured tensors `const0`, ...
+
+In-place updates are functionalised. `x.add_(1)` rebinds x to a new value; when the
+target is a view (x[0].add_(1), x.view(-1).mul_(2)), the write is carried back to
+its base with the view op's scatter (index_put, slice_scatter, reshape...), and every
+other view of that base is re-derived from the new value the next time it is read.
+An update of an argument or external becomes a mutation output of the graph. A write
+the tracer cannot follow (into memory shared some other way) is a graph break.
 """
 import contextlib
 import os
 import sys
+
+import numpy as np
 
 from .. import dispatch
 from .._tensor import Tensor
 from ..runtime.ir import Graph, Node, Value
 from ..runtime.pytree import flatten
 
-__all__ = ["Tracer", "GraphBreak", "trace", "user_location"]
+__all__ = ["Tracer", "GraphBreak", "trace", "tracing", "user_location", "tensor_leaves"]
 
 _EAGERC_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
@@ -35,15 +44,72 @@ class GraphBreak(RuntimeError):
                          "on tensor values; this call runs eagerly")
 
 
-def user_location():
-    """file:line of the innermost frame outside eagerc's own package."""
-    f = sys._getframe(1)
+def _outside_eagerc(f):
     while f is not None:
-        fn = os.path.abspath(f.f_code.co_filename)
-        if not fn.startswith(_EAGERC_DIR):
-            return f"{os.path.basename(fn)}:{f.f_lineno}"
+        fn = f.f_code.co_filename
+        if not os.path.abspath(fn).startswith(_EAGERC_DIR) and not fn.startswith("<frozen"):
+            return f
         f = f.f_back
     return None
+
+
+def user_location():
+    """file:line of the innermost frame outside eagerc's own package."""
+    f = _outside_eagerc(sys._getframe(1))
+    return None if f is None else f"{os.path.basename(f.f_code.co_filename)}:{f.f_lineno}"
+
+
+def user_frame_info():
+    """(full path, line, stacklevel for warnings.warn from the caller) of the user's frame."""
+    f = sys._getframe(1)
+    level = 1
+    while f is not None:
+        fn = f.f_code.co_filename
+        if not os.path.abspath(fn).startswith(_EAGERC_DIR) and not fn.startswith("<frozen"):
+            return fn, f.f_lineno, level
+        f = f.f_back
+        level += 1
+    return None, None, 1
+
+
+def tensor_leaves(obj, out):
+    """Append the tensors of a (args, kwargs)-like structure to `out`, in the order
+    runtime.pytree.flatten uses (tuples, lists, dict values in order); other objects
+    are opaque."""
+    if isinstance(obj, Tensor):
+        out.append(obj)
+    elif isinstance(obj, (tuple, list)):
+        for v in obj:
+            tensor_leaves(v, out)
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            tensor_leaves(v, out)
+    return out
+
+
+def _buffer_id(a):
+    b = getattr(a, "base", None)
+    while b is not None and getattr(b, "base", None) is not None:
+        b = b.base
+    return id(a if b is None else b)
+
+
+def _shares(a, b):
+    if type(a) is np.ndarray and type(b) is np.ndarray:
+        return np.may_share_memory(a, b)
+    try:
+        from ..runtime.device import xp_of
+        return bool(xp_of(a).may_share_memory(a, b))
+    except Exception:  # pragma: no cover - unknown array type: assume it may
+        return True
+
+
+def _inverse_perm(dims):
+    n = len(dims)
+    inv = [0] * n
+    for i, d in enumerate(dims):
+        inv[d % n] = i
+    return tuple(inv)
 
 
 class Tracer:
@@ -52,16 +118,22 @@ class Tracer:
         self.fullgraph = fullgraph
         self.broken = None    # the first GraphBreak, if the function needed a concrete value
         self.values = {}      # id(tensor) -> Value
-        self.by_array = {}    # id(array) -> Value: tensors re-wrapping an array the trace made
-        self.keep = []        # every tensor seen: keeps ids unique while tracing
+        self.keep = []        # every tensor seen: keeps ids unique while tracing (args first)
         self.inputs = []      # (kind, Value)
+        self.input_of = {}    # id(tensor) -> input name, for args and externals
         self.externals = {}   # external name -> Tensor
         self.nodes = []
-        self.mutations = {}   # external name -> Value (last write wins)
+        self.mutations = {}   # input name -> Value (last write wins)
         self.module_stack = []
+        self.modules = {}     # id(module) -> module, every module that ran
         self.rng_source = None  # (generator, words) of the random op about to be recorded
-        self.rng = {}           # output value name -> (generator, words)
+        self.rng = {}           # output value name -> (generator, words), in draw order
+        self.views = {}       # id(view tensor) -> (parent tensor, op name, attrs, root tensor)
+        self.view_ver = {}    # id(view tensor) -> version of its root when its value was made
+        self.root_ver = {}    # id(root tensor) -> number of in-place updates so far
+        self.buffers = None   # id(memory) -> [tensors]: built at the first in-place update
         self._n = 0
+        self._nconst = 0
 
     # ------------------------------------------------------------ values
     def _new_value(self, t, name=None):
@@ -69,31 +141,54 @@ class Tracer:
             name = f"t{self._n}"
             self._n += 1
         d = t.data
-        return Value(name, tuple(d.shape), str(d.dtype) if str(d.dtype) != "bool" else "bool", t.device)
+        return Value(name, tuple(d.shape), str(d.dtype), t.device)
+
+    def _keep(self, t):
+        self.keep.append(t)
+        if self.buffers is not None:
+            self.buffers.setdefault(_buffer_id(t.data), []).append(t)
 
     def add_arg(self, t, name):
         v = self._new_value(t, name)
         self.values[id(t)] = v
-        self.keep.append(t)
+        self.input_of[id(t)] = name
+        self._keep(t)
         self.inputs.append(("arg", v))
         return v
 
     def value_of(self, t):
         v = self.values.get(id(t))
-        if v is None:  # a new Tensor object around an array the trace made (autograd's saved outputs)
-            v = self.by_array.get(id(t.data))
-            if v is not None:
-                self.values[id(t)] = v
-                self.keep.append(t)
         if v is None:
             name = self.names.get(id(t))
             if name is None:
-                name = f"const{sum(1 for k in self.externals if k.startswith('const'))}"
+                name = f"const{self._nconst}"
+                self._nconst += 1
             v = self._new_value(t, name)
             self.values[id(t)] = v
-            self.keep.append(t)
+            self.input_of[id(t)] = name
+            self._keep(t)
             self.inputs.append(("external", v))
             self.externals[name] = t
+        elif self.root_ver and id(t) in self.views:
+            v = self._fresh(t, v)
+        return v
+
+    def _emit(self, op, inputs, attrs, like):
+        """Append a node the user's code did not run as such (functionalisation)."""
+        v = self._new_value(like)
+        self.nodes.append(Node(op, inputs, attrs, v, user_location(),
+                               self.module_stack[-1] if self.module_stack else None))
+        return v
+
+    def _fresh(self, t, v):
+        """The value of view `t`, re-derived from its root if the root was updated since."""
+        parent, op, attrs, root = self.views[id(t)]
+        ver = self.root_ver.get(id(root), 0)
+        if self.view_ver[id(t)] == ver:
+            return v
+        v = self._emit(op, [self.value_of(parent)], attrs, t)
+        self.values[id(t)] = v
+        self.view_ver[id(t)] = ver
         return v
 
     # ------------------------------------------------------------ events from dispatch
@@ -103,28 +198,86 @@ class Tracer:
         self.nodes.append(Node(op.name, ins, attrs, v, user_location(),
                                self.module_stack[-1] if self.module_stack else None))
         self.values[id(out)] = v
-        self.by_array[id(out.data)] = v
-        self.keep.append(out)
+        self._keep(out)
         if self.rng_source is not None:
             self.rng[v.name] = self.rng_source
             self.rng_source = None
+        if op.view and args and isinstance(args[0], Tensor) and _shares(out.data, args[0].data):
+            parent = args[0]
+            info = self.views.get(id(parent))
+            root = parent if info is None else info[3]
+            self.views[id(out)] = (parent, op.name, dict(attrs or {}), root)
+            self.view_ver[id(out)] = self.root_ver.get(id(root), 0)
 
     def rng_nodes(self, graph):
         """[(value name, generator, words)] for the random ops that survive in `graph`."""
         return [(n.out.name,) + self.rng[n.out.name] for n in graph.nodes if n.out.name in self.rng]
 
+    def rng_draws(self):
+        """[(value name, generator, words)] for every random draw, in the order eager mode made
+        them (a compiled call advances each generator by all of them, even if a pass dropped one)."""
+        return [(name,) + src for name, src in self.rng.items()]
+
     def mutate(self, target, result):
-        """`target` now holds `result`'s value (an in-place op); externals get a mutation output."""
-        v = self.value_of(result)
-        old = self.values.get(id(target))
-        self.values[id(target)] = v
-        self.by_array[id(target.data)] = v
-        self.keep.append(target)
-        for kind, inp in self.inputs:
-            if inp is old and kind == "external":
-                self.mutations[inp.name] = v
-            elif inp is old and kind == "arg":
-                self.mutations[inp.name] = v
+        """`target` now holds `result`'s value (an in-place op, already done eagerly)."""
+        if self.broken is not None:
+            return
+        rv = self.value_of(result)
+        td, rd = target.data, result.data
+        if rd.dtype != td.dtype:  # commit casts into the target's dtype
+            rv = self._emit("cast", [rv], {"dtype": str(td.dtype)}, target)
+        if tuple(rd.shape) != tuple(td.shape):  # ... and broadcasts to its shape
+            rv = self._emit("expand", [rv], {"shape": tuple(td.shape)}, target)
+        # carry the write up the chain of views to the tensor that owns the memory
+        cur, cur_val = target, rv
+        info = self.views.get(id(target))
+        while info is not None:
+            parent, op, attrs, _ = info
+            pv = self.value_of(parent)
+            cur_val = self._scatter(op, attrs, pv, cur_val, parent)
+            if cur_val is None:
+                return self._break(f"an in-place update through a `{op}` view")
+            cur = parent
+            info = self.views.get(id(cur))
+        root = cur
+        if self.buffers is None:
+            self.buffers = {}
+            for t in self.keep:
+                self.buffers.setdefault(_buffer_id(t.data), []).append(t)
+        for a in self.buffers.get(_buffer_id(td), ()):
+            if a is target or a is root or a is result:
+                continue
+            info = self.views.get(id(a))
+            if info is not None and info[3] is root:
+                continue  # a view of the same root: re-derived when next read
+            if _shares(a.data, td):
+                name = self.input_of.get(id(a), "a tensor")
+                return self._break(f"an in-place update of memory shared with {name} in a way the "
+                                   "tracer cannot follow (e.g. through .detach() or .data)")
+        self.values[id(root)] = cur_val
+        self.root_ver[id(root)] = self.root_ver.get(id(root), 0) + 1
+        if target is not root:
+            self.values[id(target)] = rv
+            self.view_ver[id(target)] = self.root_ver[id(root)]
+        self._keep(target)
+        name = self.input_of.get(id(root))
+        if name is not None:
+            self.mutations[name] = cur_val
+
+    def _scatter(self, op, attrs, base_val, view_val, base):
+        """The value of `base` after its `op` view (with `attrs`) was given `view_val`."""
+        if op in ("reshape", "squeeze", "unsqueeze"):
+            return self._emit("reshape", [view_val], {"shape": tuple(base.data.shape)}, base)
+        if op == "permute":
+            return self._emit("permute", [view_val], {"dims": _inverse_perm(attrs["dims"])}, base)
+        if op == "getitem":
+            return self._emit("index_put", [base_val, view_val], {"index": attrs["index"], "accumulate": False},
+                              base)
+        if op == "slice":
+            return self._emit("slice_scatter", [base_val, view_val], dict(attrs), base)
+        if op == "diagonal":
+            return self._emit("diagonal_scatter", [base_val, view_val], dict(attrs), base)
+        return None  # expand (and anything new): not invertible
 
     def concretize(self, t, what):
         self._break(what)
@@ -133,31 +286,38 @@ class Tracer:
         self._break(f"{opname} (an in-place write outside the recorded ops)")
 
     def _break(self, what):
-        """Stop recording: under fullgraph raise; otherwise note where, and let the eager run
-        go on (the function has side effects already; running it again would repeat them)."""
+        """Stop recording: note where; under fullgraph raise, otherwise let the eager run go on
+        (the function has side effects already; running it again would repeat them)."""
         loc = user_location()
-        if self.fullgraph:
-            raise GraphBreak(what, loc)
+        brk = GraphBreak(what, loc)
         if self.broken is None:
-            self.broken = GraphBreak(what, loc)
-        from .. import dispatch
+            self.broken = brk
         dispatch.tracer = None  # the rest of this call runs plainly eagerly
+        if self.fullgraph:
+            raise brk
 
     # ------------------------------------------------------------ result
     def graph(self, result):
         leaves, tree = flatten(result, lambda x: isinstance(x, Tensor))
         outputs = [self.value_of(t) for t in leaves]
         mutations = [(name, v) for name, v in self.mutations.items()]
-        return Graph(self.inputs, self.nodes, outputs, tree, mutations)
+        g = Graph(self.inputs, self.nodes, outputs, tree, mutations)
+        # outputs that are an argument or external tensor itself (e.g. `return x` after x.add_(1)):
+        # the compiled call returns that very tensor, like eager mode
+        alias = {i: self.input_of[id(t)] for i, t in enumerate(leaves) if id(t) in self.input_of}
+        if alias:
+            g.meta["output_aliases"] = {str(i): name for i, name in alias.items()}
+        return g
 
 
 @contextlib.contextmanager
 def tracing(tracer, modules=None):
-    """Install `tracer` at the dispatch point (and module-path hooks for `modules`)."""
+    """Install `tracer` at the dispatch point, with module hooks that keep
+    tracer.module_stack (module paths from `modules`, id -> path) and tracer.modules."""
     if dispatch.tracer is not None:
         raise RuntimeError("eagerc.compile: nested tracing is not supported (a compiled function "
                            "called another while it was being traced)")
-    handles = _module_path_hooks(tracer, modules) if modules else []
+    handles = _module_hooks(tracer, modules or {})
     dispatch.tracer = tracer
     try:
         yield tracer
@@ -167,11 +327,12 @@ def tracing(tracer, modules=None):
             h.remove()
 
 
-def _module_path_hooks(tracer, paths):
+def _module_hooks(tracer, paths):
     """Global forward hooks that keep tracer.module_stack = the path of the running module."""
     from ..nn.modules.module import register_module_forward_pre_hook, register_module_forward_hook
 
     def pre(module, args):
+        tracer.modules[id(module)] = module
         tracer.module_stack.append(paths.get(id(module), type(module).__name__))
 
     def post(module, args, out):
@@ -184,15 +345,21 @@ def trace(fn, args, kwargs=None, external_names=None, modules=None, fullgraph=Fa
     """Run fn(*args, **kwargs) eagerly while recording; returns (graph or None, result, tracer).
 
     The graph is None when the function needed a concrete tensor value (tracer.broken says
-    where); the result is always the real eager result.
+    where); the result is always the real eager result. Under fullgraph that raises GraphBreak.
     """
     kwargs = kwargs or {}
     tracer = Tracer(external_names, fullgraph)
-    leaves, _ = flatten((args, kwargs), lambda x: isinstance(x, Tensor))
-    for i, t in enumerate(leaves):
+    for i, t in enumerate(tensor_leaves((args, kwargs), [])):
         tracer.add_arg(t, f"arg{i}")
     with tracing(tracer, modules):
         result = fn(*args, **kwargs)
+    if tracer.broken is None:
+        try:
+            graph = tracer.graph(result)
+        except TypeError as e:  # the return value holds something a graph cannot (an object)
+            tracer.broken = GraphBreak(f"returning a value a graph cannot hold ({e})", user_location())
     if tracer.broken is not None:
+        if fullgraph:
+            raise tracer.broken
         return None, result, tracer
-    return tracer.graph(result), result, tracer
+    return graph, result, tracer

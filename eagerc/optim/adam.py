@@ -1,7 +1,9 @@
 """Adam and AdamW (decoupled weight decay), with the AMSGrad variant."""
 import math
 
+from .. import dispatch
 from ..dispatch import wrap
+from . import traced
 from ..ops.inplace import bump_version
 from ._functional import check_hparams, effective_grad
 from .optimizer import Optimizer, array_module, advance_step, new_step
@@ -33,6 +35,9 @@ class Adam(Optimizer):
     def step(self, closure=None):
         loss = self._closure_loss(closure)
         decoupled = self._decoupled
+        if dispatch.tracer is not None and not traced.needs_state(self, "exp_avg"):
+            traced.adam_step(self, decoupled)
+            return loss
         for group in self.param_groups:
             lr, (beta1, beta2), eps = group["lr"], group["betas"], group["eps"]
             wd, amsgrad, maximize = group["weight_decay"], group["amsgrad"], group["maximize"]

@@ -23,6 +23,7 @@ import numpy as np
 
 from ..autograd.grad_mode import enable_grad
 from ..dispatch import wrap
+from .. import dispatch
 from ..ops.inplace import bump_version
 from ..runtime.device import xp_of
 from .._tensor import Tensor
@@ -127,6 +128,10 @@ class Optimizer:
                     continue
                 if set_to_none:
                     p.grad = None
+                    if dispatch.tracer is not None:
+                        dispatch.tracer.set_grad(p, None)
+                elif dispatch.tracer is not None:
+                    g.zero_()  # recorded, so a compiled step zeroes it too
                 else:
                     if g.grad_fn is not None:
                         g.grad_fn = None

@@ -1,5 +1,7 @@
 """Stochastic gradient descent with momentum, dampening, Nesterov and weight decay."""
+from .. import dispatch
 from ..dispatch import wrap
+from . import traced
 from ..ops.inplace import bump_version
 from ._functional import check_hparams, effective_grad
 from .optimizer import Optimizer, array_module
@@ -28,6 +30,10 @@ class SGD(Optimizer):
 
     def step(self, closure=None):
         loss = self._closure_loss(closure)
+        if dispatch.tracer is not None and not (
+                any(g["momentum"] for g in self.param_groups) and traced.needs_state(self, "momentum_buffer")):
+            traced.sgd_step(self)
+            return loss
         for group in self.param_groups:
             lr, momentum, dampening = group["lr"], group["momentum"], group["dampening"]
             wd, nesterov, maximize = group["weight_decay"], group["nesterov"], group["maximize"]

@@ -8,4 +8,11 @@ from .ops import OPS, load_all as _load_all
 
 _load_all()
 
-__all__ = ["dtypes", "device", "random", "OPS"]
+
+def load(path, **kw):
+    """Load an exported program file (see eagerc.runtime.program.load)."""
+    from .program import load as _load
+    return _load(path, **kw)
+
+
+__all__ = ["dtypes", "device", "random", "OPS", "load"]

@@ -1,32 +1,76 @@
 """Graph -> Graph passes and the pipeline that runs them.
 
-Each pass is a plain function in its own module. With EAGERC_DEBUG=1 the verifier runs
-after every pass; with EAGERC_DUMP_IR=1 the program is printed after every pass with
-the pass's name and time.
+Each pass is a plain function in its own module, listed here in pipeline order:
+
+    dce        dead-code elimination (outputs and mutations are the roots)
+    decompose  fused composites -> primitives (off by default; decompose=True)
+    cse        common-subexpression elimination (never merges random draws)
+    simplify   algebraic identities: x*1, x+0, double permutes, reshape chains, no-op casts
+    fold       constant folding into `full` nodes
+    schedule   a node order with a lower peak of live bytes
+    fusion     groups of elementwise ops + a trailing reduction -> meta["fusion_groups"]
+    memplan    buffer reuse by liveness, in place where safe -> meta["memory_plan"]
+
+With EAGERC_DEBUG=1 the verifier runs after every pass (and the memory plan is checked);
+with EAGERC_DUMP_IR=1 the program is printed after every pass with the pass's name and
+time. EAGERC_FUSION_FUEL=N limits the number of fusions (see fusion.py).
 """
 import os
 import sys
 import time
 
 from ...runtime.verify import verify
+from .cse import cse
 from .dce import dce
+from .decompose import decompose
+from .fold import fold
+from .fusion import fusion
+from .memplan import check_memory_plan, memplan, peak_bytes
+from .schedule import schedule
+from .simplify import simplify
 
-PIPELINE = [dce]
+__all__ = ["optimize", "PIPELINE", "dce", "cse", "simplify", "fold", "decompose", "schedule", "fusion",
+           "memplan", "peak_bytes", "check_memory_plan"]
+
+PIPELINE = [dce, cse, simplify, fold, dce, schedule, fusion, memplan]
+_decompose = decompose
 
 
-def optimize(graph, passes=None):
+def optimize(graph, passes=None, decompose=False):
+    """Run `passes` (default PIPELINE) over `graph`; decompose=True adds the decomposition of
+    fused composites into primitives after the first DCE (for backends that fuse)."""
+    if passes is None:
+        passes = PIPELINE
+        if decompose:
+            passes = [dce, _decompose] + PIPELINE[1:]
     debug = os.environ.get("EAGERC_DEBUG") == "1"
     dump = os.environ.get("EAGERC_DUMP_IR") == "1"
     if debug:
         verify(graph)
     if dump:
         print(f"# traced\n{graph}", file=sys.stderr)
-    for p in (PIPELINE if passes is None else passes):
+    for p in passes:
         t0 = time.perf_counter()
         graph = p(graph)
         ms = (time.perf_counter() - t0) * 1e3
         if debug:
             verify(graph)
+            if "memory_plan" in graph.meta:
+                check_memory_plan(graph)
         if dump:
-            print(f"# Constructed by {p.__name__} (took {ms:.2f} ms)\n{graph}", file=sys.stderr)
+            print(f"# Constructed by {p.__name__} (took {ms:.2f} ms)\n{graph}{_meta_lines(graph)}",
+                  file=sys.stderr)
     return graph
+
+
+def _meta_lines(graph):
+    """The analyses' results under the dumped program, as comments."""
+    lines = []
+    for i, g in enumerate(graph.meta.get("fusion_groups", ())):
+        lines.append(f"# fusion{i}: [{', '.join(g)}]")
+    plan = graph.meta.get("memory_plan")
+    if plan is not None:
+        lines.append(f"# memory plan: {len(plan)} values in {len(graph.meta.get('buffers', ()))} buffers, "
+                     f"{len(graph.meta.get('inplace', ()))} in place; peak {peak_bytes(graph)} -> "
+                     f"{peak_bytes(graph, plan)} bytes")
+    return "".join("\n" + line for line in lines)

@@ -1,9 +1,12 @@
 """Dead-code elimination, effect-aware: a node is kept if an output or a mutation needs it.
 
-Random ops are pure functions of their (seed, offset) attributes, so an unused draw can go;
-the compiled program still advances the generator for every draw eager mode made (see
-compile.Entry.rng), so later numbers stay the same as eager mode's.
+Graphs have no hidden effects: in-place updates of external tensors are explicit
+`mutations`, so outputs and mutation values are the roots and everything they read
+(transitively) stays. Random ops are pure functions of their (seed, offset) attributes,
+so an unused draw can go; keeping the generator in step with eager mode for every
+draw the eager run made is the caller's job (compile.Entry.rng).
 """
+from .util import drop_analysis
 
 
 def dce(graph):
@@ -13,5 +16,7 @@ def dce(graph):
         if n.out.name in live:
             kept.append(n)
             live.update(v.name for v in n.input_values())
+    if len(kept) == len(graph.nodes):
+        return graph
     kept.reverse()
-    return graph.copy(nodes=kept)
+    return drop_analysis(graph.copy(nodes=kept))

@@ -130,13 +130,12 @@ def _to_runs(xp, g, W):
     return out
 
 
-def _add_bias(xp, y, b):
-    """y (possibly a view) plus bias b (a (C,) array or a Python scalar), contiguous."""
+def _add_bias(y, b):
+    """Add bias b (a (C,) array or a Python scalar) in place to a channel-major (C, ...) buffer."""
     if hasattr(b, "shape"):
-        return xp.add(y, b.reshape(-1, 1, 1))
-    if b:
-        return y + b
-    return xp.ascontiguousarray(y)
+        y += b.reshape((-1,) + (1,) * (y.ndim - 1))
+    elif b:
+        y += b
 
 
 def _check_bias(b, co, dtype):
@@ -160,33 +159,36 @@ def _conv2d(xp):
             raise ValueError("conv2d: output size")
         view, flat = _windows(xp, x, kh, kw, stride, dilation, oh, ow)
         P = view.shape[-1] if flat else oh * ow
-        cols = view.reshape(n, groups, cg * kh * kw, P)                      # im2col copy
-        y = xp.matmul(w.reshape(groups, co // groups, cg * kh * kw), cols)    # (n, G, co/G, P)
-        y = y.reshape(n, co, P)
-        y = _from_runs(xp, y, oh, ow, x.shape[3]) if flat else y.reshape(n, co, oh, ow)
-        return _add_bias(xp, y, b)
+        # im2col copy, channel-major (G, K, n*P): one GEMM for the whole batch
+        cols = view.transpose((1, 2, 3, 0) + tuple(range(4, view.ndim))).reshape(groups, cg * kh * kw, n * P)
+        y = xp.matmul(w.reshape(groups, co // groups, cg * kh * kw), cols).reshape(co, n, P)
+        _add_bias(y, b)
+        # the result is a (n, co, oh, ow) view of the channel-major buffer: no copy (the
+        # next elementwise op reads it strided, which costs less than a copy here)
+        if flat:
+            return _from_runs(xp, y, oh, ow, x.shape[3]).transpose(1, 0, 2, 3)
+        return y.reshape(co, n, oh, ow).transpose(1, 0, 2, 3)
     return conv2d
 
 
-def _col2im(xp, cols, out_shape, kh, kw, stride, dilation, oh, ow):
-    """Adjoint of the im2col gather: add cols (n, c, kh, kw, P or oh*ow) into a zero
-    padded (n, c, H, W) buffer, one strided add per kernel position."""
-    n, c, H, W = out_shape
+def _col2im(xp, cols, out, kh, kw, stride, dilation, oh, ow):
+    """Adjoint of the im2col gather: add cols (c, kh, kw, n, P or oh*ow) into the zeroed
+    channel-major padded buffer out (c, n, H, W), one strided add per kernel position."""
+    c, n, H, W = out.shape
     sh, sw = stride
     dh, dw = dilation
-    out = xp.zeros(out_shape, cols.dtype)
     if sh == 1 and sw == 1:
         P = cols.shape[-1]
-        runs = out.reshape(n, c, H * W)
+        runs = out.reshape(c, n, H * W)
         for i in range(kh):
             for j in range(kw):
                 o = i * dh * W + j * dw
-                runs[:, :, o:o + P] += cols[:, :, i, j]
+                runs[:, :, o:o + P] += cols[:, i, j]
         return out
-    cols = cols.reshape(n, c, kh, kw, oh, ow)
+    cols = cols.reshape(c, kh, kw, n, oh, ow)
     for i in range(kh):
         for j in range(kw):
-            out[:, :, i * dh:i * dh + sh * (oh - 1) + 1:sh, j * dw:j * dw + sw * (ow - 1) + 1:sw] += cols[:, :, i, j]
+            out[:, :, i * dh:i * dh + sh * (oh - 1) + 1:sh, j * dw:j * dw + sw * (ow - 1) + 1:sw] += cols[:, i, j]
     return out
 
 
@@ -200,22 +202,22 @@ def _conv_transpose2d(xp):
         _check_bias(b, co, x.dtype)
         if any(op < 0 or op >= max(s, d) for op, s, d in zip(output_padding, stride, dilation)):
             raise ValueError("conv_transpose2d: output_padding")
-        (pt, pb), (pl, pr) = padding
         Hp = (h - 1) * stride[0] + dilation[0] * (kh - 1) + 1 + output_padding[0]
         Wp = (wd - 1) * stride[1] + dilation[1] * (kw - 1) + 1 + output_padding[1]
-        Hout, Wout = Hp - pt - pb, Wp - pl - pr
+        Hout, Wout = Hp - sum(padding[0]), Wp - sum(padding[1])
         if Hout <= 0 or Wout <= 0:
             raise ValueError("conv_transpose2d: output size")
         flat = stride[0] == 1 and stride[1] == 1
-        g = _to_runs(xp, x, Wp) if flat else x.reshape(n, c, h * wd)
+        xT = x.swapaxes(0, 1)                                                  # channel-major (ci, n, h, w)
+        g = _to_runs(xp, xT, Wp) if flat else xT.reshape(ci, n, h * wd)
+        P = g.shape[-1]
         K = cog * kh * kw
         wT = w.reshape(groups, ci // groups, K).swapaxes(1, 2)                # (G, K, ci/G)
-        P = g.shape[-1]
-        cols = xp.matmul(wT, g.reshape(n, groups, ci // groups, P))             # (n, G, K, P)
-        cols = cols.reshape(n, co, kh, kw, P)
-        y = _col2im(xp, cols, (n, co, Hp, Wp), kh, kw, stride, dilation, h, wd)
-        y = _unpad(xp, y, padding, Hout, Wout)
-        return _add_bias(xp, y, b)
+        cols = xp.matmul(wT, g.reshape(groups, ci // groups, n * P))           # one GEMM: (G, K, n*P)
+        buf = _col2im(xp, cols.reshape(co, kh, kw, n, P), xp.zeros((co, n, Hp, Wp), x.dtype),
+                      kh, kw, stride, dilation, h, wd)
+        _add_bias(buf, b)
+        return _unpad(xp, buf.transpose(1, 0, 2, 3), padding, Hout, Wout)     # a view when padding >= 0
     return conv_transpose2d
 
 
@@ -466,7 +468,7 @@ def _max_pool2d_backward(xp):
             for i in range(kernel_size[0]):
                 for j in range(kw):
                     windows[i, j] += first[i * kw + j] * gy
-        return xp.ascontiguousarray(_unpad(xp, dx, pads, *x.shape[2:]))
+        return _unpad(xp, dx, pads, *x.shape[2:])
     return max_pool2d_backward
 
 
@@ -526,7 +528,8 @@ def _avg_pool2d(xp):
         out = next(it).copy()
         for s in it:
             out += s
-        out /= _avg_divisor(xp, x.shape[2:], x.dtype, kernel_size, stride, padding, oh, ow, count_include_pad, divisor_override)
+        out /= _avg_divisor(xp, x.shape[2:], x.dtype, kernel_size, stride, padding, oh, ow, count_include_pad,
+                            divisor_override)
         return out
     return avg_pool2d
 
@@ -538,12 +541,13 @@ def _avg_pool2d_backward(xp):
         oh, ow, pads = _pool_geometry((H, W), kernel_size, stride, padding, (1, 1), ceil_mode)
         if gy.shape[2:] != (oh, ow):
             raise ValueError("avg_pool2d_backward: grad shape")
-        g = gy / _avg_divisor(xp, (H, W), gy.dtype, kernel_size, stride, padding, oh, ow, count_include_pad, divisor_override)
+        g = gy / _avg_divisor(xp, (H, W), gy.dtype, kernel_size, stride, padding, oh, ow, count_include_pad,
+                              divisor_override)
         g = g.astype(gy.dtype, copy=False)
         dx = xp.zeros(gy.shape[:2] + (H + sum(pads[0]), W + sum(pads[1])), gy.dtype)
         for s in _slices(dx, kernel_size, stride, (1, 1), oh, ow):
             s += g
-        return xp.ascontiguousarray(_unpad(xp, dx, pads, H, W))
+        return _unpad(xp, dx, pads, H, W)
     return avg_pool2d_backward
 
 

@@ -1,0 +1,584 @@
+"""The numpy backend: the scheduled graph as one generated Python function over numpy.
+
+`NumpyBackend().compile(graph)` renders the graph as readable source, registers it with
+`linecache` under a fake file name (`<eagerc-compiled-3>`, like torch.fx), compiles it
+once and returns the generated function itself -- `program(env, overrides=None) ->
+(outputs, mutations)` -- with `.source`, `.graph`, `.filename` and `.buffers` attached.
+A traceback through a program shows the generated line, whose trailing comment names
+the user's source line and module path.
+
+How a node is rendered
+----------------------
+- A "direct" node -- a hot elementwise op whose kernel is (or plainly wraps) a numpy
+  ufunc, where `ufunc.resolve_dtypes` proves the ufunc makes exactly the value's dtype --
+  becomes a ufunc call, `np.add(t0, t1)`. It may write its result with `out=`:
+    * in place into a dying input (`np.maximum(t0, 0, out=t0)`): an input that is
+      the same shape and dtype, was made fresh by this call, and whose memory nothing
+      reads afterwards (views included) -- safe even when the result is returned;
+    * into a planned buffer (`np.add(t2, t3, out=buf0)`) allocated once per program
+      and reused by every call: only for values whose memory never escapes (neither
+      returned, nor written back as a mutation, nor reachable from those through
+      views), so no call ever hands out memory that the next call overwrites.
+  Buffers come from graph.meta["memory_plan"] ({value: buffer id}) when a pass made
+  one -- each planned assignment is checked against the backend's own alias-aware
+  liveness and dropped if unsafe -- and otherwise from a small greedy planner here
+  (reuse by liveness, same shape and dtype). Each call takes a buffer set from a pool
+  and puts it back at the end, so concurrent or re-entrant calls never share one.
+- Any other node calls its op's kernel, bound once as a global (`k_linear =
+  OPS["linear"].cpu`), with tensor inputs positional and attributes as keyword
+  literals, exactly as eager mode's dispatch calls it.
+- A value is `del`-ed after its last use. A random op's `offset` comes from
+  `overrides[name]["offset"]` (compile.py passes fresh offsets every call).
+
+Values whose memory may be shared: declared views, kernels that may hand back their
+input (contiguous, to_device, einsum) and any op this backend does not know. Their
+readers keep the base's memory alive.
+"""
+import itertools
+import keyword
+import linecache
+import math
+import re
+import weakref
+
+import numpy as np
+
+from ...runtime.ops import OPS
+from ...runtime.executor import last_uses
+from ...runtime.ir import short_dtype
+from . import register_backend
+
+__all__ = ["NumpyBackend", "render", "build_program"]
+
+_COUNTER = itertools.count()
+_INF = math.inf
+
+# ops whose output may share memory with an input beyond the declared views
+_ALIASING_KERNELS = frozenset(["contiguous", "to_device", "einsum"])
+
+# op -> numpy ufunc whose call is exactly the op's kernel
+_UFUNC = {
+    "add": "add", "sub": "subtract", "mul": "multiply", "div": "divide",
+    "maximum": "maximum", "minimum": "minimum",
+    "floor_divide": "floor_divide", "remainder": "remainder",
+    "exp": "exp", "exp2": "exp2", "log": "log", "log2": "log2", "log1p": "log1p", "expm1": "expm1",
+    "sqrt": "sqrt", "sin": "sin", "cos": "cos", "tan": "tan", "tanh": "tanh", "reciprocal": "reciprocal",
+    "neg": "negative", "abs": "absolute", "square": "square", "floor": "floor", "ceil": "ceil",
+    "trunc": "trunc",
+    "isnan": "isnan", "isinf": "isinf", "isfinite": "isfinite", "logical_not": "logical_not",
+    "eq": "equal", "ne": "not_equal", "lt": "less", "le": "less_equal", "gt": "greater",
+    "ge": "greater_equal", "logical_and": "logical_and", "logical_or": "logical_or",
+    "logical_xor": "logical_xor", "bitwise_and": "bitwise_and", "bitwise_or": "bitwise_or",
+    "bitwise_xor": "bitwise_xor", "bitwise_not": "invert",
+}
+# kernels that wrap a ufunc with extra work (an astype, a special case): direct only
+# under the conditions checked in _direct()
+_WRAPPED = {"pow": "power", "relu": "maximum", "sign": "sign", "round": "rint", "clamp": None}
+# kernels that are lambdas around a ufunc: the wrapper's qualname names the factory, so a
+# rewritten kernel is noticed (then it is called as a kernel)
+_WRAPPER_FACTORY = {"logical_and": "_logical", "logical_or": "_logical", "logical_xor": "_logical",
+                    "floor_divide": "_floor_divide", "remainder": "_remainder", "pow": "_pow",
+                    "relu": "_relu", "sign": "_sign", "round": "_round", "clamp": "_clamp"}
+
+
+def _kernel_is(opname, ufunc):
+    op = OPS.get(opname)
+    if op is None:
+        return False
+    k = op.cpu
+    if k is getattr(np, ufunc, None):
+        return True
+    fac = _WRAPPER_FACTORY.get(opname)
+    return fac is not None and getattr(k, "__qualname__", "").startswith(fac + ".")
+
+
+def _checked_table():
+    direct = {}
+    for name, uf in _UFUNC.items():
+        if _kernel_is(name, uf):
+            direct[name] = uf
+    for name, uf in _WRAPPED.items():
+        if _kernel_is(name, uf or "clip"):
+            direct[name] = uf
+    return direct
+
+
+_DIRECT = None
+
+
+def _direct_table():
+    global _DIRECT
+    if _DIRECT is None:
+        _DIRECT = _checked_table()
+    return _DIRECT
+
+
+# ---------------------------------------------------------------- literals
+
+def _literal(x):
+    """Python source for a JSON-plain value, or None when it has no literal form."""
+    if x is None or isinstance(x, (bool, str)):
+        return repr(x)
+    if type(x) is int:
+        return repr(x)
+    if type(x) is float:
+        if math.isnan(x):
+            return "float('nan')"
+        if math.isinf(x):
+            return "float('inf')" if x > 0 else "-float('inf')"
+        return repr(x)
+    if type(x) in (list, tuple):
+        parts = [_literal(v) for v in x]
+        if any(p is None for p in parts):
+            return None
+        if type(x) is list:
+            return "[" + ", ".join(parts) + "]"
+        return "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
+    if type(x) is dict:
+        items = [(_literal(k), _literal(v)) for k, v in x.items()]
+        if any(k is None or v is None for k, v in items):
+            return None
+        return "{" + ", ".join(f"{k}: {v}" for k, v in items) + "}"
+    return None
+
+
+def _scalar_dtype(x):
+    """What ufunc.resolve_dtypes takes for a constant input (Python scalars are 'weak')."""
+    if isinstance(x, bool):
+        return np.dtype(bool)
+    if isinstance(x, (int, float, complex)):
+        return type(x)
+    if isinstance(x, np.generic):
+        return x.dtype
+    return None
+
+
+# ---------------------------------------------------------------- analysis
+
+def _may_alias(node):
+    op = OPS.get(node.op)
+    return op is None or op.view or node.op in _ALIASING_KERNELS
+
+
+def _static_alias_ends(graph):
+    """value name -> index of the last node that reads it or any value that may alias it;
+    inf when it (or such a value) is returned or written back; its definition if unread."""
+    end = {}
+    for i, n in enumerate(graph.nodes):
+        end[n.out.name] = i
+        for v in n.input_values():
+            end[v.name] = i
+    for v in graph.outputs:
+        end[v.name] = _INF
+    for _, v in graph.mutations:
+        end[v.name] = _INF
+    for n in reversed(graph.nodes):
+        if _may_alias(n):
+            e = end[n.out.name]
+            for v in n.input_values():
+                if e > end.get(v.name, -1):
+                    end[v.name] = e
+    return end
+
+
+def _static_shape(shape):
+    return all(type(s) is int for s in shape)
+
+
+def _nbytes(v):
+    return _size(v.shape, v.dtype)
+
+
+def _size(shape, dtype):
+    n = 1
+    for s in shape:
+        n *= s
+    return n * np.dtype(dtype).itemsize
+
+
+class _Storage:
+    """Memory made by this program: 'fresh' (allocated during the call) or 'buffer'."""
+    __slots__ = ("kind", "members", "end", "buf")
+
+    def __init__(self, kind, end, buf=None):
+        self.kind = kind
+        self.members = []
+        self.end = end
+        self.buf = buf
+
+
+class _Buffer:
+    """One planned allocation: raw bytes and the typed views the program writes through."""
+    __slots__ = ("key", "nbytes", "views", "storage")
+
+    def __init__(self, key):
+        self.key = key
+        self.nbytes = 0
+        self.views = {}      # (shape, dtype) -> local name
+        self.storage = None  # the storage that occupies it now
+
+
+def _resolves_to(ufunc, ins, out):
+    """Does `ufunc` on inputs of these dtypes (Python types for weak scalars) make `out`?"""
+    try:
+        return ufunc.resolve_dtypes(tuple(ins) + (None,) * ufunc.nout)[-1] == out
+    except Exception:
+        return False
+
+
+def _direct(node, table):
+    """The ufunc name for a node that can be a direct ufunc call -- exactly equivalent to its
+    kernel, given the recorded output dtype -- or None. ("clamp" is maximum then minimum.)"""
+    uf = table.get(node.op)
+    if uf is None and node.op != "clamp" or node.op not in table:
+        return None
+    out = np.dtype(node.out.dtype)
+    ins = []
+    for x in node.inputs:
+        d = np.dtype(x.dtype) if hasattr(x, "name") else _scalar_dtype(x)
+        if d is None:
+            return None
+        ins.append(d)
+    first = node.inputs[0] if node.inputs else None
+    if node.op in ("relu", "sign", "round", "clamp"):
+        if not hasattr(first, "name") or len(ins) != 1:
+            return None
+        x = ins[0]
+        if node.op == "relu":  # maximum(x, 0).astype(x.dtype): a no-op cast when dtypes agree
+            return uf if x == out and x.kind in "fiu" and _resolves_to(np.maximum, (x, int), out) else None
+        if node.op == "sign":  # bool inputs are copied, not signed
+            return uf if x == out and x.kind != "b" and _resolves_to(np.sign, (x,), out) else None
+        if node.op == "round":  # np.round(x) of a float array is rint(x)
+            return uf if x == out and x.kind == "f" and not node.attrs else None
+        lo, hi = node.attrs.get("min"), node.attrs.get("max")
+        if set(node.attrs) - {"min", "max"} or (lo is None and hi is None) or x != out or x.kind not in "fiu":
+            return None
+        for b in (lo, hi):
+            if b is None:
+                continue
+            bd = _scalar_dtype(b)
+            if bd is None or isinstance(b, bool):
+                return None
+            if not (_resolves_to(np.maximum, (x, bd), out) and _resolves_to(np.minimum, (x, bd), out)):
+                return None
+        return "clamp"
+    if node.attrs:
+        return None
+    ufunc = getattr(np, uf)
+    if len(ins) != ufunc.nin or not _resolves_to(ufunc, ins, out):
+        return None
+    if node.op == "pow":  # the kernel casts to the first tensor operand's dtype afterwards
+        tensor = [d for x, d in zip(node.inputs, ins) if hasattr(x, "name")]
+        if not tensor or tensor[0] != out:
+            return None
+    return uf
+
+
+class _Plan:
+    """Per node: how it is rendered (direct ufunc or kernel call) and where its result goes.
+
+    target[i] is ("inplace", input value name) or ("buffer", _Buffer, (shape, dtype)).
+    """
+
+    def __init__(self, graph):
+        table = _direct_table()
+        self.direct = {}      # node index -> ufunc name (or "clamp")
+        self.target = {}
+        self.buffers = []     # [_Buffer] in first-use order
+        self.dropped = []     # [(value, why)]: memory-plan entries not followed
+        ends = _static_alias_ends(graph)
+        plan = graph.meta.get("memory_plan") or None
+        planned = {}          # plan buffer id -> _Buffer
+        storage = {}          # value name -> the _Storage it directly owns or shares in place
+        active = []           # own planner: buffers whose contents may still be read
+        free = {}             # own planner: (shape, dtype) -> [_Buffer] free for reuse
+        for i, n in enumerate(graph.nodes):
+            out = n.out
+            uf = _direct(n, table)
+            if uf is not None:
+                self.direct[i] = uf
+            escapes = ends[out.name] == _INF
+            if plan is None and active:
+                still = []
+                for b in active:
+                    (free.setdefault(b.key, []) if b.storage.end < i else still).append(b)
+                active = still
+            chosen = None
+            if plan is not None and out.name in plan:
+                if uf is None:
+                    self.dropped.append((out.name, f"{n.op} runs as a kernel call, which cannot write "
+                                                   "into a buffer"))
+                else:
+                    chosen, why = self._planned(i, n, plan[out.name], planned, escapes)
+                    if chosen is None:
+                        self.dropped.append((out.name, why))
+            if chosen is None and uf is not None:
+                chosen = self._inplace(i, n, storage, escapes)
+            if chosen is None and uf is not None and plan is None and not escapes \
+                    and _static_shape(out.shape) and out.shape:
+                key = (tuple(out.shape), out.dtype)
+                pool = free.get(key)
+                if pool:
+                    b = pool.pop()
+                else:
+                    b = _Buffer(key)
+                    b.nbytes = _nbytes(out)
+                    b.views[key] = None
+                    self.buffers.append(b)
+                active.append(b)
+                chosen = ("buffer", b, key)
+            # the memory the output lives in
+            if chosen is not None and chosen[0] == "inplace":
+                st = storage[chosen[1]]
+                st.members.append(out.name)
+                st.end = max(st.end, ends[out.name])
+                storage[out.name] = st
+            elif chosen is not None:
+                st = _Storage("buffer", ends[out.name], chosen[1])
+                st.members.append(out.name)
+                chosen[1].storage = st
+                storage[out.name] = st
+            elif not _may_alias(n):
+                st = _Storage("fresh", ends[out.name])
+                st.members.append(out.name)
+                storage[out.name] = st
+            if chosen is not None:
+                self.target[i] = chosen
+        k = 0
+        for b in self.buffers:
+            for key in b.views:
+                b.views[key] = f"buf{k}"
+                k += 1
+
+    @staticmethod
+    def _inplace(i, n, storage, escapes):
+        """An input whose memory this node may overwrite: made by this call, same shape and
+        dtype, and read by nothing after this node (views included)."""
+        out = n.out
+        for x in n.inputs:
+            st = storage.get(x.name) if hasattr(x, "name") else None
+            if st is None or st.end != i or tuple(x.shape) != tuple(out.shape) or x.dtype != out.dtype:
+                continue
+            if st.kind == "buffer" and escapes:
+                continue
+            return ("inplace", x.name)
+        return None
+
+    def _planned(self, i, n, bid, planned, escapes):
+        out = n.out
+        if escapes:
+            return None, "returned or written back: a buffer is overwritten by the next call"
+        if not _static_shape(out.shape):
+            return None, "symbolic shape"
+        b = planned.get(bid)
+        if b is None:
+            b = planned[bid] = _Buffer(bid)
+            self.buffers.append(b)
+        elif b.storage is not None and b.storage.end > i:
+            last = b.storage.members[-1]
+            return None, f"buffer {bid!r} still holds {last} (or a view of it), read later"
+        b.nbytes = max(b.nbytes, _nbytes(out))
+        key = (tuple(out.shape), out.dtype)
+        b.views.setdefault(key, None)
+        return ("buffer", b, key), None
+
+
+# ---------------------------------------------------------------- rendering
+
+_RESERVED = {"np", "env", "overrides", "bufs", "POOL", "OPS", "asarray", "alloc_buffers", "program",
+             "DEFAULT_OVERRIDES"}
+
+
+class _Names:
+    """Graph value names -> Python identifiers (unique, no keywords, no generated globals)."""
+
+    def __init__(self):
+        self.map = {}
+        self.used = set(_RESERVED)
+
+    def __getitem__(self, name):
+        return self.map[name]
+
+    def add(self, name):
+        ident = re.sub(r"\W", "_", name)
+        if not ident or ident[0].isdigit():
+            ident = "v_" + ident
+        if keyword.iskeyword(ident) or ident in self.used or ident.startswith(("k_", "buf", "raw", "A_")):
+            base, k = "v_" + ident, 0
+            ident = base
+            while ident in self.used:
+                k += 1
+                ident = f"{base}_{k}"
+        self.map[name] = ident
+        self.used.add(ident)
+        return ident
+
+
+def _where(node):
+    parts = [x for x in (node.loc, f"({node.module})" if node.module else None) if x]
+    return " ".join(parts)
+
+
+def render(graph):
+    """(source, globals) of the program for `graph`; deterministic for the same graph."""
+    plan = _Plan(graph)
+    names = _Names()
+    consts = {}            # global name -> object without a literal form
+    kernels = {}           # op -> global name
+    for _, v in graph.inputs:
+        names.add(v.name)
+    for n in graph.nodes:
+        names.add(n.out.name)
+
+    def const(x):
+        lit = _literal(x)
+        if lit is not None:
+            return lit
+        g = f"A_{len(consts)}"
+        consts[g] = x
+        return g
+
+    def arg(x):
+        return names[x.name] if hasattr(x, "name") else const(x)
+
+    free = last_uses(graph)
+    kept = {v.name for v in graph.outputs} | {v.name for _, v in graph.mutations}
+    read = {v.name for n in graph.nodes for v in n.input_values()}
+    randoms = [n for n in graph.nodes if n.op in OPS and "offset" in OPS[n.op].attrs]
+
+    body = []   # (code, comment)
+    for i, n in enumerate(graph.nodes):
+        out = names[n.out.name]
+        uf = plan.direct.get(i)
+        target = plan.target.get(i)
+        where = f"{n.out.name}: {n.out.type_str()}"
+        if n.op not in OPS:
+            raise ValueError(f"numpy backend: node {n.out.name} applies unknown op {n.op!r}")
+        if uf is not None:
+            outarg = ""
+            if target is not None and target[0] == "inplace":
+                outarg = names[target[1]]
+            elif target is not None:
+                b, key = target[1], (tuple(n.out.shape), n.out.dtype)
+                outarg = b.views[key]
+            args = [arg(x) for x in n.inputs]
+            o = f", out={outarg}" if outarg else ""
+            if uf == "clamp":
+                lo, hi = n.attrs.get("min"), n.attrs.get("max")
+                expr = args[0]
+                if lo is not None:
+                    expr = f"np.maximum({expr}, {const(lo)}{o})"
+                if hi is not None:
+                    expr = f"np.minimum({expr}, {const(hi)}{o})"
+            elif n.op == "relu":
+                expr = f"np.maximum({args[0]}, 0{o})"
+            else:
+                expr = f"np.{uf}({', '.join(args)}{o})"
+            if not outarg and not n.out.shape:
+                expr = f"asarray({expr})"   # ufuncs return numpy scalars for 0-d results
+        else:
+            k = kernels.get(n.op)
+            if k is None:
+                k = kernels[n.op] = "k_" + re.sub(r"\W", "_", n.op)
+            args = [arg(x) for x in n.inputs]
+            opdef = OPS[n.op]
+            for key, val in n.attrs.items():
+                if key == "offset" and "offset" in opdef.attrs:
+                    args.append(f"offset=overrides[{n.out.name!r}]['offset']")
+                elif key.isidentifier() and not keyword.iskeyword(key):
+                    args.append(f"{key}={const(val)}")
+                else:
+                    args.append(f"**{{{key!r}: {const(val)}}}")
+            expr = f"{k}({', '.join(args)})"
+            if not n.out.shape and not _may_alias(n):
+                expr = f"asarray({expr})"   # kernels may return numpy scalars for 0-d results
+        comment = " ".join(x for x in (_where(n), "[in place]" if target and target[0] == "inplace" else "")
+                           if x)
+        body.append((f"{out} = {expr}", comment or where))
+        dead = [names[x] for x in free.get(i, ())]
+        if n.out.name not in read and n.out.name not in kept:
+            dead.append(out)
+        if dead:
+            body.append((f"del {', '.join(dead)}", ""))
+
+    # ---- assemble
+    lines = ["# Constructed by numpy_backend",
+             f"# {len(graph.nodes)} nodes; {len(plan.buffers)} planned buffer"
+             f"{'s' if len(plan.buffers) != 1 else ''}"]
+    if plan.dropped:
+        lines.append("# memory plan entries not used: " +
+                     "; ".join(f"{v} ({why})" for v, why in plan.dropped))
+    if kernels:
+        lines.append("")
+        for op, k in kernels.items():
+            lines.append(f"{k} = OPS[{op!r}].cpu")
+    views = [(b, key, name) for b in plan.buffers for key, name in b.views.items()]
+    if plan.buffers:
+        lines += ["", "", "def alloc_buffers():",
+                  "    # planned buffers: allocated once per buffer set, reused by every call"]
+        for j, b in enumerate(plan.buffers):
+            lines.append(f"    raw{j} = np.empty({b.nbytes}, np.uint8)")
+        rawname = {id(b): f"raw{j}" for j, b in enumerate(plan.buffers)}
+        for b, (shape, dtype), name in views:
+            nb = _size(shape, dtype)
+            lines.append(f"    {name} = {rawname[id(b)]}[:{nb}].view(np.{np.dtype(dtype).name})"
+                         f".reshape({_literal(tuple(shape))})")
+        lines.append(f"    return ({', '.join(name for _, _, name in views)},)")
+    lines += ["", "", "def program(env, overrides=None):"]
+    width = max([len(c) for c, _ in body] + [0])
+    pad = min(max(width, 40), 88)
+    inputs = []
+    for kind, v in graph.inputs:
+        what = "external" if kind == "external" else "argument"
+        inputs.append((f"{names[v.name]} = env[{v.name!r}]", f"{v.type_str()} {what}"))
+    ipad = min(max([len(c) for c, _ in inputs] + [0]), 88)
+    lines.append("    # inputs")
+    for c, cm in inputs:
+        lines.append(f"    {c:<{ipad}}  # {cm}")
+    if randoms:
+        lines.append("    if overrides is None:  # per-call offsets of the random ops")
+        lines.append("        overrides = DEFAULT_OVERRIDES")
+    if plan.buffers:
+        lines.append("    bufs = POOL.pop() if POOL else alloc_buffers()")
+        lines.append(f"    {', '.join(name for _, _, name in views)}, = bufs")
+    lines.append("    # program")
+    for c, cm in body:
+        lines.append(f"    {c:<{pad}}  # {cm}" if cm else f"    {c}")
+    if plan.buffers:
+        lines.append("    POOL.append(bufs)")
+    outs = ", ".join(names[v.name] for v in graph.outputs)
+    muts = ", ".join(f"({t!r}, {names[v.name]})" for t, v in graph.mutations)
+    lines.append(f"    return [{outs}], [{muts}]")
+    source = "\n".join(lines) + "\n"
+
+    globs = {"np": np, "OPS": OPS, "asarray": np.asarray, "POOL": [], "__name__": "eagerc_compiled"}
+    globs.update(consts)
+    globs["DEFAULT_OVERRIDES"] = {n.out.name: {"offset": n.attrs.get("offset")} for n in randoms}
+    return source, globs, plan
+
+
+def build_program(graph):
+    source, globs, plan = render(graph)
+    filename = f"<eagerc-compiled-{next(_COUNTER)}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    code = compile(source, filename, "exec")
+    exec(code, globs)
+    program = globs["program"]
+    program.source = source
+    program.graph = graph
+    program.filename = filename
+    program.buffers = [(name, tuple(shape), dtype) for b in plan.buffers
+                       for (shape, dtype), name in b.views.items()]
+    program.pool = globs["POOL"]
+    weakref.finalize(program, linecache.cache.pop, filename, None)
+    return program
+
+
+class NumpyBackend:
+    name = "numpy"
+
+    def compile(self, graph):
+        return build_program(graph)
+
+
+register_backend("numpy", NumpyBackend)

@@ -1,0 +1,163 @@
+"""Decomposition of composite ops into primitives, for backends that fuse.
+
+The fused nn ops (linear, softmax, log_softmax, layer_norm, batch_norm, cross_entropy,
+gelu, embedding, and the softmax backward kernels) each have a decomposition written
+with Tensor ops next to their fast path (`eagerc.nn.functional.*_decomposed`). This
+pass re-traces that function with the tracer on placeholder tensors of the node's
+input types and splices the recorded primitives in place of the node; the last one
+defines the node's own output value, so users, outputs and mutations need no renaming.
+
+Templates are cached per (op, input types, attributes): a transformer's twelve
+layer_norms are traced once. A decomposition whose type differs from the node's, or
+which reads a tensor it did not receive, is not applied (the node stays fused).
+
+Off in the default numpy pipeline (one fused numpy kernel beats five primitive ones);
+`optimize(graph, decompose=True)` turns it on for backends that fuse elementwise code.
+Mind that the fused kernels check their inputs at run time (cross_entropy raises on an
+out-of-range class index); the decomposed form computes without that check.
+"""
+import numpy as np
+
+from ...runtime import dtypes
+from ...runtime.ir import Graph, Node, Value
+from ...runtime.verify import verify
+from .util import attrs_key, const_key, is_random, numel, rewrite
+
+__all__ = ["decompose", "DECOMPOSITIONS"]
+
+
+def _table():
+    from ...nn import functional as F
+    return {
+        "linear": lambda x, w, b: F.linear_decomposed(x, w, b),
+        "softmax": lambda x, dim: F.softmax_decomposed(x, dim),
+        "log_softmax": lambda x, dim: F.log_softmax_decomposed(x, dim),
+        "layer_norm": lambda x, w, b, normalized_shape, eps:
+            F.layer_norm_decomposed(x, normalized_shape, w, b, eps),
+        "batch_norm": lambda x, w, b, eps: F.batch_norm_decomposed(x, w, b, eps),
+        "cross_entropy": lambda x, t, w, **a: F.cross_entropy_decomposed(x, t, w, **a),
+        "gelu": lambda x, approximate="none": F.gelu_decomposed(x, approximate),
+        "embedding": lambda w, idx, padding_idx=None: F.embedding_decomposed(idx, w, padding_idx),
+        "softmax_backward": lambda g, out, dim: out * (g - (g * out).sum(dim, keepdim=True)),
+        "log_softmax_backward": lambda g, out, dim: g - out.exp() * g.sum(dim, keepdim=True),
+    }
+
+
+DECOMPOSITIONS = {}     # op name -> fn(*inputs, **attrs) over Tensors; filled on first use
+_TEMPLATES = {}         # cache key -> traced Graph, or None when the op does not decompose
+
+
+def decompose(graph, ops=None):
+    """Replace each node of a decomposable op (all in DECOMPOSITIONS, or those named in `ops`)
+    by its primitives."""
+    if not DECOMPOSITIONS:
+        DECOMPOSITIONS.update(_table())
+    wanted = DECOMPOSITIONS if ops is None else {k: DECOMPOSITIONS[k] for k in ops}
+    names = {v.name for _, v in graph.inputs} | {n.out.name for n in graph.nodes}
+
+    def fresh(base):
+        i = 0
+        while f"{base}_{i}" in names:
+            i += 1
+        names.add(f"{base}_{i}")
+        return f"{base}_{i}"
+
+    def visit(n):
+        if n.op not in wanted or n.out.device != "cpu":
+            return None
+        if any(numel(v.shape) is None for v in n.input_values()):
+            return None
+        template = _template(n, wanted[n.op])
+        if template is None:
+            return None
+        return _splice(n, template, fresh)
+
+    return rewrite(graph, visit)[0]
+
+
+def _key(n):
+    ins = tuple((tuple(x.shape), x.dtype) if isinstance(x, Value) else const_key(x) for x in n.inputs)
+    return (n.op, ins, attrs_key(n.attrs))
+
+
+def _template(n, fn):
+    key = _key(n)
+    if key not in _TEMPLATES:
+        _TEMPLATES[key] = _trace_template(n, fn)
+    return _TEMPLATES[key]
+
+
+def _trace_template(n, fn):
+    """Trace fn on zero-filled placeholders of the node's input types; None if unusable."""
+    from ... import dispatch
+    from ...autograd.grad_mode import no_grad
+    from ..tracer import trace
+    if dispatch.tracer is not None:   # called while another trace runs: nested tracing is refused
+        return None
+    tensors = [dispatch.wrap(np.zeros(tuple(x.shape), dtypes.as_dtype(x.dtype).np))
+               for x in n.inputs if isinstance(x, Value)]
+
+    def call(*ts):
+        it = iter(ts)
+        args = [next(it) if isinstance(x, Value) else x for x in n.inputs]
+        return fn(*args, **n.attrs)
+    try:
+        with no_grad():
+            g, result, tracer = trace(call, tuple(tensors))
+    except Exception:
+        return None
+    if g is None or g.mutations or len(g.outputs) != 1:
+        return None
+    if g.externals():
+        g = _resolve_rewrapped(g, tracer)
+        if g is None:
+            return None
+    out = g.outputs[0]
+    if out.name not in {t.out.name for t in g.nodes} or any(is_random(t) for t in g.nodes):
+        return None
+    if tuple(out.shape) != tuple(n.out.shape) or out.dtype != n.out.dtype:
+        return None
+    return g
+
+
+def _resolve_rewrapped(g, tracer):
+    """Externals that merely re-wrap an array the trace made (`x.amax().detach()`) are that
+    value; anything else the decomposition read is a real capture and makes it unusable."""
+    made = {n.out.name: n.out for n in g.nodes}
+    by_array = {}
+    for t in getattr(tracer, "keep", ()):
+        v = tracer.values.get(id(t)) if hasattr(tracer, "values") else None
+        if v is not None and made.get(v.name) is v:
+            by_array.setdefault(id(t.data), v)
+    sub = {}
+    for name, t in tracer.externals.items():
+        v = by_array.get(id(t.data))
+        if v is None:
+            return None
+        sub[name] = v
+    nodes = [n.copy_with(inputs=[sub.get(x.name, x) if isinstance(x, Value) else x for x in n.inputs])
+             for n in g.nodes]
+    out = Graph([(k, v) for k, v in g.inputs if k == "arg"], nodes, g.outputs, g.out_tree)
+    try:
+        verify(out)
+    except Exception:
+        return None
+    return out
+
+
+def _splice(n, template, fresh):
+    """Copy the template's nodes with the node's inputs for its arguments; the value it returns
+    becomes the node's output value."""
+    args = [x for x in n.inputs if isinstance(x, Value)]
+    env = {v.name: a for v, a in zip(template.args(), args)}
+    result = template.outputs[0]
+    nodes = []
+    for t in template.nodes:
+        if t.out.name == result.name:
+            out = n.out
+        else:
+            out = Value(fresh(n.out.name), t.out.shape, t.out.dtype, n.out.device)
+        ins = [env[x.name] if isinstance(x, Value) else x for x in t.inputs]
+        nodes.append(Node(t.op, ins, t.attrs, out, n.loc, n.module))
+        env[t.out.name] = out
+    return nodes

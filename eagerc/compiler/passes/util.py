@@ -1,0 +1,261 @@
+"""What the passes share: op classes, aliasing, liveness, sizes, and one rewrite loop.
+
+Op classes are read from the op registry (OpDef.broadcasts, OpDef.view, attribute
+names), so a newly declared op is classified without touching the passes:
+
+- random:      an op with a `seed` attribute (uniform, normal, randint, randperm). Its
+               output name is its identity: compile.Entry.rng overrides the offset of
+               that node every call, so passes never rename, merge or fold random nodes.
+- may-alias:   the output may share the input's memory (declared views, plus kernels
+               that can hand back their input or a view of it: contiguous, to_device,
+               einsum), and any op not in the registry.
+- elementwise: one output element per (broadcast) input element, no cross-element
+               reads: broadcasting binaries, the unary math families, cast, clamp...
+- reduction:   sum, mean, prod, amax, amin, all, any.
+
+Aliasing and escape. A graph is functional: every Value is written once, and external
+tensors change only through `mutations`, applied after the run. Still, values returned
+to the user (outputs) and written back (mutations) *escape*: replacing an escaping
+fresh result with a value that already lives elsewhere (an input, or another output)
+would make the user's tensors share memory where eager mode gave fresh ones. Passes
+check `Escape.allows` before such a replacement.
+"""
+import json
+
+from ...runtime import dtypes
+from ...runtime.ops import OPS
+from ...runtime.ops.elementwise import BOOL_UNARY, FLOAT_UNARY, SAME_UNARY
+
+__all__ = ["is_random", "may_alias", "ELEMENTWISE", "REDUCTIONS", "is_elementwise", "numel", "nbytes",
+           "alias_roots", "Escape", "rewrite", "ANALYSIS_META", "attrs_key", "const_key",
+           "last_reads", "peak_bytes", "schedule_peak", "successors", "drop_analysis"]
+
+# meta keys that describe one node order / node set; a pass that changes either drops them
+ANALYSIS_META = ("fusion_groups", "memory_plan", "inplace", "buffers")
+
+ELEMENTWISE = frozenset(
+    [n for n, op in OPS.items() if op.broadcasts]
+    + list(FLOAT_UNARY) + list(SAME_UNARY) + list(BOOL_UNARY)
+    + ["cast", "clamp", "nan_to_num", "bitwise_not", "clone", "gelu"])
+REDUCTIONS = frozenset(["sum", "mean", "prod", "amax", "amin", "all", "any"])
+_ALIASING_KERNELS = frozenset(["contiguous", "to_device", "einsum"])   # may return (a view of) an input
+
+
+def is_random(node):
+    op = OPS.get(node.op)
+    return op is None or "seed" in op.attrs
+
+
+def may_alias(node):
+    op = OPS.get(node.op)
+    return op is None or op.view or node.op in _ALIASING_KERNELS
+
+
+def is_elementwise(node):
+    return node.op in ELEMENTWISE
+
+
+def numel(shape):
+    """Number of elements, or None for a symbolic shape."""
+    n = 1
+    for s in shape:
+        if not isinstance(s, int):
+            return None
+        n *= s
+    return n
+
+
+def nbytes(value, symbolic=None):
+    """Bytes of a Value; `symbolic` (default None) for shapes with symbolic sizes."""
+    n = numel(value.shape)
+    if n is None:
+        return symbolic
+    return n * dtypes.as_dtype(value.dtype).itemsize
+
+
+def attrs_key(attrs):
+    """A hashable, type-exact key of JSON-plain attributes (1, 1.0 and True differ)."""
+    return json.dumps(attrs, sort_keys=True) if attrs else ""
+
+
+def const_key(x):
+    """Key of a constant node input: Python scalars of different types differ (promotion)."""
+    return (type(x).__name__, repr(x))
+
+
+def alias_roots(graph):
+    """value name -> name of the value whose memory it may share (itself for fresh values)."""
+    root = {v.name: v.name for _, v in graph.inputs}
+    for n in graph.nodes:
+        ins = n.input_values()
+        root[n.out.name] = root.get(ins[0].name, ins[0].name) if ins and may_alias(n) else n.out.name
+    return root
+
+
+class Escape:
+    """Which memory the user sees after a run: the alias roots of outputs and mutation values,
+    and the graph inputs. Tracks replacements so a later rewrite sees the earlier ones."""
+
+    def __init__(self, graph):
+        self.root = alias_roots(graph)
+        self.inputs = {v.name for _, v in graph.inputs}
+        self.escaping = {self.root[v.name] for v in graph.outputs}
+        self.escaping.update(self.root[v.name] for _, v in graph.mutations)
+
+    def escapes(self, value):
+        return self.root.get(value.name, value.name) in self.escaping
+
+    def allows(self, old, new, view=False):
+        """May users of `old` read `new` instead? `view=True` when eager's `old` already
+        shared `new`'s memory (a view of it), so nothing new becomes aliased."""
+        if view or not self.escapes(old):
+            return True
+        r = self.root.get(new.name, new.name)
+        return r not in self.inputs and r not in self.escaping
+
+    def replaced(self, old, new):
+        if self.escapes(old):
+            self.escaping.add(self.root.get(new.name, new.name))
+
+    def defined(self, node):
+        """Note a node created by a pass (its alias root)."""
+        ins = node.input_values()
+        self.root[node.out.name] = (self.root.get(ins[0].name, ins[0].name)
+                                    if ins and may_alias(node) else node.out.name)
+
+
+def rewrite(graph, visit):
+    """The loop every rewriting pass runs: nodes in order, inputs renamed through earlier
+    replacements, then `visit(node)` returns one of
+
+        None / the node       keep it (with renamed inputs)
+        a Value               drop the node; its users read that Value instead
+        [Node, ...]           replace the node by these nodes (the last one usually
+                              defines the node's own output Value)
+
+    Graph outputs and mutations are renamed too. The input graph is not modified: nodes
+    whose inputs change are copied. Returns (new graph, number of nodes changed).
+    """
+    sub = {}
+    nodes = []
+    changed = 0
+    for n in graph.nodes:
+        if sub:
+            ins = n.inputs
+            new = [sub.get(x.name, x) if hasattr(x, "name") else x for x in ins]
+            if any(a is not b for a, b in zip(new, ins)):
+                n = n.copy_with(inputs=new)
+        r = visit(n)
+        if r is None or r is n:
+            nodes.append(n)
+        elif hasattr(r, "name"):   # a Value
+            sub[n.out.name] = r
+            changed += 1
+        else:
+            nodes.extend(r)
+            changed += 1
+    if not changed:
+        return graph, 0
+    out = graph.copy(nodes=nodes)
+    out.outputs = [sub.get(v.name, v) for v in graph.outputs]
+    out.mutations = [(t, sub.get(v.name, v)) for t, v in graph.mutations]
+    drop_analysis(out)
+    return out, changed
+
+
+def drop_analysis(graph):
+    for k in ANALYSIS_META:
+        graph.meta.pop(k, None)
+    return graph
+
+
+def successors(graph):
+    """vertex name -> names of the nodes that read it: the adjacency of `graph.to_networkx()`
+    (vertices are graph inputs and node outputs; one edge per distinct reader)."""
+    succ = {v.name: [] for _, v in graph.inputs}
+    for n in graph.nodes:
+        succ[n.out.name] = []
+        seen = None
+        for v in n.input_values():
+            if seen is None:
+                seen = set()
+            if v.name not in seen:
+                seen.add(v.name)
+                succ[v.name].append(n.out.name)
+    return succ
+
+
+# ---------------------------------------------------------------- liveness
+
+def last_reads(graph, order=None):
+    """(root, last, pinned): alias root of every value, root -> index of the last node that reads
+    any of its aliases (its definition index if none does), and the pinned roots (graph inputs,
+    outputs, mutation values: their memory outlives the run or is not the graph's to free)."""
+    nodes = graph.nodes if order is None else order
+    root = alias_roots(graph)
+    last = {}
+    for i, n in enumerate(nodes):
+        last.setdefault(root[n.out.name], i)
+        for v in n.input_values():
+            last[root[v.name]] = i
+    pinned = {v.name for _, v in graph.inputs}
+    pinned.update(root[v.name] for v in graph.outputs)
+    pinned.update(root[v.name] for _, v in graph.mutations)
+    return root, last, pinned
+
+
+def schedule_peak(graph, order=None, symbolic=1):
+    """Peak bytes of intermediate values alive at once when `order` (default: graph.nodes) runs
+    and each value is freed after its last read (views keep their base alive). Graph inputs are
+    not counted; outputs and mutation values stay alive to the end."""
+    nodes = graph.nodes if order is None else order
+    root, last, pinned = last_reads(graph, nodes)
+    frees = {}
+    for r, i in last.items():
+        if r not in pinned:
+            frees.setdefault(i, []).append(r)
+    size = {}
+    live = peak = 0
+    for i, n in enumerate(nodes):
+        if not may_alias(n):
+            b = nbytes(n.out, symbolic)
+            size[n.out.name] = b
+            live += b
+        peak = max(peak, live)
+        for r in frees.get(i, ()):
+            live -= size.get(r, 0)
+    return peak
+
+
+def peak_bytes(graph, plan=None, symbolic=1):
+    """Peak bytes of the graph's intermediates, without or with a memory plan.
+
+    Without a plan: `schedule_peak` (every value its own allocation, freed after last use).
+    With a plan ({value name: buffer id}, default graph.meta["memory_plan"] when plan=True):
+    all planned buffers (each as large as its largest value) plus the peak of the values
+    the plan leaves out (outputs, mutation values, symbolic shapes)."""
+    if plan is True:
+        plan = graph.meta.get("memory_plan", {})
+    if plan is None:
+        return schedule_peak(graph, symbolic=symbolic)
+    buffers = {}
+    for n in graph.nodes:
+        b = plan.get(n.out.name)
+        if b is not None:
+            buffers[b] = max(buffers.get(b, 0), nbytes(n.out, symbolic))
+    root, last, pinned = last_reads(graph)
+    frees = {}
+    for r, i in last.items():
+        if r not in pinned:
+            frees.setdefault(i, []).append(r)
+    size = {}
+    live = peak = 0
+    for i, n in enumerate(graph.nodes):
+        if not may_alias(n) and n.out.name not in plan:
+            b = nbytes(n.out, symbolic)
+            size[n.out.name] = b
+            live += b
+        peak = max(peak, live)
+        for r in frees.get(i, ()):
+            live -= size.get(r, 0)
+    return sum(buffers.values()) + peak

@@ -1,0 +1,844 @@
+"""Exported programs: the file format, the validating loader, and the callable it returns.
+
+An exported program is one safetensors file (see eagerc/runtime/safetensors_io.py):
+the tensors are the program's weights (named by module path, e.g. `layers.0.weight`)
+and, optionally, example inputs `__example__.N` and outputs `__example_output__.N`;
+the string metadata holds
+
+    format          "eagerc.program"
+    format_version  "1"
+    eagerc_version  the eagerc that wrote the file
+    graph           the graph IR as JSON (Graph.dumps()), specialised to the example sizes
+    inputs          JSON list, one spec per argument: {"name", "path", "shape", "dtype"};
+                    a dynamic dimension appears in "shape" by its name, e.g. "batch"
+    dynamic         JSON {"dims": {name: {"example", "min", "max"}},
+                          "patches": [[json path into the graph, c0, k, [dim names]], ...]}:
+                    every integer of the graph that depends on dynamic sizes, as
+                    c0 + k * product(dims)
+
+`load(path)` trusts nothing in the file. Before anything runs it checks the byte
+layout, the metadata, the graph's JSON schema (sizes and nesting bounded), every op
+and attribute with the op's own shape/dtype rule (eagerc.runtime.verify), the weights
+against the graph's external inputs, the input specs against the graph's arguments,
+and the dynamic-size table against the graph. Nothing from the file is executed: ops
+are looked up by name in the registry, attributes are plain JSON, no pickle. Every
+problem raises `ProgramLoadError` (a ValueError) naming the file and what is wrong.
+
+This module imports only the runtime layer (and numpy), so a deployed model needs
+neither the frontend nor the compiler.
+"""
+import copy
+import io
+import json
+import os
+import stat
+
+import numpy as np
+
+from . import safetensors_io as st
+from .ir import Graph, FORMAT_VERSION as GRAPH_FORMAT_VERSION
+from .ops import OPS
+from .pytree import unflatten
+from .verify import verify
+from .executor import last_uses
+
+__all__ = ["load", "loads", "from_parts", "encode", "LoadedProgram", "ProgramLoadError",
+           "ProgramInputError", "ProgramRunError", "FORMAT", "FORMAT_VERSION"]
+
+FORMAT = "eagerc.program"
+FORMAT_VERSION = 1
+EXAMPLE_IN = "__example__."
+EXAMPLE_OUT = "__example_output__."
+
+MAX_VALUE_BYTES = 2 ** 32   # default cap on any one value of the graph (4 GiB)
+MAX_NAME = 1024             # characters in a value / tensor / dim name
+MAX_STR = 4096              # characters in any other string of the graph
+MAX_SHAPE = 2 ** 40         # largest size of one dimension
+MAX_NDIM = 64
+MAX_ATTR_DEPTH = 32         # nesting of an attribute value (the verifier's own limit)
+MAX_ATTR_ITEMS = 10_000     # JSON items in one node's attributes
+MAX_TREE_DEPTH = 64         # nesting of the output structure
+MAX_INT = 2 ** 63           # integers anywhere in the graph are below this in magnitude
+MAX_SPECIALISATIONS = 16    # cached graphs for different dynamic sizes
+
+DTYPE_NAMES = ("bool", "uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64")
+_NP = {name: np.dtype(name) for name in DTYPE_NAMES}
+NOT_IN_PROGRAMS = {"to_device"}  # a program runs on the device of its inputs
+
+_META_KEYS = {"format", "format_version", "eagerc_version", "graph", "inputs", "dynamic"}
+
+
+class ProgramLoadError(ValueError):
+    """A file that is not a valid eagerc program; the message names the file and the problem."""
+
+
+class ProgramInputError(ValueError):
+    """Arguments that do not match the program's input specs."""
+
+
+class ProgramRunError(ValueError):
+    """A kernel failed, or produced a value other than the one the graph declares."""
+
+
+class _Invalid(Exception):
+    """Internal: a validation failure, turned into ProgramLoadError with the file's name."""
+
+
+def _fail(msg):
+    raise _Invalid(msg)
+
+
+# ================================================================ writing
+
+def encode(graph_json, input_specs, dynamic, weights, producer, examples=None):
+    """The (tensors, metadata) of a program file.
+
+    graph_json: Graph.dumps() text; input_specs: list of spec dicts; dynamic: the dynamic
+    table; weights: name -> numpy array; examples: (input arrays, output arrays) or None.
+    """
+    tensors = dict(weights)
+    if examples is not None:
+        ins, outs = examples
+        tensors.update({f"{EXAMPLE_IN}{i}": a for i, a in enumerate(ins)})
+        tensors.update({f"{EXAMPLE_OUT}{i}": a for i, a in enumerate(outs)})
+    metadata = {"format": FORMAT, "format_version": str(FORMAT_VERSION), "eagerc_version": producer,
+                "graph": graph_json, "inputs": json.dumps(input_specs, sort_keys=True),
+                "dynamic": json.dumps(dynamic, sort_keys=True)}
+    return tensors, metadata
+
+
+def save(path, tensors, metadata):
+    """Write a program file atomically (temporary file + fsync + rename)."""
+    st.save_file(path, tensors, metadata)
+
+
+# ================================================================ loading
+
+def load(path, *, max_value_bytes=MAX_VALUE_BYTES, max_header=st.MAX_HEADER, self_check=False):
+    """Load an exported program from `path`, validating everything; returns a LoadedProgram.
+
+    max_value_bytes caps the size of every value the program computes (a file cannot make
+    the loader allocate more); self_check=True also runs the stored example inputs and
+    compares with the stored example outputs.
+    """
+    where = os.fspath(path)
+    try:
+        f = open(where, "rb")
+    except OSError as e:
+        raise ProgramLoadError(f"{where}: cannot open: {e.strerror or e}") from None
+    with f:
+        info = os.fstat(f.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise ProgramLoadError(f"{where}: not a regular file")
+        return _load_file(f, info.st_size, where, max_value_bytes, max_header, self_check)
+
+
+def loads(data, *, where="<bytes>", max_value_bytes=MAX_VALUE_BYTES, max_header=st.MAX_HEADER,
+          self_check=False):
+    """Load a program from the bytes of a file (same checks as `load`)."""
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise TypeError(f"eagerc.runtime.loads expects bytes, got {type(data).__name__}")
+    data = bytes(data)
+    return _load_file(io.BytesIO(data), len(data), where, max_value_bytes, max_header, self_check)
+
+
+def _load_file(f, size, where, max_value_bytes, max_header, self_check):
+    try:
+        table, metadata, _ = st.read_header(f, size, max_header)
+        spec = _validate(metadata, {k: (dt, shape) for k, (dt, shape, _, _) in table.items()},
+                         max_value_bytes)
+        arrays = st.read_tensors(f, table)
+    except st.FormatError as e:
+        raise ProgramLoadError(f"{where}: {e}") from None
+    except _Invalid as e:
+        raise ProgramLoadError(f"{where}: {e}") from None
+    return _finish(spec, arrays, where, max_value_bytes, self_check)
+
+
+def from_parts(tensors, metadata, *, where="<program>", max_value_bytes=MAX_VALUE_BYTES, self_check=False):
+    """A LoadedProgram from in-memory parts (what `encode` returns), with the loader's checks."""
+    try:
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
+            _fail("metadata must map strings to strings")
+        table = {}
+        for name, a in tensors.items():
+            if not isinstance(a, np.ndarray) or a.dtype not in st.DTYPES.values():
+                _fail(f"tensor {name!r} is not a numpy array of a supported dtype")
+            table[name] = (a.dtype, a.shape)
+        spec = _validate(metadata, table, max_value_bytes)
+    except _Invalid as e:
+        raise ProgramLoadError(f"{where}: {e}") from None
+    arrays = {k: np.array(a, copy=True, order="C") for k, a in tensors.items()}
+    return _finish(spec, arrays, where, max_value_bytes, self_check)
+
+
+def _finish(spec, arrays, where, max_value_bytes, self_check):
+    prog = LoadedProgram(spec, arrays, where, max_value_bytes)
+    if self_check:
+        prog.self_check()
+    return prog
+
+
+# ---------------------------------------------------------------- metadata
+
+def _validate(metadata, table, max_value_bytes):
+    """Check the metadata and the tensor table (name -> (numpy dtype, shape)); return the parsed
+    program description. Raises _Invalid."""
+    fmt = metadata.get("format")
+    if fmt != FORMAT:
+        _fail(f"not an eagerc program: metadata 'format' is {_short(fmt)} (expected {FORMAT!r})")
+    version = metadata.get("format_version")
+    if version is None:
+        _fail("metadata lacks 'format_version'")
+    if not (version.isascii() and version.isdigit() and len(version) <= 6):
+        _fail(f"metadata 'format_version' {_short(version)} is not a version number")
+    producer = metadata.get("eagerc_version")
+    if int(version) > FORMAT_VERSION:
+        by = f" (written by eagerc {_short(producer)})" if producer is not None else ""
+        _fail(f"this file needs format version {int(version)}; this eagerc reads version "
+              f"{FORMAT_VERSION} -- upgrade eagerc{by}")
+    if int(version) < 1:
+        _fail(f"format version {int(version)} does not exist (versions start at 1)")
+    missing = _META_KEYS - set(metadata)
+    if missing:
+        _fail(f"metadata lacks {sorted(missing)}")
+    extra = set(metadata) - _META_KEYS
+    if extra:
+        _fail(f"metadata has unknown keys {sorted(extra)[:5]}")
+    if len(producer) > 64:
+        _fail("metadata 'eagerc_version' is longer than 64 characters")
+
+    gj = _parse_json(metadata["graph"], "graph")
+    _check_graph_json(gj)
+    try:
+        graph = Graph.from_json(gj)
+    except ValueError as e:
+        _fail(f"graph: {e}")
+    for n in graph.nodes:
+        if n.op in NOT_IN_PROGRAMS:
+            _fail(f"graph: node {n.out.name} uses op {n.op!r}, which programs may not contain")
+    _verify(graph)
+    for target, _ in graph.mutations:
+        if target.endswith(".grad"):
+            _fail(f"graph: mutation target {target!r}: programs do not update gradients")
+    _check_sizes(graph, max_value_bytes)
+
+    externals = {v.name: v for v in graph.externals()}
+    for name, v in externals.items():
+        if name.startswith("__example"):
+            _fail(f"graph: external input {name!r} uses a reserved name")
+        if name not in table:
+            _fail(f"weight {name!r} ({v.dtype}{list(v.shape)}) is missing from the file")
+        dt, shape = table[name]
+        if dt != _NP[v.dtype] or tuple(shape) != tuple(v.shape):
+            _fail(f"weight {name!r} is {dt.name}{list(shape)} in the file but the graph reads "
+                  f"{v.dtype}{list(v.shape)}")
+
+    args = graph.args()
+    dims, patches = _check_dynamic(_parse_json(metadata["dynamic"], "dynamic"), gj)
+    specs = _check_specs(_parse_json(metadata["inputs"], "inputs"), gj, args, dims, patches)
+    examples = _check_examples(table, specs, graph, dims)
+    return {"graph": graph, "graph_json": gj, "specs": specs, "dims": dims, "patches": patches,
+            "producer": producer, "version": int(version), "examples": examples}
+
+
+def _short(x, n=60):
+    s = repr(x)
+    return s if len(s) <= n else s[:n] + "...'"
+
+
+def _parse_json(text, what):
+    try:
+        return json.loads(text)
+    except RecursionError:
+        _fail(f"metadata {what!r} is nested too deeply")
+    except (ValueError, MemoryError) as e:
+        _fail(f"metadata {what!r} is not valid JSON: {str(e)[:200]}")
+
+
+def _verify(graph):
+    try:
+        verify(graph)
+    except ValueError as e:  # GraphError
+        _fail(f"graph: {str(e)[:2000]}")
+    except Exception as e:  # an op's shape rule that chokes on a hostile attribute
+        _fail(f"graph: an op's shape/dtype rule rejected its inputs ({type(e).__name__}: {str(e)[:500]})")
+
+
+def _nbytes(shape, dtype):
+    n = _NP[dtype].itemsize
+    for s in shape:
+        n *= s
+    return n
+
+
+def _check_sizes(graph, max_value_bytes):
+    for kind, v in graph.inputs:
+        if _nbytes(v.shape, v.dtype) > max_value_bytes:
+            _fail(f"graph: input {v.name} ({v.dtype}{list(v.shape)}) is larger than the limit of "
+                  f"{max_value_bytes} bytes (load(..., max_value_bytes=) raises it)")
+    for n in graph.nodes:
+        if _nbytes(n.out.shape, n.out.dtype) > max_value_bytes:
+            _fail(f"graph: {n.op} -> {n.out.name} ({n.out.dtype}{list(n.out.shape)}) is larger than the "
+                  f"limit of {max_value_bytes} bytes (load(..., max_value_bytes=) raises it)")
+
+
+# ---------------------------------------------------------------- graph schema
+
+def _is_int(x):
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _check_keys(d, keys, what, optional=()):
+    if not isinstance(d, dict):
+        _fail(f"{what} is a {type(d).__name__}, not an object")
+    got = set(d)
+    if not set(keys) <= got or not got <= set(keys) | set(optional):
+        missing, extra = set(keys) - got, got - set(keys) - set(optional)
+        _fail(f"{what} " + (f"lacks {sorted(missing)}" if missing else f"has unknown keys {sorted(extra)[:5]}"))
+
+
+def _check_name(x, what):
+    if not isinstance(x, str) or not 0 < len(x) <= MAX_NAME:
+        _fail(f"{what} is not a name (a non-empty string of at most {MAX_NAME} characters)")
+
+
+def _check_str(x, what, optional=True):
+    if (x is None and optional) or (isinstance(x, str) and len(x) <= MAX_STR):
+        return
+    _fail(f"{what} is not {'null or ' if optional else ''}a string of at most {MAX_STR} characters")
+
+
+def _check_shape(shape, what):
+    if not isinstance(shape, list) or len(shape) > MAX_NDIM:
+        _fail(f"{what}: shape is not a list of at most {MAX_NDIM} sizes")
+    for s in shape:
+        if not _is_int(s) or not 0 <= s < MAX_SHAPE:
+            _fail(f"{what}: invalid size {_short(s)} in shape (sizes are integers 0 <= n < 2**40)")
+
+
+def _check_dtype(dt, what):
+    if not isinstance(dt, str) or dt not in _NP:
+        _fail(f"{what}: unknown dtype {_short(dt)} (one of {', '.join(DTYPE_NAMES)})")
+
+
+def _check_value_json(d, what):
+    _check_keys(d, ("name", "shape", "dtype", "device"), what)
+    _check_name(d["name"], f"{what}: name")
+    what = f"{what} ({d['name']})"
+    _check_shape(d["shape"], what)
+    _check_dtype(d["dtype"], what)
+    if not isinstance(d["device"], str) or len(d["device"]) > 64:
+        _fail(f"{what}: device is not a short string")
+
+
+def _check_plain(x, what, max_depth=MAX_ATTR_DEPTH, max_items=MAX_ATTR_ITEMS):
+    """x is JSON-plain, nested at most max_depth deep, with at most max_items items."""
+    stack = [(x, 0)]
+    n = 0
+    while stack:
+        v, depth = stack.pop()
+        n += 1
+        if n > max_items:
+            _fail(f"{what} has more than {max_items} items")
+        if depth > max_depth:
+            _fail(f"{what} is nested more than {max_depth} levels deep")
+        if v is None or isinstance(v, (bool, float)):
+            continue
+        if isinstance(v, int):
+            if not -MAX_INT <= v < MAX_INT:
+                _fail(f"{what} holds an integer out of the 64-bit range")
+        elif isinstance(v, str):
+            if len(v) > MAX_STR:
+                _fail(f"{what} holds a string longer than {MAX_STR} characters")
+        elif isinstance(v, list):
+            stack.extend((item, depth + 1) for item in v)
+        elif isinstance(v, dict):
+            for k, item in v.items():
+                if len(k) > MAX_STR:
+                    _fail(f"{what} holds a key longer than {MAX_STR} characters")
+                stack.append((item, depth + 1))
+        else:
+            _fail(f"{what} holds a {type(v).__name__}")
+
+
+def _check_tree(tree, n_outputs):
+    """The output structure: {"t": i} | {"c": x} | {"none": null} | {"tuple"|"list": [...]} |
+    {"dict": [[key, tree], ...]}, at most MAX_TREE_DEPTH deep."""
+    stack = [(tree, 0)]
+    count = 0
+    while stack:
+        t, depth = stack.pop()
+        count += 1
+        if depth > MAX_TREE_DEPTH or count > 1_000_000:
+            _fail("graph: out_tree is nested too deeply or too large")
+        if not isinstance(t, dict) or len(t) != 1:
+            _fail(f"graph: malformed out_tree entry {_short(t)}")
+        (kind, val), = t.items()
+        if kind == "t":
+            if not _is_int(val) or not 0 <= val < n_outputs:
+                _fail(f"graph: out_tree refers to output {_short(val)}; the graph has {n_outputs}")
+        elif kind == "none":
+            if val is not None:
+                _fail("graph: out_tree 'none' entry holds a value")
+        elif kind == "c":
+            if not (val is None or isinstance(val, (bool, int, float, str))):
+                _fail("graph: out_tree constant is not a number or string")
+            _check_plain(val, "graph: out_tree constant")
+        elif kind in ("tuple", "list"):
+            if not isinstance(val, list):
+                _fail(f"graph: out_tree {kind} entry is not a list")
+            stack.extend((x, depth + 1) for x in val)
+        elif kind == "dict":
+            if not isinstance(val, list):
+                _fail("graph: out_tree dict entry is not a list")
+            for item in val:
+                if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], (str, int))
+                        and not isinstance(item[0], bool)):
+                    _fail(f"graph: malformed dict item in out_tree: {_short(item)}")
+                _check_plain(item[0], "graph: out_tree dict key")
+                stack.append((item[1], depth + 1))
+        else:
+            _fail(f"graph: unknown out_tree kind {_short(kind)}")
+
+
+def _check_graph_json(g):
+    """The graph JSON has exactly the shape Graph.to_json writes, with bounded sizes."""
+    _check_keys(g, ("format_version", "inputs", "nodes", "outputs", "out_tree", "mutations", "meta"), "graph")
+    if g["format_version"] != GRAPH_FORMAT_VERSION or not _is_int(g["format_version"]):
+        _fail(f"graph: format_version {_short(g['format_version'])} is not {GRAPH_FORMAT_VERSION}")
+    for key in ("inputs", "nodes", "outputs", "mutations"):
+        if not isinstance(g[key], list):
+            _fail(f"graph: '{key}' is not a list")
+    for i, item in enumerate(g["inputs"]):
+        _check_keys(item, ("kind", "name", "shape", "dtype", "device"), f"graph: input {i}")
+        if item["kind"] not in ("arg", "external"):
+            _fail(f"graph: input {i} has unknown kind {_short(item['kind'])}")
+        _check_value_json({k: v for k, v in item.items() if k != "kind"}, f"graph: input {i}")
+    for i, node in enumerate(g["nodes"]):
+        what = f"graph: node {i}"
+        _check_keys(node, ("op", "inputs", "attrs", "out", "loc", "module"), what)
+        op = node["op"]
+        if not isinstance(op, str) or op not in OPS:
+            _fail(f"{what}: unknown op {_short(op)}")
+        what = f"graph: node {i} ({op})"
+        _check_value_json(node["out"], f"{what}: out")
+        if not isinstance(node["inputs"], list) or len(node["inputs"]) > 10_000:
+            _fail(f"{what}: inputs is not a list")
+        for j, x in enumerate(node["inputs"]):
+            if not isinstance(x, dict) or len(x) != 1:
+                _fail(f"{what}: input {j} is not {{'value': name}} or {{'const': number}}")
+            if "value" in x:
+                _check_name(x["value"], f"{what}: input {j}")
+            elif "const" in x:
+                c = x["const"]
+                if not (c is None or isinstance(c, (bool, int, float))) or (_is_int(c) and not -MAX_INT <= c < MAX_INT):
+                    _fail(f"{what}: constant input {j} is not a Python number: {_short(c)}")
+            else:
+                _fail(f"{what}: input {j} is not {{'value': name}} or {{'const': number}}")
+        if not isinstance(node["attrs"], dict):
+            _fail(f"{what}: attrs is not an object")
+        unknown = set(node["attrs"]) - set(OPS[op].attrs)
+        if unknown:
+            _fail(f"{what}: unknown attributes {sorted(unknown)[:5]} (op takes {list(OPS[op].attrs)})")
+        _check_plain(node["attrs"], f"{what}: attrs")
+        _check_str(node["loc"], f"{what}: loc")
+        _check_str(node["module"], f"{what}: module")
+    for i, name in enumerate(g["outputs"]):
+        _check_name(name, f"graph: output {i}")
+    for i, m in enumerate(g["mutations"]):
+        if not (isinstance(m, list) and len(m) == 2):
+            _fail(f"graph: mutation {i} is not a [target, value] pair")
+        _check_name(m[0], f"graph: mutation {i} target")
+        _check_name(m[1], f"graph: mutation {i} value")
+    if not isinstance(g["meta"], dict):
+        _fail("graph: meta is not an object")
+    _check_plain(g["meta"], "graph: meta")
+    _check_tree(g["out_tree"], len(g["outputs"]))
+
+
+# ---------------------------------------------------------------- dynamic sizes and input specs
+
+def _expr_value(c0, k, syms, binding):
+    v = k
+    for s in syms:
+        v *= binding[s]
+    return c0 + v
+
+
+def _resolve(root, path):
+    """The container and key that `path` (a list of keys/indices) names in the graph JSON."""
+    node = root
+    for i, key in enumerate(path[:-1]):
+        node = _step(node, key, path)
+    last = path[-1]
+    _step(node, last, path)
+    return node, last
+
+
+def _step(node, key, path):
+    if isinstance(node, dict) and isinstance(key, str) and key in node:
+        return node[key]
+    if isinstance(node, list) and _is_int(key) and 0 <= key < len(node):
+        return node[key]
+    _fail(f"dynamic: patch path {_short(path)} does not name an entry of the graph")
+
+
+def _allowed_path(p):
+    if len(p) == 4 and p[0] == "inputs" and p[2] == "shape":
+        return True
+    if len(p) == 5 and p[0] == "nodes" and p[2] == "out" and p[3] == "shape":
+        return True
+    if len(p) >= 4 and p[0] == "nodes" and p[2] == "attrs":
+        return True
+    return len(p) == 5 and p[0] == "nodes" and p[2] == "inputs" and p[4] == "const"
+
+
+def _check_dynamic(d, gj):
+    _check_keys(d, ("dims", "patches"), "dynamic")
+    dims, patches = d["dims"], d["patches"]
+    if not isinstance(dims, dict) or len(dims) > 64:
+        _fail("dynamic: 'dims' is not an object of at most 64 dimensions")
+    out_dims = {}
+    for name, info in dims.items():
+        if not (name.isidentifier() and len(name) <= 64):
+            _fail(f"dynamic: dimension name {_short(name)} is not an identifier")
+        _check_keys(info, ("example", "min", "max"), f"dynamic: dimension {name!r}")
+        lo, hi, ex = info["min"], info["max"], info["example"]
+        if not (_is_int(lo) and _is_int(ex) and (hi is None or _is_int(hi))
+                and 0 <= lo <= ex < MAX_SHAPE and (hi is None or ex <= hi < MAX_SHAPE)):
+            _fail(f"dynamic: dimension {name!r} needs integers 0 <= min <= example <= max < 2**40")
+        out_dims[name] = (lo, hi, ex)
+    if not isinstance(patches, list) or len(patches) > 1_000_000:
+        _fail("dynamic: 'patches' is not a list")
+    binding = {n: ex for n, (_, _, ex) in out_dims.items()}
+    seen = set()
+    out = []
+    for i, p in enumerate(patches):
+        what = f"dynamic: patch {i}"
+        if not (isinstance(p, list) and len(p) == 4):
+            _fail(f"{what} is not [path, c0, k, dims]")
+        path, c0, k, syms = p
+        if (not isinstance(path, list) or not 0 < len(path) <= MAX_ATTR_DEPTH + 4
+                or not all(isinstance(x, str) or _is_int(x) for x in path)):
+            _fail(f"{what}: path is not a list of keys and indices")
+        if not _allowed_path(path):
+            _fail(f"{what}: path {_short(path)} is not a shape, attribute or constant of the graph")
+        key = json.dumps(path)
+        if key in seen:
+            _fail(f"{what}: path {_short(path)} is patched twice")
+        seen.add(key)
+        if not (_is_int(c0) and _is_int(k) and abs(c0) < MAX_SHAPE and 0 < abs(k) < MAX_SHAPE):
+            _fail(f"{what}: coefficients must be integers of magnitude below 2**40 (k nonzero)")
+        if (not isinstance(syms, list) or not 0 < len(syms) <= 8 or len(set(map(str, syms))) != len(syms)
+                or not all(isinstance(s, str) and s in out_dims for s in syms)):
+            _fail(f"{what}: dims {_short(syms)} are not distinct declared dynamic dimensions")
+        container, last = _resolve(gj, path)
+        value = container[last]
+        if not _is_int(value):
+            _fail(f"{what}: path {_short(path)} names a {type(value).__name__}, not an integer")
+        if _expr_value(c0, k, syms, binding) != value:
+            _fail(f"{what}: {_fmt_expr(c0, k, syms)} at the example sizes is "
+                  f"{_expr_value(c0, k, syms, binding)}, but the graph holds {value}")
+        out.append((tuple(path), c0, k, tuple(syms)))
+    return out_dims, out
+
+
+def _fmt_expr(c0, k, syms):
+    s = "*".join(([str(k)] if k != 1 else []) + list(syms))
+    return s if c0 == 0 else f"{s} {'+' if c0 > 0 else '-'} {abs(c0)}"
+
+
+def _check_specs(specs, gj, args, dims, patches):
+    """Each spec matches its graph argument; a named size is exactly a dynamic dimension."""
+    arg_index = [i for i, item in enumerate(gj["inputs"]) if item["kind"] == "arg"]
+    on_inputs = {}
+    for path, c0, k, syms in patches:
+        if path[0] == "inputs":
+            if gj["inputs"][path[1]]["kind"] != "arg":
+                _fail(f"dynamic: external input {gj['inputs'][path[1]]['name']!r} cannot have a dynamic size")
+            on_inputs[(path[1], path[3])] = (c0, k, syms)
+    if not isinstance(specs, list) or len(specs) != len(args):
+        _fail(f"inputs: expected a list of {len(args)} input specs (one per graph argument)")
+    out = []
+    used = set()
+    for i, (spec, v, gi) in enumerate(zip(specs, args, arg_index)):
+        what = f"inputs: spec {i}"
+        _check_keys(spec, ("name", "path", "shape", "dtype"), what)
+        if spec["name"] != v.name:
+            _fail(f"{what} is for {_short(spec['name'])} but graph argument {i} is {v.name!r}")
+        what = f"inputs: spec {i} ({v.name})"
+        _check_str(spec["path"], f"{what}: path", optional=False)
+        if spec["dtype"] != v.dtype:
+            _fail(f"{what}: dtype {_short(spec['dtype'])} but the graph reads {v.dtype}")
+        shape = spec["shape"]
+        if not isinstance(shape, list) or len(shape) != len(v.shape):
+            _fail(f"{what}: shape {_short(shape)} does not match the graph's {list(v.shape)}")
+        for j, (s, n) in enumerate(zip(shape, v.shape)):
+            patch = on_inputs.pop((gi, j), None)
+            if isinstance(s, str):
+                if s not in dims:
+                    _fail(f"{what}: size {s!r} is not a declared dynamic dimension")
+                if patch != (0, 1, (s,)) or dims[s][2] != n:
+                    _fail(f"{what}: dynamic size {s!r} of dimension {j} does not match the graph")
+                used.add(s)
+            elif not _is_int(s) or s != n or patch is not None:
+                _fail(f"{what}: size {_short(s)} of dimension {j} does not match the graph's {n}")
+        out.append((v.name, spec["path"], tuple(shape), _NP[v.dtype]))
+    if on_inputs:
+        (gi, j), _ = next(iter(on_inputs.items()))
+        _fail(f"dynamic: size {j} of input {gj['inputs'][gi]['name']!r} is patched but its spec is static")
+    if set(dims) - used:
+        _fail(f"dynamic: dimensions {sorted(set(dims) - used)} appear in no input spec")
+    return out
+
+
+def _check_examples(table, specs, graph, dims):
+    """Example tensors, when present: all inputs and all outputs, of the example types."""
+    ins = sorted(k for k in table if k.startswith(EXAMPLE_IN))
+    outs = sorted(k for k in table if k.startswith(EXAMPLE_OUT))
+    externals = {v.name for v in graph.externals()}
+    extra = set(table) - externals - set(ins) - set(outs)
+    if extra:
+        _fail(f"the file holds tensors the graph does not read: {sorted(extra)[:5]}")
+    if not ins and not outs:
+        return None
+    if (set(ins) != {f"{EXAMPLE_IN}{i}" for i in range(len(specs))}
+            or set(outs) != {f"{EXAMPLE_OUT}{i}" for i in range(len(graph.outputs))}):
+        _fail(f"example tensors must be {EXAMPLE_IN}0..{len(specs) - 1} and "
+              f"{EXAMPLE_OUT}0..{len(graph.outputs) - 1}")
+    args = graph.args()
+    for i, ((name, _, _, dt), v) in enumerate(zip(specs, args)):
+        if table[f"{EXAMPLE_IN}{i}"] != (dt, tuple(v.shape)):
+            _fail(f"example input {i} is not {v.dtype}{list(v.shape)}")
+    for i, v in enumerate(graph.outputs):
+        if table[f"{EXAMPLE_OUT}{i}"] != (_NP[v.dtype], tuple(v.shape)):
+            _fail(f"example output {i} is not {v.dtype}{list(v.shape)}")
+    return len(specs), len(graph.outputs)
+
+
+# ================================================================ running
+
+class _Runner:
+    """One static graph, ready to run: kernels looked up once, values freed after last use,
+    every node's result checked against the type the graph declares."""
+
+    def __init__(self, graph):
+        self.graph = graph
+        free = last_uses(graph)
+        self.steps = []
+        for i, n in enumerate(graph.nodes):
+            names = [x.name if hasattr(x, "name") else None for x in n.inputs]
+            consts = [None if hasattr(x, "name") else x for x in n.inputs]
+            self.steps.append((OPS[n.op], n.attrs, names, consts, n.out.name, tuple(n.out.shape),
+                               _NP[n.out.dtype], tuple(free.get(i, ())), n))
+        self.outputs = [v.name for v in graph.outputs]
+        self.mutations = [(t, v.name) for t, v in graph.mutations]
+
+    def __call__(self, env, xp, where):
+        for op, attrs, names, consts, out_name, shape, dtype, free, node in self.steps:
+            args = [env[nm] if nm is not None else c for nm, c in zip(names, consts)]
+            try:
+                out = op.kernel(xp)(*args, **attrs)
+            except Exception as e:
+                raise ProgramRunError(f"{where}: {_node_str(node)} failed: {type(e).__name__}: "
+                                      f"{str(e)[:500]}") from None
+            if xp is np and type(out) is not np.ndarray:
+                out = np.asarray(out)
+            if out.shape != shape or out.dtype != dtype:
+                raise ProgramRunError(f"{where}: {_node_str(node)} produced {out.dtype}{list(out.shape)} "
+                                      f"but the graph declares {dtype.name}{list(shape)}")
+            env[out_name] = out
+            for name in free:
+                del env[name]
+        return [env[n] for n in self.outputs], [(t, env[n]) for t, n in self.mutations]
+
+
+def _node_str(n):
+    where = f" at {n.loc}" if n.loc else ""
+    return f"{n.op} -> {n.out.name}{where}"
+
+
+def _xp_of_inputs(arrays):
+    """numpy, or cupy when the inputs are cupy arrays (all of them)."""
+    gpu = [hasattr(a, "__cuda_array_interface__") and not isinstance(a, np.ndarray) for a in arrays]
+    if not any(gpu):
+        return np
+    if not all(gpu):
+        raise ProgramInputError("inputs mix numpy and cupy arrays; pass all of them on one device")
+    from .device import require_cupy
+    return require_cupy("running a program on cupy arrays")
+
+
+class LoadedProgram:
+    """A validated program: call it with arrays in the exported input order.
+
+    `prog(x, y)` checks each array against its spec (dtype exactly, static sizes exactly,
+    named dynamic sizes consistently), runs the graph with numpy -- or cupy, when the inputs
+    are cupy arrays -- and returns arrays in the structure the exported function returned.
+
+    Attributes: graph (the IR, at the example sizes), weights (name -> read-only array),
+    input_specs (list of {"name", "path", "shape", "dtype"}), dynamic_dims
+    (name -> {"example", "min", "max"}), eagerc_version (the producer), format_version,
+    example_inputs / example_outputs (lists of arrays, or None), path.
+    """
+
+    def __init__(self, spec, arrays, where="<program>", max_value_bytes=MAX_VALUE_BYTES):
+        self.path = where
+        self.graph = spec["graph"]
+        self.eagerc_version = spec["producer"]
+        self.format_version = spec["version"]
+        self._specs = spec["specs"]
+        self._dims = spec["dims"]
+        self._patches = spec["patches"]
+        self._graph_json = spec["graph_json"]
+        self._max_value_bytes = max_value_bytes
+        ex = spec["examples"]
+        self.example_inputs = None if ex is None else [arrays.pop(f"{EXAMPLE_IN}{i}") for i in range(ex[0])]
+        self.example_outputs = None if ex is None else [arrays.pop(f"{EXAMPLE_OUT}{i}") for i in range(ex[1])]
+        for a in arrays.values():
+            a.flags.writeable = False
+        self.weights = arrays
+        self._device_weights = {}   # (cupy, device id) -> name -> cupy array
+        self._runners = {None: _Runner(self.graph)}
+        self._example_binding = {n: ex for n, (_, _, ex) in self._dims.items()}
+
+    # ------------------------------------------------------------ description
+    @property
+    def input_specs(self):
+        return [{"name": n, "path": p, "shape": list(s), "dtype": dt.name} for n, p, s, dt in self._specs]
+
+    @property
+    def dynamic_dims(self):
+        return {n: {"example": ex, "min": lo, "max": hi} for n, (lo, hi, ex) in self._dims.items()}
+
+    def signature(self):
+        args = ", ".join(f"{p}: {dt.name}[{', '.join(map(str, s))}]" for _, p, s, dt in self._specs)
+        return f"({args})"
+
+    def __repr__(self):
+        return (f"<eagerc program {self.path} {self.signature()}: {len(self.graph.nodes)} ops, "
+                f"{len(self.weights)} weights, format {self.format_version}, "
+                f"eagerc {self.eagerc_version}>")
+
+    def __str__(self):
+        return str(self.graph)
+
+    # ------------------------------------------------------------ calls
+    def __call__(self, *inputs):
+        if len(inputs) != len(self._specs):
+            raise ProgramInputError(f"{self.path}: the program takes {len(self._specs)} inputs "
+                                    f"{self.signature()}, got {len(inputs)}")
+        xp = _xp_of_inputs(inputs)
+        arrays, binding = self._check_inputs(inputs, xp)
+        runner = self._runner(binding)
+        env = dict(self._weights_on(xp, arrays))
+        for (name, _, _, _), a in zip(self._specs, arrays):
+            env[name] = a
+        outs, mutations = runner(env, xp, self.path)
+        for target, arr in mutations:  # state updates (e.g. batch-norm running stats in train mode)
+            self._mutate(target, arr, xp)
+        outs = [a if getattr(a.flags, "writeable", True) else a.copy() for a in outs]
+        return unflatten(self.graph.out_tree, outs)
+
+    def _check_inputs(self, inputs, xp):
+        arrays = []
+        binding = {}
+        for i, ((name, path, shape, dtype), a) in enumerate(zip(self._specs, inputs)):
+            if xp is np and not isinstance(a, np.ndarray):
+                try:
+                    a = np.asarray(a)
+                except Exception as e:
+                    raise ProgramInputError(f"{self.path}: input {i} ({path}) is not an array: {e}") from None
+            if a.dtype != dtype:
+                raise ProgramInputError(f"{self.path}: input {i} ({path}) has dtype {a.dtype}, the program "
+                                        f"expects {dtype.name} (convert it with .astype)")
+            if len(a.shape) != len(shape):
+                raise ProgramInputError(f"{self.path}: input {i} ({path}) has shape {list(a.shape)}, the "
+                                        f"program expects {list(shape)}")
+            for j, (n, s) in enumerate(zip(a.shape, shape)):
+                if isinstance(s, str):
+                    if binding.setdefault(s, n) != n:
+                        raise ProgramInputError(f"{self.path}: input {i} ({path}) has size {n} in dimension "
+                                                f"{j} ({s!r}), but an earlier input has {s} = {binding[s]}")
+                elif s != n:
+                    raise ProgramInputError(f"{self.path}: input {i} ({path}) has shape {list(a.shape)}, the "
+                                            f"program expects {list(shape)}")
+            arrays.append(a)
+        for s, n in binding.items():
+            lo, hi, _ = self._dims[s]
+            if n < lo or (hi is not None and n > hi):
+                raise ProgramInputError(f"{self.path}: dynamic size {s} = {n} is outside the exported range "
+                                        f"[{lo}, {'inf' if hi is None else hi}]")
+        return arrays, binding
+
+    def _runner(self, binding):
+        if not binding or binding == self._example_binding:
+            return self._runners[None]
+        key = tuple(sorted(binding.items()))
+        r = self._runners.get(key)
+        if r is None:
+            r = self._runners[key] = _Runner(self._specialise(binding))
+            if len(self._runners) > MAX_SPECIALISATIONS + 1:
+                del self._runners[next(k for k in self._runners if k is not None)]
+        return r
+
+    def _specialise(self, binding):
+        """The graph at other dynamic sizes: patch its integers, then verify it like a loaded file."""
+        g = copy.deepcopy(self._graph_json)
+        for path, c0, k, syms in self._patches:
+            container, last = _resolve(g, path)
+            container[last] = _expr_value(c0, k, syms, binding)
+        sizes = ", ".join(f"{k}={v}" for k, v in sorted(binding.items()))
+        try:
+            _check_graph_json(g)
+            graph = Graph.from_json(g)
+            _verify(graph)
+            _check_sizes(graph, self._max_value_bytes)
+        except (_Invalid, ValueError) as e:
+            raise ProgramInputError(f"{self.path}: the program does not support sizes {sizes}: {e}") from None
+        return graph
+
+    def _weights_on(self, xp, arrays):
+        if xp is np:
+            return self.weights
+        dev = None
+        for a in arrays:
+            dev = a.device.id
+            break
+        key = dev
+        w = self._device_weights.get(key)
+        if w is None:
+            with xp.cuda.Device(dev or 0):
+                w = self._device_weights[key] = {k: xp.asarray(v) for k, v in self.weights.items()}
+        return w
+
+    def _mutate(self, target, arr, xp):
+        if xp is np:
+            host = np.array(arr, copy=True)
+        else:
+            host = arr.get()
+            for w in self._device_weights.values():
+                w[target] = arr.copy()
+        host.flags.writeable = False
+        self.weights[target] = host
+
+    # ------------------------------------------------------------ self check
+    def self_check(self, rtol=1e-5, atol=1e-6):
+        """Run the stored example inputs and compare with the stored example outputs."""
+        if self.example_inputs is None:
+            raise ProgramRunError(f"{self.path}: the file has no example inputs to check against "
+                                  "(export with include_example_inputs=True)")
+        outs, _ = self._runners[None](dict(self.weights, **{n: a for (n, _, _, _), a in
+                                                            zip(self._specs, self.example_inputs)}),
+                                      np, self.path)
+        for i, (got, want) in enumerate(zip(outs, self.example_outputs)):
+            if want.dtype.kind in "biu":
+                ok = np.array_equal(got, want)
+            else:
+                with np.errstate(all="ignore"):
+                    ok = np.allclose(got, want, rtol=rtol, atol=atol, equal_nan=True)
+            if not ok:
+                raise ProgramRunError(f"{self.path}: self-check failed: output {i} differs from the example "
+                                      f"output stored at export time")
+        return True

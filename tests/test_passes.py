@@ -1,0 +1,813 @@
+"""Compiler passes: each pass on hand-built graphs and on traced real functions.
+
+Every test that rewrites a graph checks three things: the verifier accepts the result,
+the result computes the same values as the original (both run with the reference
+interpreter on random inputs), and the specific structural effect of the pass (the
+duplicate merged, the mutation kept, the random draws not merged, the peak lowered...).
+"""
+import json
+import time
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import eagerc
+import eagerc.nn as nn
+import eagerc.nn.functional as F
+from eagerc.compiler.passes import (PIPELINE, check_memory_plan, cse, dce, decompose, fold, fusion, memplan,
+                                    optimize, peak_bytes, schedule, simplify)
+from eagerc.compiler.passes.util import alias_roots, last_reads, schedule_peak
+from eagerc.compiler.tracer import trace
+from eagerc.runtime import dtypes
+from eagerc.runtime.executor import run_graph
+from eagerc.runtime.ir import Graph, Node, Value, spec_of
+from eagerc.runtime.ops import OPS, load_all
+from eagerc.runtime.verify import verify
+
+load_all()
+
+
+# ====================================================================== helpers
+
+class B:
+    """Build a graph by hand; output types come from each op's shape rule."""
+
+    def __init__(self):
+        self.inputs, self.nodes, self.outputs, self.mutations = [], [], [], []
+        self.n = 0
+
+    def arg(self, name, shape, dtype="float32", kind="arg"):
+        v = Value(name, shape, dtype)
+        self.inputs.append((kind, v))
+        return v
+
+    def ext(self, name, shape, dtype="float32"):
+        return self.arg(name, shape, dtype, "external")
+
+    def __call__(self, op, *inputs, name=None, **attrs):
+        specs = [spec_of(x) if isinstance(x, Value) else x for x in inputs]
+        spec = OPS[op].meta(*specs, **attrs)
+        if name is None:
+            name = f"v{self.n}"
+            self.n += 1
+        v = Value(name, spec.shape, dtypes.as_dtype(spec.dtype).name)
+        self.nodes.append(Node(op, list(inputs), attrs, v))
+        return v
+
+    def graph(self, *outputs, mutations=()):
+        outs = list(outputs)
+        tree = {"t": 0} if len(outs) == 1 else {"tuple": [{"t": i} for i in range(len(outs))]}
+        return verify(Graph(self.inputs, self.nodes, outs, tree, list(mutations)))
+
+
+def random_env(graph, seed=0):
+    rng = np.random.default_rng(seed)
+    env = {}
+    for _, v in graph.inputs:
+        dt = dtypes.as_dtype(v.dtype).np
+        if dt.kind == "f":
+            env[v.name] = rng.standard_normal(v.shape).astype(dt)
+        elif dt.kind == "b":
+            env[v.name] = rng.random(v.shape) < 0.5
+        else:
+            env[v.name] = rng.integers(0, 3, v.shape).astype(dt)
+    return env
+
+
+def assert_same(g0, g1, env=None, rtol=1e-5, atol=1e-6):
+    """g1 verifies and computes what g0 computes."""
+    verify(g1)
+    env = random_env(g0) if env is None else env
+    (o0, m0), (o1, m1) = run_graph(g0, env), run_graph(g1, env)
+    assert len(o0) == len(o1) and [t for t, _ in m0] == [t for t, _ in m1]
+    for a, b in zip(o0 + [a for _, a in m0], o1 + [b for _, b in m1]):
+        assert a.shape == b.shape and a.dtype == b.dtype
+        np.testing.assert_allclose(a, b, rtol=rtol, atol=atol)
+    return g1
+
+
+def ops_of(graph):
+    return [n.op for n in graph.nodes]
+
+
+def traced(fn, *args, modules=None):
+    """(graph, env) of fn traced on args (grad off); env feeds args and externals."""
+    names = {}
+    if modules is not None:
+        for name, p in modules.named_parameters():
+            names[id(p)] = name
+        for name, b in modules.named_buffers():
+            names[id(b)] = name
+    with eagerc.no_grad():
+        g, _, tracer = trace(fn, args, external_names=names)
+    assert g is not None, tracer.broken
+    env = {f"arg{i}": a.data.copy() for i, a in enumerate(args)}
+    env.update({k: t.data.copy() for k, t in tracer.externals.items()})
+    return verify(g), env
+
+
+def mlp_step_graph(batch=8):
+    """A traced MLP training step: forward, cross-entropy, gradients, an SGD update as mutations."""
+    eagerc.manual_seed(0)
+    m = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))
+    params = list(m.parameters())
+    x, y = eagerc.randn(batch, 32), eagerc.randint(0, 10, (batch,))
+
+    def step(x, y):
+        loss = F.cross_entropy(m(x), y)
+        grads = eagerc.autograd.grad(loss, params)
+        with eagerc.no_grad():
+            for p, g in zip(params, grads):
+                p.sub_(g * 0.1)
+        return loss
+    names = {id(p): n for n, p in m.named_parameters()}
+    env = {"arg0": x.data.copy(), "arg1": y.data.copy()}
+    env.update({n: p.data.copy() for n, p in m.named_parameters()})
+    g, _, tracer = trace(step, (x, y), external_names=names)
+    assert g is not None, tracer.broken
+    for k, t in tracer.externals.items():
+        env.setdefault(k, t.data.copy())
+    return verify(g), env
+
+
+# ====================================================================== DCE
+
+def test_dce_removes_dead_and_keeps_outputs_and_mutations():
+    b = B()
+    x, p = b.arg("x", (4,)), b.ext("p", (4,))
+    used = b("exp", x)
+    b("sin", x)                         # dead
+    upd = b("add", p, b("mul", x, 2.0))  # only a mutation reads it
+    g = b.graph(used, mutations=[("p", upd)])
+    g.meta["fusion_groups"] = [["v0", "v1"]]
+    out = assert_same(g, dce(g))
+    assert ops_of(out) == ["exp", "mul", "add"]
+    assert "fusion_groups" not in out.meta      # stale analyses are dropped
+    assert dce(out) is out                      # nothing to do: the same graph
+
+
+def test_dce_on_traced_function_keeps_in_place_update():
+    p = eagerc.zeros(3)
+
+    def f(x):
+        (x * 3).exp()                           # dead
+        p.add_(x)                               # a mutation of a closure tensor
+        return x + 1
+    g, env = traced(f, eagerc.randn(3))
+    out = assert_same(g, dce(g), env)
+    assert "exp" not in ops_of(out) and len(out.mutations) == 1
+    assert out.mutations[0][1].name in {n.out.name for n in out.nodes}
+
+
+def test_dce_does_not_touch_input_graph():
+    b = B()
+    x = b.arg("x", (2,))
+    b("neg", x)
+    g = b.graph(b("exp", x))
+    n = len(g.nodes)
+    dce(g)
+    assert len(g.nodes) == n
+
+
+# ====================================================================== CSE
+
+def test_cse_merges_duplicates_transitively():
+    b = B()
+    x = b.arg("x", (3, 4))
+    a1 = b("add", b("exp", x), 1.0)
+    a2 = b("add", b("exp", x), 1.0)
+    g = b.graph(b("mul", a1, a2))
+    out = assert_same(g, dce(cse(g)))
+    assert ops_of(out) == ["exp", "add", "mul"]
+    mul = out.nodes[-1]
+    assert mul.inputs[0] is mul.inputs[1]
+
+
+def test_cse_keys_are_exact():
+    b = B()
+    x = b.arg("x", (3, 4))
+    i = b.arg("i", (3,), "int64")
+    outs = [b("sum", x, dim=0, keepdim=False), b("sum", x, dim=1, keepdim=False),
+            b("add", i, 1), b("add", i, 1.0), b("add", i, True),   # int, float, bool constants differ
+            b("mul", x, 2.0), b("mul", x, 3.0)]
+    g = b.graph(*outs)
+    out = assert_same(g, cse(g))
+    assert len(out.nodes) == len(g.nodes)
+
+
+def test_cse_never_merges_random_draws():
+    b = B()
+    attrs = dict(shape=(4, 4), dtype="float32", seed=7, offset=0)
+    u1 = b("uniform", **attrs)
+    u2 = b("uniform", **attrs)       # identical attributes: still two draws
+    n1 = b("normal", shape=(4,), dtype="float32", seed=7, offset=16)
+    n2 = b("normal", shape=(4,), dtype="float32", seed=7, offset=16)
+    g = b.graph(b("add", u1, u2), b("add", n1, n2))
+    out = cse(g)
+    assert ops_of(out).count("uniform") == 2 and ops_of(out).count("normal") == 2
+    assert {n.out.name for n in out.nodes if n.op in ("uniform", "normal")} == {"v0", "v1", "v2", "v3"}
+
+
+def test_cse_traced_random_ops_keep_their_names():
+    def f(x):
+        return x + eagerc.rand(3) + eagerc.rand(3) + F.dropout(x, 0.5) + F.dropout(x, 0.5)
+    g, env = traced(f, eagerc.randn(3))
+    out = optimize(g)
+    rand0 = [n.out.name for n in g.nodes if n.op == "uniform"]
+    rand1 = [n.out.name for n in out.nodes if n.op == "uniform"]
+    assert len(rand0) == 4 and sorted(rand0) == sorted(rand1)
+    assert_same(g, out, env)
+
+
+def test_cse_does_not_merge_across_a_mutation():
+    p = eagerc.ones(3)
+
+    def f(x):
+        a = p * x
+        p.add_(1.0)          # p changes in place: the next read is a different value
+        b = p * x
+        return a + b
+    x = eagerc.randn(3)
+    g, env = traced(f, x)
+    out = assert_same(g, cse(g), env)
+    assert ops_of(out).count("mul") == 2
+    (p0,) = [env[v.name] for v in g.externals()]
+    expected = x.data * p0 + x.data * (p0 + 1)
+    np.testing.assert_allclose(run_graph(out, env)[0][0], expected, rtol=1e-6)
+
+
+def test_cse_does_not_alias_two_outputs():
+    b = B()
+    x = b.arg("x", (3,))
+    e1, e2 = b("exp", x), b("exp", x)
+    g = b.graph(e1, e2)
+    out = cse(g)
+    assert len(out.nodes) == 2 and out.outputs[0] is not out.outputs[1]
+    # views of one value may be merged: eager's results shared memory already
+    b = B()
+    x = b.arg("x", (2, 3))
+    g = b.graph(b("reshape", x, shape=(3, 2)), b("reshape", x, shape=(3, 2)))
+    assert len(cse(g).nodes) == 1
+
+
+def test_cse_on_traced_layer():
+    lin = nn.Linear(8, 8)
+
+    def f(x):
+        return lin(x).relu() + lin(x).relu()
+    g, env = traced(f, eagerc.randn(4, 8), modules=lin)
+    out = assert_same(g, dce(cse(g)), env)
+    assert ops_of(out) == ["linear", "relu", "add"]
+
+
+# ====================================================================== simplify
+
+@pytest.mark.parametrize("op,args", [
+    ("mul", ("x", 1)), ("mul", (1.0, "x")), ("add", ("x", 0)), ("add", (0.0, "x")), ("sub", ("x", 0)),
+    ("div", ("x", 1)), ("pow", ("x", 1)), ("mul", ("x", "one")), ("add", ("zero", "x")),
+])
+def test_simplify_neutral_elements(op, args):
+    b = B()
+    x = b.arg("x", (3, 4))
+    one = b("full", shape=(), value=1.0, dtype="float32")
+    zero = b("full", shape=(4,), value=0.0, dtype="float32")
+    named = {"x": x, "one": one, "zero": zero}
+    ins = [named[a] if isinstance(a, str) else a for a in args]
+    y = b(op, *ins)
+    g = b.graph(b("exp", y))
+    out = assert_same(g, dce(simplify(g)))
+    assert ops_of(out) == ["exp"] and out.nodes[0].inputs[0] is x
+
+
+def test_simplify_keeps_promoting_or_broadcasting_identities():
+    b = B()
+    i = b.arg("i", (3,), "int64")
+    x = b.arg("x", (4,))
+    zeros = b("full", shape=(3, 4), value=0.0, dtype="float32")
+    y1 = b("mul", i, 1.0)             # int64 * 1.0 -> float32: a cast, not an identity
+    y2 = b("add", x, zeros)           # broadcasts to (3, 4)
+    y3 = b("sub", 0, x)               # 0 - x is not x
+    y4 = b("mul", b("cast", i, dtype="bool"), 1)   # bool * 1 -> int64
+    g = b.graph(b("exp", y1), b("exp", y2), b("exp", y3), b("neg", y4))
+    out = assert_same(g, simplify(g))
+    assert len(out.nodes) == len(g.nodes)
+
+
+def test_simplify_permutes():
+    b = B()
+    x = b.arg("x", (2, 3, 4))
+    w = b.arg("w", (5, 5))
+    p = b("permute", b("permute", x, dims=(2, 0, 1)), dims=(0, 2, 1))
+    q = b("permute", b("permute", x, dims=(1, 0, 2)), dims=(1, 0, 2))   # identity
+    r = b("permute", x, dims=(0, 1, 2))                                  # identity
+    t = b("permute", w, dims=(1, 0))                                     # square: same shape, not identity
+    g = b.graph(b("exp", p), b("exp", q), b("exp", r), b("exp", t))
+    out = assert_same(g, dce(simplify(g)))
+    perms = [n for n in out.nodes if n.op == "permute"]
+    assert len(perms) == 2
+    assert perms[0].inputs[0] is x and tuple(perms[0].attrs["dims"]) == (2, 1, 0)
+    assert perms[1].inputs[0] is w
+    assert out.nodes[-3].inputs[0] is x and out.nodes[-2].inputs[0] is x
+
+
+def test_simplify_reshapes_expand_cast():
+    b = B()
+    x = b.arg("x", (2, 6))
+    r = b("reshape", b("unsqueeze", b("reshape", x, shape=(3, 4)), dim=0), shape=(4, 3))
+    s = b("reshape", x, shape=(2, 6))
+    e = b("expand", x, shape=(2, 6))
+    c = b("cast", x, dtype="float32")
+    sq = b("squeeze", x, dim=0)            # size 2: no-op
+    g = b.graph(b("exp", r), b("add", s, e), b("neg", c), b("neg", sq))
+    out = assert_same(g, dce(simplify(g)))
+    assert ops_of(out) == ["reshape", "exp", "add", "neg", "neg"]
+    assert out.nodes[0].inputs[0] is x and tuple(out.nodes[0].attrs["shape"]) == (4, 3)
+
+
+def test_simplify_rewires_outputs_and_mutations_without_aliasing_inputs():
+    b = B()
+    x = b.arg("x", (3,))
+    p = b.ext("p", (3,))
+    e = b("exp", x)
+    out1 = b("mul", e, 1.0)       # an output: may become e (a private intermediate)
+    out2 = b("mul", x, 1.0)       # an output: must not become the user's own input x
+    upd = b("add", p, 0.0)        # a mutation value: must not become p itself
+    g = b.graph(out1, out2, mutations=[("p", upd)])
+    out = assert_same(g, simplify(g))
+    assert out.outputs[0] is e
+    assert out.outputs[1] is out2 and out.mutations[0][1] is upd
+
+
+def test_simplify_traced():
+    def f(x):
+        y = (x * 1).t().t().reshape(2, 6).reshape(3, 4) + 0
+        return y.to(eagerc.float32).exp()
+    g, env = traced(f, eagerc.randn(3, 4))
+    out = assert_same(g, dce(simplify(g)), env)
+    assert ops_of(out) == ["exp"]
+
+
+# ====================================================================== fold
+
+def test_fold_uniform_constants():
+    b = B()
+    x = b.arg("x", (3, 4))
+    two = b("full", shape=(3, 4), value=2.0, dtype="float32")
+    c = b("mul", b("add", two, 1.0), two)                 # 6.0 everywhere
+    s = b("sum", b("full", shape=(3, 4), value=0.5, dtype="float32"), dim=None, keepdim=False)  # 6.0
+    big = b("mul", b("expand", b("full", shape=(), value=3.0, dtype="float32"), shape=(512, 512)), 2.0)
+    g = b.graph(b("add", x, c), b("mul", x, s), big)
+    out = assert_same(g, dce(fold(g)))
+    fulls = {n.out.name: n.attrs["value"] for n in out.nodes if n.op == "full"}
+    assert fulls == {c.name: 6.0, s.name: 6.0, big.name: 6.0}
+    assert ops_of(out).count("full") == 3 and "expand" not in ops_of(out)
+
+
+def test_fold_leaves_non_uniform_random_and_non_finite():
+    b = B()
+    a = b("add", b("arange", start=0, end=5, step=1, dtype="float32"), 1.0)   # not uniform
+    u = b("mul", b("uniform", shape=(5,), dtype="float32", seed=1, offset=0), 0.0)  # random: never
+    inf = b("div", b("full", shape=(5,), value=1.0, dtype="float32"), 0.0)      # inf: left alone
+    eq = b("eq", b("arange", start=0, end=5, step=1, dtype="int64"),
+           b("arange", start=0, end=5, step=1, dtype="int64"))               # all True: folds
+    g = b.graph(a, u, inf, eq)
+    out = assert_same(g, dce(fold(g)))
+    assert [n.op for n in out.nodes if n.out.name in (a.name, u.name, inf.name)] == ["add", "mul", "div"]
+    node = [n for n in out.nodes if n.out is eq][0]
+    assert node.op == "full" and node.attrs["value"] is True
+    json.dumps(out.to_json())
+
+
+def test_fold_traced():
+    def f(x):
+        k = eagerc.ones(4) * 3 - 1
+        return x * k + eagerc.zeros(4).exp().sum()
+    g, env = traced(f, eagerc.randn(2, 4))
+    out = assert_same(g, dce(fold(g)), env)
+    assert sorted(n.attrs["value"] for n in out.nodes if n.op == "full") == [2.0, 4.0]
+    assert ops_of(out).count("full") == 2 and len(out.nodes) == 4
+
+
+# ====================================================================== decompose
+
+def _fused_cases():
+    eagerc.manual_seed(1)
+    w, bias = eagerc.randn(5, 8), eagerc.randn(5)
+    ln_w, ln_b = eagerc.randn(8), eagerc.randn(8)
+    bn_w, bn_b = eagerc.randn(3), eagerc.randn(3)
+    emb = eagerc.randn(10, 4)
+    return [
+        ("linear", lambda x: F.linear(x, w, bias), (eagerc.randn(2, 3, 8),)),
+        ("softmax", lambda x: F.softmax(x, -1), (eagerc.randn(4, 8),)),
+        ("log_softmax", lambda x: F.log_softmax(x, 0), (eagerc.randn(4, 8),)),
+        ("layer_norm", lambda x: F.layer_norm(x, (8,), ln_w, ln_b), (eagerc.randn(3, 8),)),
+        ("batch_norm", lambda x: F.batch_norm(x, None, None, bn_w, bn_b, training=True), (eagerc.randn(4, 3, 2),)),
+        ("gelu", lambda x: F.gelu(x), (eagerc.randn(4, 8),)),
+        ("gelu", lambda x: F.gelu(x, approximate="tanh"), (eagerc.randn(4, 8),)),
+        ("cross_entropy", lambda x, t: F.cross_entropy(x, t, label_smoothing=0.1),
+         (eagerc.randn(6, 5), eagerc.randint(0, 5, (6,)))),
+        ("embedding", lambda i: F.embedding(i, emb), (eagerc.randint(0, 10, (2, 3)),)),
+    ]
+
+
+@pytest.mark.parametrize("case", range(9))
+def test_decompose_fused_ops(case):
+    op, fn, args = _fused_cases()[case]
+    g, env = traced(fn, *args)
+    assert op in ops_of(g)
+    out = assert_same(g, decompose(g), env, rtol=1e-5, atol=1e-5)
+    assert op not in ops_of(out)
+    assert out.outputs[0].name == g.outputs[0].name      # the node's own output value is kept
+    assert len(out.nodes) > len(g.nodes)
+
+
+def test_decompose_backward_kernels_and_cache():
+    b = B()
+    gr, o = b.arg("g", (4, 6)), b.arg("o", (4, 6))
+    s1 = b("softmax_backward", gr, o, dim=1)
+    s2 = b("log_softmax_backward", gr, o, dim=1)
+    s3 = b("softmax_backward", o, gr, dim=1)      # same template (same types and attributes)
+    g = b.graph(s1, s2, s3)
+    out = assert_same(g, decompose(g))
+    assert not {"softmax_backward", "log_softmax_backward"} & set(ops_of(out))
+    names = [n.out.name for n in out.nodes]
+    assert len(names) == len(set(names))
+
+
+def test_decompose_is_off_by_default_and_feeds_fusion():
+    lin = nn.Linear(8, 8)
+
+    def f(x):
+        return F.softmax(lin(x), -1)
+    g, env = traced(f, eagerc.randn(4, 8), modules=lin)
+    assert "softmax" in ops_of(optimize(g))
+    out = assert_same(g, optimize(g, decompose=True), env)
+    assert "softmax" not in ops_of(out) and "linear" not in ops_of(out)
+    groups = out.meta["fusion_groups"]
+    ops = {n.out.name: n.op for n in out.nodes}
+    assert any({"sub", "exp", "sum"} <= {ops[m] for m in grp} for grp in groups)
+
+
+# ====================================================================== fusion
+
+def _quotient_is_dag(graph):
+    import networkx as nx
+    dg = graph.to_networkx()
+    rep = {}
+    for i, grp in enumerate(graph.meta["fusion_groups"]):
+        for m in grp:
+            rep[m] = f"group{i}"
+    q = nx.DiGraph()
+    for u, v in dg.edges:
+        a, b = rep.get(u, u), rep.get(v, v)
+        if a != b:
+            q.add_edge(a, b)
+    return nx.is_directed_acyclic_graph(q)
+
+
+def test_fusion_groups_chain_with_trailing_reduction():
+    b = B()
+    x, y = b.arg("x", (4, 8)), b.arg("y", (8,))
+    e = b("exp", x)
+    m = b("mul", e, y)              # broadcast input from outside
+    a = b("add", m, 1.0)
+    s = b("sum", a, dim=1, keepdim=True)
+    after = b("div", a, s)           # after the reduction: not in its group
+    g = b.graph(after)
+    out = fusion(g)
+    assert out.meta["fusion_groups"] == [[e.name, m.name, a.name, s.name]]
+    assert "fusion_groups" not in g.meta and out.nodes == g.nodes
+    json.dumps(out.meta)
+
+
+def test_fusion_respects_shapes_and_non_fusible_ops():
+    b = B()
+    x, w = b.arg("x", (4, 4)), b.arg("w", (4, 4))
+    v = b.arg("v", (4,))
+    small = b("exp", v)                  # (4,): another iteration domain
+    big = b("mul", x, small)            # (4, 4)
+    mm = b("matmul", big, w)            # not fusible
+    r = b("relu", mm)
+    g = b.graph(r)
+    assert fusion(g).meta["fusion_groups"] == []
+
+
+def test_fusion_legality_no_cycles():
+    b = B()
+    x, w = b.arg("x", (4, 4)), b.arg("w", (4, 4))
+    a = b("exp", x)
+    m = b("matmul", a, w)          # a -> m -> c and a -> c: fusing c with a would need m inside
+    c = b("add", a, m)
+    d = b("neg", c)
+    g = b.graph(d)
+    out = fusion(g)
+    assert out.meta["fusion_groups"] == [[c.name, d.name]]
+    assert _quotient_is_dag(out)
+
+
+def test_fusion_legality_through_other_groups():
+    # groups act as single vertices: p1 -> (q1 .. q2) -> p2 would be a cycle once q1 and q2 fuse
+    b = B()
+    x, w = b.arg("x", (4, 4)), b.arg("w", (4, 4))
+    p1 = b("exp", x)
+    q1 = b("sin", b("matmul", p1, w))
+    k = b("cos", x)
+    q2 = b("mul", q1, k)            # q1 and q2 fuse (with k)
+    p2 = b("add", p1, b("matmul", k, w))
+    p3 = b("add", p2, q2)
+    g = b.graph(p3)
+    out = fusion(g)
+    assert _quotient_is_dag(out)
+    for grp in out.meta["fusion_groups"]:
+        assert not (p1.name in grp and p2.name in grp and q2.name not in grp)
+
+
+def test_fusion_fuel(monkeypatch):
+    b = B()
+    x = b.arg("x", (8,))
+    v = x
+    for _ in range(6):
+        v = b("exp", v)
+    g = b.graph(v)
+    assert [len(grp) for grp in fusion(g).meta["fusion_groups"]] == [6]
+    monkeypatch.setenv("EAGERC_FUSION_FUEL", "0")
+    assert fusion(g).meta["fusion_groups"] == []
+    monkeypatch.setenv("EAGERC_FUSION_FUEL", "2")
+    assert [len(grp) for grp in fusion(g).meta["fusion_groups"]] == [3]
+    monkeypatch.setenv("EAGERC_FUSION_FUEL", "many")
+    with pytest.raises(ValueError, match="EAGERC_FUSION_FUEL"):
+        fusion(g)
+    monkeypatch.delenv("EAGERC_FUSION_FUEL")
+    assert [len(grp) for grp in fusion(g, fuel=4).meta["fusion_groups"]] == [5]
+
+
+def test_fusion_on_traced_training_step_is_legal():
+    g, env = mlp_step_graph()
+    out = optimize(g, decompose=True)
+    groups = out.meta["fusion_groups"]
+    assert groups and _quotient_is_dag(out)
+    members = [m for grp in groups for m in grp]
+    assert len(members) == len(set(members))
+    ops = {n.out.name: n.op for n in out.nodes}
+    for grp in groups:
+        reds = [m for m in grp if ops[m] in ("sum", "mean", "amax", "amin", "prod", "all", "any")]
+        assert len(reds) <= 1 and (not reds or reds[0] == grp[-1] or
+                                   all(ops[m] not in ("sum",) for m in grp[grp.index(reds[0]) + 1:]))
+
+
+# ====================================================================== schedule
+
+def _wide_graph(k=4, n=64):
+    """k big temporaries each reduced to a scalar; the traced order makes all big ones first."""
+    b = B()
+    x = b.arg("x", (n, n))
+    bigs = [b("mul", b("exp", x), float(i + 1)) for i in range(k)]
+    sums = [b("sum", v, dim=None, keepdim=False) for v in bigs]
+    acc = sums[0]
+    for s in sums[1:]:
+        acc = b("add", acc, s)
+    return b.graph(acc)
+
+
+def test_schedule_lowers_peak_memory():
+    g = _wide_graph()
+    before = schedule_peak(g)
+    out = assert_same(g, schedule(g))
+    after = schedule_peak(out)
+    assert after < before
+    assert after <= 2 * 64 * 64 * 4 + 64 and before >= 5 * 64 * 64 * 4
+    assert sorted(n.out.name for n in out.nodes) == sorted(n.out.name for n in g.nodes)
+
+
+def test_schedule_keeps_a_good_order_and_views_alive():
+    b = B()
+    x = b.arg("x", (16, 16))
+    e = b("exp", x)
+    r = b("reshape", e, shape=(256,))     # a view keeps e's buffer alive until r's last read
+    s = b("sum", r, dim=None, keepdim=False)
+    g = b.graph(s)
+    assert schedule(g) is g
+    root, last, _ = last_reads(g)
+    assert root[r.name] == e.name and last[e.name] == 2
+
+
+def test_schedule_traced_training_step():
+    g, env = mlp_step_graph(batch=64)
+    g = dce(g)
+    out = assert_same(g, schedule(g), env, rtol=1e-4, atol=1e-6)
+    assert schedule_peak(out) <= schedule_peak(g)
+
+
+# ====================================================================== memplan
+
+def _check_plan_independently(graph):
+    """No two values with one buffer are alive at once (except an in-place hand-over)."""
+    plan = graph.meta["memory_plan"]
+    inplace = set(graph.meta["inplace"])
+    root, last, pinned = last_reads(graph)
+    index = {n.out.name: i for i, n in enumerate(graph.nodes)}
+    spans = {v: (index[v], last.get(v, index[v])) for v in plan}
+    by_buffer = {}
+    for v, b in plan.items():
+        by_buffer.setdefault(b, []).append(v)
+    for vs in by_buffer.values():
+        vs.sort(key=index.__getitem__)
+        for a, b in zip(vs, vs[1:]):
+            (s0, e0), (s1, _) = spans[a], spans[b]
+            assert e0 < s1 or (e0 == s1 and b in inplace), (a, b, spans[a], spans[b])
+    assert not set(plan) & pinned
+
+
+def test_memplan_reuses_buffers_and_never_overlaps():
+    b = B()
+    x = b.arg("x", (32, 32))
+    v = x
+    for i in range(6):
+        v = b("matmul", b("exp", v), x)       # exp dies at matmul: buffers cycle
+    g = b.graph(v)
+    out = memplan(g)
+    check_memory_plan(out)
+    _check_plan_independently(out)
+    plan = out.meta["memory_plan"]
+    assert v.name not in plan                   # the output is the user's array
+    assert len(set(plan.values())) <= 3 < len(plan)
+    assert peak_bytes(out, plan=True) < sum(32 * 32 * 4 for _ in plan)
+    json.dumps(out.meta)
+
+
+def test_memplan_in_place_only_where_safe():
+    b = B()
+    x = b.arg("x", (8, 8))
+    a = b("exp", x)                 # x is a graph input: never written
+    c = b("mul", a, 2.0)            # a dies here, same type: in place
+    t = b("permute", c, dims=(1, 0))
+    d = b("add", c, t)              # c dies here, but t views c: not in place
+    e = b("cast", d, dtype="float64")   # other dtype: not in place
+    f = b("neg", e)                 # in place into e
+    g = b.graph(b("sum", f, dim=None, keepdim=False))
+    out = memplan(g)
+    check_memory_plan(out)
+    _check_plan_independently(out)
+    assert out.meta["inplace"] == [c.name, f.name]
+    plan = out.meta["memory_plan"]
+    assert plan[c.name] == plan[a.name] and plan[d.name] != plan[c.name]
+    assert t.name not in plan and a.name in plan
+
+
+def test_memplan_views_keep_base_buffer_alive():
+    b = B()
+    x = b.arg("x", (64,))
+    a = b("exp", x)
+    r = b("reshape", a, shape=(8, 8))
+    c = b("sin", x)                   # a is still viewed by r: c cannot take a's buffer
+    d = b("add", b("reshape", r, shape=(64,)), c)
+    g = b.graph(b("sum", d, dim=None, keepdim=False))
+    out = memplan(g)
+    _check_plan_independently(out)
+    plan = out.meta["memory_plan"]
+    assert plan[c.name] != plan[a.name]
+
+
+def test_memplan_check_catches_a_bad_plan():
+    b = B()
+    x = b.arg("x", (4,))
+    a = b("exp", x)
+    c = b("sin", x)
+    g = b.graph(b("sum", b("add", a, c), dim=None, keepdim=False))
+    out = memplan(g)
+    out.meta["memory_plan"][c.name] = out.meta["memory_plan"][a.name]
+    with pytest.raises(ValueError, match="while"):
+        check_memory_plan(out)
+
+
+def test_memplan_traced_training_step():
+    g, env = mlp_step_graph(batch=32)
+    out = optimize(g)
+    check_memory_plan(out)
+    _check_plan_independently(out)
+    assert out.meta["inplace"]
+    assert peak_bytes(out, plan=True) <= sum(
+        n.out.shape and int(np.prod(n.out.shape)) * 4 or 4 for n in out.nodes)
+    assert_same(g, out, env, rtol=1e-4, atol=1e-6)
+
+
+# ====================================================================== pipeline
+
+def test_pipeline_order_and_options():
+    assert [p.__name__ for p in PIPELINE] == ["dce", "cse", "simplify", "fold", "dce", "schedule", "fusion",
+                                              "memplan"]
+    g = _wide_graph()
+    out = optimize(g, passes=[dce])
+    assert "memory_plan" not in out.meta
+
+
+def test_pipeline_debug_and_dump(monkeypatch, capsys):
+    monkeypatch.setenv("EAGERC_DEBUG", "1")
+    monkeypatch.setenv("EAGERC_DUMP_IR", "1")
+    g, env = mlp_step_graph()
+    out = optimize(g)
+    err = capsys.readouterr().err
+    for p in PIPELINE:
+        assert f"# Constructed by {p.__name__} (took" in err
+    assert "# fusion0: [" in err and "# memory plan:" in err
+    assert_same(g, out, env, rtol=1e-4)
+
+
+def test_pipeline_json_round_trip():
+    g, env = mlp_step_graph()
+    out = optimize(g, decompose=True)
+    back = Graph.loads(out.dumps())
+    verify(back)
+    assert back.meta == json.loads(json.dumps(out.meta))
+    check_memory_plan(back)
+    assert_same(out, back, env)
+
+
+def test_pipeline_mlp_training_step_latency():
+    best = 1e9
+    for _ in range(3):
+        t0 = time.perf_counter()
+        g, env = mlp_step_graph()
+        out = optimize(g)
+        best = min(best, time.perf_counter() - t0)
+    assert best < 0.25, f"trace + optimize of an MLP training step took {best:.3f} s"
+    assert_same(g, out, env, rtol=1e-4)
+
+
+def test_compile_with_default_pipeline_matches_eager():
+    eagerc.manual_seed(0)
+    m = nn.Sequential(nn.Linear(6, 16), nn.GELU(), nn.LayerNorm(16), nn.Linear(16, 4), nn.Softmax(-1))
+    m.eval()
+    c = eagerc.compile(m)
+    with eagerc.no_grad():
+        for _ in range(3):
+            x = eagerc.randn(5, 6)
+            np.testing.assert_allclose(c(x).numpy(), m(x).numpy(), rtol=1e-5, atol=1e-6)
+    graph = c._compiled.graphs[0]
+    assert "memory_plan" in graph.meta and "fusion_groups" in graph.meta
+
+
+# ====================================================================== random programs
+
+_UNARY = ["exp", "neg", "sin", "relu", "square", "tanh", "abs"]
+_BINARY = ["add", "sub", "mul", "maximum"]
+
+
+@st.composite
+def programs(draw):
+    """Random straight-line programs over (4, 5) floats with duplicates, identities, constants,
+    permutes/reshapes and reductions: food for every pass at once."""
+    b = B()
+    vals = [b.arg("a", (4, 5)), b.arg("b", (4, 5)), b.arg("c", (5,))]
+    p = b.ext("p", (4, 5))
+    vals.append(p)
+    for _ in range(draw(st.integers(3, 18))):
+        kind = draw(st.sampled_from(["unary", "binary", "ident", "const", "shape", "reduce", "dup"]))
+        full = [v for v in vals if tuple(v.shape) == (4, 5)]
+        x = draw(st.sampled_from(full))
+        if kind == "unary":
+            vals.append(b(draw(st.sampled_from(_UNARY)), x))
+        elif kind == "binary":
+            y = draw(st.sampled_from(vals))
+            vals.append(b(draw(st.sampled_from(_BINARY)), x, y))
+        elif kind == "ident":
+            op, k = draw(st.sampled_from([("mul", 1.0), ("add", 0.0), ("sub", 0), ("div", 1.0), ("pow", 1)]))
+            vals.append(b(op, x, k))
+        elif kind == "const":
+            c = b("full", shape=(5,), value=float(draw(st.integers(1, 3))), dtype="float32")
+            c = b("mul", b("add", c, 1.0), 0.5)
+            vals.append(b("mul", x, c))
+        elif kind == "shape":
+            t = b("permute", x, dims=(1, 0))
+            vals.append(b("reshape", b("reshape", b("permute", t, dims=(1, 0)), shape=(20,)), shape=(4, 5)))
+        elif kind == "reduce":
+            s = b(draw(st.sampled_from(["sum", "amax", "mean"])), x, dim=1, keepdim=True)
+            vals.append(b("sub", x, s))
+        else:
+            prod = [n for n in b.nodes if tuple(n.out.shape) == (4, 5) and n.op in _UNARY + _BINARY]
+            if prod:
+                n = draw(st.sampled_from(prod))
+                vals.append(b(n.op, *n.inputs, **n.attrs))
+    outs = [vals[-1]] + draw(st.lists(st.sampled_from(vals[4:] or vals), max_size=2))
+    full = [v for v in vals[4:] if tuple(v.shape) == (4, 5)]
+    muts = [("p", draw(st.sampled_from(full)))] if full and draw(st.booleans()) else []
+    return b.graph(*outs, mutations=muts)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(programs(), st.booleans())
+def test_random_programs_through_the_pipeline(g, with_decompose):
+    out = optimize(g, decompose=with_decompose)
+    assert_same(g, out, random_env(g, 3))
+    check_memory_plan(out)
+    _check_plan_independently(out)
+    assert _quotient_is_dag(out)
+    assert schedule_peak(out) <= schedule_peak(dce(g))
+    # nothing the user receives aliases an input (unless the original already did)
+    roots_out = alias_roots(out)
+    roots_in = alias_roots(g)
+    inputs = {v.name for _, v in g.inputs}
+    for v0, v1 in zip(g.outputs, out.outputs):
+        if roots_out[v1.name] in inputs:
+            assert roots_in[v0.name] in inputs
