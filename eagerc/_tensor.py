@@ -133,6 +133,14 @@ class Tensor:
         a = _host(self.data)
         return a if dtype is None else a.astype(dtype, copy=False)
 
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        """numpy ufuncs on tensors (`ndarray + t`, `np.exp(t)`) run as eagerc ops, like PyTorch."""
+        fn = _ufunc_op(ufunc) if method == "__call__" and not kwargs else None
+        if fn is not None:
+            return fn(*inputs)
+        arrays = [x.__array__() if isinstance(x, Tensor) else x for x in inputs]
+        return getattr(ufunc, method)(*arrays, **kwargs)
+
     def __dlpack__(self, *args, **kwargs):
         return self.data.__dlpack__(*args, **kwargs)
 
@@ -204,6 +212,16 @@ class Size(tuple):
 
     def __repr__(self):
         return f"eagerc.Size([{', '.join(str(s) for s in self)}])"
+
+
+_UFUNC_NAMES = {"subtract": "sub", "multiply": "mul", "true_divide": "div", "divide": "div",
+                "power": "pow", "negative": "neg", "absolute": "abs", "equal": "eq", "not_equal": "ne",
+                "less": "lt", "less_equal": "le", "greater": "gt", "greater_equal": "ge"}
+
+
+def _ufunc_op(ufunc):
+    import eagerc
+    return getattr(eagerc, _UFUNC_NAMES.get(ufunc.__name__, ufunc.__name__), None)
 
 
 def _concrete(t, what):

@@ -553,3 +553,12 @@ def test_cuda_draws_the_same_random_stream_as_cpu():
     eagerc.manual_seed(3)
     b = eagerc.rand(100, device="cuda")
     np.testing.assert_array_equal(a.numpy(), b.cpu().numpy())
+
+
+def test_numpy_array_on_the_left_of_an_operator_gives_a_tensor():
+    a = np.arange(3.0)
+    t = eagerc.tensor([1.0, 2.0, 3.0])
+    r = a + t
+    assert isinstance(r, eagerc.Tensor) and r.dtype == eagerc.float64
+    np.testing.assert_array_equal(r.numpy(), [1.0, 3.0, 5.0])
+    np.testing.assert_array_equal((a * t).numpy(), [0.0, 2.0, 6.0])

@@ -118,6 +118,8 @@ class Tracer:
         self.fullgraph = fullgraph
         self.broken = None    # the first GraphBreak, if the function needed a concrete value
         self.values = {}      # id(tensor) -> Value
+        self.by_array = {}    # id(array) -> tensor the trace made around it (autograd re-wraps saved
+                              # outputs in new Tensor objects: they read that tensor's value)
         self.keep = []        # every tensor seen: keeps ids unique while tracing (args first)
         self.inputs = []      # (kind, Value)
         self.input_of = {}    # id(tensor) -> input name, for args and externals
@@ -132,6 +134,8 @@ class Tracer:
         self.view_ver = {}    # id(view tensor) -> version of its root when its value was made
         self.root_ver = {}    # id(root tensor) -> number of in-place updates so far
         self.buffers = None   # id(memory) -> [tensors]: built at the first in-place update
+        self.grads = {}       # input name -> Value or None: .grad written (autograd, zero_grad)
+        self.retryable = False  # the break asks for the next call to be traced again
         self._n = 0
         self._nconst = 0
 
@@ -159,6 +163,9 @@ class Tracer:
     def value_of(self, t):
         v = self.values.get(id(t))
         if v is None:
+            made = self.by_array.get(id(t.data))
+            if made is not None and made is not t:
+                return self.value_of(made)
             name = self.names.get(id(t))
             if name is None:
                 name = f"const{self._nconst}"
@@ -198,6 +205,7 @@ class Tracer:
         self.nodes.append(Node(op.name, ins, attrs, v, user_location(),
                                self.module_stack[-1] if self.module_stack else None))
         self.values[id(out)] = v
+        self.by_array[id(out.data)] = out
         self._keep(out)
         if self.rng_source is not None:
             self.rng[v.name] = self.rng_source
@@ -279,6 +287,24 @@ class Tracer:
             return self._emit("diagonal_scatter", [base_val, view_val], dict(attrs), base)
         return None  # expand (and anything new): not invertible
 
+    def set_grad(self, t, g):
+        """t.grad was set to g (a Tensor or None) by autograd or an optimizer: a compiled call
+        writes it back (mutation target "<name>.grad"; None is listed in meta["grads_none"])."""
+        if self.broken is not None:
+            return
+        self.value_of(t)
+        name = self.input_of.get(id(t))
+        if name is not None:
+            self.grads[name] = None if g is None else self.value_of(g)
+
+    def retry(self, why):
+        """A break after which the next call should be traced again (e.g. an optimizer creating
+        its state on the first step): this call runs eagerly, nothing is remembered for it."""
+        if self.broken is None:
+            self.broken = GraphBreak(why, user_location())
+            self.retryable = True
+        dispatch.tracer = None
+
     def concretize(self, t, what):
         self._break(what)
 
@@ -301,7 +327,11 @@ class Tracer:
         leaves, tree = flatten(result, lambda x: isinstance(x, Tensor))
         outputs = [self.value_of(t) for t in leaves]
         mutations = [(name, v) for name, v in self.mutations.items()]
+        mutations += [(name + ".grad", v) for name, v in self.grads.items() if v is not None]
         g = Graph(self.inputs, self.nodes, outputs, tree, mutations)
+        none = [name for name, v in self.grads.items() if v is None]
+        if none:
+            g.meta["grads_none"] = none
         # outputs that are an argument or external tensor itself (e.g. `return x` after x.add_(1)):
         # the compiled call returns that very tensor, like eager mode
         alias = {i: self.input_of[id(t)] for i, t in enumerate(leaves) if id(t) in self.input_of}

@@ -55,6 +55,9 @@ def _promote(args, floating=False):
 def _check_operand(name, x):
     if isinstance(x, _np.generic):  # np.float64 is a float, but must promote like a Python scalar
         return x.item()
+    if isinstance(x, _np.ndarray):  # ndarray (op) Tensor works like PyTorch: the array is a tensor
+        from .creation import as_tensor
+        return as_tensor(x)
     if not isinstance(x, (Tensor, int, float, bool)):
         raise TypeError(f"{name}: expected a Tensor or a Python number, got {type(x).__name__}")
     return x

@@ -28,6 +28,7 @@ This module imports only the runtime layer (and numpy), so a deployed model need
 neither the frontend nor the compiler.
 """
 import copy
+import inspect
 import io
 import json
 import os
@@ -237,6 +238,8 @@ def _validate(metadata, table, max_value_bytes):
     args = graph.args()
     dims, patches = _check_dynamic(_parse_json(metadata["dynamic"], "dynamic"), gj)
     specs = _check_specs(_parse_json(metadata["inputs"], "inputs"), gj, args, dims, patches)
+    if dims:
+        _probe_dynamic(gj, dims, patches, max_value_bytes)
     examples = _check_examples(table, specs, graph, dims)
     return {"graph": graph, "graph_json": gj, "specs": specs, "dims": dims, "patches": patches,
             "producer": producer, "version": int(version), "examples": examples}
@@ -402,6 +405,28 @@ def _check_tree(tree, n_outputs):
             _fail(f"graph: unknown out_tree kind {_short(kind)}")
 
 
+_VARIADIC_NAMES = ("tensors", "operands", "indices")
+_ARITY = {}
+
+
+def _arity(op):
+    """(fewest, most) inputs a node of `op` may have: exactly the declared inputs (an absent
+    optional one is recorded as None), or, for ops whose last input is a list of tensors
+    (cat, stack, einsum, index...), any number of those. Extra inputs must never reach a
+    kernel: a numpy ufunc takes a third positional argument as its `out=` array."""
+    r = _ARITY.get(op.name)
+    if r is None:
+        n = len(op.inputs)
+        variadic = False
+        if n and op.inputs[-1] in _VARIADIC_NAMES:
+            try:
+                variadic = any(p.kind == p.VAR_POSITIONAL for p in inspect.signature(op.cpu).parameters.values())
+            except (TypeError, ValueError):
+                variadic = False
+        r = _ARITY[op.name] = (n - 1, 4096) if variadic else (n, n)
+    return r
+
+
 def _check_graph_json(g):
     """The graph JSON has exactly the shape Graph.to_json writes, with bounded sizes."""
     _check_keys(g, ("format_version", "inputs", "nodes", "outputs", "out_tree", "mutations", "meta"), "graph")
@@ -436,6 +461,10 @@ def _check_graph_json(g):
                     _fail(f"{what}: constant input {j} is not a Python number: {_short(c)}")
             else:
                 _fail(f"{what}: input {j} is not {{'value': name}} or {{'const': number}}")
+        lo, hi = _arity(OPS[op])
+        if not lo <= len(node["inputs"]) <= hi:
+            _fail(f"{what}: has {len(node['inputs'])} inputs; the op takes "
+                  f"{lo if lo == hi else f'at least {lo}'} ({', '.join(OPS[op].inputs)})")
         if not isinstance(node["attrs"], dict):
             _fail(f"{what}: attrs is not an object")
         unknown = set(node["attrs"]) - set(OPS[op].attrs)
@@ -542,6 +571,35 @@ def _check_dynamic(d, gj):
                   f"{_expr_value(c0, k, syms, binding)}, but the graph holds {value}")
         out.append((tuple(path), c0, k, tuple(syms)))
     return out_dims, out
+
+
+def _specialise(gj, patches, binding, max_value_bytes):
+    """The graph at other dynamic sizes: patch its integers, then check it like a loaded file."""
+    g = copy.deepcopy(gj)
+    for path, c0, k, syms in patches:
+        container, last = _resolve(g, path)
+        container[last] = _expr_value(c0, k, syms, binding)
+    _check_graph_json(g)
+    try:
+        graph = Graph.from_json(g)
+    except ValueError as e:
+        _fail(f"graph: {e}")
+    _verify(graph)
+    _check_sizes(graph, max_value_bytes)
+    return graph
+
+
+def _probe_dynamic(gj, dims, patches, max_value_bytes):
+    """The size table must give a valid graph at other sizes too: try the sizes export traced
+    last (each dynamic size + 3), so a table with a missing or wrong entry fails at load time."""
+    binding = {}
+    for name, (lo, hi, ex) in dims.items():
+        binding[name] = ex + 3 if hi is None else min(ex + 3, hi)
+    try:
+        _specialise(gj, patches, binding, max_value_bytes)
+    except _Invalid as e:
+        sizes = ", ".join(f"{k}={v}" for k, v in sorted(binding.items()))
+        _fail(f"dynamic: the size table gives an invalid graph at {sizes}: {e}")
 
 
 def _fmt_expr(c0, k, syms):
@@ -764,6 +822,9 @@ class LoadedProgram:
                 elif s != n:
                     raise ProgramInputError(f"{self.path}: input {i} ({path}) has shape {list(a.shape)}, the "
                                             f"program expects {list(shape)}")
+            if xp is np and a.flags.writeable:  # no kernel may write into the caller's arrays
+                a = a.view()
+                a.flags.writeable = False
             arrays.append(a)
         for s, n in binding.items():
             lo, hi, _ = self._dims[s]
@@ -784,20 +845,11 @@ class LoadedProgram:
         return r
 
     def _specialise(self, binding):
-        """The graph at other dynamic sizes: patch its integers, then verify it like a loaded file."""
-        g = copy.deepcopy(self._graph_json)
-        for path, c0, k, syms in self._patches:
-            container, last = _resolve(g, path)
-            container[last] = _expr_value(c0, k, syms, binding)
-        sizes = ", ".join(f"{k}={v}" for k, v in sorted(binding.items()))
         try:
-            _check_graph_json(g)
-            graph = Graph.from_json(g)
-            _verify(graph)
-            _check_sizes(graph, self._max_value_bytes)
-        except (_Invalid, ValueError) as e:
+            return _specialise(self._graph_json, self._patches, binding, self._max_value_bytes)
+        except _Invalid as e:
+            sizes = ", ".join(f"{k}={v}" for k, v in sorted(binding.items()))
             raise ProgramInputError(f"{self.path}: the program does not support sizes {sizes}: {e}") from None
-        return graph
 
     def _weights_on(self, xp, arrays):
         if xp is np:

@@ -65,7 +65,7 @@ def decompose(graph, ops=None):
     def visit(n):
         if n.op not in wanted or n.out.device != "cpu":
             return None
-        if any(numel(v.shape) is None for v in n.input_values()):
+        if numel(n.out.shape) is None or any(numel(v.shape) is None for v in n.input_values()):
             return None
         template = _template(n, wanted[n.op])
         if template is None:

@@ -16,7 +16,9 @@ Assignment: greedy by size (as TFLite's shared-object planner). Chains are taken
 largest first; each goes into the smallest existing buffer of its dtype whose chains
 are all disjoint from it in time, else into a new buffer. Since larger chains come
 first, a buffer is never too small for a later chain and never grows. Per buffer the
-busy intervals are kept sorted, so each test is a bisection.
+busy intervals are kept sorted, so each test is a bisection; at most SEARCH buffers are
+tried (the smallest ones) before a new one is made, which keeps the pass linear on
+graphs with thousands of live values at once.
 
 Not planned: graph inputs, outputs and mutation values and everything they view (the
 user receives those arrays), views (they own no memory), symbolic shapes.
@@ -32,7 +34,9 @@ from bisect import bisect_left
 
 from .util import is_elementwise, last_reads, may_alias, numel, peak_bytes
 
-__all__ = ["memplan", "peak_bytes", "check_memory_plan", "planned_bytes"]
+__all__ = ["memplan", "peak_bytes", "check_memory_plan", "planned_bytes", "SEARCH"]
+
+SEARCH = 64   # buffers tried per value (smallest first) before a new one: keeps the pass linear
 
 
 def memplan(graph):
@@ -57,13 +61,16 @@ def memplan(graph):
             chain_of[out.name] = len(chains)
             chains.append([out.dtype, size, i, end, [out.name]])
     plan, buffers, busy = {}, [], []   # busy[b] = (sorted starts, ends)
+    by_dtype = {}                      # dtype -> buffer ids, largest first (creation order)
     for dtype, size, start, end, names in sorted(chains, key=lambda c: (-c[1], c[2])):
         best = None
-        for b, buf in enumerate(buffers):
-            if buf["dtype"] == dtype and (best is None or buf["numel"] < buffers[best]["numel"]) \
-                    and _free(busy[b], start, end):
-                best = b
+        ids = by_dtype.setdefault(dtype, [])
+        for k in range(len(ids) - 1, max(len(ids) - 1 - SEARCH, -1), -1):   # smallest first
+            if _free(busy[ids[k]], start, end):
+                best = ids[k]
+                break
         if best is None:
+            ids.append(len(buffers))
             best = len(buffers)
             buffers.append({"dtype": dtype, "numel": size})
             busy.append(([], []))

@@ -101,7 +101,10 @@ def simplify(graph):
                     return None
                 if _same_type(n.out, src):
                     return replace(n, src, False)
-                return new_node(n, "reshape", [src], {"shape": tuple(n.out.shape)})
+                if op == "reshape":   # its own shape attribute (possibly symbolic) stays
+                    return new_node(n, "reshape", [src], dict(n.attrs))
+                if all(isinstance(d, int) for d in n.out.shape):
+                    return new_node(n, "reshape", [src], {"shape": tuple(n.out.shape)})
         return None
 
     return rewrite(graph, visit)[0]
