@@ -55,5 +55,6 @@ float16, bool_ = float16, bool
 from .nn import functional as _nn_functional  # noqa: E402,F401
 from .nn.functional import softmax, log_softmax  # noqa: E402,F401
 from .compiler import compile  # noqa: E402,F401
+from .compiler.export import export  # noqa: E402,F401
 
 __all__ = sorted(n for n in dir() if not n.startswith("_"))

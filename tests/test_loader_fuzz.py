@@ -11,6 +11,8 @@ Mutations (seeded, reproducible: a failure prints the seed and the mutation):
   graph   the graph JSON: any entry replaced by hostile values, deleted, duplicated;
           ops swapped for other declared ops; sizes and attributes nudged
   meta    the other metadata: version, inputs specs, dynamic table, missing/extra keys
+  digits  one digit of the header changed (valid JSON, a different number)
+  stacks  two or three of the above on top of each other
 
 Run it longer with `EAGERC_FUZZ_N=100000 pytest tests/test_loader_fuzz.py`.
 """
@@ -30,7 +32,7 @@ from eagerc.compiler.export import export
 from eagerc.runtime import OPS, safetensors_io
 from eagerc.runtime.program import ProgramInputError, ProgramLoadError, ProgramRunError, loads
 
-N = int(os.environ.get("EAGERC_FUZZ_N", "4000"))
+N = int(os.environ.get("EAGERC_FUZZ_N", "6000"))
 LIMIT = 2 ** 22   # max_value_bytes for fuzzed files: a mutant cannot make a test allocate much
 
 _DEEP = [0]
@@ -168,9 +170,31 @@ def _swap_op(graph, rng):
     return f"op {old} -> {new}"
 
 
+def _digit_flip(data, rng):
+    """Change one digit of the header: the JSON stays valid, a number changes (a size, an
+    offset, an attribute, a version, an index...)."""
+    n = struct.unpack("<Q", data[:8])[0]
+    header = bytearray(data[8:8 + n])
+    digits = [i for i, c in enumerate(header) if 48 <= c <= 57]
+    i = digits[rng.integers(len(digits))]
+    header[i] = 48 + int(rng.integers(10))
+    return data[:8] + bytes(header) + data[8 + n:], f"digit at header byte {i}"
+
+
 def mutate(data, rng):
     """One mutant of a valid file and a description of the mutation."""
-    kind = rng.integers(12)
+    kind = rng.integers(15)
+    if kind >= 12:
+        if kind == 14:  # several mutations on top of each other
+            whats = []
+            for _ in range(int(rng.integers(2, 4))):
+                try:  # a mutant may no longer have the parts the next mutation edits
+                    data, what = mutate(data, rng)
+                except (ValueError, KeyError, TypeError, IndexError, AttributeError, struct.error):
+                    break
+                whats.append(what)
+            return data, " + ".join(whats)
+        return _digit_flip(data, rng)
     if kind == 0:
         b = bytearray(data)
         for _ in range(rng.integers(1, 9)):

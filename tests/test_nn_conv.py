@@ -500,3 +500,18 @@ def test_pooling_against_torch(name, kw):
     ey.backward(T(g))
     close(ey, ty.detach().numpy(), 1e-12)
     close(ex.grad, tx.grad.numpy(), 1e-12)
+
+
+@pytest.mark.parametrize("mode", ["zeros", "reflect", "replicate", "circular"])
+def test_conv_modules_against_torch(mode):
+    torch = pytest.importorskip("torch")
+    tm = torch.nn.Conv2d(3, 4, (3, 2), padding=(1, 2), dilation=(1, 2), padding_mode=mode).double()
+    em = nn.Conv2d(3, 4, (3, 2), padding=(1, 2), dilation=(1, 2), padding_mode=mode, dtype=eagerc.float64)
+    em.load_state_dict({k: T(v.detach().numpy()) for k, v in tm.state_dict().items()})
+    x = rand(2, 3, 5, 6)
+    close(em(T(x)), tm(torch.tensor(x)).detach().numpy(), 1e-12)
+    tt = torch.nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, groups=2).double()
+    et = nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, groups=2, dtype=eagerc.float64)
+    et.load_state_dict({k: T(v.detach().numpy()) for k, v in tt.state_dict().items()})
+    z = rand(2, 4, 3, 3)
+    close(et(T(z), output_size=(6, 6)), tt(torch.tensor(z), output_size=(6, 6)).detach().numpy(), 1e-12)

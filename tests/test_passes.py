@@ -435,6 +435,29 @@ def test_decompose_backward_kernels_and_cache():
     assert len(names) == len(set(names))
 
 
+def test_decompose_refuses_captures_and_randomness(monkeypatch):
+    import sys
+    mod = sys.modules["eagerc.compiler.passes.decompose"]
+    captured = eagerc.randn(4, 6)
+    decompose(_one_node_graph("softmax", dim=1))   # fills the table
+    monkeypatch.setattr(mod, "_TEMPLATES", {})
+    monkeypatch.setitem(mod.DECOMPOSITIONS, "softmax", lambda x, dim: x * captured)
+    g = _one_node_graph("softmax", dim=1)
+    assert ops_of(decompose(g)) == ["softmax"]
+    monkeypatch.setattr(mod, "_TEMPLATES", {})
+    monkeypatch.setitem(mod.DECOMPOSITIONS, "softmax", lambda x, dim: x * eagerc.rand(4, 6))
+    assert ops_of(decompose(g)) == ["softmax"]
+    monkeypatch.setattr(mod, "_TEMPLATES", {})
+    monkeypatch.setitem(mod.DECOMPOSITIONS, "softmax", lambda x, dim: x.double())   # wrong dtype
+    assert ops_of(decompose(g)) == ["softmax"]
+
+
+def _one_node_graph(op, **attrs):
+    b = B()
+    x = b.arg("x", (4, 6))
+    return b.graph(b(op, x, **attrs))
+
+
 def test_decompose_is_off_by_default_and_feeds_fusion():
     lin = nn.Linear(8, 8)
 
@@ -451,7 +474,14 @@ def test_decompose_is_off_by_default_and_feeds_fusion():
 
 # ====================================================================== fusion
 
+def _groups_adjacent(graph):
+    pos = {n.out.name: i for i, n in enumerate(graph.nodes)}
+    return all([pos[m] for m in grp] == list(range(pos[grp[0]], pos[grp[0]] + len(grp)))
+               for grp in graph.meta["fusion_groups"])
+
+
 def _quotient_is_dag(graph):
+    assert _groups_adjacent(graph)
     import networkx as nx
     dg = graph.to_networkx()
     rep = {}
@@ -517,10 +547,22 @@ def test_fusion_legality_through_other_groups():
     p2 = b("add", p1, b("matmul", k, w))
     p3 = b("add", p2, q2)
     g = b.graph(p3)
-    out = fusion(g)
-    assert _quotient_is_dag(out)
+    out = assert_same(g, fusion(g))
+    assert _quotient_is_dag(out) and out.meta["fusion_groups"]
     for grp in out.meta["fusion_groups"]:
         assert not (p1.name in grp and p2.name in grp and q2.name not in grp)
+
+
+def test_fusion_makes_groups_adjacent():
+    b = B()
+    x, w = b.arg("x", (4, 4)), b.arg("w", (4, 4))
+    a = b("exp", x)
+    m = b("matmul", a, w)          # between a and c in the traced order, reads a only
+    c = b("neg", a)
+    g = b.graph(b("add", m, c))
+    out = assert_same(g, fusion(g))
+    assert [n.out.name for n in out.nodes] == [a.name, c.name, m.name, out.nodes[-1].out.name]
+    assert out.meta["fusion_groups"][0][:2] == [a.name, c.name] and _groups_adjacent(out)
 
 
 def test_fusion_fuel(monkeypatch):
@@ -592,6 +634,16 @@ def test_schedule_keeps_a_good_order_and_views_alive():
     assert root[r.name] == e.name and last[e.name] == 2
 
 
+def test_schedule_traced_function_where_it_matters():
+    def f(x):
+        bigs = [(x * float(i)).exp() for i in range(1, 5)]    # all four made before any is reduced
+        return sum(b.sum() for b in bigs)
+    g, env = traced(f, eagerc.randn(128, 128))
+    out = assert_same(g, schedule(g), env, rtol=1e-5)
+    assert schedule_peak(out) < schedule_peak(g) / 2
+    assert out.nodes[2].op in ("sum", "exp")      # the first big value is reduced before the next is made
+
+
 def test_schedule_traced_training_step():
     g, env = mlp_step_graph(batch=64)
     g = dce(g)
@@ -614,7 +666,7 @@ def _check_plan_independently(graph):
     for vs in by_buffer.values():
         vs.sort(key=index.__getitem__)
         for a, b in zip(vs, vs[1:]):
-            (s0, e0), (s1, _) = spans[a], spans[b]
+            (_, e0), (s1, _) = spans[a], spans[b]
             assert e0 < s1 or (e0 == s1 and b in inplace), (a, b, spans[a], spans[b])
     assert not set(plan) & pinned
 
@@ -669,6 +721,20 @@ def test_memplan_views_keep_base_buffer_alive():
     assert plan[c.name] != plan[a.name]
 
 
+def test_memplan_plannable_predicate():
+    b = B()
+    x, w = b.arg("x", (8, 8)), b.arg("w", (8, 8))
+    a = b("exp", x)
+    m = b("matmul", a, w)           # say the backend cannot write a matmul into a buffer
+    c = b("neg", m)
+    g = b.graph(b("sum", c, dim=None, keepdim=False))
+    out = memplan(g, plannable=lambda n: n.op != "matmul")
+    check_memory_plan(out)
+    plan = out.meta["memory_plan"]
+    assert m.name not in plan and a.name in plan and c.name in plan
+    assert c.name not in out.meta["inplace"]          # m has no buffer to write into
+
+
 def test_memplan_check_catches_a_bad_plan():
     b = B()
     x = b.arg("x", (4,))
@@ -712,6 +778,37 @@ def test_pipeline_debug_and_dump(monkeypatch, capsys):
         assert f"# Constructed by {p.__name__} (took" in err
     assert "# fusion0: [" in err and "# memory plan:" in err
     assert_same(g, out, env, rtol=1e-4)
+
+
+def test_pipeline_leaves_its_input_alone():
+    g, env = mlp_step_graph()
+    before, meta = str(g), dict(g.meta)
+    optimize(g, decompose=True)
+    assert str(g) == before and g.meta == meta
+    assert_same(g, g, env)
+
+
+def test_pipeline_symbolic_shapes():
+    b = B()
+    x = b.arg("x", ("s0", 8))
+    b.ext("w", (8, 8))
+    e = Value("e", ("s0", 8), "float32")
+    y = Value("y", ("s0", 8), "float32")
+    y2 = Value("y2", ("s0", 8), "float32")
+    r = Value("r", ("s0", 8), "float32")
+    s = Value("s", ("s0", 1), "float32")
+    b.nodes += [Node("exp", [x], {}, e), Node("mul", [e, 1.0], {}, y), Node("exp", [x], {}, y2),
+                Node("add", [y, y2], {}, r), Node("sum", [r], {"dim": 1, "keepdim": True}, s)]
+    g = verify(Graph(b.inputs, b.nodes, [s], {"t": 0}))
+    out = optimize(g, decompose=True)
+    verify(out)
+    assert ops_of(out) == ["exp", "add", "sum"]
+    assert out.meta["fusion_groups"] == [["e", "r", "s"]]
+    assert out.meta["memory_plan"] == {}
+    for n in (3, 5):
+        env = {"x": np.random.default_rng(n).standard_normal((n, 8)).astype(np.float32),
+               "w": np.zeros((8, 8), np.float32)}
+        np.testing.assert_allclose(run_graph(out, env)[0][0], run_graph(g, env)[0][0], rtol=1e-6)
 
 
 def test_pipeline_json_round_trip():
@@ -763,7 +860,8 @@ def programs(draw):
     p = b.ext("p", (4, 5))
     vals.append(p)
     for _ in range(draw(st.integers(3, 18))):
-        kind = draw(st.sampled_from(["unary", "binary", "ident", "const", "shape", "reduce", "dup"]))
+        kind = draw(st.sampled_from(["unary", "binary", "ident", "const", "shape", "reduce", "dup",
+                                     "view", "cast", "rand", "where"]))
         full = [v for v in vals if tuple(v.shape) == (4, 5)]
         x = draw(st.sampled_from(full))
         if kind == "unary":
@@ -784,6 +882,16 @@ def programs(draw):
         elif kind == "reduce":
             s = b(draw(st.sampled_from(["sum", "amax", "mean"])), x, dim=1, keepdim=True)
             vals.append(b("sub", x, s))
+        elif kind == "view":         # views (and views of views) that later nodes or outputs read
+            u = b("unsqueeze", b("reshape", x, shape=(5, 4)), dim=0)
+            vals.append(b("reshape", b("expand", b("reshape", u, shape=(4, 5)), shape=(4, 5)), shape=(4, 5)))
+        elif kind == "cast":
+            vals.append(b("cast", b("cast", x, dtype="float64"), dtype="float32"))
+        elif kind == "rand":
+            r = b("uniform", shape=(4, 5), dtype="float32", seed=5, offset=draw(st.sampled_from([0, 0, 20])))
+            vals.append(b("add", x, r))
+        elif kind == "where":
+            vals.append(b("where", b("gt", x, 0.0), x, b("mul", x, 0.1)))
         else:
             prod = [n for n in b.nodes if tuple(n.out.shape) == (4, 5) and n.op in _UNARY + _BINARY]
             if prod:
@@ -803,7 +911,8 @@ def test_random_programs_through_the_pipeline(g, with_decompose):
     check_memory_plan(out)
     _check_plan_independently(out)
     assert _quotient_is_dag(out)
-    assert schedule_peak(out) <= schedule_peak(dce(g))
+    pre = optimize(g, passes=PIPELINE[:PIPELINE.index(schedule)])
+    assert schedule_peak(schedule(pre)) <= schedule_peak(pre)      # scheduling never costs memory
     # nothing the user receives aliases an input (unless the original already did)
     roots_out = alias_roots(out)
     roots_in = alias_roots(g)

@@ -24,6 +24,7 @@ import functools
 import logging
 import math
 import operator
+import types
 import warnings
 
 import numpy as np
@@ -71,6 +72,8 @@ def _spec(x, leaves):
 def _fmt_struct(s):
     if s is None:
         return "T"
+    if type(s) is int:  # n tensor arguments, nothing else
+        return "(" + ", ".join(["T"] * s) + ("," if s == 1 else "") + ")"
     t = s[0]
     if t is tuple or t is list or (isinstance(t, type) and issubclass(t, tuple)):
         inner = ", ".join(_fmt_struct(v) for v in s[1:])
@@ -97,8 +100,8 @@ _KEY_PARTS = ("argument structure / Python values", "tensor", "grad mode", "modu
 
 class Entry:
     """One specialisation: a graph, its program, and how to feed it."""
-    __slots__ = ("key", "graph", "traced", "program", "externals", "ext_items", "ext_guards", "eager",
-                 "reason", "rng", "calls", "aliases", "single", "dynamic")
+    __slots__ = ("key", "graph", "traced", "program", "externals", "ext_items", "ext_grads", "ext_guards",
+                 "eager", "reason", "rng", "calls", "aliases", "single", "dynamic", "grads_none", "retries")
 
     def __init__(self, key, graph=None, program=None, externals=None, eager=False, reason=None, rng=(),
                  traced=None):
@@ -107,11 +110,14 @@ class Entry:
         self.traced = traced        # the graph as traced, before passes
         self.program = program
         self.externals = externals or {}
-        self.ext_items = list(self.externals.items())
+        self.ext_items = [(n, t) for n, t in self.externals.items() if not n.endswith(".grad")]
+        self.ext_grads = []         # [(name, parameter)]: a parameter's .grad, read at call time
         self.ext_guards = []
+        self.grads_none = ()
+        self.retries = 0
         self.eager = eager
         self.reason = reason
-        self.rng = rng              # [(node name, generator, words)] in draw order
+        self.rng = rng              # [(node name, generator, words, seed)] in draw order
         self.calls = 0
         self.aliases = ()
         self.single = False
@@ -121,9 +127,18 @@ class Entry:
             al = graph.meta.get("output_aliases")
             if al:
                 self.aliases = [(int(i), name) for i, name in al.items()]
+            self.grads_none = tuple(graph.meta.get("grads_none", ()))
 
     def stale(self):
-        """None while every external tensor is the one traced, with the same type; else why not."""
+        """None while every external tensor is the one traced, with the same type, and every
+        random generator has the seed traced; else why not."""
+        for name, gen, _, seed in self.rng:
+            if gen.initial_seed() != seed:
+                return f"the random generator of {name} was reseeded ({seed} -> {gen.initial_seed()})"
+        for name, p in self.ext_grads:
+            g, t = p.grad, self.externals[name]
+            if g is None or g.data.shape != t.data.shape or g.data.dtype != t.data.dtype:
+                return f"{name} changed"
         for g in self.ext_guards:
             t, owner, attr, arr, shape, dtype, rg, name = g
             if owner is not None and owner.get(attr) is not t:
@@ -142,8 +157,10 @@ class Entry:
 class Dynamic:
     """A symbolic graph and the programs specialised from it, one per binding of the symbols."""
 
-    def __init__(self, graph, sym_attrs, symbols, backend, rng_info):
+    def __init__(self, graph, sym_attrs, symbols, backend, rng_info, guards=()):
         self.graph = graph            # symbolic, as generalised (before passes)
+        self.guards = list(guards)    # size comparisons Python made while tracing (dynamic.SymInt)
+        self.next = None              # another symbolic graph for sizes where these guards fail
         self.sym_attrs = sym_attrs
         self.symbols = symbols        # [symbol] in binding order
         self.backend = backend
@@ -176,6 +193,25 @@ class Dynamic:
 
 
 # ---------------------------------------------------------------- modules and externals
+
+_AGNOSTIC = None
+
+
+def _agnostic():
+    """eagerc.nn classes whose forward never reads `training` (exact classes: a subclass may)."""
+    global _AGNOSTIC
+    if _AGNOSTIC is None:
+        from .. import nn
+        names = ("ReLU ReLU6 SiLU Mish SELU Hardsigmoid Hardswish LeakyReLU GELU ELU CELU Softplus "
+                 "Hardtanh Tanh Sigmoid Softsign LogSigmoid Tanhshrink Softmax Softmin LogSoftmax GLU "
+                 "Sequential ModuleList ModuleDict Conv2d Conv1d ConvTranspose2d ConvTranspose1d Flatten "
+                 "Unflatten Identity Linear Bilinear CrossEntropyLoss NLLLoss MSELoss L1Loss SmoothL1Loss "
+                 "HuberLoss BCELoss BCEWithLogitsLoss KLDivLoss LayerNorm GroupNorm RMSNorm MaxPool1d "
+                 "MaxPool2d AvgPool1d AvgPool2d AdaptiveAvgPool1d AdaptiveAvgPool2d Upsample "
+                 "UpsamplingNearest2d Embedding").split()
+        _AGNOSTIC = frozenset(getattr(nn, n) for n in names if isinstance(getattr(nn, n, None), type))
+    return _AGNOSTIC
+
 
 def _roots_of(fn):
     """[(module, path prefix)]: the module a bound method belongs to, or a Module itself, and
@@ -242,11 +278,14 @@ class CompiledFunction:
         self._guard_names = []
         for m, prefix in self._roots:
             self._add_guard_module(m, prefix.rstrip(".") or type(m).__name__)
-        self._globs, self._cells = _scalar_guards(fn)
+        self._globs, self._cells = [], []  # set at the first trace (globals defined after the
+        self._scanned = False               # decorator exist by then)
         self._g = getattr(fn, "__globals__", {})
         self._dyn = None              # {leaf index: ((dim, symbol), ...)}: sizes that are symbols
         self._dyn_dims = {}           # {(leaf, dim): symbol}
         self._dyn_failed = None       # why the function stays static, once a dynamic attempt failed
+        self._retries = {}            # key -> calls that asked to be traced again (tracer.retry)
+        self._method = False          # bound through __get__ (a compiled method)
         functools.update_wrapper(self, fn, updated=())
 
     @property
@@ -260,7 +299,7 @@ class CompiledFunction:
             self._add_guard_module(m, type(m).__name__)
 
     def _add_guard_module(self, m, name):
-        if any(g is m for g in self._guard_mods):
+        if any(g is m for g in self._guard_mods) or type(m) in _agnostic():
             return False
         self._guard_mods.append(m)
         self._guard_names.append(name)
@@ -269,15 +308,22 @@ class CompiledFunction:
     # ------------------------------------------------------------ guards
     def _key(self, args, kwargs, masked=True):
         """(key, tensor leaves, symbol bindings or None)."""
-        leaves = []
-        struct = _spec(args, leaves) if not kwargs else (_spec(args, leaves), _spec(kwargs, leaves))
-        specs = []
+        if not kwargs and all([type(a) is Tensor for a in args]):
+            leaves = list(args)     # the common case: plain tensor arguments
+            struct = len(args)
+        else:
+            leaves = []
+            struct = _spec(args, leaves) if not kwargs else (_spec(args, leaves), _spec(kwargs, leaves))
         dynd = self._dyn if masked else None
         env = None
-        for i, t in enumerate(leaves):
-            d = t.data
-            shape = d.shape
-            if dynd is not None:
+        if dynd is None:
+            specs = tuple([(d.shape, d.dtype, "cpu" if type(d) is _ndarray else str(t.device), t.requires_grad)
+                           for t, d in [(t, t.data) for t in leaves]])
+        else:
+            specs = []
+            for i, t in enumerate(leaves):
+                d = t.data
+                shape = d.shape
                 dims = dynd.get(i)
                 if dims is not None:
                     if env is None:
@@ -285,7 +331,8 @@ class CompiledFunction:
                     shape, env = _mask(shape, dims, env)
                     if env is False:  # symbols bound inconsistently: this call can only be static
                         return self._key(args, kwargs, masked=False)
-            specs.append((shape, d.dtype, "cpu" if type(d) is _ndarray else str(t.device), t.requires_grad))
+                specs.append((shape, d.dtype, "cpu" if type(d) is _ndarray else str(t.device), t.requires_grad))
+            specs = tuple(specs)
         alias = ()
         if len(leaves) > 1:
             ids = [id(t) for t in leaves]
@@ -296,8 +343,7 @@ class CompiledFunction:
             g = self._g
             scal = tuple([g.get(n) for n in self._globs] + [c.cell_contents for _, c in self._cells])
         mods = self._guard_mods
-        key = (struct, tuple(specs), dispatch._grad_enabled,
-               tuple(map(_training, mods)) if mods else (), alias, scal)
+        key = (struct, specs, dispatch._grad_enabled, tuple(map(_training, mods)) if mods else (), alias, scal)
         return key, leaves, env
 
     def guard_key(self, args, kwargs):
@@ -361,14 +407,20 @@ class CompiledFunction:
             return self.fn(*args, **kwargs)
         key, leaves, env = self._key(args, kwargs)
         entry = self.entries.get(key)
-        if entry is None and env is not None:  # a masked key: maybe a static specialisation
-            key, leaves, env = self._key(args, kwargs, masked=False)
-            entry = self.entries.get(key)
+        guard_miss = None
+        if env is not None:  # sizes are symbols in this key
+            while entry is not None and entry.dynamic is not None and entry.dynamic.guards and \
+                    dyn.check_guards(entry.dynamic.guards, env):
+                guard_miss = entry  # Python compared a size and would take another path here
+                entry = entry.dynamic.next
+            if entry is None:  # maybe a static specialisation
+                key, leaves, env = self._key(args, kwargs, masked=False)
+                entry = self.entries.get(key)
         if entry is not None:
             if entry.eager:
                 entry.calls += 1
                 return self.fn(*args, **kwargs)
-            if entry.ext_guards:
+            if entry.ext_guards or entry.ext_grads or entry.rng:
                 why = entry.stale()
                 if why is not None:
                     del self.entries[key]
@@ -376,9 +428,9 @@ class CompiledFunction:
                                       "tensors the graph reads by reference)")
             entry.calls += 1
             return self._run(entry, leaves, env)
-        return self._miss(key, leaves, env, args, kwargs)
+        return self._miss(key, leaves, env, args, kwargs, guard_miss=guard_miss)
 
-    def _miss(self, key, leaves, env, args, kwargs, stale=None):
+    def _miss(self, key, leaves, env, args, kwargs, stale=None, guard_miss=None):
         file, line, level = user_frame_info()
         where = f"{file}:{line}" if file else "?"
         if self.eager_only:
@@ -388,10 +440,17 @@ class CompiledFunction:
             reason = stale
         elif not self.entries:
             reason = "first call"
+        elif guard_miss is not None:
+            env_ = _bind(guard_miss.key, key, self._dyn_dims) or {}
+            reason = f"a size guard of the symbolic graph fails: {dyn.check_guards(guard_miss.dynamic.guards, env_)}"
+            # a specialisation on this side of the guard to generalise from, if there is one
+            masked = _masks_to(key, self._dyn)
+            ref = next((e for k, e in self.entries.items() if e.dynamic is None and not e.eager
+                        and k != key and _masks_to(k, self._dyn) == masked), None)
         else:
             ref = self._closest(key)
             reason = self._describe(ref.key, key)
-        if stale is None and len(self.entries) >= self.max_graphs:
+        if stale is None and self._count() >= self.max_graphs:
             if not self._limit_warned:
                 self._limit_warned = True
                 msg = (f"eagerc.compile: {self.__name__} reached max_graphs={self.max_graphs} "
@@ -400,7 +459,7 @@ class CompiledFunction:
                 self.log.append(msg)
                 warnings.warn(msg, stacklevel=level)
             return self.fn(*args, **kwargs)
-        if self.entries:
+        if self.entries or stale is not None:
             line_ = f"retrace at {where}: {reason}"
             log.info("eagerc.compile: %s: %s", self.__name__, line_)
         else:
@@ -414,17 +473,38 @@ class CompiledFunction:
                     return result
         return self._trace(leaves, args, kwargs)
 
+    def _count(self):
+        """Specialisations held, symbolic graphs for other size regions included."""
+        n = 0
+        for e in self.entries.values():
+            while e is not None:
+                n += 1
+                e = e.dynamic.next if e.dynamic is not None else None
+        return n
+
     def _external_index(self):
-        """({id(tensor): path}, {id(tensor): (owner dict, attr)}) for the modules' parameters
-        and buffers."""
-        names, owners = {}, {}
+        """({id(tensor): path}, {id(tensor): (owner dict, attr) or ("grad", parameter)}) for the
+        modules' parameters, their .grad, and buffers."""
+        names, owners, used = {}, {}, set()
         for root, prefix in self._roots:
             for mpath, m in root.named_modules():
                 for attr, t in list(m._parameters.items()) + list(m._buffers.items()):
                     if t is None or id(t) in names:
                         continue
-                    names[id(t)] = prefix + (f"{mpath}.{attr}" if mpath else attr)
+                    path = prefix + (f"{mpath}.{attr}" if mpath else attr)
+                    if path in used:  # two modules with the same paths (e.g. two instances)
+                        n = 2
+                        while f"{path}_{n}" in used:
+                            n += 1
+                        path = f"{path}_{n}"
+                    used.add(path)
+                    names[id(t)] = path
                     owners[id(t)] = (m._parameters if attr in m._parameters else m._buffers, attr)
+                    g = t.grad
+                    if g is not None and id(g) not in names:
+                        names[id(g)] = path + ".grad"
+                        used.add(path + ".grad")
+                        owners[id(g)] = ("grad", t)
         return names, owners
 
     def _module_paths(self):
@@ -442,17 +522,50 @@ class CompiledFunction:
             if not any(g is m for g in self._guard_mods):
                 paths = paths or self._module_paths()
                 grew |= self._add_guard_module(m, paths.get(id(m), type(m).__name__))
-        if grew:  # old keys lack the new flags: they held whatever value those flags have now
-            added = tuple(map(_training, self._guard_mods))
-            old = list(self.entries.items())
-            self.entries.clear()
-            for k, e in old:
-                nk = k[:3] + (k[3] + added[len(k[3]):],) + k[4:]
-                e.key = nk
-                self.entries[nk] = e
+        if grew:
+            self._rekey()
         return grew
 
+    def _rekey(self):
+        """New modules joined the training-flag guard: old keys lack their flags, and held
+        whatever value those flags have now (those modules did not run in their traces)."""
+        added = tuple(map(_training, self._guard_mods))
+        old = list(self.entries.items())
+        self.entries.clear()
+        for k, head in old:
+            nk = k[:3] + (k[3] + added[len(k[3]):],) + k[4:]
+            e = head
+            while e is not None:
+                e.key = nk
+                e = e.dynamic.next if e.dynamic is not None else None
+            self.entries[nk] = head
+
+    def _refresh_roots(self, args):
+        """Modules the function reaches: found again at each trace (a global defined after the
+        decorator ran, a module passed as an argument -- e.g. `self` of a compiled method)."""
+        from ..nn.modules.module import Module
+        if not self._scanned:
+            self._scanned = True
+            self._globs, self._cells = _scalar_guards(self.fn)
+        found = _roots_of(self.fn) + [(a, "" if i == 0 and self._method else f"arg{i}.")
+                                      for i, a in enumerate(args) if isinstance(a, Module)]
+        grew = False
+        for m, prefix in found:
+            if not any(r is m for r, _ in self._roots):
+                self._roots.append((m, prefix))
+                grew |= self._add_guard_module(m, prefix.rstrip(".") or type(m).__name__)
+        if grew:
+            self._rekey()
+
+    def __get__(self, instance, owner=None):
+        """@eagerc.compile on a method: bound to the instance, which becomes argument 0."""
+        if instance is None:
+            return self
+        self._method = True
+        return types.MethodType(self, instance)
+
     def _do_trace(self, args, kwargs, fullgraph):
+        self._refresh_roots(args)
         names, owners = self._external_index()
         self.traces += 1
         graph, result, tracer = trace(self.fn, args, kwargs, names, self._module_paths(), fullgraph)
@@ -463,6 +576,14 @@ class CompiledFunction:
         graph, result, tracer, owners = self._do_trace(args, kwargs, self.fullgraph)
         self._learn_modules(tracer)
         key = self._key(args, kwargs, masked=False)[0]
+        if graph is None and tracer.retryable and self._retries.get(key, 0) < 3:
+            # e.g. an optimizer creating its state on its first step: this call ran eagerly and
+            # the next one traces again
+            self._retries[key] = self._retries.get(key, 0) + 1
+            self.log.append(f"eager call, traced again next time: {tracer.broken.what} at "
+                            f"{tracer.broken.location}")
+            log.info("eagerc.compile: %s: %s", self.__name__, self.log[-1])
+            return result
         if graph is None:
             brk = tracer.broken
             file, line, level = user_frame_info()
@@ -489,7 +610,7 @@ class CompiledFunction:
         opt = optimize(graph)
         program = self.backend.compile(opt)
         entry = Entry(key, opt, program, tracer.externals, rng=tracer.rng_draws(), traced=graph)
-        entry.ext_guards = _ext_guards(tracer.externals, owners)
+        _ext_guards(entry, tracer.externals, owners)
         return entry
 
     # ------------------------------------------------------------ running
@@ -498,6 +619,8 @@ class CompiledFunction:
             {f"arg{i}": t.data for i, t in enumerate(leaves)}
         for name, t in entry.ext_items:
             env_[name] = t.data
+        for name, p in entry.ext_grads:
+            env_[name] = p.grad.data
         d = entry.dynamic
         overrides = None
         if d is None:
@@ -506,7 +629,7 @@ class CompiledFunction:
             program, overrides = d.program_for(env)
         if entry.rng:  # random ops draw fresh numbers each call, like eager mode
             rng = {}
-            for name, gen, words in entry.rng:
+            for name, gen, words, _ in entry.rng:
                 if d is not None:
                     words = d.words(name, env)
                 rng[name] = {"seed": gen.initial_seed(), "offset": gen.next_offset(words)}
@@ -518,6 +641,8 @@ class CompiledFunction:
         if mutations:
             for target, arr in mutations:
                 _write_back(entry, leaves, target, arr)
+        for name in entry.grads_none:
+            _target(entry, leaves, name).grad = None
         wrap = dispatch.wrap
         if entry.single and not entry.aliases:
             a = outs[0]
@@ -554,7 +679,7 @@ class CompiledFunction:
         does); if tracing on synthetic sizes fails, only the first dimension of each input."""
         ext_sizes = {s for t in entry.externals.values() for s in t.data.shape}
         cands = {(i, d): (n, n) for i, t in enumerate(leaves) for d, n in enumerate(t.data.shape)
-                 if n >= 2 and n not in ext_sizes}
+                 if (n >= 2 and n not in ext_sizes) or (d == 0 and n == 1)}
         firsts = {k: v for k, v in cands.items() if k[1] == 0}
         for dims in (cands, firsts):
             if not dims:
@@ -569,7 +694,8 @@ class CompiledFunction:
     def _make_dynamic(self, ref, changed, key, leaves, args, kwargs, verify_call=True):
         """Build a symbolic graph for the sizes in `changed` ({(leaf, dim): (ref size, new size)}).
 
-        Returns the result of this call, or _FAILED (the function then stays static)."""
+        ref is the specialisation the call differs from only in those sizes. Returns the result
+        of this call (None with verify_call=False), or _FAILED: the function then stays static."""
         def fail(why):
             self._dyn_failed = why
             msg = f"dynamic shapes: {self.__name__} stays static: {why}"
@@ -592,7 +718,7 @@ class CompiledFunction:
             # a graph break or a call that needs autograd runs eagerly anyway: one eager entry
             # serves every size instead of a retrace per size
             self._set_dims(dims)
-            nkey, _, _ = self._key(args, kwargs)
+            nkey = _full_mask(self._key(args, kwargs, masked=False)[0], dims)
             self.entries[nkey] = Entry(nkey, graph=ref.graph, eager=True, reason=ref.reason)
             self.log.append(f"dynamic shapes: {self.__name__} runs eagerly for every size of "
                             f"{self._fmt_dims(dims)}")
@@ -608,74 +734,84 @@ class CompiledFunction:
         for (i, d), sym in dims.items():
             sizes = [leaves[i].data.shape[d]] + [x for x in changed.get((i, d), ()) if x is not None]
             seen[sym] = max(seen.get(sym, 0), *sizes)
-        gens = _generators(ref)
-        saved = [g.get_state() for g in gens]
-        errors = []
-        for above in (True, False):  # a size above those seen; if that fails (a bound such as a
-            primes = dyn.choose_primes(seen, ints, above)  # block size), one below
-            if primes is None:
-                continue
-            syn_leaves = [_resize(t, {d: primes[s] for (j, d), s in dims.items() if j == i})
-                          for i, t in enumerate(leaves)]
-            syn_args, syn_kwargs = _replace_tensors((args, kwargs), iter(syn_leaves))
-            try:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    graph_p, result_p, tracer_p, owners = self._do_trace(syn_args, syn_kwargs, False)
-                break
-            except Exception as e:  # e.g. a size that must match a parameter
-                errors.append(f"tracing on synthetic sizes {self._fmt_dims(dims, primes)} failed: "
-                              f"{type(e).__name__}: {e}")
-            finally:
-                for g, s in zip(gens, saved):
-                    g.set_state(s)
-        else:
-            return fail("; ".join(errors) or "no distinctive size left to trace with")
-        if graph_p is None:
-            return fail(f"graph break on synthetic sizes: {tracer_p.broken}")
-        if graph_p.mutations:
-            return fail("it updates its inputs or buffers in place")
-        dim_names = {}
-        for (i, d), s in sorted(dims.items()):
-            dim_names.setdefault(s, []).append([f"arg{i}", d])
-        g_sym, sym_attrs, problems = dyn.generalize(graph_p, primes, dim_names)
-        if problems:
-            return fail(problems[0])
-        ref_env = {}
+        ref_env = {}  # the reference's sizes, to check that Python took the same path at both
         for (i, d), s in dims.items():
             n = ref.key[1][i][0][d] if i < len(ref.key[1]) else None
             if n is None or n < 2 or ref_env.get(s, n) != n:
                 ref_env = None
                 break
             ref_env[s] = n
-        if ref_env:
-            diff = dyn.same_program(traced, g_sym, sym_attrs, ref_env)
-            if diff:
-                return fail(f"Python takes another path at another size: {diff}")
+        dim_names = {}
+        for (i, d), s in sorted(dims.items()):
+            dim_names.setdefault(s, []).append([f"arg{i}", d])
+        gens = _generators(ref)
+        saved = [g.get_state() for g in gens]
+        errors = []
+        built = None
+        for above in (True, False):  # sizes above those seen; if that fails (a bound such as a
+            primes = dyn.choose_primes(seen, ints, above)  # block size, a branch), below them
+            if primes is None:
+                continue
+            size_log = []
+            syn = [_resize(t, {d: primes[s] for (j, d), s in dims.items() if j == i})
+                   for i, t in enumerate(leaves)]
+            syn = [dyn.symbolic_tensor(t, {d: s for (j, d), s in dims.items() if j == i}, size_log)
+                   if any(j == i for j, _ in dims) else t for i, t in enumerate(syn)]
+            syn_args, syn_kwargs = _replace_tensors((args, kwargs), iter(syn))
+            where = f"at synthetic sizes {self._fmt_dims(dims, primes)}"
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    graph_p, result_p, tracer_p, owners = self._do_trace(syn_args, syn_kwargs, False)
+            except Exception as e:  # e.g. a size that must match a parameter
+                errors.append(f"tracing {where} failed: {type(e).__name__}: {e}")
+                continue
+            finally:
+                for g, s in zip(gens, saved):
+                    g.set_state(s)
+            if graph_p is None:
+                errors.append(f"graph break {where}: {tracer_p.broken}")
+                continue
+            if graph_p.mutations:
+                errors.append("it updates its inputs or buffers in place")
+                break
+            g_sym, sym_attrs, problems = dyn.generalize(graph_p, primes, dim_names)
+            if problems:
+                errors.append(problems[0])
+                break
+            guards = dyn.prune_guards([g for g in size_log if g[0] in primes and (not g[3] or g[2] in primes)])
+            if ref_env:
+                diff = dyn.check_guards(guards, ref_env) or dyn.same_program(traced, g_sym, sym_attrs, ref_env)
+                if diff:
+                    errors.append(f"Python takes another path {where} than at {ref_env}: {diff}")
+                    continue
+            built = (primes, syn, graph_p, result_p, tracer_p, owners, g_sym, sym_attrs, guards)
+            break
+        if built is None:
+            return fail("; ".join(errors) or "no distinctive size left to trace with")
+        primes, syn, graph_p, result_p, tracer_p, owners, g_sym, sym_attrs, guards = built
         rng_info = {}
-        for name, gen, words in tracer_p.rng_draws():
+        producers = graph_p.producers()
+        for name, gen, words, _ in tracer_p.rng_draws():
             node = next(n for n in g_sym.nodes if n.out.name == name)
-            numel = math.prod(s for s in graph_p.producers()[name].out.shape)
+            numel = math.prod(producers[name].out.shape)
             rng_info[name] = (words // numel if numel else 0, node.out.shape)
         try:
-            d = Dynamic(g_sym, sym_attrs, symbols, self.backend, rng_info)
+            d = Dynamic(g_sym, sym_attrs, symbols, self.backend, rng_info, guards)
         except Exception as e:
             return fail(f"the backend cannot compile the symbolic graph: {type(e).__name__}: {e}")
         entry = Entry(None, g_sym, None, tracer_p.externals, rng=tracer_p.rng_draws(), traced=g_sym)
         entry.dynamic = d
-        entry.ext_guards = _ext_guards(tracer_p.externals, owners)
+        _ext_guards(entry, tracer_p.externals, owners)
         # 1. the program at the synthetic sizes reproduces the synthetic eager run
-        syn_env = dict(primes)
-        for g, s in zip(gens, saved):
-            g.set_state(s)
         try:
-            got = self._run(entry, syn_leaves, syn_env)
+            got = self._run(entry, syn, dict(primes))
+            bad = _differs(result_p, got)
         except Exception as e:
-            return fail(f"the symbolic program failed at the synthetic sizes: {type(e).__name__}: {e}")
+            bad = f"{type(e).__name__}: {e}"
         finally:
             for g, s in zip(gens, saved):
                 g.set_state(s)
-        bad = _differs(result_p, got)
         if bad:
             return fail(f"the symbolic program disagrees with eager at sizes {primes}: {bad}")
         # 2. this call: the program against an eager run of the function on the real inputs
@@ -687,7 +823,7 @@ class CompiledFunction:
                 if env.setdefault(sym, n) != n or n < 2:
                     env = None
                     break
-            if env is None:
+            if env is None or dyn.check_guards(guards, env):
                 return fail("this call's sizes cannot bind the symbols")
             before = [g.get_state() for g in gens]
             expected = self.fn(*args, **kwargs)
@@ -709,16 +845,24 @@ class CompiledFunction:
         # makes unreachable (older symbolic entries) or that the symbolic graph covers
         old_dims = self._dyn_dims
         self._set_dims(dims)
-        nkey = self._key(args, kwargs)[0]
+        nkey = _full_mask(self._key(args, kwargs, masked=False)[0], dims)
         entry.key = nkey
         for k, e in list(self.entries.items()):
             if e.dynamic is not None and old_dims != dims:
                 del self.entries[k]
-            elif e.dynamic is None and _masks_to(k, self._dyn) == nkey:
-                del self.entries[k]
-        self.entries[nkey] = entry
-        self.log.append(f"dynamic shapes: {self.__name__} now treats {self._fmt_dims(dims)} as symbolic "
-                        f"({', '.join(symbols)})")
+            elif e.dynamic is None and not e.eager and _masks_to(k, self._dyn) == nkey:
+                env_ = _bind(nkey, k, dims)
+                if env_ is not None and not dyn.check_guards(guards, env_):
+                    del self.entries[k]
+        head = self.entries.get(nkey)
+        if head is not None and head.dynamic is not None:  # another region of the same sizes
+            while head.dynamic.next is not None:
+                head = head.dynamic.next
+            head.dynamic.next = entry
+        else:
+            self.entries[nkey] = entry
+        self.log.append(f"dynamic shapes: {self.__name__} now treats {self._fmt_dims(dims)} as symbolic"
+                        + (f" where {', '.join(dyn.fmt_guard(g) for g in guards)}" if guards else ""))
         log.info("eagerc.compile: %s", self.log[-1])
         return result
 
@@ -771,6 +915,26 @@ _FAILED = _Failed()
 def _fail_after(fail, why, result):
     fail(why)
     return result
+
+
+def _bind(masked_key, key, dims):
+    """Bindings of the symbols from an unmasked key, at the positions masked in masked_key."""
+    env = {}
+    for (i, d), sym in dims.items():
+        try:
+            if masked_key[1][i][0][d] is None:
+                env[sym] = key[1][i][0][d]
+        except (IndexError, TypeError):
+            return None
+    return env
+
+
+def _full_mask(key, dims):
+    """key with every size in dims ({(leaf, dim): symbol}) as None."""
+    specs = [list(sp[0]) for sp in key[1]]
+    for (i, d) in dims:
+        specs[i][d] = None
+    return (key[0], tuple((tuple(sh),) + tuple(sp[1:]) for sh, sp in zip(specs, key[1]))) + key[2:]
 
 
 def _mask(shape, dims, env):
@@ -846,7 +1010,7 @@ def _replace_tensors(obj, it):
 def _generators(entry):
     from ..runtime.random import default_generator
     gens = [default_generator]
-    for _, g, _ in entry.rng or ():
+    for _, g, _, _ in entry.rng or ():
         if not any(g is h for h in gens):
             gens.append(g)
     return gens
@@ -878,21 +1042,28 @@ def _host(a):
     return a if type(a) is _ndarray else (a.get() if hasattr(a, "get") else np.asarray(a))
 
 
-def _ext_guards(externals, owners):
+def _ext_guards(entry, externals, owners):
     out = []
     for name, t in externals.items():
         owner, attr = owners.get(id(t), (None, None))
+        if owner == "grad":
+            entry.ext_grads.append((name, attr))
+            continue
         d = t.data
         out.append([t, owner, attr, d, d.shape, d.dtype, t.requires_grad, name])
-    return out
+    entry.ext_guards = out
+
+
+def _target(entry, leaves, name):
+    return leaves[int(name[3:])] if name.startswith("arg") else entry.externals[name]
 
 
 def _write_back(entry, leaves, target, arr):
     from ..ops.inplace import _bump
-    if target.startswith("arg"):
-        t = leaves[int(target[3:])]
-    else:
-        t = entry.externals[target]
+    if target.endswith(".grad"):  # a compiled training step sets .grad (a fresh tensor, like eager)
+        _target(entry, leaves, target[:-5]).grad = dispatch.wrap(arr)
+        return
+    t = _target(entry, leaves, target)
     t.data[...] = arr
     _bump(t, "compiled update")
 
@@ -954,6 +1125,16 @@ class CompiledModule:
     def __repr__(self):
         return f"CompiledModule({self._orig_mod!r})"
 
+    # the compiled function's inspection surface (everything else reaches the module)
+    log = property(lambda self: self._compiled.log)
+    traces = property(lambda self: self._compiled.traces)
+    entries = property(lambda self: self._compiled.entries)
+    graphs = property(lambda self: self._compiled.graphs)
+    traced_graphs = property(lambda self: self._compiled.traced_graphs)
+
+    def code(self):
+        return self._compiled.code()
+
 
 # ---------------------------------------------------------------- explain
 
@@ -977,6 +1158,7 @@ def explain(fn, *args, **kwargs):
     breaks and the guards a compiled call would check. Runs fn once."""
     c = fn if isinstance(fn, (CompiledFunction, CompiledModule)) else compile(fn)
     c = c._compiled if isinstance(c, CompiledModule) else c
+    c._refresh_roots(args)
     names, _ = c._external_index()
     graph, _, tracer = trace(c.fn, args, kwargs, names, c._module_paths())
     for m in tracer.modules.values():

@@ -413,3 +413,129 @@ def _plain(x):
     if isinstance(x, (list, tuple)):
         return [_plain(v) for v in x]
     return x
+
+
+# ---------------------------------------------------------------- sizes that record comparisons
+
+_CMP = {"__lt__": lambda a, b: a < b, "__le__": lambda a, b: a <= b, "__gt__": lambda a, b: a > b,
+        "__ge__": lambda a, b: a >= b, "__eq__": lambda a, b: a == b, "__ne__": lambda a, b: a != b}
+_SIGN = {"__lt__": "<", "__le__": "<=", "__gt__": ">", "__ge__": ">=", "__eq__": "==", "__ne__": "!="}
+
+
+class SymInt(int):
+    """A dynamic size of a synthetic input, as Python code sees it (x.shape[0], x.size(1), len(x)).
+
+    Arithmetic gives plain ints (their values are generalised from the graph), but every
+    comparison -- `if T > 32`, `assert T <= block_size`, `min(T, n)` -- is written to `log`
+    as a guard (symbol, op, other, outcome) that the symbolic graph then requires."""
+
+    def __new__(cls, value, sym, log):
+        self = int.__new__(cls, value)
+        self.sym = sym
+        self.log = log
+        return self
+
+    def _cmp(self, other, op):
+        if isinstance(other, bool) or not isinstance(other, (int, float)):
+            return NotImplemented
+        r = _CMP[op](int(self), other if not isinstance(other, SymInt) else int(other))
+        key = (self.sym, op, other.sym if isinstance(other, SymInt) else other,
+               isinstance(other, SymInt), r)
+        if key not in self.log:
+            self.log.append(key)
+        return r
+
+    __hash__ = int.__hash__
+
+    def __lt__(self, o):
+        return self._cmp(o, "__lt__")
+
+    def __le__(self, o):
+        return self._cmp(o, "__le__")
+
+    def __gt__(self, o):
+        return self._cmp(o, "__gt__")
+
+    def __ge__(self, o):
+        return self._cmp(o, "__ge__")
+
+    def __eq__(self, o):
+        return self._cmp(o, "__eq__")
+
+    def __ne__(self, o):
+        return self._cmp(o, "__ne__")
+
+    def __repr__(self):
+        return int.__repr__(self)
+
+
+def prune_guards(guards):
+    """The guards that can fail for some size >= 2 (symbols are never bound to 0 or 1)."""
+    out = []
+    for g in guards:
+        sym, op, other, is_sym, outcome = g
+        if not is_sym:
+            if op in ("__eq__", "__ne__"):
+                if (other < 2 or other != int(other)) and outcome == (op == "__ne__"):
+                    continue
+            elif _CMP[op](2, other) == outcome and _CMP[op](1 << 62, other) == outcome:
+                continue
+        elif other == sym and outcome == (op in ("__eq__", "__le__", "__ge__")):
+            continue
+        out.append(g)
+    return out
+
+
+def check_guards(guards, env):
+    """None if every recorded size comparison has its traced outcome under `env`; else which fails."""
+    for sym, op, other, is_sym, outcome in guards:
+        b = env[other] if is_sym else other
+        if _CMP[op](env[sym], b) != outcome:
+            return f"{sym} {_SIGN[op]} {other} was {outcome} when traced ({sym}={env[sym]})"
+    return None
+
+
+def fmt_guard(g):
+    sym, op, other, _, outcome = g
+    text = f"{sym} {_SIGN[op]} {other}"
+    return text if outcome else f"not ({text})"
+
+
+def symbolic_tensor(t, dims, log):
+    """A synthetic input tensor whose dynamic sizes ({dim: symbol}) are SymInts for Python code."""
+    from .._tensor import Size, Tensor
+
+    class_ = _sym_tensor_class(Tensor, Size)
+    s = class_.__new__(class_)
+    s.data = t.data
+    s.requires_grad = t.requires_grad
+    s.grad = None
+    s.grad_fn = None
+    s._vc = None
+    s._sym_shape = tuple(SymInt(n, dims[d], log) if d in dims else n for d, n in enumerate(t.data.shape))
+    return s
+
+
+_SYM_TENSOR = None
+
+
+def _sym_tensor_class(Tensor, Size):
+    global _SYM_TENSOR
+    if _SYM_TENSOR is None:
+        class SymTensor(Tensor):
+            """A synthetic input whose shape reports SymInts (used only while tracing)."""
+            __slots__ = ("_sym_shape",)
+
+            @property
+            def shape(self):
+                return Size(self._sym_shape)
+
+            def size(self, dim=None):
+                return Size(self._sym_shape) if dim is None else self._sym_shape[dim]
+
+            def __len__(self):
+                if not self._sym_shape:
+                    raise TypeError("len() of a 0-d tensor")
+                return self._sym_shape[0]
+        _SYM_TENSOR = SymTensor
+    return _SYM_TENSOR

@@ -25,6 +25,7 @@ import numpy as np
 from .. import dispatch
 from .._tensor import Tensor
 from ..runtime import program as _program
+from ..runtime.device import xp_of as _xp_of
 from ..runtime.ir import Graph
 from ..runtime.pytree import flatten
 from ..runtime.verify import verify
@@ -110,28 +111,33 @@ def export(fn_or_module, example_args, *, example_kwargs=None, dynamic_shapes=No
     """
     from ..nn.modules.module import Module
     from ..autograd import no_grad
-    if not isinstance(example_args, (tuple, list)):
+    if not isinstance(example_args, tuple):
         example_args = (example_args,)
+    if isinstance(getattr(fn_or_module, "_orig_mod", None), Module):  # eagerc.compile(model)
+        fn_or_module = fn_or_module._orig_mod
     args = tuple(_as_tensors(a) for a in example_args)
     kwargs = {k: _as_tensors(v) for k, v in (example_kwargs or {}).items()}
-    owner = fn_or_module if isinstance(fn_or_module, Module) else getattr(fn_or_module, "__self__", None)
-    roots = [owner] if isinstance(owner, Module) else []
     if not callable(fn_or_module):
         raise TypeError(f"eagerc.export expects a function or a Module, got {type(fn_or_module).__name__}")
+    roots = _root_modules(fn_or_module, Module)
     names, paths = {}, {}
-    for root in roots:
+    for prefix, root in roots:
         for n, p in root.named_parameters():
-            names.setdefault(id(p), n)
+            names.setdefault(id(p), prefix + n)
         for n, b in root.named_buffers():
-            names.setdefault(id(b), n)
+            names.setdefault(id(b), prefix + n)
         for n, m in root.named_modules():
-            paths.setdefault(id(m), n or type(m).__name__)
+            paths.setdefault(id(m), prefix + n if n else prefix[:-1] or type(m).__name__)
+    roots = [m for _, m in roots]
 
     leaves = tensor_leaves((args, kwargs), [])
     leaf_paths = _leaf_paths(fn_or_module, args, kwargs)
     dyn = _dynamic_axes(dynamic_shapes, fn_or_module, args, kwargs, leaf_paths, leaves)
 
     flags = [(m, m.training) for root in roots for m in root.modules()]
+    # Tracing runs the model: in train mode that updates buffers (batch-norm statistics), once
+    # per trace. The program gets the buffers as they were, and so does the model afterwards.
+    saved = [(b, _host(b.data)) for root in roots for _, b in root.named_buffers()]
     try:
         if eval_mode:
             for m, _ in flags:
@@ -145,13 +151,13 @@ def export(fn_or_module, example_args, *, example_kwargs=None, dynamic_shapes=No
     finally:
         for m, training in flags:
             m.training = training
+        for b, before in saved:
+            b.data[...] = before if isinstance(b.data, np.ndarray) else _xp_of(b.data).asarray(before)
 
     graph, patches = _finalize(graph, patches)
     weights = {}
     for v in graph.externals():
-        data = tracer.externals[v.name].data
-        host = data if isinstance(data, np.ndarray) else data.get()
-        weights[v.name] = np.array(host, copy=True, order="C")
+        weights[v.name] = np.array(_host(tracer.externals[v.name].data), copy=True, order="C")
     specs = []
     for i, (t, path) in enumerate(zip(leaves, leaf_paths)):
         shape = [dyn[i][ax][0] if ax in dyn.get(i, {}) else n for ax, n in enumerate(t.data.shape)]
@@ -166,6 +172,32 @@ def export(fn_or_module, example_args, *, example_kwargs=None, dynamic_shapes=No
     prog = Program(graph, weights, specs, dynamic, eagerc.__version__, examples)
     prog.loaded()  # the runtime's own checks, now rather than when the file is loaded
     return prog
+
+
+def _root_modules(fn, Module):
+    """[(name prefix, Module)]: the module itself, the owner of a bound method, or the modules a
+    plain function reads from its closure or globals (their weights are named `var.path`)."""
+    if isinstance(fn, Module):
+        return [("", fn)]
+    owner = getattr(fn, "__self__", None)
+    if isinstance(owner, Module):
+        return [("", owner)]
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return []
+    found = {}
+    for name, cell in zip(code.co_freevars, getattr(fn, "__closure__", None) or ()):
+        try:
+            value = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        if isinstance(value, Module):
+            found.setdefault(name, value)
+    for name in code.co_names:
+        value = getattr(fn, "__globals__", {}).get(name)
+        if isinstance(value, Module):
+            found.setdefault(name, value)
+    return [(f"{name}.", m) for name, m in found.items()]
 
 
 def _host(a):
@@ -410,8 +442,7 @@ def _resized(t, axes, binding):
     for ax, (name, _, _) in axes.items():
         a = np.take(a, np.arange(binding[name]) % a.shape[ax], axis=ax)
     if not isinstance(t.data, np.ndarray):
-        from ..runtime.device import xp_of
-        a = xp_of(t.data).asarray(a)
+        a = _xp_of(t.data).asarray(a)
     return dispatch.wrap(a)
 
 

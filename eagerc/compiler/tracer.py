@@ -35,13 +35,17 @@ _EAGERC_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.s
 
 
 class GraphBreak(RuntimeError):
-    """The traced function needed a concrete value (item(), bool(), data-dependent size...)."""
+    """The traced function did something a graph cannot hold: needed a concrete tensor value
+    (item(), bool(), data-dependent sizes...) or wrote memory the tracer cannot follow."""
 
-    def __init__(self, what, location):
+    def __init__(self, what, location, why=None, fullgraph=False):
         self.what = what
         self.location = location
-        super().__init__(f"{what} on a traced tensor at {location}: the compiled graph cannot depend "
-                         "on tensor values; this call runs eagerly")
+        self.fullgraph = fullgraph
+        why = why or "the compiled graph cannot depend on tensor values"
+        tail = ("fullgraph=True makes every graph break an error" if fullgraph
+                else "this call runs eagerly")
+        super().__init__(f"{what} at {location}: {why}; {tail}")
 
 
 def _outside_eagerc(f):
@@ -70,6 +74,25 @@ def user_frame_info():
         f = f.f_back
         level += 1
     return None, None, 1
+
+
+def _data_dependent_size():
+    """The eagerc function the user called, if a concrete value is being taken to size an
+    output (indexing.count_true: boolean masks, nonzero, masked_select); else None."""
+    f = sys._getframe(2)
+    seen = False
+    api = None
+    while f is not None:
+        fn = f.f_code.co_filename
+        if not os.path.abspath(fn).startswith(_EAGERC_DIR):
+            break
+        if f.f_code.co_name == "count_true":
+            seen = True
+        api = f.f_code.co_name
+        f = f.f_back
+    if not seen:
+        return None
+    return {"__getitem__": "boolean-mask indexing", "_tensor_item": "boolean-mask indexing"}.get(api, api)
 
 
 def tensor_leaves(obj, out):
@@ -156,6 +179,7 @@ class Tracer:
         v = self._new_value(t, name)
         self.values[id(t)] = v
         self.input_of[id(t)] = name
+        self.by_array.setdefault(id(t.data), t)
         self._keep(t)
         self.inputs.append(("arg", v))
         return v
@@ -173,6 +197,7 @@ class Tracer:
             v = self._new_value(t, name)
             self.values[id(t)] = v
             self.input_of[id(t)] = name
+            self.by_array.setdefault(id(t.data), t)
             self._keep(t)
             self.inputs.append(("external", v))
             self.externals[name] = t
@@ -222,9 +247,11 @@ class Tracer:
         return [(n.out.name,) + self.rng[n.out.name] for n in graph.nodes if n.out.name in self.rng]
 
     def rng_draws(self):
-        """[(value name, generator, words)] for every random draw, in the order eager mode made
-        them (a compiled call advances each generator by all of them, even if a pass dropped one)."""
-        return [(name,) + src for name, src in self.rng.items()]
+        """[(value name, generator, words, seed)] for every random draw, in the order eager mode
+        made them (a compiled call advances each generator by all of them, even if a pass dropped
+        one); seed is the generator's seed when traced."""
+        seeds = {n.out.name: n.attrs.get("seed") for n in self.nodes if n.out.name in self.rng}
+        return [(name,) + src + (seeds.get(name),) for name, src in self.rng.items()]
 
     def mutate(self, target, result):
         """`target` now holds `result`'s value (an in-place op, already done eagerly)."""
@@ -244,7 +271,8 @@ class Tracer:
             pv = self.value_of(parent)
             cur_val = self._scatter(op, attrs, pv, cur_val, parent)
             if cur_val is None:
-                return self._break(f"an in-place update through a `{op}` view")
+                return self._break(f"an in-place update through a `{op}` view",
+                                   "the write cannot be carried back to the viewed tensor")
             cur = parent
             info = self.views.get(id(cur))
         root = cur
@@ -260,9 +288,12 @@ class Tracer:
                 continue  # a view of the same root: re-derived when next read
             if _shares(a.data, td):
                 name = self.input_of.get(id(a), "a tensor")
-                return self._break(f"an in-place update of memory shared with {name} in a way the "
-                                   "tracer cannot follow (e.g. through .detach() or .data)")
+                return self._break(f"an in-place update of memory shared with {name}",
+                                   "the tracer cannot follow that sharing (e.g. through .detach() or "
+                                   ".data)")
         self.values[id(root)] = cur_val
+        self.by_array[id(root.data)] = root
+        self.by_array[id(td)] = target
         self.root_ver[id(root)] = self.root_ver.get(id(root), 0) + 1
         if target is not root:
             self.values[id(target)] = rv
@@ -301,21 +332,26 @@ class Tracer:
         """A break after which the next call should be traced again (e.g. an optimizer creating
         its state on the first step): this call runs eagerly, nothing is remembered for it."""
         if self.broken is None:
-            self.broken = GraphBreak(why, user_location())
+            self.broken = GraphBreak(why, user_location(), "the next call is traced again")
             self.retryable = True
         dispatch.tracer = None
 
     def concretize(self, t, what):
-        self._break(what)
+        api = _data_dependent_size()
+        if api is not None:
+            return self._break(f"a data-dependent size ({api}: its output shape depends on tensor values)",
+                               "graph shapes are fixed when tracing")
+        self._break(f"{what} on a traced tensor")
 
     def raw_write(self, t, opname):
-        self._break(f"{opname} (an in-place write outside the recorded ops)")
+        self._break(f"{opname} (an in-place write outside the recorded ops)",
+                    "the tracer cannot see the write")
 
-    def _break(self, what):
+    def _break(self, what, why=None):
         """Stop recording: note where; under fullgraph raise, otherwise let the eager run go on
         (the function has side effects already; running it again would repeat them)."""
         loc = user_location()
-        brk = GraphBreak(what, loc)
+        brk = GraphBreak(what, loc, why, self.fullgraph)
         if self.broken is None:
             self.broken = brk
         dispatch.tracer = None  # the rest of this call runs plainly eagerly
@@ -387,7 +423,9 @@ def trace(fn, args, kwargs=None, external_names=None, modules=None, fullgraph=Fa
         try:
             graph = tracer.graph(result)
         except TypeError as e:  # the return value holds something a graph cannot (an object)
-            tracer.broken = GraphBreak(f"returning a value a graph cannot hold ({e})", user_location())
+            tracer.broken = GraphBreak(f"returning a value a graph cannot hold ({e})", user_location(),
+                                       "outputs must be tensors, numbers, strings, None, tuples, lists "
+                                       "or dicts", fullgraph)
     if tracer.broken is not None:
         if fullgraph:
             raise tracer.broken

@@ -40,7 +40,7 @@ from . import safetensors_io as st
 from .ir import Graph, FORMAT_VERSION as GRAPH_FORMAT_VERSION
 from .ops import OPS
 from .pytree import unflatten
-from .verify import verify
+from .verify import arity as _arity, verify
 from .executor import last_uses
 
 __all__ = ["load", "loads", "from_parts", "encode", "LoadedProgram", "ProgramLoadError",
@@ -195,7 +195,7 @@ def _validate(metadata, table, max_value_bytes):
         _fail(f"metadata 'format_version' {_short(version)} is not a version number")
     producer = metadata.get("eagerc_version")
     if int(version) > FORMAT_VERSION:
-        by = f" (written by eagerc {_short(producer)})" if producer is not None else ""
+        by = f" (the file was written by eagerc {producer[:64]})" if producer is not None else ""
         _fail(f"this file needs format version {int(version)}; this eagerc reads version "
               f"{FORMAT_VERSION} -- upgrade eagerc{by}")
     if int(version) < 1:
@@ -211,18 +211,15 @@ def _validate(metadata, table, max_value_bytes):
 
     gj = _parse_json(metadata["graph"], "graph")
     _check_graph_json(gj)
-    try:
-        graph = Graph.from_json(gj)
-    except ValueError as e:
-        _fail(f"graph: {e}")
+    graph = _graph_from_json(gj)
     for n in graph.nodes:
         if n.op in NOT_IN_PROGRAMS:
             _fail(f"graph: node {n.out.name} uses op {n.op!r}, which programs may not contain")
+    _check_sizes(graph, max_value_bytes)  # before the shape rules run on declared sizes
     _verify(graph)
     for target, _ in graph.mutations:
         if target.endswith(".grad"):
             _fail(f"graph: mutation target {target!r}: programs do not update gradients")
-    _check_sizes(graph, max_value_bytes)
 
     externals = {v.name: v for v in graph.externals()}
     for name, v in externals.items():
@@ -240,9 +237,16 @@ def _validate(metadata, table, max_value_bytes):
     specs = _check_specs(_parse_json(metadata["inputs"], "inputs"), gj, args, dims, patches)
     if dims:
         _probe_dynamic(gj, dims, patches, max_value_bytes)
-    examples = _check_examples(table, specs, graph, dims)
+    examples = _check_examples(table, specs, graph)
     return {"graph": graph, "graph_json": gj, "specs": specs, "dims": dims, "patches": patches,
             "producer": producer, "version": int(version), "examples": examples}
+
+
+def _graph_from_json(gj):
+    try:
+        return Graph.from_json(gj)
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError) as e:  # schema already checked
+        _fail(f"graph: {e}")
 
 
 def _short(x, n=60):
@@ -405,26 +409,6 @@ def _check_tree(tree, n_outputs):
             _fail(f"graph: unknown out_tree kind {_short(kind)}")
 
 
-_VARIADIC_NAMES = ("tensors", "operands", "indices")
-_ARITY = {}
-
-
-def _arity(op):
-    """(fewest, most) inputs a node of `op` may have: exactly the declared inputs (an absent
-    optional one is recorded as None), or, for ops whose last input is a list of tensors
-    (cat, stack, einsum, index...), any number of those. Extra inputs must never reach a
-    kernel: a numpy ufunc takes a third positional argument as its `out=` array."""
-    r = _ARITY.get(op.name)
-    if r is None:
-        n = len(op.inputs)
-        variadic = False
-        if n and op.inputs[-1] in _VARIADIC_NAMES:
-            try:
-                variadic = any(p.kind == p.VAR_POSITIONAL for p in inspect.signature(op.cpu).parameters.values())
-            except (TypeError, ValueError):
-                variadic = False
-        r = _ARITY[op.name] = (n - 1, 4096) if variadic else (n, n)
-    return r
 
 
 def _check_graph_json(g):
@@ -580,12 +564,9 @@ def _specialise(gj, patches, binding, max_value_bytes):
         container, last = _resolve(g, path)
         container[last] = _expr_value(c0, k, syms, binding)
     _check_graph_json(g)
-    try:
-        graph = Graph.from_json(g)
-    except ValueError as e:
-        _fail(f"graph: {e}")
-    _verify(graph)
+    graph = _graph_from_json(g)
     _check_sizes(graph, max_value_bytes)
+    _verify(graph)
     return graph
 
 
@@ -651,7 +632,7 @@ def _check_specs(specs, gj, args, dims, patches):
     return out
 
 
-def _check_examples(table, specs, graph, dims):
+def _check_examples(table, specs, graph):
     """Example tensors, when present: all inputs and all outputs, of the example types."""
     ins = sorted(k for k in table if k.startswith(EXAMPLE_IN))
     outs = sorted(k for k in table if k.startswith(EXAMPLE_OUT))

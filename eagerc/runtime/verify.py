@@ -4,6 +4,8 @@ and each node's type equal to what its op's shape/dtype rule says.
 Runs after every compiler pass in debug mode and on every file the runtime loads, so a
 malformed or hostile graph is rejected before anything executes.
 """
+import inspect
+
 from .ir import Graph, Value, spec_of
 from .ops import OPS
 from . import dtypes
@@ -13,6 +15,28 @@ __all__ = ["GraphError", "verify"]
 
 class GraphError(ValueError):
     """A graph that is not well formed; the message names the node and the problem."""
+
+
+_VARIADIC_NAMES = ("tensors", "operands", "indices")
+_ARITY = {}
+
+
+def arity(op):
+    """(fewest, most) inputs a node of `op` may have: exactly the declared inputs (an absent
+    optional one is recorded as None), or, for ops whose last input is a list of tensors
+    (cat, stack, einsum, index...), any number of those. Extra inputs must never reach a
+    kernel: a numpy ufunc takes a third positional argument as its `out=` array."""
+    r = _ARITY.get(op.name)
+    if r is None:
+        n = len(op.inputs)
+        variadic = False
+        if n and op.inputs[-1] in _VARIADIC_NAMES:
+            try:
+                variadic = any(p.kind == p.VAR_POSITIONAL for p in inspect.signature(op.cpu).parameters.values())
+            except (TypeError, ValueError):
+                variadic = False
+        r = _ARITY[op.name] = (n - 1, 4096) if variadic else (n, n)
+    return r
 
 
 def _json_plain(x, depth=0):
@@ -62,6 +86,10 @@ def verify(graph: Graph, check_types=True):
             raise GraphError(f"{where}: unknown op {n.op!r}")
         if not _json_plain(n.attrs):
             raise GraphError(f"{where}: attributes are not JSON-plain: {n.attrs!r}")
+        lo, hi = arity(op)
+        if not lo <= len(n.inputs) <= hi:  # an extra input would reach a ufunc as its out= array
+            raise GraphError(f"{where}: has {len(n.inputs)} inputs; {n.op} takes "
+                             f"{lo if lo == hi else f'at least {lo}'} ({', '.join(op.inputs)})")
         unknown = set(n.attrs) - set(op.attrs)
         if unknown:
             raise GraphError(f"{where}: unknown attributes {sorted(unknown)} (op takes {list(op.attrs)})")
@@ -105,6 +133,8 @@ def _check_tree(tree, n, depth=0):
     if depth > 64 or not isinstance(tree, dict) or len(tree) != 1:
         raise GraphError(f"malformed out_tree {tree!r}")
     (kind, val), = tree.items()
+    if kind in ("tuple", "list", "dict") and not isinstance(val, list):
+        raise GraphError(f"malformed out_tree: {kind} of {type(val).__name__}")
     if kind == "t":
         if not isinstance(val, int) or isinstance(val, bool) or not 0 <= val < n:
             raise GraphError(f"out_tree refers to output {val!r}; the graph has {n}")

@@ -19,8 +19,7 @@ out-of-range class index); the decomposed form computes without that check.
 import numpy as np
 
 from ...runtime import dtypes
-from ...runtime.ir import Graph, Node, Value
-from ...runtime.verify import verify
+from ...runtime.ir import Node, Value
 from .util import attrs_key, const_key, is_random, numel, rewrite
 
 __all__ = ["decompose", "DECOMPOSITIONS"]
@@ -45,6 +44,7 @@ def _table():
 
 DECOMPOSITIONS = {}     # op name -> fn(*inputs, **attrs) over Tensors; filled on first use
 _TEMPLATES = {}         # cache key -> traced Graph, or None when the op does not decompose
+MAX_TEMPLATES = 512
 
 
 def decompose(graph, ops=None):
@@ -83,6 +83,8 @@ def _key(n):
 def _template(n, fn):
     key = _key(n)
     if key not in _TEMPLATES:
+        if len(_TEMPLATES) >= MAX_TEMPLATES:   # many shapes (dynamic sizes): start over
+            _TEMPLATES.clear()
         _TEMPLATES[key] = _trace_template(n, fn)
     return _TEMPLATES[key]
 
@@ -106,43 +108,14 @@ def _trace_template(n, fn):
             g, result, tracer = trace(call, tuple(tensors))
     except Exception:
         return None
-    if g is None or g.mutations or len(g.outputs) != 1:
+    if g is None or g.externals() or g.mutations or len(g.outputs) != 1:
         return None
-    if g.externals():
-        g = _resolve_rewrapped(g, tracer)
-        if g is None:
-            return None
     out = g.outputs[0]
     if out.name not in {t.out.name for t in g.nodes} or any(is_random(t) for t in g.nodes):
         return None
     if tuple(out.shape) != tuple(n.out.shape) or out.dtype != n.out.dtype:
         return None
     return g
-
-
-def _resolve_rewrapped(g, tracer):
-    """Externals that merely re-wrap an array the trace made (`x.amax().detach()`) are that
-    value; anything else the decomposition read is a real capture and makes it unusable."""
-    made = {n.out.name: n.out for n in g.nodes}
-    by_array = {}
-    for t in getattr(tracer, "keep", ()):
-        v = tracer.values.get(id(t)) if hasattr(tracer, "values") else None
-        if v is not None and made.get(v.name) is v:
-            by_array.setdefault(id(t.data), v)
-    sub = {}
-    for name, t in tracer.externals.items():
-        v = by_array.get(id(t.data))
-        if v is None:
-            return None
-        sub[name] = v
-    nodes = [n.copy_with(inputs=[sub.get(x.name, x) if isinstance(x, Value) else x for x in n.inputs])
-             for n in g.nodes]
-    out = Graph([(k, v) for k, v in g.inputs if k == "arg"], nodes, g.outputs, g.out_tree)
-    try:
-        verify(out)
-    except Exception:
-        return None
-    return out
 
 
 def _splice(n, template, fresh):

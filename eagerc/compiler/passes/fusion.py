@@ -17,12 +17,15 @@ MLP training step. The tests check every result on the networkx DiGraph itself (
 graph with each group contracted is acyclic).
 
 Result: graph.meta["fusion_groups"] = [[node output name, ...], ...] for groups of two
-or more nodes, members in graph order; nodes are not rewritten. The C and CUDA backends
-consume the groups.
+or more nodes, members in graph order; nodes are not rewritten, only reordered so that
+each group's members are adjacent (a topological order of the graph with every group
+contracted, otherwise keeping the scheduled order): a backend can emit one kernel
+where the group starts. The C and CUDA backends consume the groups.
 
 Optimization fuel: EAGERC_FUSION_FUEL=N (or `fusion(graph, fuel=N)`) allows at most N
 merges, so a fusion bug can be bisected to the one merge that causes it.
 """
+import heapq
 import os
 
 from .util import REDUCTIONS, is_elementwise, successors
@@ -111,6 +114,45 @@ def fusion(graph, fuel=None):
             continue
         done.add(id(g))
         groups.append(sorted(g.members, key=index.__getitem__))
-    out = graph.copy()
+    out = graph.copy(nodes=_contiguous(graph, groups, succ, index)) if groups else graph.copy()
     out.meta["fusion_groups"] = groups
     return out
+
+
+def _contiguous(graph, groups, succ, index):
+    """A topological order of the graph in which each group's members are adjacent: Kahn's
+    algorithm on the graph with groups contracted (a DAG, by the legality check), taking
+    ready units in their original order."""
+    unit = {}                       # node name -> unit id (a group, or the node alone)
+    members = []
+    for grp in groups:
+        for m in grp:
+            unit[m] = len(members)
+        members.append(grp)
+    for n in graph.nodes:
+        if n.out.name not in unit:
+            unit[n.out.name] = len(members)
+            members.append([n.out.name])
+    indeg = [0] * len(members)
+    edges = [set() for _ in members]
+    for u, ms in enumerate(members):
+        for m in ms:
+            for s in succ[m]:
+                t = unit[s]
+                if t != u and t not in edges[u]:
+                    edges[u].add(t)
+                    indeg[t] += 1
+    ready = [(index[ms[0]], u) for u, ms in enumerate(members) if indeg[u] == 0]
+    heapq.heapify(ready)
+    node_of = {n.out.name: n for n in graph.nodes}
+    order = []
+    while ready:
+        _, u = heapq.heappop(ready)
+        order.extend(node_of[m] for m in members[u])
+        for t in edges[u]:
+            indeg[t] -= 1
+            if indeg[t] == 0:
+                heapq.heappush(ready, (index[members[t][0]], t))
+    if len(order) != len(graph.nodes):
+        raise AssertionError("fusion: the graph with groups contracted has a cycle")
+    return order

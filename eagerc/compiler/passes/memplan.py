@@ -39,7 +39,9 @@ __all__ = ["memplan", "peak_bytes", "check_memory_plan", "planned_bytes", "SEARC
 SEARCH = 64   # buffers tried per value (smallest first) before a new one: keeps the pass linear
 
 
-def memplan(graph):
+def memplan(graph, plannable=None):
+    """Plan buffers for `graph`; `plannable(node) -> bool` (optional) names the nodes a backend
+    can write into a given buffer (e.g. ufuncs with `out=`): the others keep fresh arrays."""
     root, last, pinned = last_reads(graph)
     chain_of = {}   # planned value -> index of its chain in `chains`
     chains = []     # [dtype, numel, start, end, [value names]]
@@ -47,7 +49,7 @@ def memplan(graph):
     for i, n in enumerate(graph.nodes):
         out = n.out
         size = numel(out.shape)
-        if may_alias(n) or out.name in pinned or size is None:
+        if may_alias(n) or out.name in pinned or size is None or (plannable is not None and not plannable(n)):
             continue
         end = last.get(out.name, i)
         v = _inplace_input(n, i, chain_of, root, last) if is_elementwise(n) else None
