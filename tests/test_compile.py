@@ -11,7 +11,6 @@ import pytest
 
 import eagerc
 import eagerc.nn as nn
-import eagerc.nn.functional as F
 from eagerc.compiler import GraphBreak, explain
 
 HERE = os.path.basename(__file__)
@@ -63,6 +62,7 @@ def test_cached_call_does_not_retrace(backend):
     (entry,) = cf.entries.values()
     assert entry.calls == 3 and not entry.eager
     assert "linear" in str(cf.graphs[0]) and cf.code()
+    assert c.traces == 1 and c.log == cf.log and c.graphs and c.code()  # the module wrapper shows them
 
 
 def _retrace_log(caplog, fn, calls, **opts):
@@ -622,6 +622,8 @@ def test_random_ops_give_the_eager_numbers_for_the_same_seed(backend):
         for a, b in zip(eager, comp):
             np.testing.assert_array_equal(a.numpy(), b.numpy())
         assert not np.array_equal(comp[0].numpy(), comp[1].numpy())  # fresh numbers per call
+    assert c.traces == 1  # reseeding rebuilds the program with the new seed, no retrace
+    assert any(line.startswith("reseeded") for line in c.log)
 
 
 def test_dropout_in_train_mode_under_no_grad(backend):

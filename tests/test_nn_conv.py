@@ -515,3 +515,15 @@ def test_conv_modules_against_torch(mode):
     et.load_state_dict({k: T(v.detach().numpy()) for k, v in tt.state_dict().items()})
     z = rand(2, 4, 3, 3)
     close(et(T(z), output_size=(6, 6)), tt(torch.tensor(z), output_size=(6, 6)).detach().numpy(), 1e-12)
+
+
+def test_first_layer_weight_gradient_at_batch_size():
+    """A 1-channel first layer at batch 64 takes the blocked weight-gradient GEMM path."""
+    from op_cases.conv import ref_conv2d_grads
+    x, w = rand(64, 1, 28, 28), rand(4, 1, 3, 3, seed=1)
+    gy = rand(64, 4, 28, 28, seed=2)
+    xt, wt = T(x, True), T(w, True)
+    F.conv2d(xt, wt, padding=1).backward(T(gy))
+    dx, dw = ref_conv2d_grads(x, w, gy, 1, 1)
+    close(wt.grad, dw, 1e-8)
+    close(xt.grad, dx, 1e-8)

@@ -182,6 +182,8 @@ def run_backward(roots, root_grads, retain_graph=False, create_graph=False, targ
     With `targets` (Tensors), gradients w.r.t. them are returned instead of being
     accumulated into `.grad` (that is `autograd.grad`).
     """
+    if dispatch.tracer is not None:  # a compiled function that runs backward itself: a training step
+        dispatch.tracer.backward_ran = True
     capture = None
     if targets is not None:
         capture = {}

@@ -33,7 +33,7 @@ from .. import dispatch
 from .._tensor import Tensor
 from ..runtime.pytree import flatten, unflatten
 from . import dynamic as dyn
-from .tracer import GraphBreak, tensor_leaves, trace, user_frame_info, user_location
+from .tracer import GraphBreak, trace, user_frame_info
 
 log = logging.getLogger("eagerc.compile")
 
@@ -101,7 +101,8 @@ _KEY_PARTS = ("argument structure / Python values", "tensor", "grad mode", "modu
 class Entry:
     """One specialisation: a graph, its program, and how to feed it."""
     __slots__ = ("key", "graph", "traced", "program", "externals", "ext_items", "ext_grads", "ext_guards",
-                 "eager", "reason", "rng", "calls", "aliases", "single", "dynamic", "grads_none", "retries")
+                 "eager", "reason", "rng", "calls", "aliases", "single", "dynamic", "grads_none", "retries",
+                 "joint")
 
     def __init__(self, key, graph=None, program=None, externals=None, eager=False, reason=None, rng=(),
                  traced=None):
@@ -122,6 +123,7 @@ class Entry:
         self.aliases = ()
         self.single = False
         self.dynamic = None         # a Dynamic for symbolic graphs
+        self.joint = None           # a training.JointEntry when calls need autograd
         if graph is not None:
             self.single = graph.out_tree == {"t": 0}
             al = graph.meta.get("output_aliases")
@@ -130,11 +132,7 @@ class Entry:
             self.grads_none = tuple(graph.meta.get("grads_none", ()))
 
     def stale(self):
-        """None while every external tensor is the one traced, with the same type, and every
-        random generator has the seed traced; else why not."""
-        for name, gen, _, seed in self.rng:
-            if gen.initial_seed() != seed:
-                return f"the random generator of {name} was reseeded ({seed} -> {gen.initial_seed()})"
+        """None while every external tensor is the one traced, with the same type; else why not."""
         for name, p in self.ext_grads:
             g, t = p.grad, self.externals[name]
             if g is None or g.data.shape != t.data.shape or g.data.dtype != t.data.dtype:
@@ -271,7 +269,7 @@ class CompiledFunction:
         self.entries = {}
         self.traces = 0
         self.log = []                 # one line per retrace, graph break, dynamic decision, limit
-        self.eager_only = False
+        self.eager_only = False       # True: calls that match no specialisation run eagerly
         self._limit_warned = False
         self._roots = _roots_of(fn)
         self._guard_mods = []         # modules whose training flag is part of the key
@@ -382,6 +380,8 @@ class CompiledFunction:
             elif part == "module training flags":
                 names = self._guard_names
                 diffs = [f"{names[i]}.training {x} -> {y}" for i, (x, y) in enumerate(zip(a, b)) if x != y]
+                if len(diffs) > 4:
+                    diffs = diffs[:3] + [f"and {len(diffs) - 3} more"]
                 out.append("module training flags: " + (", ".join(diffs) or f"{a} -> {b}"))
             elif part == "global/closure values":
                 names = self._globs + [n for n, _ in self._cells]
@@ -420,7 +420,12 @@ class CompiledFunction:
             if entry.eager:
                 entry.calls += 1
                 return self.fn(*args, **kwargs)
-            if entry.ext_guards or entry.ext_grads or entry.rng:
+            if entry.rng:
+                for _, gen, _, seed in entry.rng:
+                    if gen.initial_seed() != seed:
+                        self._reseed(entry)
+                        break
+            if entry.ext_guards or entry.ext_grads:
                 why = entry.stale()
                 if why is not None:
                     del self.entries[key]
@@ -445,8 +450,8 @@ class CompiledFunction:
             reason = f"a size guard of the symbolic graph fails: {dyn.check_guards(guard_miss.dynamic.guards, env_)}"
             # a specialisation on this side of the guard to generalise from, if there is one
             masked = _masks_to(key, self._dyn)
-            ref = next((e for k, e in self.entries.items() if e.dynamic is None and not e.eager
-                        and k != key and _masks_to(k, self._dyn) == masked), None)
+            ref = next((e for k, e in self.entries.items() if type(e) is Entry and e.dynamic is None
+                        and not e.eager and k != key and _masks_to(k, self._dyn) == masked), None)
         else:
             ref = self._closest(key)
             reason = self._describe(ref.key, key)
@@ -465,7 +470,7 @@ class CompiledFunction:
         else:
             line_ = f"first call at {where}"
         self.log.append(line_)
-        if ref is not None and self.dynamic is not False and self._dyn_failed is None:
+        if type(ref) is Entry and self.dynamic is not False and self._dyn_failed is None:
             dims = self._size_change(ref.key, key)
             if dims:
                 result = self._make_dynamic(ref, dims, key, leaves, args, kwargs)
@@ -479,7 +484,8 @@ class CompiledFunction:
         for e in self.entries.values():
             while e is not None:
                 n += 1
-                e = e.dynamic.next if e.dynamic is not None else None
+                d = getattr(e, "dynamic", None)
+                e = d.next if d is not None else None
         return n
 
     def _external_index(self):
@@ -537,7 +543,8 @@ class CompiledFunction:
             e = head
             while e is not None:
                 e.key = nk
-                e = e.dynamic.next if e.dynamic is not None else None
+                d = getattr(e, "dynamic", None)
+                e = d.next if d is not None else None
             self.entries[nk] = head
 
     def _refresh_roots(self, args):
@@ -571,8 +578,70 @@ class CompiledFunction:
         graph, result, tracer = trace(self.fn, args, kwargs, names, self._module_paths(), fullgraph)
         return graph, result, tracer, owners
 
+    def _wants_autograd(self, leaves):
+        """Will this call's outputs need a backward? (grad on, and an input or parameter needs it)"""
+        if not dispatch.grad_enabled():
+            return False
+        if any(t.requires_grad for t in leaves):
+            return True
+        return any(p.requires_grad for m in self.modules for p in m.parameters())
+
+    def _trace_training(self, leaves, args, kwargs):
+        """Trace forward and backward together (see training.py): one forward program whose
+        outputs carry a Node running the backward program. A function that runs backward (and
+        an optimizer step) itself is an ordinary graph whose mutations update parameters,
+        optimizer state and .grad."""
+        from .training import trace_joint, JointEntry
+        self._refresh_roots(args)
+        names, owners = self._external_index()
+        self.traces += 1
+        fwd, bwd, result, tracer = trace_joint(self.fn, args, kwargs, names, self._module_paths(),
+                                               self.fullgraph)
+        self._learn_modules(tracer)
+        key = self._key(args, kwargs, masked=False)[0]
+        if fwd is None:
+            return self._after_break(key, tracer, result)
+        if bwd is None:  # a whole training step: backward already ran inside the function
+            self.entries[key] = self._compile_entry(key, fwd, tracer, owners)
+            return result
+        joint = JointEntry(fwd, bwd, self.backend, tracer, len(leaves))
+        entry = Entry(key, joint.forward, joint.fwd_program, tracer.externals, rng=tracer.rng_draws(),
+                      traced=fwd)
+        entry.joint = joint
+        _ext_guards(entry, tracer.externals, owners)
+        self.entries[key] = entry
+        return result
+
+    def _run_joint(self, entry, leaves):
+        overrides = None
+        if entry.rng:  # random ops draw fresh numbers each call, like eager mode
+            overrides = {name: {"seed": gen.initial_seed(), "offset": gen.next_offset(words)}
+                         for name, gen, words, _ in entry.rng}
+        result, mutations = entry.joint.run(leaves, overrides)
+        for target, arr in mutations:
+            _write_back(entry, leaves, target, arr)
+        return result
+
+    def _after_break(self, key, tracer, result):
+        if tracer.retryable and self._retries.get(key, 0) < 3:
+            # e.g. an optimizer creating its state on its first step: this call ran eagerly and
+            # the next one traces again
+            self._retries[key] = self._retries.get(key, 0) + 1
+            self.log.append(f"eager call, traced again next time: {tracer.broken.what} at "
+                            f"{tracer.broken.location}")
+            log.info("eagerc.compile: %s: %s", self.__name__, self.log[-1])
+            return result
+        brk = tracer.broken
+        file, line, level = user_frame_info()
+        warnings.warn(f"eagerc.compile: graph break in {self.__name__}: {brk}", stacklevel=level)
+        self.log.append(f"graph break: {brk.what} at {brk.location}")
+        self.entries[key] = Entry(key, eager=True, reason=str(brk))
+        return result
+
     def _trace(self, leaves, args, kwargs):
         """Trace this call; its specialisation is stored under the key without symbols."""
+        if self._wants_autograd(leaves):
+            return self._trace_training(leaves, args, kwargs)
         graph, result, tracer, owners = self._do_trace(args, kwargs, self.fullgraph)
         self._learn_modules(tracer)
         key = self._key(args, kwargs, masked=False)[0]
@@ -591,17 +660,18 @@ class CompiledFunction:
             self.log.append(f"graph break: {brk.what} at {brk.location}")
             self.entries[key] = Entry(key, eager=True, reason=str(brk))
             return result
-        needs_grad = dispatch.grad_enabled() and (
-            any(t.requires_grad for t in tracer.externals.values()) or any(k[3] for k in key[1]))
+        needs_grad = dispatch.grad_enabled() and any(
+            t.requires_grad for t in tracer.externals.values()) and not getattr(tracer, "backward_ran", False)
         if needs_grad:
-            # Training graphs (forward + backward) are not compiled yet: stay eager, say so once.
-            reason = "inputs or parameters require grad (compiled training is not supported yet)"
+            # a tensor that requires grad, read from a closure (not a module parameter): this call
+            # ran eagerly; keep it eager rather than lose its gradient
+            reason = "reads a tensor that requires grad from outside the compiled modules"
             log.info("eagerc.compile: %s runs eagerly: %s", self.__name__, reason)
             self.entries[key] = Entry(key, graph=graph, eager=True, reason=reason, traced=graph)
             return result
         entry = self._compile_entry(key, graph, tracer, owners)
         self.entries[key] = entry
-        if self.dynamic is True and self._dyn is None and self._dyn_failed is None:
+        if self.dynamic is True and self._dyn is None and self._dyn_failed is None and type(entry) is Entry:
             self._dynamic_from_start(entry, leaves, args, kwargs)
         return result
 
@@ -613,8 +683,33 @@ class CompiledFunction:
         _ext_guards(entry, tracer.externals, owners)
         return entry
 
+    def _reseed(self, entry):
+        """A generator the graph draws from was reseeded: the seed is an attribute of the random
+        ops, so the programs are rebuilt from the traced graph with the new seeds (no retrace)."""
+        from .passes import optimize
+        seeds = {name: gen.initial_seed() for name, gen, _, _ in entry.rng}
+        entry.rng = [(name, gen, words, seeds[name]) for name, gen, words, _ in entry.rng]
+
+        def patch(g):
+            return g.copy(nodes=[n.copy_with(attrs={**n.attrs, "seed": seeds[n.out.name]})
+                                 if n.out.name in seeds else n for n in g.nodes])
+        entry.traced = patch(entry.traced)
+        if entry.dynamic is None:
+            entry.graph = optimize(entry.traced)
+            entry.program = self.backend.compile(entry.graph)
+        else:
+            d = entry.dynamic
+            d.graph = entry.graph = entry.traced
+            d.programs.clear()
+            if d.generic is not None:
+                g = optimize(d.graph)
+                d.generic, d.generic_attrs = self.backend.compile(g), dyn.scan_symbolic(g, d.symbols)
+        self.log.append(f"reseeded: {self.__name__}'s random ops now use seeds {sorted(set(seeds.values()))}")
+
     # ------------------------------------------------------------ running
     def _run(self, entry, leaves, env):
+        if entry.joint is not None:
+            return self._run_joint(entry, leaves)
         env_ = {_ARG_NAMES[i]: t.data for i, t in enumerate(leaves)} if len(leaves) < 256 else \
             {f"arg{i}": t.data for i, t in enumerate(leaves)}
         for name, t in entry.ext_items:
@@ -684,21 +779,22 @@ class CompiledFunction:
         for dims in (cands, firsts):
             if not dims:
                 continue
-            if self._make_dynamic(entry, dims, entry.key, leaves, args, kwargs, verify_call=False) \
-                    is not _FAILED:
+            if self._make_dynamic(entry, dims, entry.key, leaves, args, kwargs, verify_call=False,
+                                  keep_small=True) is not _FAILED:
                 return
+            self._dyn_failed = None  # let the narrower attempt (and later automatic ones) run
             if dims == firsts:
                 break
-            self._dyn_failed = None  # let the narrower attempt run
 
-    def _make_dynamic(self, ref, changed, key, leaves, args, kwargs, verify_call=True):
+    def _make_dynamic(self, ref, changed, key, leaves, args, kwargs, verify_call=True, keep_small=False):
         """Build a symbolic graph for the sizes in `changed` ({(leaf, dim): (ref size, new size)}).
 
         ref is the specialisation the call differs from only in those sizes. Returns the result
         of this call (None with verify_call=False), or _FAILED: the function then stays static."""
         def fail(why):
             self._dyn_failed = why
-            msg = f"dynamic shapes: {self.__name__} stays static: {why}"
+            msg = (f"dynamic shapes: {self.__name__} stays static in "
+                   f"{', '.join(f'arg {i} dim {d}' for i, d in sorted(changed))}: {why}")
             self.log.append(msg)
             log.info("eagerc.compile: %s", msg)
             return _FAILED
@@ -713,11 +809,18 @@ class CompiledFunction:
             if sym is None:
                 sym = groups[pair] = f"s{n_old + len(groups)}"
             dims[(i, d)] = sym
+        # this specialisation's symbols: the dynamic dims where this call has a size >= 2 (a 1
+        # stays a 1 in its key and its graph)
+        all_dims = dims
+        dims = {(i, d): s for (i, d), s in all_dims.items()
+                if leaves[i].data.shape[d] >= 2 or (keep_small and (i, d) in changed)}
+        if not dims:
+            return fail("no size of this call can be symbolic")
         symbols = sorted(set(dims.values()), key=lambda s: int(s[1:]))
         if ref.eager:
             # a graph break or a call that needs autograd runs eagerly anyway: one eager entry
             # serves every size instead of a retrace per size
-            self._set_dims(dims)
+            self._set_dims(all_dims)
             nkey = _full_mask(self._key(args, kwargs, masked=False)[0], dims)
             self.entries[nkey] = Entry(nkey, graph=ref.graph, eager=True, reason=ref.reason)
             self.log.append(f"dynamic shapes: {self.__name__} runs eagerly for every size of "
@@ -844,11 +947,11 @@ class CompiledFunction:
         # install: the dims become symbols in every key; drop the specialisations the new mask
         # makes unreachable (older symbolic entries) or that the symbolic graph covers
         old_dims = self._dyn_dims
-        self._set_dims(dims)
+        self._set_dims(all_dims)
         nkey = _full_mask(self._key(args, kwargs, masked=False)[0], dims)
         entry.key = nkey
         for k, e in list(self.entries.items()):
-            if e.dynamic is not None and old_dims != dims:
+            if e.dynamic is not None and old_dims != all_dims:
                 del self.entries[k]
             elif e.dynamic is None and not e.eager and _masks_to(k, self._dyn) == nkey:
                 env_ = _bind(nkey, k, dims)
@@ -910,11 +1013,6 @@ class _Failed:
 
 
 _FAILED = _Failed()
-
-
-def _fail_after(fail, why, result):
-    fail(why)
-    return result
 
 
 def _bind(masked_key, key, dims):

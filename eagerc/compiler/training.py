@@ -35,13 +35,16 @@ def trace_joint(fn, args, kwargs, external_names, module_paths, fullgraph=False)
     """
     from ..autograd import grad as autograd_grad
     tracer = Tracer(external_names, fullgraph)
-    leaves, _ = flatten((args, kwargs), lambda x: isinstance(x, Tensor))
+    from .tracer import tensor_leaves
+    leaves = tensor_leaves((args, kwargs), [])
     for i, t in enumerate(leaves):
         tracer.add_arg(t, f"arg{i}")
     with tracing(tracer, module_paths):
         result = fn(*args, **kwargs)
         if tracer.broken is not None:
             return None, None, result, tracer
+        if getattr(tracer, "backward_ran", False):  # a training step: nothing left to differentiate
+            return tracer.graph(result), None, result, tracer
         n_forward = len(tracer.nodes)
         outs, out_tree = flatten(result, lambda x: isinstance(x, Tensor))
         diff = [i for i, t in enumerate(outs) if t.requires_grad]

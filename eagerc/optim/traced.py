@@ -69,7 +69,10 @@ def adam_step(opt, decoupled):
                 vmax = state["max_exp_avg_sq"]
                 vmax.copy_(vmax.maximum(v))
                 v = vmax
-            bias1 = 1 - beta1 ** step
-            bias2_sqrt = (1 - beta2 ** step).sqrt()
-            denom = v.sqrt() / bias2_sqrt + eps
-            p.sub_(m / denom * (lr / bias1))
+            # the eager rule's arithmetic, in the same order (bias terms in float64, like its
+            # Python floats), so compiled and eager steps agree to the last bits
+            t = step.double()
+            bias1 = 1 - beta1 ** t
+            bias2_sqrt = (1 - beta2 ** t).sqrt()
+            denom = v.sqrt() + bias2_sqrt * eps
+            p.sub_(m / denom * (bias2_sqrt * lr / bias1))

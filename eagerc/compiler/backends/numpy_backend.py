@@ -93,6 +93,8 @@ def _kernel_is(opname, ufunc):
 
 
 def _checked_table():
+    from ...runtime.ops import load_all
+    load_all()
     direct = {}
     for name, uf in _UFUNC.items():
         if _kernel_is(name, uf):
@@ -274,18 +276,49 @@ def _direct(node, table):
     return uf
 
 
+def _symbols(graph):
+    """The size symbols of a dynamic graph ("s0", "s1", ...): identifiers in value shapes."""
+    syms = set()
+    for v in [v for _, v in graph.inputs] + [n.out for n in graph.nodes]:
+        for d in v.shape:
+            if isinstance(d, str):
+                syms.update(re.findall(r"[A-Za-z_][A-Za-z_0-9]*", d))
+    return syms
+
+
+def per_call_attrs(graph):
+    """node output name -> names of the attributes that change per call and come from
+    `overrides`: a random op's seed and offset, and in a dynamic graph the attributes that
+    hold size expressions ("s0*16")."""
+    table = {}
+    for n in graph.nodes:
+        op = OPS.get(n.op)
+        if op is not None and "seed" in op.attrs:
+            table[n.out.name] = [k for k in ("seed", "offset") if k in n.attrs]
+    syms = _symbols(graph)
+    if syms:
+        from ..dynamic import scan_symbolic
+        for name, attrs in scan_symbolic(graph, syms).table.items():
+            table.setdefault(name, [])
+            table[name] += [k for k in attrs if k not in table[name]]
+    return {k: v for k, v in table.items() if v}
+
+
 class _Plan:
     """Per node: how it is rendered (direct ufunc or kernel call) and where its result goes.
 
     target[i] is ("inplace", input value name) or ("buffer", _Buffer, (shape, dtype)).
     """
 
-    def __init__(self, graph):
+    def __init__(self, graph, per_call=()):
         table = _direct_table()
         self.direct = {}      # node index -> ufunc name (or "clamp")
         self.target = {}
         self.buffers = []     # [_Buffer] in first-use order
-        self.dropped = []     # [(value, why)]: memory-plan entries not followed
+        self.dropped = []     # [(value, why)]: memory-plan entries not safe to follow
+        self.kernel_planned = []  # planned values made by kernel calls (they keep fresh arrays)
+        self.followed = 0
+        self.has_plan = bool(graph.meta.get("memory_plan"))
         ends = _static_alias_ends(graph)
         plan = graph.meta.get("memory_plan") or None
         planned = {}          # plan buffer id -> _Buffer
@@ -293,29 +326,33 @@ class _Plan:
         active = []           # own planner: buffers whose contents may still be read
         free = {}             # own planner: (shape, dtype) -> [_Buffer] free for reuse
         for i, n in enumerate(graph.nodes):
-            out = n.out
-            uf = _direct(n, table)
+            uf = _direct(n, table) if n.out.name not in per_call else None
             if uf is not None:
                 self.direct[i] = uf
+        handed_out = self._handed_out(graph, ends)
+        for i, n in enumerate(graph.nodes):
+            out = n.out
+            uf = self.direct.get(i)
             escapes = ends[out.name] == _INF
             if plan is None and active:
                 still = []
                 for b in active:
                     (free.setdefault(b.key, []) if b.storage.end < i else still).append(b)
                 active = still
-            chosen = None
+            chosen = self._inplace(i, n, storage, escapes) if uf is not None else None
             if plan is not None and out.name in plan:
                 if uf is None:
-                    self.dropped.append((out.name, f"{n.op} runs as a kernel call, which cannot write "
-                                                   "into a buffer"))
-                else:
+                    self.kernel_planned.append(out.name)
+                elif chosen is None:
                     chosen, why = self._planned(i, n, plan[out.name], planned, escapes)
                     if chosen is None:
                         self.dropped.append((out.name, why))
-            if chosen is None and uf is not None:
-                chosen = self._inplace(i, n, storage, escapes)
+                    else:
+                        self.followed += 1
+                else:
+                    self.followed += 1   # in place: the plan's chain, or no new memory at all
             if chosen is None and uf is not None and plan is None and not escapes \
-                    and _static_shape(out.shape) and out.shape:
+                    and _static_shape(out.shape) and out.shape and out.name not in handed_out:
                 key = (tuple(out.shape), out.dtype)
                 pool = free.get(key)
                 if pool:
@@ -349,6 +386,23 @@ class _Plan:
             for key in b.views:
                 b.views[key] = f"buf{k}"
                 k += 1
+
+    def _handed_out(self, graph, ends):
+        """Values whose memory a chain of in-place direct nodes would hand to the user: they
+        are better fresh than in a buffer (the escaping end of the chain can then reuse them)."""
+        made_fresh = {n.out.name for n in graph.nodes if not _may_alias(n)}
+        out = set()
+        for j in range(len(graph.nodes) - 1, -1, -1):
+            if j not in self.direct:
+                continue
+            n = graph.nodes[j]
+            for x in n.inputs:
+                if hasattr(x, "name") and x.name in made_fresh and ends[x.name] == j \
+                        and tuple(x.shape) == tuple(n.out.shape) and x.dtype == n.out.dtype:
+                    if ends[n.out.name] == _INF or n.out.name in out:
+                        out.add(x.name)
+                    break
+        return out
 
     @staticmethod
     def _inplace(i, n, storage, escapes):
@@ -386,7 +440,7 @@ class _Plan:
 # ---------------------------------------------------------------- rendering
 
 _RESERVED = {"np", "env", "overrides", "bufs", "POOL", "OPS", "asarray", "alloc_buffers", "program",
-             "DEFAULT_OVERRIDES"}
+             "NO_OVERRIDES", "FIXED", "per_call", "check_fixed"}
 
 
 class _Names:
@@ -414,6 +468,14 @@ class _Names:
         return ident
 
 
+def _tuple_src(names):
+    return "(" + ", ".join(names) + ("," if len(names) == 1 else "") + ")"
+
+
+def _unpack_src(names):
+    return names[0] + "," if len(names) == 1 else ", ".join(names)
+
+
 def _where(node):
     parts = [x for x in (node.loc, f"({node.module})" if node.module else None) if x]
     return " ".join(parts)
@@ -421,7 +483,8 @@ def _where(node):
 
 def render(graph):
     """(source, globals) of the program for `graph`; deterministic for the same graph."""
-    plan = _Plan(graph)
+    per_call = per_call_attrs(graph)
+    plan = _Plan(graph, per_call)
     names = _Names()
     consts = {}            # global name -> object without a literal form
     kernels = {}           # op -> global name
@@ -444,7 +507,6 @@ def render(graph):
     free = last_uses(graph)
     kept = {v.name for v in graph.outputs} | {v.name for _, v in graph.mutations}
     read = {v.name for n in graph.nodes for v in n.input_values()}
-    randoms = [n for n in graph.nodes if n.op in OPS and "offset" in OPS[n.op].attrs]
 
     body = []   # (code, comment)
     for i, n in enumerate(graph.nodes):
@@ -481,16 +543,19 @@ def render(graph):
             if k is None:
                 k = kernels[n.op] = "k_" + re.sub(r"\W", "_", n.op)
             args = [arg(x) for x in n.inputs]
-            opdef = OPS[n.op]
+            varying = per_call.get(n.out.name, ())
             for key, val in n.attrs.items():
-                if key == "offset" and "offset" in opdef.attrs:
-                    args.append(f"offset=overrides[{n.out.name!r}]['offset']")
-                elif key.isidentifier() and not keyword.iskeyword(key):
+                if key in varying:
+                    continue
+                if key.isidentifier() and not keyword.iskeyword(key):
                     args.append(f"{key}={const(val)}")
                 else:
                     args.append(f"**{{{key!r}: {const(val)}}}")
+            if varying:
+                recorded = ", ".join(f"{key}={const(n.attrs[key])}" for key in varying)
+                args.append(f"**per_call(overrides, {n.out.name!r}, {recorded})")
             expr = f"{k}({', '.join(args)})"
-            if not n.out.shape and not _may_alias(n):
+            if not n.out.shape:
                 expr = f"asarray({expr})"   # kernels may return numpy scalars for 0-d results
         comment = " ".join(x for x in (_where(n), "[in place]" if target and target[0] == "inplace" else "")
                            if x)
@@ -505,9 +570,12 @@ def render(graph):
     lines = ["# Constructed by numpy_backend",
              f"# {len(graph.nodes)} nodes; {len(plan.buffers)} planned buffer"
              f"{'s' if len(plan.buffers) != 1 else ''}"]
-    if plan.dropped:
-        lines.append("# memory plan entries not used: " +
-                     "; ".join(f"{v} ({why})" for v, why in plan.dropped))
+    if plan.has_plan:
+        lines.append(f"# memory plan: {plan.followed} planned values written with out=")
+        if plan.kernel_planned:
+            lines.append("#   kernel calls keep fresh arrays: " + ", ".join(plan.kernel_planned))
+        for v, why in plan.dropped:
+            lines.append(f"#   not followed for {v}: {why}")
     if kernels:
         lines.append("")
         for op, k in kernels.items():
@@ -523,7 +591,7 @@ def render(graph):
             nb = _size(shape, dtype)
             lines.append(f"    {name} = {rawname[id(b)]}[:{nb}].view(np.{np.dtype(dtype).name})"
                          f".reshape({_literal(tuple(shape))})")
-        lines.append(f"    return ({', '.join(name for _, _, name in views)},)")
+        lines.append(f"    return {_tuple_src([name for _, _, name in views])}")
     lines += ["", "", "def program(env, overrides=None):"]
     width = max([len(c) for c, _ in body] + [0])
     pad = min(max(width, 40), 88)
@@ -535,12 +603,20 @@ def render(graph):
     lines.append("    # inputs")
     for c, cm in inputs:
         lines.append(f"    {c:<{ipad}}  # {cm}")
-    if randoms:
-        lines.append("    if overrides is None:  # per-call offsets of the random ops")
-        lines.append("        overrides = DEFAULT_OVERRIDES")
+    if per_call:
+        lines += ["    if overrides is None:  # per-call attributes: the values recorded in the graph",
+                  "        overrides = NO_OVERRIDES",
+                  "    elif not FIXED.isdisjoint(overrides):",
+                  "        check_fixed(overrides)"]
+    else:
+        lines += ["    if overrides and not FIXED.isdisjoint(overrides):",
+                  "        check_fixed(overrides)"]
     if plan.buffers:
-        lines.append("    bufs = POOL.pop() if POOL else alloc_buffers()")
-        lines.append(f"    {', '.join(name for _, _, name in views)}, = bufs")
+        lines += ["    try:  # a buffer set no other call is using",
+                  "        bufs = POOL.pop()",
+                  "    except IndexError:",
+                  "        bufs = alloc_buffers()"]
+        lines.append(f"    {_unpack_src([name for _, _, name in views])} = bufs")
     lines.append("    # program")
     for c, cm in body:
         lines.append(f"    {c:<{pad}}  # {cm}" if cm else f"    {c}")
@@ -553,8 +629,35 @@ def render(graph):
 
     globs = {"np": np, "OPS": OPS, "asarray": np.asarray, "POOL": [], "__name__": "eagerc_compiled"}
     globs.update(consts)
-    globs["DEFAULT_OVERRIDES"] = {n.out.name: {"offset": n.attrs.get("offset")} for n in randoms}
+    fixed = {n.out.name: n for n in graph.nodes if n.out.name not in per_call}
+    globs["FIXED"] = frozenset(fixed)
+    globs["NO_OVERRIDES"] = {}
+    globs["per_call"] = _per_call
+    globs["check_fixed"] = lambda overrides: _check_fixed(fixed, overrides)
     return source, globs, plan
+
+
+def _per_call(overrides, name, **recorded):
+    """A node's per-call attributes: those recorded in the graph, updated from `overrides`."""
+    o = overrides.get(name)
+    if o:
+        recorded.update(o)
+    return recorded
+
+
+def _check_fixed(fixed, overrides):
+    """Overrides for nodes whose attributes were rendered as literals: fine only when they
+    repeat the recorded values (the program could not honour a change: never silent)."""
+    for name, attrs in overrides.items():
+        n = fixed.get(name)
+        if n is None:
+            continue
+        for k, v in attrs.items():
+            if k not in n.attrs or n.attrs[k] != v:
+                raise ValueError(f"numpy backend: overrides set {name}.{k} = {v!r}, but this program "
+                                 f"renders node {name} ({n.op}) with its attributes fixed "
+                                 f"({n.attrs.get(k, '<absent>')!r}); only random ops' seed/offset "
+                                 "and size expressions of dynamic graphs change per call")
 
 
 def build_program(graph):
@@ -576,9 +679,16 @@ def build_program(graph):
 
 class NumpyBackend:
     name = "numpy"
+    supports_dynamic = True   # one program for every binding of a dynamic graph's size symbols
 
     def compile(self, graph):
         return build_program(graph)
+
+    @staticmethod
+    def plannable(node):
+        """Can this node write into a given buffer (a direct ufunc call with out=)? For
+        passes.memplan(graph, plannable=...): kernel calls always make fresh arrays."""
+        return _direct(node, _direct_table()) is not None
 
 
 register_backend("numpy", NumpyBackend)
