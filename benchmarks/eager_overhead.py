@@ -9,6 +9,11 @@ requires_grad.
 import os
 import sys
 
+# One BLAS thread (BENCH_THREADS to change) for numpy and PyTorch alike: set before numpy
+# loads OpenBLAS; on a small shared machine threaded BLAS on small matrices measures contention.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", os.environ.get("BENCH_THREADS", "1"))
+os.environ.setdefault("OMP_NUM_THREADS", os.environ.get("BENCH_THREADS", "1"))
+
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))

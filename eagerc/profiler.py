@@ -158,14 +158,18 @@ def _timed_kernel(name, kernel, events, shapes):
     return timed
 
 
-def _timed_interpreter_call(prof):
+def _timed_interpreter_call(prof, original):
     """A timed copy of InterpretedProgram.__call__ (backends/interpreter.py): one "kernel"
-    event per node."""
+    event per node. A program that does not look as expected runs the original (untimed)."""
     import numpy as np
     ndarray = np.ndarray
     events = prof._events
 
     def __call__(self, env, overrides=None):
+        steps = getattr(self, "steps", None)
+        if not isinstance(steps, list) or len(steps) != len(self.graph.nodes) or \
+                any(len(s) != 5 for s in steps[:1]) or not hasattr(self, "free"):
+            return original(self, env, overrides)
         env = dict(env)
         nodes = self.graph.nodes
         shapes = prof.record_shapes
@@ -270,16 +274,15 @@ def _line_nodes(program):
         start = lines.index("    # program")
     except ValueError:
         return {}
-    nodes = iter(graph.nodes)
+    assigns = []
     for i in range(start + 1, len(lines)):
         s = lines[i].strip()
         if not s or s.startswith(("del ", "#", "POOL.", "return ")) or " = " not in s:
             continue
-        n = next(nodes, None)
-        if n is None:
-            break
-        out[i + 1] = n
-    return out
+        assigns.append(i + 1)
+    if len(assigns) != len(graph.nodes):  # not the layout this expects: kernel names only
+        return {}
+    return dict(zip(assigns, graph.nodes))
 
 
 # ---------------------------------------------------------------- the profiler
@@ -366,7 +369,8 @@ class profile:
             from .compiler.backends import numpy_backend  # noqa: F401  (registers itself)
         except ImportError:
             pass
-        self._patch(_interp.InterpretedProgram, "__call__", _timed_interpreter_call(self))
+        self._patch(_interp.InterpretedProgram, "__call__",
+                    _timed_interpreter_call(self, _interp.InterpretedProgram.__dict__["__call__"]))
         backends = {_interp.InterpreterBackend} | {c for c in _backends._BACKENDS.values() if isinstance(c, type)}
         for cls in backends:
             if "compile" in cls.__dict__:

@@ -285,10 +285,19 @@ def _find_repeats(graph, mods, param_mod):
     stack = [""]
     while stack:
         parent = stack.pop()
-        groups = {}
+        runs = []                    # runs of numbered siblings (k, k+1, ...) with identical ops
         for c in children.get(parent, ()):
-            groups.setdefault((len(members[c]), signature(c)), []).append(c)
-        for (_, _), paths in groups.items():
+            last = c.rsplit(".", 1)[-1]
+            if not last.isdigit():
+                stack.append(c)
+                continue
+            prev = runs[-1][-1] if runs else None
+            if (prev is not None and _parent(prev) == parent and int(prev.rsplit(".", 1)[-1]) + 1 == int(last)
+                    and len(members[prev]) == len(members[c]) and signature(prev) == signature(c)):
+                runs[-1].append(c)
+            else:
+                runs.append([c])
+        for paths in runs:
             if len(paths) < 2:
                 stack.extend(paths)
                 continue

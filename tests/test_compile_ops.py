@@ -46,26 +46,39 @@ def _trace(fn, arrays, requires_grad=False):
     return graph, result, env
 
 
+def _fresh(env):
+    return {k: np.array(v, copy=True) for k, v in env.items()}
+
+
+def _close(o, e, rtol, what):
+    assert type(o) is np.ndarray, f"{what}: {type(o).__name__}, not an ndarray"
+    assert o.dtype == e.dtype, f"{what}: dtype {o.dtype} != {e.dtype}"
+    assert o.shape == e.shape, f"{what}: shape {o.shape} != {e.shape}"
+    if e.dtype.kind in "fc":
+        np.testing.assert_allclose(o, e, rtol=rtol, atol=0, equal_nan=True, err_msg=what)
+    else:
+        np.testing.assert_array_equal(o, e, err_msg=what)
+
+
 def _check(graph, result, env, what, rtol):
     graph = Graph.loads(graph.dumps())          # JSON-plain attributes only
     program = BACKEND.compile(graph)
-    snapshot = {k: np.array(v, copy=True) for k, v in env.items()}
-    outs, _ = program(env, None)
+    env1 = _fresh(env)
+    outs, muts = program(env1, None)
     expected = [t.data for t in _leaves(result)]
     assert len(outs) == len(expected), f"{what}: {len(outs)} outputs, eager made {len(expected)}"
     for k, (o, e) in enumerate(zip(outs, expected)):
-        assert type(o) is np.ndarray, f"{what} output {k}: {type(o).__name__}, not an ndarray"
-        assert o.dtype == e.dtype, f"{what} output {k}: dtype {o.dtype} != eager {e.dtype}"
-        assert o.shape == e.shape, f"{what} output {k}: shape {o.shape} != eager {e.shape}"
-        if e.dtype.kind in "fc":
-            np.testing.assert_allclose(o, e, rtol=rtol, atol=0, equal_nan=True, err_msg=f"{what} output {k}")
-        else:
-            np.testing.assert_array_equal(o, e, err_msg=f"{what} output {k}")
-    for k, v in env.items():  # the program never writes into its inputs
-        np.testing.assert_array_equal(v, snapshot[k], err_msg=f"{what}: input {k} was modified")
-    outs2, _ = program(env, None)   # a second call: same values, and the first call's arrays intact
+        _close(o, np.asarray(e), rtol, f"{what} output {k}")
+    targets = {t for t, _ in graph.mutations}
+    for k, v in env.items():  # the program writes into no input but the ones it updates
+        if k not in targets:
+            np.testing.assert_array_equal(env1[k], v, err_msg=f"{what}: input {k} was modified")
+    _, ref_muts = run_graph(graph, _fresh(env))
+    for (t, m), (_, r) in zip(muts, ref_muts):
+        _close(np.asarray(m), np.asarray(r), rtol, f"{what} mutation {t}")
+    outs2, _ = program(_fresh(env), None)   # a second call: same values, the first call's arrays intact
     for k, (a, b, e) in enumerate(zip(outs, outs2, expected)):
-        if a.size and not _may_share_input(a, env):
+        if a.size and not _may_share_input(a, env1):
             assert not np.shares_memory(a, b), f"{what} output {k}: two calls returned the same memory"
         np.testing.assert_array_equal(a, b, err_msg=f"{what} output {k}: second call differs")
 

@@ -48,6 +48,8 @@ def trace_joint(fn, args, kwargs, external_names, module_paths, fullgraph=False)
         n_forward = len(tracer.nodes)
         outs, out_tree = flatten(result, lambda x: isinstance(x, Tensor))
         diff = [i for i, t in enumerate(outs) if t.requires_grad]
+        if not diff:  # e.g. the function ran under no_grad: an ordinary graph
+            return tracer.graph(result), None, result, tracer
         targets = [t for t in leaves if t.requires_grad] + \
                   [t for t in tracer.externals.values() if t.requires_grad]
         gouts = []

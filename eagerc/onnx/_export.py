@@ -144,8 +144,8 @@ def export(fn_or_module_or_program, example_args=None, path=None, opset=MIN_OPSE
     model = onnx.helper.make_model(g, opset_imports=opsets, producer_name="eagerc",
                                    producer_version=eagerc.__version__,
                                    doc_string=doc_string or "exported by eagerc.onnx.export")
-    model.ir_version = min(model.ir_version, onnx.helper.find_min_ir_version_for(opsets) or model.ir_version)
-    model.ir_version = max(model.ir_version, 8)
+    # the oldest IR version that has this opset: runtimes older than the onnx package still load it
+    model.ir_version = max(8, onnx.helper.find_min_ir_version_for(opsets))
     big = sum(np.asarray(w).nbytes for w in weights.values()) > 1_800_000_000
     if check and not big:
         try:

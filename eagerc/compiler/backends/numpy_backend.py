@@ -183,6 +183,15 @@ def _static_alias_ends(graph):
     return end
 
 
+def _returned(graph):
+    """Names of the outputs and of every value an output may be a view of."""
+    out = {v.name for v in graph.outputs}
+    for n in reversed(graph.nodes):
+        if n.out.name in out and _may_alias(n):
+            out.update(v.name for v in n.input_values())
+    return out
+
+
 def _static_shape(shape):
     return all(type(s) is int for s in shape)
 
@@ -330,6 +339,7 @@ class _Plan:
             if uf is not None:
                 self.direct[i] = uf
         handed_out = self._handed_out(graph, ends)
+        forced = self._update_chains(graph, ends, storage)
         for i, n in enumerate(graph.nodes):
             out = n.out
             uf = self.direct.get(i)
@@ -339,7 +349,10 @@ class _Plan:
                 for b in active:
                     (free.setdefault(b.key, []) if b.storage.end < i else still).append(b)
                 active = still
-            chosen = self._inplace(i, n, storage, escapes) if uf is not None else None
+            if i in forced:
+                chosen = ("inplace", forced[i])
+            else:
+                chosen = self._inplace(i, n, storage, escapes) if uf is not None else None
             if plan is not None and out.name in plan:
                 if uf is None:
                     self.kernel_planned.append(out.name)
@@ -404,6 +417,55 @@ class _Plan:
                     break
         return out
 
+    def _update_chains(self, graph, ends, storage):
+        """Mutation outputs computed straight into their target's memory.
+
+        For an external (or argument) T that the graph updates (a mutation T <- m), follow T's
+        heirs: the direct node where T is read for the last time (views included) and whose
+        output has T's shape and dtype, then that output's such node, and so on. If the chain
+        reaches m, and none of its values is returned or written elsewhere, every node of it
+        writes into T's own array (`np.subtract(w, t52, out=w)`): no fresh array, and the
+        write-back after the run finds the value already in place. Returns {node index: name
+        of the input it overwrites}; self.targets lists the T written this way."""
+        self.targets = []
+        muts = {t: v.name for t, v in graph.mutations}
+        inputs = {v.name: v for _, v in graph.inputs}
+        returned = _returned(graph)
+        reader = {}   # value name -> (node index, output) where it dies in place-ably
+        for j, n in enumerate(graph.nodes):
+            if j not in self.direct:
+                continue
+            for x in n.inputs:
+                if hasattr(x, "name") and ends.get(x.name) == j and x.name not in reader \
+                        and tuple(x.shape) == tuple(n.out.shape) and x.dtype == n.out.dtype:
+                    reader[x.name] = (j, n.out)
+                    break
+        counts = {}
+        for t in muts:
+            counts[t] = counts.get(t, 0) + 1
+        forced = {}
+        for target, m in muts.items():
+            v = inputs.get(target)
+            if v is None or target.endswith(".grad") or counts[target] > 1 or m in returned \
+                    or ends.get(target) == _INF or not _static_shape(v.shape):
+                continue
+            chain, x = [], target
+            while x in reader and x != m:
+                j, out = reader[x]
+                if out.name != m and ends[out.name] == _INF:
+                    break
+                chain.append((j, x, out.name))
+                x = out.name
+            if x != m or not chain or any(j in forced for j, _, _ in chain):
+                continue
+            st = _Storage("target", _INF)
+            st.members.append(target)
+            storage[target] = st
+            for j, prev, _ in chain:
+                forced[j] = prev
+            self.targets.append(target)
+        return forced
+
     @staticmethod
     def _inplace(i, n, storage, escapes):
         """An input whose memory this node may overwrite: made by this call, same shape and
@@ -413,7 +475,7 @@ class _Plan:
             st = storage.get(x.name) if hasattr(x, "name") else None
             if st is None or st.end != i or tuple(x.shape) != tuple(out.shape) or x.dtype != out.dtype:
                 continue
-            if st.kind == "buffer" and escapes:
+            if st.kind == "buffer" and escapes or st.kind == "target":
                 continue
             return ("inplace", x.name)
         return None
@@ -440,7 +502,7 @@ class _Plan:
 # ---------------------------------------------------------------- rendering
 
 _RESERVED = {"np", "env", "overrides", "bufs", "POOL", "OPS", "asarray", "alloc_buffers", "program",
-             "NO_OVERRIDES", "FIXED", "per_call", "check_fixed"}
+             "NO_OVERRIDES", "FIXED", "per_call", "check_fixed", "UPDATED", "shared_or_readonly"}
 
 
 class _Names:
@@ -466,6 +528,20 @@ class _Names:
         self.map[name] = ident
         self.used.add(ident)
         return ident
+
+
+def _wrap_comment(head, items, width=100):
+    """`head` + comma-separated items as comment lines of at most `width` characters."""
+    indent = head[:len(head) - len(head.lstrip())] + "#" + " " * 5
+    lines, line = [], head
+    for k, item in enumerate(items):
+        piece = item + ("," if k < len(items) - 1 else "")
+        if len(line) + len(piece) > width and line.strip() not in ("#", head.strip()):
+            lines.append(line.rstrip())
+            line = indent
+        line += piece + " "
+    lines.append(line.rstrip())
+    return lines
 
 
 def _tuple_src(names):
@@ -571,9 +647,10 @@ def render(graph):
              f"# {len(graph.nodes)} nodes; {len(plan.buffers)} planned buffer"
              f"{'s' if len(plan.buffers) != 1 else ''}"]
     if plan.has_plan:
-        lines.append(f"# memory plan: {plan.followed} planned values written with out=")
+        lines.append(f"# memory plan: {plan.followed} planned value{'s' if plan.followed != 1 else ''} "
+                     "written with out=")
         if plan.kernel_planned:
-            lines.append("#   kernel calls keep fresh arrays: " + ", ".join(plan.kernel_planned))
+            lines += _wrap_comment("#   kernel calls keep fresh arrays: ", plan.kernel_planned)
         for v, why in plan.dropped:
             lines.append(f"#   not followed for {v}: {why}")
     if kernels:
@@ -611,6 +688,13 @@ def render(graph):
     else:
         lines += ["    if overrides and not FIXED.isdisjoint(overrides):",
                   "        check_fixed(overrides)"]
+    if plan.targets:
+        lines += _wrap_comment("    # updated in place (the write-back after the run then has nothing to copy): ",
+                               plan.targets)
+        lines.append("    if shared_or_readonly(env, UPDATED):  # another input views one of them: "
+                     "update copies instead")
+        for t in plan.targets:
+            lines.append(f"        {names[t]} = {names[t]}.copy()")
     if plan.buffers:
         lines += ["    try:  # a buffer set no other call is using",
                   "        bufs = POOL.pop()",
@@ -631,10 +715,36 @@ def render(graph):
     globs.update(consts)
     fixed = {n.out.name: n for n in graph.nodes if n.out.name not in per_call}
     globs["FIXED"] = frozenset(fixed)
+    globs["UPDATED"] = tuple(plan.targets)
+    globs["shared_or_readonly"] = _shared_or_readonly
     globs["NO_OVERRIDES"] = {}
     globs["per_call"] = _per_call
     globs["check_fixed"] = lambda overrides: _check_fixed(fixed, overrides)
     return source, globs, plan
+
+
+def _root(a):
+    while isinstance(a, np.ndarray) and a.base is not None:
+        a = a.base
+    return a
+
+
+def _shared_or_readonly(env, targets):
+    """May the program write into these inputs' arrays? Not if one is read-only, or shares its
+    base array with another input (a view of it: it must keep showing the old values)."""
+    roots = set()
+    for t in targets:
+        a = env[t]
+        if not a.flags.writeable:
+            return True
+        r = id(_root(a))
+        if r in roots:
+            return True
+        roots.add(r)
+    for name, a in env.items():
+        if name not in targets and id(_root(a)) in roots:
+            return True
+    return False
 
 
 def _per_call(overrides, name, **recorded):

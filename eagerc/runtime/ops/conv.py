@@ -477,7 +477,9 @@ def _max_pool2d_backward(xp):
         first, oh, ow, pads, padded = _first_max_mask(xp, x, kernel_size, stride, padding, dilation, ceil_mode)
         if gy.shape != first.shape[1:]:
             raise ValueError("max_pool2d_backward: grad shape")
-        dx = xp.zeros(padded, gy.dtype)
+        tiled = all(s == k and d == 1 for k, s, d in zip(kernel_size, stride, dilation)) and \
+            padded[2:] == (oh * stride[0], ow * stride[1])
+        dx = (xp.empty if tiled else xp.zeros)(padded, gy.dtype)  # tiled: every element is written below
         windows = _window_stack(xp, dx, kernel_size, stride, dilation, oh, ow)
         if all(s >= d * (k - 1) + 1 for k, s, d in zip(kernel_size, stride, dilation)):
             # windows are disjoint: every input position is written at most once

@@ -50,6 +50,10 @@ def _linear(xp):
     def linear(x, weight, bias=None):
         if x.ndim > 2 and x.flags.c_contiguous:  # one big GEMM instead of a batch of small ones
             out = (x.reshape(-1, x.shape[-1]) @ weight.T).reshape(x.shape[:-1] + (weight.shape[0],))
+        elif x.ndim == 2 and x.shape[0] <= 64 and weight.flags.c_contiguous:
+            # OpenBLAS is several times slower on x @ W.T than on W @ x.T for a few rows; the
+            # result is the transpose of a C-contiguous product (same values, F-ordered)
+            out = (weight @ x.T).T
         else:
             out = x @ weight.T
         if bias is not None:
