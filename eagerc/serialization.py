@@ -26,7 +26,8 @@ error mid-write leaves any previous checkpoint intact.
 import json
 import math
 import os
-import tempfile
+
+from .runtime.atomic import atomic_write
 import zlib
 from collections import OrderedDict
 
@@ -172,45 +173,8 @@ def _write_all(fh, data):
 
 
 def _atomic_write(path, data):
-    path = os.path.realpath(path)
-    directory = os.path.dirname(path)
-    if os.path.isdir(path):
-        raise IsADirectoryError(f"eagerc.save: {path} is a directory")
-    if os.path.exists(path):
-        mode = os.stat(path).st_mode & 0o777
-    else:
-        umask = os.umask(0)
-        os.umask(umask)
-        mode = 0o666 & ~umask
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            _write_all(fh, data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    _fsync_dir(directory)
+    atomic_write(path, lambda fh: _write_all(fh, data), "eagerc.save")
 
-
-def _fsync_dir(directory):
-    """Make the rename itself durable (POSIX; a no-op where directories can't be opened)."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 # ---------------------------------------------------------------- load

@@ -15,11 +15,11 @@ every entry's dtype, shape and offsets before any tensor byte is read. Its one e
 type is `FormatError` (a ValueError); callers add the file's name.
 """
 import json
-import os
 import sys
-import tempfile
 
 import numpy as np
+
+from .atomic import atomic_write
 
 __all__ = ["FormatError", "DTYPES", "MAX_HEADER", "read_header", "read_tensors", "write", "save_file"]
 
@@ -225,30 +225,6 @@ def _little_endian(a):
 
 
 def save_file(path, tensors, metadata=None):
-    """Write a safetensors file atomically: a temporary file in the target's directory is
-    written, fsync'ed and renamed over `path`, so a crash mid-write leaves any old file intact."""
-    path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f, tensors, metadata)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    try:  # make the rename itself durable (not possible on every platform)
-        dfd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(dfd)
-    except OSError:
-        pass
-    finally:
-        os.close(dfd)
+    """Write a safetensors file atomically (see atomic.py): a crash mid-write leaves any old
+    file intact."""
+    atomic_write(path, lambda f: write(f, tensors, metadata), "save")

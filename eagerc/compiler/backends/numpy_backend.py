@@ -27,13 +27,25 @@ How a node is rendered
 - Any other node calls its op's kernel, bound once as a global (`k_linear =
   OPS["linear"].cpu`), with tensor inputs positional and attributes as keyword
   literals, exactly as eager mode's dispatch calls it.
-- A value is `del`-ed after its last use. A random op's `offset` comes from
-  `overrides[name]["offset"]` (compile.py passes fresh offsets every call).
+- A mutation (an external updated in place: parameters, optimizer state, running
+  stats) is computed straight into the target's array when the chain of direct nodes
+  that makes the new value starts where the old value is read for the last time
+  (`np.subtract(w, t52, out=w)`); compile.py's write-back then finds it in place. A
+  cheap check per call (`shared_or_readonly`) falls back to updating copies when another
+  input is a view of a target or a target is read-only.
+- A value is `del`-ed after its last use.
+
+Per-call attributes come from `overrides` ({node name: {attr: value}}): a random op's
+seed and offset (compile.py passes fresh offsets every call) and, in a dynamic graph,
+the attributes holding size expressions ("s0*16"), so one program serves every size
+(`supports_dynamic`). Every other attribute is a literal in the source; overrides that
+would change one raise instead of being ignored.
 
 Values whose memory may be shared: declared views, kernels that may hand back their
 input (contiguous, to_device, einsum) and any op this backend does not know. Their
 readers keep the base's memory alive.
 """
+import builtins
 import itertools
 import keyword
 import linecache
@@ -45,10 +57,9 @@ import numpy as np
 
 from ...runtime.ops import OPS
 from ...runtime.executor import last_uses
-from ...runtime.ir import short_dtype
 from . import register_backend
 
-__all__ = ["NumpyBackend", "render", "build_program"]
+__all__ = ["NumpyBackend", "render", "build_program", "per_call_attrs"]
 
 _COUNTER = itertools.count()
 _INF = math.inf
@@ -240,9 +251,9 @@ def _resolves_to(ufunc, ins, out):
 def _direct(node, table):
     """The ufunc name for a node that can be a direct ufunc call -- exactly equivalent to its
     kernel, given the recorded output dtype -- or None. ("clamp" is maximum then minimum.)"""
-    uf = table.get(node.op)
-    if uf is None and node.op != "clamp" or node.op not in table:
+    if node.op not in table:
         return None
+    uf = table[node.op]
     out = np.dtype(node.out.dtype)
     ins = []
     for x in node.inputs:
@@ -440,13 +451,14 @@ class _Plan:
                         and tuple(x.shape) == tuple(n.out.shape) and x.dtype == n.out.dtype:
                     reader[x.name] = (j, n.out)
                     break
-        counts = {}
-        for t in muts:
+        counts = {}   # a target written twice, or a value written to two targets: leave alone
+        for t, v in graph.mutations:
             counts[t] = counts.get(t, 0) + 1
+            counts[v.name] = counts.get(v.name, 0) + 1
         forced = {}
         for target, m in muts.items():
             v = inputs.get(target)
-            if v is None or target.endswith(".grad") or counts[target] > 1 or m in returned \
+            if v is None or target.endswith(".grad") or counts[target] > 1 or counts[m] > 1 or m in returned \
                     or ends.get(target) == _INF or not _static_shape(v.shape):
                 continue
             chain, x = [], target
@@ -502,7 +514,8 @@ class _Plan:
 # ---------------------------------------------------------------- rendering
 
 _RESERVED = {"np", "env", "overrides", "bufs", "POOL", "OPS", "asarray", "alloc_buffers", "program",
-             "NO_OVERRIDES", "FIXED", "per_call", "check_fixed", "UPDATED", "shared_or_readonly"}
+             "NO_OVERRIDES", "FIXED", "per_call", "check_fixed", "UPDATED", "shared_or_readonly",
+             *dir(builtins)}
 
 
 class _Names:
@@ -542,6 +555,11 @@ def _wrap_comment(head, items, width=100):
         line += piece + " "
     lines.append(line.rstrip())
     return lines
+
+
+def _np_type(dtype):
+    name = np.dtype(dtype).name
+    return "np.bool_" if name == "bool" else f"np.{name}"
 
 
 def _tuple_src(names):
@@ -666,7 +684,7 @@ def render(graph):
         rawname = {id(b): f"raw{j}" for j, b in enumerate(plan.buffers)}
         for b, (shape, dtype), name in views:
             nb = _size(shape, dtype)
-            lines.append(f"    {name} = {rawname[id(b)]}[:{nb}].view(np.{np.dtype(dtype).name})"
+            lines.append(f"    {name} = {rawname[id(b)]}[:{nb}].view({_np_type(dtype)})"
                          f".reshape({_literal(tuple(shape))})")
         lines.append(f"    return {_tuple_src([name for _, _, name in views])}")
     lines += ["", "", "def program(env, overrides=None):"]
