@@ -191,6 +191,18 @@ def _timed_interpreter_call(prof, original):
     return __call__
 
 
+def _programs_of(entry):
+    """Every program a compiled-function entry may run (plain, dynamic, joint training)."""
+    out = [getattr(entry, "program", None)]
+    d = getattr(entry, "dynamic", None)
+    if d is not None:
+        out += [getattr(d, "generic", None)] + list(getattr(d, "programs", {}).values())
+    j = getattr(entry, "joint", None)
+    if j is not None:
+        out += [getattr(j, "fwd_program", None), getattr(j, "bwd_program", None)]
+    return [p for p in out if p is not None]
+
+
 def _node_args(n):
     d = {"node": n.out.name}
     if n.loc:
@@ -268,7 +280,6 @@ def _line_nodes(program):
     graph = getattr(program, "graph", None)
     if not source or graph is None:
         return {}
-    out = {}
     lines = source.splitlines()
     try:
         start = lines.index("    # program")
@@ -308,7 +319,6 @@ class profile:
         self._end = None
         self._restore = []
         self._instruments = {}
-        self._nested = False
 
     # ------------------------------------------------------------ start / stop
     def __enter__(self):
@@ -329,7 +339,6 @@ class profile:
                                    "nest; use record_function for sub-ranges)")
             _active = self
         self._events = []
-        self._nested = False
         try:
             self._install()
         except BaseException:
@@ -377,9 +386,16 @@ class profile:
                 self._patch(cls, "compile", self._untimed_compile(cls.__dict__["compile"]))
         CF = _compile_mod.CompiledFunction
         self._patch(CF, "_run", self._timed_run(CF.__dict__["_run"]))
+        try:  # compiled training: the backward program runs from autograd, as this op's `grads`
+            from .compiler import training as _training
+            op = _training._OP
+            self._patch(op, "grads", self._timed_backward(op.grads))
+        except (ImportError, AttributeError):
+            pass
 
     def _patch(self, owner, attr, value):
-        self._restore.append((owner, attr, owner.__dict__[attr]))
+        orig = owner.__dict__[attr] if isinstance(owner, type) else getattr(owner, attr)
+        self._restore.append((owner, attr, orig))
         setattr(owner, attr, value)
 
     def _uninstall(self):
@@ -410,12 +426,8 @@ class profile:
         events = self._events
 
         def _run(cf, entry, leaves, env):
-            if entry.dynamic is None:
-                prof._instrument(entry.program)
-            else:
-                d = entry.dynamic
-                for p in [d.generic] + list(d.programs.values()):
-                    prof._instrument(p)
+            for p in _programs_of(entry):
+                prof._instrument(p)
             t0 = _now()
             try:
                 return run(cf, entry, leaves, env)
@@ -425,11 +437,24 @@ class profile:
                                     tuple(tuple(t.shape) for t in leaves) if prof.record_shapes else None))
         return _run
 
+    def _timed_backward(self, grads):
+        prof = self
+        events = self._events
+
+        def timed_grads(node, g):
+            prof._instrument(getattr(node.attrs, "program", None))
+            t0 = _now()
+            try:
+                return grads(node, g)
+            finally:
+                events.append(Event("compiled_backward", "compiled", t0, _now(), _ident()))
+        return timed_grads
+
     def _instrument(self, program):
-        if program is None or id(program) in self._instruments:
+        if program is None or program in self._instruments:
             return
         if hasattr(program, "__globals__") and hasattr(program, "graph"):  # numpy backend
-            self._instruments[id(program)] = _ProgramInstrument(self, program)
+            self._instruments[program] = _ProgramInstrument(self, program)
         # interpreter programs are timed by the patched InterpretedProgram.__call__; other
         # backends' programs: the call event only
 
@@ -437,10 +462,6 @@ class profile:
     def events(self):
         """Every recorded Event, in start order, with parent/children set."""
         evs = list(self._events)
-        if self._start is not None:
-            # a dynamic program compiled during the first call may be instrumented late; events
-            # outside the profiled window cannot exist, but keep the list tidy anyway
-            evs = [e for e in evs if e.start >= self._start]
         _nest(evs)
         evs.sort(key=lambda e: (e.start, -e.end))
         return evs

@@ -33,6 +33,7 @@ INSTALL_HINT = ("install graphviz (apt-get install graphviz, brew install graphv
                 "conda install graphviz, or https://graphviz.org/download/)")
 
 LARGE = 300          # drawn vertices above which repeated blocks are collapsed (repeats="auto")
+SPAN = 40            # in graphs that large, an edge spanning more ops is drawn as a reference
 _FORMATS = {"svg", "png", "pdf", "dot", "gv"}
 
 
@@ -321,7 +322,7 @@ def _find_repeats(graph, mods, param_mod):
 # ================================================================ program pictures
 
 def program_graph(graph, *, depth=None, repeats="auto", times=None, value_shapes=None, arg_labels=None,
-                  classes=None, title=None, show_params=True, large=LARGE):
+                  classes=None, title=None, show_params=True, large=LARGE, span=SPAN):
     """DOT picture of a Graph (see the module docstring). Returns a Dot.
 
     depth: draw modules deeper than `depth` as one vertex each (None: no limit; 0: every
@@ -383,7 +384,7 @@ def program_graph(graph, *, depth=None, repeats="auto", times=None, value_shapes
             v = verts.get(vid)
             if v is None:
                 v = verts[vid] = {"kind": "module", "cluster": _parent(cp), "path": cp, "ops": {}, "time": 0.0,
-                                  "nodes": 0, "params": set()}
+                                  "nodes": 0, "pos": j}
             if i == j:
                 v["ops"][n.op] = v["ops"].get(n.op, 0) + 1
                 v["nodes"] += 1
@@ -396,7 +397,7 @@ def program_graph(graph, *, depth=None, repeats="auto", times=None, value_shapes
                 if nd.loc:
                     tip += f"  # {nd.loc}"
                 v = verts[vid] = {"kind": "op", "cluster": mods[j], "label": op_summary(nd), "time": 0.0,
-                                  "tooltip": tip}
+                                  "tooltip": tip, "pos": j}
         vertex_of[i] = vid
         if times is not None:
             v["time"] += times.get(n.out.name, 0.0)
@@ -429,7 +430,8 @@ def program_graph(graph, *, depth=None, repeats="auto", times=None, value_shapes
         if vid not in verts:
             v = next(v for v in externals if v.name == name)
             label = name[len(owner) + 1:] if owner else name
-            verts[vid] = {"kind": "param", "cluster": owner, "label": label,
+            pos = min((producer[u.out.name] for u in users.get(name, ())), default=0)
+            verts[vid] = {"kind": "param", "cluster": owner, "label": label, "pos": alias.get(pos, pos),
                           "tooltip": f"{name}: {_type_str(v.shape, v.dtype)}"}
         return vid
 
@@ -440,7 +442,7 @@ def program_graph(graph, *, depth=None, repeats="auto", times=None, value_shapes
             arg_vertex[v.name] = vid
             label = arg_labels.get(v.name, v.name)
             verts[vid] = {"kind": "arg", "cluster": "", "label": f"{label}\n{_vtype(v, value_shapes)}",
-                          "tooltip": f"input {v.name}"}
+                          "tooltip": f"input {v.name}", "pos": -1}
 
     def source_of(name):
         if name in producer:
@@ -464,19 +466,22 @@ def program_graph(graph, *, depth=None, repeats="auto", times=None, value_shapes
                 continue
             a, b = instance.get(producer.get(x.name, -1)), instance.get(i)
             cross = a is not None and b is not None and a[0] == b[0] and a[1] != b[1]
-            edges[key] = {"label": label, "cross": cross}
+            edges[key] = {"label": label, "cross": cross, "value": x.name}
     for k, v in enumerate(graph.outputs):
         vid = "o" + str(k)
-        verts[vid] = {"kind": "output", "cluster": "", "label": _output_label(graph, k)}
+        verts[vid] = {"kind": "output", "cluster": "", "label": _output_label(graph, k), "pos": len(nodes)}
         src = source_of(v.name)
         if src is not None:
             edges[(src, vid, v.name)] = {"label": _vtype(v, value_shapes), "cross": False}
     for k, (target, v) in enumerate(graph.mutations):
         vid = "u" + str(k)
-        verts[vid] = {"kind": "mutation", "cluster": "", "label": f"{target} ←"}
+        verts[vid] = {"kind": "mutation", "cluster": "", "label": f"{target} ←", "pos": len(nodes)}
         src = source_of(v.name)
         if src is not None:
             edges[(src, vid, v.name)] = {"label": _vtype(v, value_shapes), "cross": False, "style": "dashed"}
+
+    if len(verts) > large:
+        edges = _ghost_long_edges(verts, edges, span)
 
     # module vertices: labels now that counts are known
     for vid, v in verts.items():
@@ -550,6 +555,26 @@ def program_graph(graph, *, depth=None, repeats="auto", times=None, value_shapes
              "repeats": {rep: len(paths) for rep, paths in reps.items()}, "fusion_groups": len(groups),
              "clusters": len(clusters)}
     return Dot("\n".join(out) + "\n", stats)
+
+
+def _ghost_long_edges(verts, edges, span):
+    """Replace edges that span more than `span` ops by a small reference vertex next to the
+    reader ("t21 from blocks.0.attn"): long edges are what makes dot slow on big graphs."""
+    out = {}
+    for (src, dst, label), e in edges.items():
+        s, d = verts[src], verts[dst]
+        if e.get("cross") or d["pos"] - s["pos"] <= span:
+            out[(src, dst, label)] = e
+            continue
+        gid = f"g:{src}:{e.get('value')}:{d['cluster']}"
+        if gid not in verts:
+            where = s.get("path") or s["cluster"] or ("input" if s["kind"] == "arg" else "top level")
+            name = e.get("value") or ""
+            verts[gid] = {"kind": "ref", "cluster": d["cluster"], "pos": d["pos"],
+                          "label": f"{name} from {where}" if s["kind"] != "param" else name,
+                          "tooltip": f"{name}, computed earlier (in {where}); edge left out to keep the layout fast"}
+        out[(gid, dst, label)] = e
+    return out
 
 
 def _vtype(v, value_shapes):
@@ -653,6 +678,9 @@ def _vertex_style(v, fill):
                 "fillcolor": "#cfe8ff"}
     if kind == "output":
         return {"label": label, "shape": "ellipse", "style": "filled", "fillcolor": "#d4f4d4"}
+    if kind == "ref":
+        return {"label": label, "tooltip": v.get("tooltip"), "shape": "box", "style": "dashed,rounded",
+                "color": "#999999", "fontcolor": "#666666", "fontsize": 7, "height": 0.15}
     return {"label": label, "shape": "ellipse", "style": "dashed"}   # mutation
 
 

@@ -142,6 +142,19 @@ def test_gpt_block_dynamic_sequence_length(onnx, ort):
         _compare(ort, model, m, rng.standard_normal((b, t, 16)).astype(np.float32))
 
 
+def test_sizes_computed_from_dynamic_dimensions(onnx, ort):
+    def f(x):
+        return (x.sum(1) / x.shape[1], x.reshape(x.shape[0], -1), eagerc.arange(x.shape[1]) * 2,
+                x.narrow(1, 1, x.shape[1] - 1), eagerc.zeros(x.shape[0], 3))
+    model = eagerc.onnx.export(f, (eagerc.randn(3, 4, 2),), None, input_names=["x"],
+                               dynamic_axes={"x": {0: "b", 1: "n"}})
+    onnx.checker.check_model(model, full_check=True)
+    assert [_dims(o) for o in model.graph.output] == [["b", 2], ["b", "2*n"], ["n"], ["b", "n-1", 2], ["b", 3]]
+    used = {i for node in model.graph.node for i in node.input}
+    assert all(t.name in used for t in model.graph.initializer)
+    _compare(ort, model, f, np.random.default_rng(11).standard_normal((5, 7, 2)).astype(np.float32))
+
+
 def test_char_gpt_with_embeddings(onnx, ort):
     sys.path.insert(0, ROOT)
     try:

@@ -208,6 +208,26 @@ def test_compiled_kernels_are_timed(backend):
     assert _counts(prof)["linear"] == 6
 
 
+def test_compiled_training_forward_and_backward_are_timed():
+    m = _mlp()
+    c = eagerc.compile(m)
+    x = eagerc.randn(4, 6)
+    for _ in range(2):  # trace, then run the compiled forward/backward programs
+        m.zero_grad()
+        c(x).sum().backward()
+    want = [p.grad.numpy().copy() for p in m.parameters()]
+    m.zero_grad()
+    with profiler.profile() as prof:
+        c(x).sum().backward()
+    for p, w in zip(m.parameters(), want):
+        np.testing.assert_array_equal(p.grad.numpy(), w)
+    compiled = {e.name: e for e in prof.events() if e.category == "compiled"}
+    assert set(compiled) == {"compiled:Sequential", "compiled_backward"}
+    for e in compiled.values():
+        assert e.children and all(k.category == "kernel" and "node" in k.args for k in e.children)
+    assert "linear" in {k.name for k in compiled["compiled_backward"].children}
+
+
 def test_program_compiled_while_profiling_keeps_no_instrument():
     m = _mlp()
     c = eagerc.compile(m)
@@ -246,14 +266,17 @@ def test_loaded_program_ops_are_timed(tmp_path):
 def test_everything_is_restored_and_profiles_do_not_nest():
     from eagerc.compiler.backends.interpreter import InterpretedProgram
     from eagerc.compiler.compile import CompiledFunction
+    from eagerc.compiler import training
     kernels = {name: op.cpu for name, op in OPS.items()}
     run, call = CompiledFunction.__dict__["_run"], InterpretedProgram.__dict__["__call__"]
+    grads = training._OP.grads
     with profiler.profile():
         assert OPS["add"].cpu is not kernels["add"]
         with pytest.raises(RuntimeError, match="already active"):
             profiler.profile().start()
     assert all(OPS[name].cpu is k for name, k in kernels.items())
     assert CompiledFunction.__dict__["_run"] is run and InterpretedProgram.__dict__["__call__"] is call
+    assert training._OP.grads is grads
     with pytest.raises(ZeroDivisionError):  # an exception inside the block restores too
         with profiler.profile():
             1 / 0

@@ -13,6 +13,8 @@ these same ops so that gradients of any order work:
     max_pool2d_backward     dgy = max_pool2d_select(g, x)   and back again
     avg_pool2d, adaptive_avg_pool2d, upsample_nearest2d: linear, each with its *_backward adjoint.
 """
+import math
+
 from .._tensor import Tensor
 from ..autograd.formulas import defgrad
 from ..dispatch import apply
@@ -381,7 +383,7 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
                              f"{list(scale_factor)}.")
         factors = tuple(float(f) for f in scale_factor) if isinstance(scale_factor, (tuple, list)) \
             else (float(scale_factor),) * n
-        out_size = tuple(int(s * f // 1) for s, f in zip(in_size, factors))
+        out_size = tuple(math.floor(s * f) for s, f in zip(in_size, factors))
         scales = (None,) * n if recompute_scale_factor else factors
     if any(o < 1 for o in out_size):
         raise RuntimeError(f"interpolate: input size {list(in_size)} and scale/size give an empty output "

@@ -259,12 +259,11 @@ class Builder:
         return pieces[0] if len(pieces) == 1 else self.op("Concat", pieces, axis=0)
 
     def int_scalar(self, attr, value, sub=()):
-        """(static int or None, ONNX name of an int64 [1] tensor)."""
+        """The ONNX name of an int64 [1] tensor holding integer attribute `attr` (computed at run
+        time when it depends on dynamic sizes)."""
         self.handled(attr)
         p = self.patch("attrs", attr, *sub)
-        if p is None:
-            return value, self.ints([value])
-        return None, self.dim_expr(*p)
+        return self.ints([value]) if p is None else self.dim_expr(*p)
 
     # ------------------------------------------------------------ building
     def _value_info(self, name, value, dims_of, axis_names=None):
@@ -357,10 +356,6 @@ def converts(*names):
             CONVERTERS[n] = fn
         return fn
     return deco
-
-
-def _tensor_dtypes(ins):
-    return [x.dtype for x in ins if _is_value(x)]
 
 
 def _promote(ins):
@@ -689,12 +684,12 @@ def _slice(b, n, ins):
         b.handled("start")
         starts = b.ints([0 if step > 0 else INT64_MAX])
     else:
-        _, starts = b.int_scalar("start", start)
+        starts = b.int_scalar("start", start)
     if stop is None:
         b.handled("stop")
         ends = b.ints([INT64_MAX if step > 0 else INT64_MIN])
     else:
-        _, ends = b.int_scalar("stop", stop)
+        ends = b.int_scalar("stop", stop)
     return b.op("Slice", [b.val(x), starts, ends, b.ints([a["dim"] % nd]), b.ints([step])])
 
 
@@ -899,8 +894,9 @@ def _creation(b, n, ins):
     dt = n.out.dtype
     if n.op == "arange":
         def scalar(attr):
-            v, t = b.int_scalar(attr, a[attr])
-            return b.val(v, dt) if v is not None else b.cast(b.op("Squeeze", [t]), "int64", dt)
+            if b.patch("attrs", attr) is None:
+                return b.val(a[attr], dt)
+            return b.cast(b.op("Squeeze", [b.int_scalar(attr, a[attr])]), "int64", dt)
         return b.op("Range", [scalar("start"), scalar("end"), scalar("step")])
     if n.op == "full":
         shape = b.int_vector("shape", a["shape"])

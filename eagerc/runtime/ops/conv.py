@@ -6,24 +6,27 @@ only Python loops run over kernel positions (kh*kw, e.g. 9) or replication count
 
 Convolutions (im2col):
 - the windows of the padded input are a strided view (no copy); reshaping it to
-  (n, groups, cin/groups*kh*kw, P) is the one im2col copy, and
-  `weight @ cols` is the batched matmul (numpy hands each (co, K) @ (K, P) to BLAS);
+  channel-major columns (groups, cin/groups*kh*kw, n*P) is the one im2col copy, and
+  `weight @ cols` is one GEMM for the whole batch (one large BLAS call instead of n
+  small ones: faster, and far less sensitive to BLAS thread start-up);
 - stride 1 uses *row-wrapped* windows: each kernel offset reads one contiguous run of
   P = (oh-1)*W + ow elements of a padded channel plane (W the padded width), so
   the copy moves long runs instead of ow-long rows (about 4x faster). The run also
-  covers W-ow junk columns at the end of each output row; they are dropped from the
-  output, and gradients are zero there, so they cancel;
+  covers W-ow junk columns at the end of each output row; the output is a strided
+  (n, c_out, oh, ow) view that skips them (no copy: a copy costs more than the next
+  op's strided read), and gradients are zero there, so they cancel;
 - `conv_transpose2d` is the adjoint: `weight^T @ x` gives columns that col2im adds
   back into the padded output, one strided add per kernel position;
-- `conv2d_weight` (the weight gradient) is `gy @ cols^T` summed over the batch.
+- `conv2d_weight` (the weight gradient) is `cols @ gy^T`, the batch sum being part of
+  the GEMM's inner dimension.
 The three are each other's derivatives (see eagerc/nn/functional_conv.py), so
 gradients of any order stay on these kernels.
 
 Pooling: the window at kernel position (i, j) over all outputs is one strided slice
 of the padded input; max pooling folds `maximum` over the kh*kw slices, average
-pooling adds them. Max pooling's backward recomputes the window argmax (strict `>`
-while scanning positions in row-major order, so ties go to the first position, as in
-PyTorch) and routes the gradient there.
+pooling adds them. Max pooling's backward recomputes, from one contiguous copy of the
+windows, a mask of each window's first maximum (kernel positions in row-major order,
+so ties go to the first position, as in PyTorch) and routes the gradient there.
 
 Attributes are JSON-plain. `padding` of the conv ops is per side,
 ((top, bottom), (left, right)) -- asymmetric for padding='same' with even kernels;
@@ -251,16 +254,16 @@ def _conv2d_weight(xp):
         P = view.shape[-1] if flat else oh * ow
         # channel-major columns (G, K, n*P): the batch sum becomes part of one GEMM
         # (many small per-sample GEMMs plus a sum are ~2x slower here)
-        order = (1, 2, 3, 0, 4) if flat else (1, 2, 3, 0, 4, 5)
-        cols = view.transpose(order).reshape(groups, cg * kh * kw, n * P)
-        gT = gy.swapaxes(0, 1)
-        g = _to_runs(xp, gT, x.shape[3]) if flat else gT.reshape(co, n, P)
-        gT = g.reshape(groups, co // groups, n * P).swapaxes(-1, -2)
+        cols = view.transpose((1, 2, 3, 0) + tuple(range(4, view.ndim))).reshape(groups, cg * kh * kw, n * P)
+        gy_cm = gy.swapaxes(0, 1)                                              # channel-major (co, n, oh, ow)
+        g = _to_runs(xp, gy_cm, x.shape[3]) if flat else gy_cm.reshape(co, n, P)
+        gT = g.reshape(groups, co // groups, n * P).swapaxes(-1, -2)            # (G, n*P, co/G)
         # dw^T = cols @ g^T (BLAS runs this orientation ~30% faster than g @ cols^T). A GEMM
         # with a huge inner dimension but a tiny result (e.g. 9 x 16 for a first layer)
         # runs ~3x below BLAS speed, so sum it over blocks of the inner dimension instead.
         if n * P > 4 * _BLOCK and cg * kh * kw * (co // groups) <= 4096:
-            dwT = sum(xp.matmul(cols[..., a:a + _BLOCK], gT[..., a:a + _BLOCK, :]) for a in range(0, n * P, _BLOCK))
+            dwT = sum(xp.matmul(cols[..., a:a + _BLOCK], gT[..., a:a + _BLOCK, :])
+                      for a in range(0, n * P, _BLOCK))
         else:
             dwT = xp.matmul(cols, gT)                                          # (G, K, co/G)
         return dwT.swapaxes(-1, -2).reshape(co, cg, kh, kw)
