@@ -33,6 +33,7 @@ from .. import dispatch
 from .._tensor import Tensor
 from ..runtime.pytree import flatten, unflatten
 from . import dynamic as dyn
+from ..ops.inplace import _bump
 from .tracer import GraphBreak, trace, user_frame_info
 
 log = logging.getLogger("eagerc.compile")
@@ -1157,12 +1158,12 @@ def _target(entry, leaves, name):
 
 
 def _write_back(entry, leaves, target, arr):
-    from ..ops.inplace import _bump
     if target.endswith(".grad"):  # a compiled training step sets .grad (a fresh tensor, like eager)
         _target(entry, leaves, target[:-5]).grad = dispatch.wrap(arr)
         return
     t = _target(entry, leaves, target)
-    t.data[...] = arr
+    if arr is not t.data:  # the numpy backend computes most updates straight into the target
+        t.data[...] = arr
     _bump(t, "compiled update")
 
 
