@@ -27,13 +27,14 @@ import subprocess
 import time
 
 __all__ = ["Dot", "GraphvizNotFound", "program_graph", "autograd_graph", "time_nodes", "dot_program",
-           "INSTALL_HINT"]
+           "output_paths", "op_summary", "INSTALL_HINT"]
 
 INSTALL_HINT = ("install graphviz (apt-get install graphviz, brew install graphviz, "
                 "conda install graphviz, or https://graphviz.org/download/)")
 
 LARGE = 300          # drawn vertices above which repeated blocks are collapsed (repeats="auto")
-SPAN = 40            # in graphs that large, an edge spanning more ops is drawn as a reference
+PARAMS_MAX = 1000    # op boxes above which parameter boxes are left out (show_params=None)
+MIN_SPAN = 6         # edges spanning at most this many ranks are always drawn
 _FORMATS = {"svg", "png", "pdf", "dot", "gv"}
 
 
@@ -74,7 +75,9 @@ class Dot:
             raise RuntimeError(f"dot did not finish within {timeout} s (try a smaller --depth)") from None
         if r.returncode != 0:
             err = r.stderr.decode(errors="replace").strip().splitlines()
-            raise RuntimeError(f"dot failed (exit {r.returncode}): {err[-1] if err else 'no message'}")
+            why = f"crashed (signal {-r.returncode})" if r.returncode < 0 else f"failed (exit {r.returncode})"
+            raise RuntimeError(f"dot {why}: {err[-1] if err else 'no message'}; a smaller picture "
+                               "(--depth N, --repeats collapse) may help")
         return r.stdout
 
     def render(self, path, format=None, timeout=None):
@@ -322,7 +325,7 @@ def _find_repeats(graph, mods, param_mod):
 # ================================================================ program pictures
 
 def program_graph(graph, *, depth=None, repeats="auto", times=None, value_shapes=None, arg_labels=None,
-                  classes=None, title=None, show_params=True, large=LARGE, span=SPAN):
+                  classes=None, title=None, show_params=None, large=LARGE):
     """DOT picture of a Graph (see the module docstring). Returns a Dot.
 
     depth: draw modules deeper than `depth` as one vertex each (None: no limit; 0: every
@@ -333,6 +336,7 @@ def program_graph(graph, *, depth=None, repeats="auto", times=None, value_shapes
     value_shapes: value name -> shape with symbolic sizes, shown instead of the example sizes.
     arg_labels: argument value name -> label (e.g. the parameter name "x").
     classes: module path -> class name, shown in cluster labels.
+    show_params: draw parameter boxes (None: unless more than PARAMS_MAX op boxes are drawn).
     """
     if repeats not in ("auto", "collapse", "expand"):
         raise ValueError(f"repeats must be 'auto', 'collapse' or 'expand', got {repeats!r}")
@@ -401,6 +405,11 @@ def program_graph(graph, *, depth=None, repeats="auto", times=None, value_shapes
         vertex_of[i] = vid
         if times is not None:
             v["time"] += times.get(n.out.name, 0.0)
+
+    params_hidden = 0
+    if show_params is None:
+        show_params = len(verts) <= PARAMS_MAX
+        params_hidden = 0 if show_params else len(externals)
 
     # fusion groups (only those fully drawn as single ops)
     fusion_of = {}
@@ -480,8 +489,7 @@ def program_graph(graph, *, depth=None, repeats="auto", times=None, value_shapes
         if src is not None:
             edges[(src, vid, v.name)] = {"label": _vtype(v, value_shapes), "cross": False, "style": "dashed"}
 
-    if len(verts) > large:
-        edges = _ghost_long_edges(verts, edges, span)
+    edges = _ghost_long_edges(verts, edges)
 
     # module vertices: labels now that counts are known
     for vid, v in verts.items():
@@ -512,7 +520,7 @@ def program_graph(graph, *, depth=None, repeats="auto", times=None, value_shapes
 
     def emit_vertex(vid, indent):
         v = verts[vid]
-        out.append(indent + ids[vid] + " " + _attrs(_vertex_style(v, colour.get(vid))))
+        out.append(indent + ids[vid] + " " + _attrs(_vertex_style(v, colour.get(vid), total)))
 
     fusion_by_parent = {}
     for gid, lca, size in groups:
@@ -537,6 +545,12 @@ def program_graph(graph, *, depth=None, repeats="auto", times=None, value_shapes
                 emit_vertex(vid, indent + "  ")
             out.append(indent + "}")
         for c in sorted(kids.get(path, ()), key=lambda c: first.get(c, len(verts))):
+            inside = by_cluster.get(("m", c), ())
+            if len(inside) == 1 and not kids.get(c) and not fusion_by_parent.get(c):
+                v = verts[inside[0]]      # a module with one box: a line of that box, not a cluster
+                v["label"] = _cluster_label(c, classes, reps) + "\n" + v["label"]
+                emit_vertex(inside[0], indent)
+                continue
             out.append(f"{indent}subgraph {_q('cluster_m:' + c)} {{")
             out.append(f"{indent}  label={_q(_cluster_label(c, classes, reps))} style=\"rounded,filled\" "
                        f"color=\"#8fa9c7\" fillcolor={_q(_shade(_depth(c)))} labeljust=l;")
@@ -553,26 +567,52 @@ def program_graph(graph, *, depth=None, repeats="auto", times=None, value_shapes
     out.append("}")
     stats = {"vertices": len(verts), "edges": len(edges), "nodes": len(nodes),
              "repeats": {rep: len(paths) for rep, paths in reps.items()}, "fusion_groups": len(groups),
-             "clusters": len(clusters)}
+             "clusters": len(clusters), "params_hidden": params_hidden}
     return Dot("\n".join(out) + "\n", stats)
 
 
-def _ghost_long_edges(verts, edges, span):
-    """Replace edges that span more than `span` ops by a small reference vertex next to the
-    reader ("t21 from blocks.0.attn"): long edges are what makes dot slow on big graphs."""
+def _ghost_long_edges(verts, edges, min_span=MIN_SPAN):
+    """Replace the longest edges by a small reference box next to the reader ("t21 from
+    blocks.0.attn") until long edges cross at most 200 + boxes/4 ranks in total: dot lays out
+    every rank an edge crosses, so a few values read all over a big graph (a causal mask,
+    tied weights) can make it take minutes (measured: a 2,000-op GPT, 5-30 s -> 1-2 s)."""
+    preds = {}
+    for (src, dst, _), e in edges.items():
+        if not e.get("cross"):
+            preds.setdefault(dst, []).append(src)
+    rank = {}
+    for vid in sorted(verts, key=lambda v: verts[v]["pos"]):   # program order is topological
+        ins = [rank[u] + 1 for u in preds.get(vid, ()) if rank.get(u) is not None]
+        rank[vid] = max(ins, default=0) if vid in preds else None
+    for (src, dst, _), e in edges.items():     # sources (parameters, inputs) sit above their first reader
+        if src not in preds and not e.get("cross") and rank[dst] is not None:
+            r = rank[dst] - 1
+            rank[src] = r if rank[src] is None else min(rank[src], r)
+    rank = {v: r or 0 for v, r in rank.items()}
+    spans = sorted(((rank[dst] - rank[src], key) for key in edges
+                    for src, dst, _ in [key] if not edges[key].get("cross")), reverse=True)
+    excess = sum(max(0, span - 1) for span, _ in spans)
+    budget = 200 + len(verts) // 4
+    ghosted = set()
+    for span, key in spans:
+        if excess <= budget or span <= min_span:
+            break
+        ghosted.add(key)
+        excess -= span - 1
     out = {}
-    for (src, dst, label), e in edges.items():
-        s, d = verts[src], verts[dst]
-        if e.get("cross") or d["pos"] - s["pos"] <= span:
-            out[(src, dst, label)] = e
+    for key, e in edges.items():
+        if key not in ghosted:
+            out[key] = e
             continue
-        gid = f"g:{src}:{e.get('value')}:{d['cluster']}"
+        src, dst, label = key
+        s, d = verts[src], verts[dst]
+        gid = f"g:{src}:{e.get('value')}:{dst}"
         if gid not in verts:
             where = s.get("path") or s["cluster"] or ("input" if s["kind"] == "arg" else "top level")
             name = e.get("value") or ""
             verts[gid] = {"kind": "ref", "cluster": d["cluster"], "pos": d["pos"],
                           "label": f"{name} from {where}" if s["kind"] != "param" else name,
-                          "tooltip": f"{name}, computed earlier (in {where}); edge left out to keep the layout fast"}
+                          "tooltip": f"{name}, computed earlier (in {where}); drawn here to keep the layout fast"}
         out[(gid, dst, label)] = e
     return out
 
@@ -581,7 +621,8 @@ def _vtype(v, value_shapes):
     return _type_str(value_shapes.get(v.name, v.shape), v.dtype)
 
 
-def _output_label(graph, k):
+def output_paths(out_tree):
+    """output index -> where it sits in the returned structure: "output", "output[0]", ..."""
     paths = {}
 
     def walk(t, path):
@@ -595,10 +636,14 @@ def _output_label(graph, k):
             for key, x in val:
                 walk(x, f"{path}[{key!r}]")
     try:
-        walk(graph.out_tree, "output")
+        walk(out_tree, "output")
     except (AttributeError, ValueError, TypeError):
         pass
-    return paths.get(k, f"output {k}")
+    return paths
+
+
+def _output_label(graph, k):
+    return output_paths(graph.out_tree).get(k, f"output {k}")
 
 
 def _title(title, n, total):
@@ -654,11 +699,12 @@ def _time_colours(verts):
     return out
 
 
-def _vertex_style(v, fill):
+def _vertex_style(v, fill, total):
     kind = v["kind"]
     label = v["label"]
     if fill is not None:
-        label += "\n" + _fmt_time(v.get("time", 0.0))
+        t = v.get("time", 0.0)
+        label += "\n" + _fmt_time(t) + (f" · {t / total:.0%}" if total > 0 else "")
     if kind == "op":
         s = {"label": label, "tooltip": v.get("tooltip"), "fillcolor": fill or "white"}
         if fill in ("#d7301f", "#b30000", "#7f0000"):
@@ -744,7 +790,7 @@ def autograd_graph(output, params=None, show_saved=True, show_attrs=False):
     stats = {"nodes": 0, "leaves": 0, "saved": 0}
 
     def vid(obj, prefix):
-        key = id(obj)
+        key = (prefix == "s", id(obj))   # a saved tensor gets its own box, even when it is a leaf
         if key not in ids:
             ids[key] = f"{prefix}{len(ids)}"
         return ids[key]
@@ -754,6 +800,7 @@ def autograd_graph(output, params=None, show_saved=True, show_attrs=False):
         return _type_str(tuple(data.shape), str(data.dtype))
 
     seen = set()
+    drawn = set()        # saved-tensor boxes already written
     stack = []
     for k, t in enumerate(outputs):
         o = vid(t, "out")
@@ -788,36 +835,33 @@ def autograd_graph(output, params=None, show_saved=True, show_attrs=False):
             lines.append(f"  {vid(e, 'l' if isinstance(e, Tensor) else 'n')} -> {me}")
             stack.append(e)
         if show_saved:
-            stats["saved"] += _saved_lines(obj, me, lines, vid, tensor_type)
+            stats["saved"] += _saved_lines(obj, me, lines, vid, tensor_type, drawn)
     lines.append("}")
     return Dot("\n".join(lines) + "\n", stats)
 
 
-def _saved_lines(node, me, lines, vid, tensor_type):
-    """Orange boxes for what `node` keeps for its backward: saved inputs and its output."""
+def _saved_lines(node, me, lines, vid, tensor_type, drawn):
+    """Orange boxes for what `node` keeps for its backward (saved inputs, its own result),
+    each tensor drawn once however many nodes saved it. Returns how many were linked."""
     saved = getattr(node, "saved", None)
-    n = 0
+    items = []
     if isinstance(saved, (list, tuple)):
         op_inputs = getattr(getattr(node, "op", None), "inputs", ()) or ()
         for i, s in enumerate(saved):
-            if s is None or not hasattr(s, "shape") and not hasattr(getattr(s, "data", None), "shape"):
-                continue
-            what = op_inputs[i] if i < len(op_inputs) else f"saved[{i}]"
-            sid = vid(s, "s")
-            label = what + "\n" + tensor_type(s)
-            lines.append(f"  {sid} " + _attrs({"label": label, "fillcolor": "#ffd8a8", "fontsize": 8}))
-            lines.append(f"  {sid} -> {me} [style=dashed arrowhead=none color=\"#e8964a\"]")
-            n += 1
-    elif isinstance(saved, str):   # freed after backward
+            if s is not None and (hasattr(s, "shape") or hasattr(getattr(s, "data", None), "shape")):
+                items.append((op_inputs[i] if i < len(op_inputs) else f"saved[{i}]", s))
+    elif isinstance(saved, str):   # the engine freed them after backward
         sid = f"{me}_freed"
-        lines.append(f"  {sid} {_attrs({'label': 'saved values freed', 'fillcolor': '#fff0e0', 'fontsize': 7})}")
+        lines.append(f"  {sid} " + _attrs({"label": "saved values freed", "fillcolor": "#fff0e0", "fontsize": 7}))
         lines.append(f"  {sid} -> {me} [style=dotted arrowhead=none]")
     out = getattr(node, "out", None)
     if out is not None and hasattr(out, "shape"):
-        sid = vid(out, "s")
-        label = "result\n" + tensor_type(out)
-        lines.append(f"  {sid} " + _attrs({"label": label, "fillcolor": "#ffd8a8", "fontsize": 8}))
+        items.append(("result", out))
+    for what, s in items:
+        sid = vid(s, "s")
+        if sid not in drawn:
+            drawn.add(sid)
+            label = what + "\n" + tensor_type(s)
+            lines.append(f"  {sid} " + _attrs({"label": label, "fillcolor": "#ffd8a8", "fontsize": 8}))
         lines.append(f"  {sid} -> {me} [style=dashed arrowhead=none color=\"#e8964a\"]")
-        n += 1
-    return n
-
+    return len(items)

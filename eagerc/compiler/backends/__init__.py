@@ -12,14 +12,15 @@ def register_backend(name, cls):
     _BACKENDS[name] = cls
 
 
+_LAZY = {"numpy": "numpy_backend", "c": "c_backend"}  # modules that register themselves on import
+
+
 def get_backend(name):
-    if name == "numpy" and "numpy" not in _BACKENDS:
-        try:
-            from . import numpy_backend  # noqa: F401  (registers itself)
-        except ImportError:
-            return InterpreterBackend()
-    try:
-        return _BACKENDS.get(name, InterpreterBackend if name == "numpy" else None)()
-    except TypeError:
+    if name not in _BACKENDS and name in _LAZY:
+        import importlib
+        importlib.import_module(f"{__name__}.{_LAZY[name]}")
+    cls = _BACKENDS.get(name)
+    if cls is None:
         raise ValueError(f"eagerc.compile: unknown backend {name!r}; available: "
-                         f"{', '.join(sorted(set(_BACKENDS) | {'numpy'}))}") from None
+                         f"{', '.join(sorted(set(_BACKENDS) | set(_LAZY)))}")
+    return cls()

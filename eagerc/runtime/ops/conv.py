@@ -233,7 +233,7 @@ def _conv_transpose2d(xp):
     return conv_transpose2d
 
 
-_BLOCK = 8192  # inner-dimension block of the weight-gradient GEMM (see conv2d_weight)
+_BLOCK = 4096  # inner-dimension block of the weight-gradient GEMM (see conv2d_weight)
 
 
 def _conv2d_weight(xp):
@@ -260,8 +260,9 @@ def _conv2d_weight(xp):
         gT = g.reshape(groups, co // groups, n * P).swapaxes(-1, -2)            # (G, n*P, co/G)
         # dw^T = cols @ g^T (BLAS runs this orientation ~30% faster than g @ cols^T). A GEMM
         # with a huge inner dimension but a tiny result (e.g. 9 x 16 for a first layer)
-        # runs ~3x below BLAS speed, so sum it over blocks of the inner dimension instead.
-        if n * P > 4 * _BLOCK and cg * kh * kw * (co // groups) <= 4096:
+        # falls off a cliff in OpenBLAS (3x slower past ~8k), so sum it over blocks of the
+        # inner dimension instead.
+        if n * P > 2 * _BLOCK and cg * kh * kw * (co // groups) <= 4096:
             dwT = sum(xp.matmul(cols[..., a:a + _BLOCK], gT[..., a:a + _BLOCK, :])
                       for a in range(0, n * P, _BLOCK))
         else:

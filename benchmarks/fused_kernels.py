@@ -1,0 +1,95 @@
+"""Fused C kernels (backend "c") vs eager numpy vs PyTorch eager, same run.
+
+    python benchmarks/fused_kernels.py          # BENCH_THREADS=1 by default (as compile.py)
+
+Cases (issue 5): tanh-GELU written as elementwise ops on 4M float32; softmax and
+layer_norm over 4096x1024 float32 written as primitives (amax/sub/exp/sum/div;
+mean/sub/mul/mean/add/rsqrt/mul); C compile time per kernel, and the time to load the
+same kernels from the disk cache.
+"""
+import os
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", os.environ.get("BENCH_THREADS", "1"))
+os.environ.setdefault("OMP_NUM_THREADS", os.environ.get("BENCH_THREADS", "1"))
+os.environ.setdefault("EAGERC_CACHE_DIR", tempfile.mkdtemp(prefix="eagerc-bench-kernels-"))
+
+import numpy as np  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+import eagerc  # noqa: E402
+import eagerc.compiler.backends.c_backend  # noqa: E402,F401  (registers "c")
+from eagerc.runtime import kernel_cache  # noqa: E402
+from _harness import per_call_us, table, ratio, fmt, try_torch, THREADS  # noqa: E402
+
+
+def gelu(x):
+    return 0.5 * x * (1 + eagerc.tanh(0.7978845608 * (x + 0.044715 * x ** 3)))
+
+
+def softmax(x):
+    e = (x - x.amax(-1, keepdim=True)).exp()
+    return e / e.sum(-1, keepdim=True)
+
+
+def layer_norm(x):
+    d = x - x.mean(-1, keepdim=True)
+    return d * ((d * d).mean(-1, keepdim=True) + 1e-5).rsqrt()
+
+
+def main():
+    torch = try_torch()
+    rng = np.random.default_rng(0)
+    cases = [
+        ("gelu_tanh 4M f32", gelu, rng.standard_normal(1 << 22).astype(np.float32),
+         (lambda t: torch.nn.functional.gelu(t, approximate="tanh")) if torch else None),
+        ("softmax 4096x1024 f32", softmax, rng.standard_normal((4096, 1024)).astype(np.float32),
+         (lambda t: torch.softmax(t, -1)) if torch else None),
+        ("layer_norm 4096x1024 f32", layer_norm, rng.standard_normal((4096, 1024)).astype(np.float32),
+         (lambda t: torch.nn.functional.layer_norm(t, (1024,))) if torch else None),
+    ]
+    rows, compile_rows = [], []
+    for name, fn, a, tfn in cases:
+        x = eagerc.tensor(a)
+        c = eagerc.compile(fn, backend="c")
+        before = dict(kernel_cache.stats)
+        with eagerc.no_grad():
+            t0 = time.perf_counter()
+            got = c(x)
+            first = time.perf_counter() - t0
+            got = c(x)    # the first call may run eagerly while tracing
+            want = fn(x)
+            err = float(np.max(np.abs(got.numpy() - want.numpy()) / (1 + np.abs(want.numpy()))))
+            t_c = per_call_us(lambda: c(x), repeat=7)
+            t_np = per_call_us(lambda: fn(x), repeat=5)
+        t_torch = None
+        if tfn is not None:
+            tx = torch.from_numpy(a)
+            with torch.no_grad():
+                tfn(tx)
+                t_torch = per_call_us(lambda: tfn(tx), repeat=7)
+        progs = [e.program for e in c.entries.values() if getattr(e, "program", None) is not None]
+        nk = sum(len(getattr(p, "kernels", ())) for p in progs)
+        comp_s = kernel_cache.stats["compile_seconds"] - before["compile_seconds"]
+        # the same kernels from the disk cache: forget the loaded library, load again
+        src = progs[0].c_source
+        kernel_cache._loaded.clear()
+        t0 = time.perf_counter()
+        kernel_cache.load(src)
+        cached = time.perf_counter() - t0
+        rows.append([name, fmt(t_c / 1e3, "ms"), fmt(t_np / 1e3, "ms"), fmt(t_torch and t_torch / 1e3, "ms"),
+                     ratio(t_torch, t_c), f"{err:.1e}"])
+        compile_rows.append([name, str(nk), f"{comp_s * 1e3:.0f} ms", f"{first * 1e3:.0f} ms",
+                             f"{cached * 1e3:.2f} ms"])
+    print(f"threads: {THREADS} (BENCH_THREADS), cache: {os.environ['EAGERC_CACHE_DIR']}")
+    print(table(rows, ["case", "backend c", "numpy eager", "torch eager", "torch / c", "max rel. diff c vs eager"]))
+    print()
+    print(table(compile_rows, ["case", "kernels", "cc time (one .so)", "first call (trace+cc)",
+                               "load from disk cache"]))
+
+
+if __name__ == "__main__":
+    main()

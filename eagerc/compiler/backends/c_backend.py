@@ -1,0 +1,277 @@
+"""Backend "c": fused groups as C kernels (OpenMP), everything else like the numpy backend.
+
+`CBackend().compile(graph)`:
+
+1. plan: each fusion group (graph.meta["fusion_groups"]) -- and each lone elementwise or
+   reduction node over at least `singleton_min` elements -- is lowered to a Kernel
+   (compiler/kernels/lower.py). A group whose trailing reduction cannot be lowered (an int
+   sum, a reduction over axis 0) keeps its elementwise part as a kernel; any other group
+   that does not lower runs node by node as before.
+2. render all kernels of the graph into one C source (kernels/render.py), compile it once
+   with the system compiler and load it with ctypes (runtime/kernel_cache.py: disk cache
+   keyed by source + compiler version + flags).
+3. generate the Python driver, like the numpy backend (its naming, literals, per-call
+   attributes and override checks are imported from there): other nodes call their op's
+   kernel (matmul and convolution stay on BLAS through numpy); a kernel call allocates
+   its outputs with numpy and passes data pointers. Kernel outputs are fresh arrays and
+   nothing is written in place, so aliasing needs no analysis; mutations are returned and
+   written back by compile.py.
+
+Without a C compiler (none on PATH, or $EAGERC_CC missing) the graph goes to the numpy
+backend, with a one-line RuntimeWarning. A graph with nothing to fuse does too. The
+program carries `.source` (the driver), `.c_source`, `.kernels` (Kernel IR) and
+`.library` (path of the shared object).
+"""
+import ctypes
+import itertools
+import keyword
+import linecache
+import re
+import warnings
+import weakref
+
+import numpy as np
+
+from ...runtime import kernel_cache
+from ...runtime.ops import OPS
+from ..kernels.lower import LOWERABLE, REDUCIBLE, Unsupported, index_space, lower_group
+from ..kernels.render import render_c
+from . import register_backend
+from .numpy_backend import (NumpyBackend, _check_fixed, _literal, _Names, _np_type, _per_call,
+                            _where, per_call_attrs)
+
+__all__ = ["CBackend", "plan_kernels", "render"]
+
+_COUNTER = itertools.count()
+SINGLETON_MIN = 1 << 16     # a lone op is worth a C kernel (threads) only when this large
+
+
+def _numel(shape):
+    n = 1
+    for s in shape:
+        if type(s) is not int:
+            return None
+        n *= s
+    return n
+
+
+def plan_kernels(graph, singleton_min=SINGLETON_MIN):
+    """[(first node index, member names, Kernel)] for the groups that lower, in graph order."""
+    index = {n.out.name: i for i, n in enumerate(graph.nodes)}
+    readers = {}
+    for n in graph.nodes:
+        for v in n.input_values():
+            readers.setdefault(v.name, set()).add(n.out.name)
+    escaping = {v.name for v in graph.outputs} | {v.name for _, v in graph.mutations}
+    groups = [list(g) for g in graph.meta.get("fusion_groups", ())]
+    grouped = {m for g in groups for m in g}
+    for n in graph.nodes:
+        if n.out.name in grouped or not (n.op in LOWERABLE or n.op in REDUCIBLE):
+            continue
+        size = _numel(index_space([n])) if all(hasattr(x, "shape") for x in n.input_values()) else None
+        if size is not None and size >= singleton_min:
+            groups.append([n.out.name])
+    groups.sort(key=lambda g: index[g[0]])
+    plan = []
+    for g in groups:
+        idx = [index.get(m) for m in g]
+        if None in idx or idx != list(range(idx[0], idx[0] + len(idx))):
+            continue      # not contiguous in this order: leave it to the kernels
+        nodes = [graph.nodes[i] for i in idx]
+        members = set(g)
+
+        def needed(ms):
+            return {m for m in ms if m in escaping or readers.get(m, set()) - ms}
+
+        name = f"k{len(plan)}"
+        try:
+            k = lower_group(nodes, needed(members), name)
+        except Unsupported:
+            if len(nodes) < 2 or nodes[-1].op not in REDUCIBLE:
+                continue
+            nodes, members = nodes[:-1], members - {nodes[-1].out.name}
+            try:
+                k = lower_group(nodes, needed(members), name)
+            except Unsupported:
+                continue
+        plan.append((idx[0], [n.out.name for n in nodes], k))
+    return plan
+
+
+def render(graph, plan):
+    """(source, globals) of the Python driver; kernels are bound later as globals K_<name>."""
+    per_call = per_call_attrs(graph)
+    names = _Names()
+    consts = {}
+    kernels = {}
+    for _, v in graph.inputs:
+        names.add(v.name)
+    for n in graph.nodes:
+        names.add(n.out.name)
+
+    def const(x):
+        lit = _literal(x)
+        if lit is not None:
+            return lit
+        g = f"A_{len(consts)}"
+        consts[g] = x
+        return g
+
+    def arg(x):
+        return names[x.name] if hasattr(x, "name") else const(x)
+
+    starts = {start: (members, k) for start, members, k in plan}
+    fused = {m for _, members, _ in plan for m in members}
+    # units: (code lines, comment, reads, defines)
+    units = []
+    contiguous = set()       # values made by kernels: contiguous, recorded dtype
+    for i, n in enumerate(graph.nodes):
+        if n.op not in OPS:
+            raise ValueError(f"c backend: node {n.out.name} applies unknown op {n.op!r}")
+        if i in starts:
+            members, k = starts[i]
+            code, ptrs, temps = [], [], []
+            for b in k.inputs:
+                if b.name in contiguous:
+                    ptrs.append(f"ptr({names[b.name]})")
+                else:
+                    tmp = names.add("_c" + str(len(ptrs)))
+                    temps.append(tmp)
+                    code.append(f"{tmp} = asarray({names[b.name]}, {_np_type(b.dtype)}, order='C')")
+                    ptrs.append(f"ptr({tmp})")
+            for b in k.outputs:
+                code.append(f"{names[b.name]} = A_empty({_literal(tuple(b.shape))}, {_np_type(b.dtype)})")
+                ptrs.append(f"ptr({names[b.name]})")
+                contiguous.add(b.name)
+            code.append(f"K_{k.name}({', '.join(ptrs)})")
+            if temps:
+                code.append(f"del {', '.join(temps)}")
+            comment = f"{k.name}: fused {' '.join(members)}"
+            units.append((code, comment, [b.name for b in k.inputs], [b.name for b in k.outputs]))
+            continue
+        if n.out.name in fused:
+            continue
+        kname = kernels.get(n.op)
+        if kname is None:
+            kname = kernels[n.op] = "k_" + re.sub(r"\W", "_", n.op)
+        args = [arg(x) for x in n.inputs]
+        varying = per_call.get(n.out.name, ())
+        for key, val in n.attrs.items():
+            if key in varying:
+                continue
+            if key.isidentifier() and not keyword.iskeyword(key):
+                args.append(f"{key}={const(val)}")
+            else:
+                args.append(f"**{{{key!r}: {const(val)}}}")
+        if varying:
+            recorded = ", ".join(f"{key}={const(n.attrs[key])}" for key in varying)
+            args.append(f"**per_call(overrides, {n.out.name!r}, {recorded})")
+        expr = f"{kname}({', '.join(args)})"
+        if not n.out.shape:
+            expr = f"asarray({expr})"
+        units.append(([f"{names[n.out.name]} = {expr}"], _where(n) or f"{n.out.name}: {n.out.type_str()}",
+                      [v.name for v in n.input_values()], [n.out.name]))
+
+    # liveness: del each value after the unit that reads it last
+    kept = {v.name for v in graph.outputs} | {v.name for _, v in graph.mutations}
+    last = {}
+    for j, (_, _, reads, defines) in enumerate(units):
+        for d in defines:
+            last.setdefault(d, j)
+        for r in reads:
+            last[r] = j
+    for _, v in graph.inputs:
+        last.setdefault(v.name, -1)
+    free = {}
+    for v, j in last.items():
+        if v not in kept:
+            free.setdefault(j, []).append(v)
+
+    lines = ["# Constructed by c_backend",
+             f"# {len(graph.nodes)} nodes; {len(plan)} fused C kernel{'s' if len(plan) != 1 else ''}"]
+    if kernels:
+        lines.append("")
+        for op, k in kernels.items():
+            lines.append(f"{k} = OPS[{op!r}].cpu")
+    lines += ["", "", "def program(env, overrides=None):", "    # inputs"]
+    for kind, v in graph.inputs:
+        lines.append(f"    {names[v.name]} = env[{v.name!r}]  # {v.type_str()} "
+                     f"{'external' if kind == 'external' else 'argument'}")
+    if per_call:
+        lines += ["    if overrides is None:",
+                  "        overrides = NO_OVERRIDES",
+                  "    elif not FIXED.isdisjoint(overrides):",
+                  "        check_fixed(overrides)"]
+    else:
+        lines += ["    if overrides and not FIXED.isdisjoint(overrides):",
+                  "        check_fixed(overrides)"]
+    if free.get(-1):
+        lines.append(f"    del {', '.join(names[v] for v in free[-1])}")
+    lines.append("    # program")
+    for j, (code, comment, _, _) in enumerate(units):
+        for c in code:
+            lines.append(f"    {c:<60}  # {comment}" if c is code[-1] and len(code) == 1 or c.startswith("K_") else f"    {c}")
+        dead = free.get(j)
+        if dead:
+            lines.append(f"    del {', '.join(names[v] for v in dead)}")
+    outs = ", ".join(names[v.name] for v in graph.outputs)
+    muts = ", ".join(f"({t!r}, {names[v.name]})" for t, v in graph.mutations)
+    lines.append(f"    return [{outs}], [{muts}]")
+    source = "\n".join(lines) + "\n"
+
+    globs = {"np": np, "OPS": OPS, "asarray": np.asarray, "A_empty": np.empty, "ptr": kernel_cache.ptr,
+             "__name__": "eagerc_compiled_c", "NO_OVERRIDES": {}, "per_call": _per_call}
+    globs.update(consts)
+    fixed = {n.out.name: n for n in graph.nodes if n.out.name not in per_call}
+    globs["FIXED"] = frozenset(fixed)
+    globs["check_fixed"] = lambda overrides: _check_fixed(fixed, overrides)
+    return source, globs
+
+
+class CBackend:
+    name = "c"
+    supports_dynamic = False   # kernels are specialised to static shapes
+
+    def __init__(self, singleton_min=SINGLETON_MIN):
+        self.singleton_min = singleton_min
+
+    def compile(self, graph):
+        if kernel_cache.find_compiler() is None:
+            warnings.warn("eagerc backend 'c': no C compiler found (cc, or $EAGERC_CC); "
+                          "using the numpy backend", RuntimeWarning, stacklevel=2)
+            return NumpyBackend().compile(graph)
+        plan = plan_kernels(graph, self.singleton_min)
+        if not plan:
+            program = NumpyBackend().compile(graph)
+            program.kernels = []
+            return program
+        kernels = [k for _, _, k in plan]
+        c_source = render_c(kernels)
+        lib = kernel_cache.load(c_source)
+        source, globs = render(graph, plan)
+        for k in kernels:
+            f = getattr(lib, k.name)
+            f.argtypes = [ctypes.c_void_p] * (len(k.inputs) + len(k.outputs))
+            f.restype = None
+            globs["K_" + k.name] = f
+        filename = f"<eagerc-compiled-c-{next(_COUNTER)}>"
+        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+        exec(compile(source, filename, "exec"), globs)
+        program = globs["program"]
+        program.source = source
+        program.c_source = c_source
+        program.kernels = kernels
+        program.library = lib._eagerc_path
+        program.graph = graph
+        program.filename = filename
+        program.buffers = []
+        program._lib = lib
+        weakref.finalize(program, linecache.cache.pop, filename, None)
+        return program
+
+    @staticmethod
+    def plannable(node):
+        return False
+
+
+register_backend("c", CBackend)

@@ -1,0 +1,256 @@
+"""Lowering: a fusion group of graph nodes -> one Kernel (kernels/ir.py), or Unsupported.
+
+A group is a chain of elementwise nodes over one index space with at most one trailing
+reduction (passes/fusion.py). Each node becomes instructions over loads (values made
+outside the group), constants (Python scalars, in the dtype numpy would use) and earlier
+members. A member's value is stored when something outside the group reads it.
+
+Dtypes follow the eager kernels exactly, or the group is not lowered: every instruction's
+dtype is derived here and compared with the node's recorded dtype. What is lowered:
+
+- float math:    exp exp2 log log2 log1p expm1 sqrt rsqrt sin cos tan tanh sigmoid erf
+                 reciprocal (float32/float64)
+- same-dtype:    neg abs square relu sign (floats and ints), floor ceil round trunc (floats)
+- binary:        add sub mul maximum minimum (same dtype), div, pow (floats; a constant
+                 exponent 2 or 3 becomes multiplications), lerp
+- comparisons:   eq ne lt le gt ge -> bool; logical_and/or/xor/not; isnan isinf isfinite
+- bitwise:       and or xor not (ints, bool)
+- where, cast (between the IR dtypes), clamp, clone
+- reductions:    sum, mean, amax, amin of float values over the last dimension or all
+                 elements (keepdim or not)
+
+Everything else (float16, int reductions, reductions over other axes, symbolic shapes,
+floor_divide, remainder, nan_to_num, gelu, ...) raises Unsupported and runs as before.
+"""
+import numpy as np
+
+from .ir import DTYPES, FLOATS, Buffer, Kernel, Reduction
+
+__all__ = ["Unsupported", "lower_group", "LOWERABLE", "REDUCIBLE", "index_space"]
+
+
+class Unsupported(Exception):
+    pass
+
+
+FLOAT_MATH = {"exp", "exp2", "log", "log2", "log1p", "expm1", "sqrt", "rsqrt", "sin", "cos", "tan",
+              "tanh", "sigmoid", "erf", "reciprocal"}
+SAME_NUM = {"neg", "abs", "square", "relu", "sign"}
+SAME_FLOAT = {"floor", "ceil", "round", "trunc"}
+ARITH = {"add", "sub", "mul", "maximum", "minimum"}
+COMPARE = {"eq", "ne", "lt", "le", "gt", "ge"}
+LOGICAL = {"logical_and", "logical_or", "logical_xor"}
+BOOL_TEST = {"isnan", "isinf", "isfinite"}
+BITWISE = {"bitwise_and", "bitwise_or", "bitwise_xor"}
+LOWERABLE = (FLOAT_MATH | SAME_NUM | SAME_FLOAT | ARITH | COMPARE | LOGICAL | BOOL_TEST | BITWISE
+             | {"div", "pow", "lerp", "where", "cast", "clamp", "clone", "logical_not", "bitwise_not"})
+REDUCIBLE = {"sum": "sum", "mean": "mean", "amax": "max", "amin": "min"}
+
+
+def _static(shape):
+    return all(type(s) is int for s in shape)
+
+
+def index_space(nodes):
+    last = nodes[-1]
+    if last.op in REDUCIBLE:
+        return tuple(last.inputs[0].shape)
+    return tuple(last.out.shape)
+
+
+def _reduce_axis(node, ndim):
+    dim = node.attrs.get("dim")
+    if dim is None or ndim == 0:
+        return "all"
+    dims = dim if isinstance(dim, (list, tuple)) else [dim]
+    try:
+        dims = sorted({int(d) % ndim for d in dims})
+    except (TypeError, ValueError):
+        raise Unsupported(f"reduction dims {dim!r}")
+    if dims == list(range(ndim)):
+        return "all"
+    if dims == [ndim - 1]:
+        return "last"
+    raise Unsupported(f"reduction over dims {dim!r} (only the last one or all)")
+
+
+def lower_group(nodes, needed, name="k0"):
+    """The Kernel computing `nodes` (a fusion group, in graph order). `needed`: names of the
+    members' values read outside the group (stored)."""
+    shape = index_space(nodes)
+    if not _static(shape):
+        raise Unsupported("symbolic shape")
+    k = Kernel(name, shape, nodes=[n.out.name for n in nodes])
+    ref = {}    # member value name -> instruction index
+
+    def arg(x, dtype=None):
+        """The instruction for node input `x`: a member, a load, or a constant of `dtype`."""
+        if hasattr(x, "name"):
+            if x.dtype not in DTYPES:
+                raise Unsupported(f"dtype {x.dtype}")
+            if x.name in ref:
+                return ref[x.name]
+            if not _static(x.shape):
+                raise Unsupported("symbolic shape")
+            try:
+                return k.load(x.name, x.dtype, x.shape)
+            except ValueError as e:
+                raise Unsupported(str(e))
+        if dtype is None:
+            raise Unsupported("constant without a dtype")
+        return const(x, dtype)
+
+    def const(value, dtype):
+        if isinstance(value, bool):
+            value = int(value)
+        if not isinstance(value, (int, float)):
+            raise Unsupported(f"constant {value!r}")
+        if dtype in FLOATS:
+            value = float(np.dtype(dtype).type(value))
+        elif dtype == "bool":
+            value = int(bool(value))
+        else:
+            info = np.iinfo(dtype)
+            if not isinstance(value, int) or not info.min <= value <= info.max:
+                raise Unsupported(f"constant {value!r} for {dtype}")
+        return k.add("const", (value,), dtype)
+
+    def dtype_of(x):
+        return x.dtype if hasattr(x, "name") else None
+
+    def cast(i, dtype):
+        return i if k.instrs[i].dtype == dtype else k.add("cast", (i,), dtype)
+
+    def common(xs):
+        """The dtype numpy computes a mix of tensors and weak Python scalars in (NEP 50)."""
+        ts = {x.dtype for x in xs if hasattr(x, "name")}
+        if len(ts) != 1:
+            raise Unsupported(f"mixed operand dtypes {sorted(ts)}")
+        d = ts.pop()
+        for x in xs:
+            if hasattr(x, "name"):
+                continue
+            if isinstance(x, bool):
+                continue
+            if isinstance(x, int):
+                if d == "bool":
+                    raise Unsupported("bool tensor with int scalar")
+            elif isinstance(x, float):
+                if d not in FLOATS:
+                    d = "float64"
+            else:
+                raise Unsupported(f"constant {x!r}")
+        return d
+
+    reduction = nodes[-1] if nodes[-1].op in REDUCIBLE else None
+    body = nodes[:-1] if reduction is not None else nodes
+    for n in body:
+        op, out, xs = n.op, n.out.dtype, n.inputs
+        if op not in LOWERABLE:
+            raise Unsupported(f"op {op}")
+        if out not in DTYPES:
+            raise Unsupported(f"dtype {out}")
+        if op == "clone":
+            i = arg(xs[0])
+        elif op == "cast":
+            i = k.add("cast", (arg(xs[0]),), out)
+        elif op in FLOAT_MATH or op in SAME_FLOAT:
+            if out not in FLOATS or dtype_of(xs[0]) != out:
+                raise Unsupported(f"{op} on {dtype_of(xs[0])}")
+            i = k.add(op, (arg(xs[0]),), out)
+        elif op in SAME_NUM:
+            if dtype_of(xs[0]) != out or out == "bool" or (out.startswith("uint") and op in ("neg", "abs")):
+                raise Unsupported(f"{op} on {out}")
+            i = k.add(op, (arg(xs[0]),), out)
+        elif op in ARITH or op == "div":
+            d = common(xs)
+            if d != out or out == "bool" or (op == "div" and out not in FLOATS):
+                raise Unsupported(f"{op} -> {out}")
+            i = k.add(op, tuple(cast(arg(x, d), d) for x in xs), out)
+        elif op == "pow":
+            d = common(xs)
+            if d != out or out not in FLOATS:
+                raise Unsupported(f"pow -> {out}")
+            base, e = xs
+            if not hasattr(e, "name") and hasattr(base, "name") and e in (2, 2.0):
+                i = k.add("square", (arg(base),), out)
+            elif not hasattr(e, "name") and hasattr(base, "name") and e in (3, 3.0):
+                b = arg(base)
+                i = k.add("mul", (k.add("square", (b,), out), b), out)
+            else:
+                i = k.add("pow", (cast(arg(base, d), d), cast(arg(e, d), d)), out)
+        elif op == "lerp":
+            d = common(xs)
+            if d != out or out not in FLOATS:
+                raise Unsupported(f"lerp -> {out}")
+            a, b, w = (cast(arg(x, d), d) for x in xs)
+            i = k.add("add", (a, k.add("mul", (w, k.add("sub", (b, a), d)), d)), d)
+        elif op in COMPARE:
+            if out != "bool":
+                raise Unsupported(f"{op} -> {out}")
+            d = common(xs)
+            i = k.add(op, tuple(cast(arg(x, d), d) for x in xs), "bool")
+        elif op in LOGICAL:
+            if out != "bool":
+                raise Unsupported(f"{op} -> {out}")
+            i = k.add(op, tuple(arg(x, "bool") for x in xs), "bool")
+        elif op == "logical_not":
+            i = k.add("logical_not", (arg(xs[0]),), "bool")
+        elif op in BOOL_TEST:
+            if out != "bool" or dtype_of(xs[0]) not in FLOATS:
+                raise Unsupported(f"{op} on {dtype_of(xs[0])}")
+            i = k.add(op, (arg(xs[0]),), "bool")
+        elif op in BITWISE:
+            d = common(xs)
+            if d != out or d in FLOATS:
+                raise Unsupported(f"{op} -> {out}")
+            i = k.add(op, tuple(cast(arg(x, d), d) for x in xs), out)
+        elif op == "bitwise_not":
+            if dtype_of(xs[0]) != out or out in FLOATS:
+                raise Unsupported(f"bitwise_not on {out}")
+            i = k.add("logical_not" if out == "bool" else "bitwise_not", (arg(xs[0]),), out)
+        elif op == "where":
+            cond, a, b = xs
+            if dtype_of(cond) != "bool":
+                raise Unsupported("where with a non-bool condition")
+            d = common([a, b]) if (hasattr(a, "name") or hasattr(b, "name")) else None
+            if d != out:
+                raise Unsupported(f"where -> {out}")
+            i = k.add("where", (arg(cond), cast(arg(a, d), d), cast(arg(b, d), d)), out)
+        elif op == "clamp":
+            lo, hi = n.attrs.get("min"), n.attrs.get("max")
+            if set(n.attrs) - {"min", "max"} or dtype_of(xs[0]) != out or out == "bool":
+                raise Unsupported("clamp")
+            d = common([xs[0]] + [b for b in (lo, hi) if b is not None])
+            if d != out:
+                raise Unsupported(f"clamp -> {out}")
+            i = arg(xs[0])
+            if lo is not None:
+                i = k.add("maximum", (i, const(lo, d)), d)
+            if hi is not None:
+                i = k.add("minimum", (i, const(hi, d)), d)
+        else:   # pragma: no cover - LOWERABLE and the branches above agree
+            raise Unsupported(f"op {op}")
+        if k.instrs[i].dtype != out:
+            raise Unsupported(f"{op}: computed {k.instrs[i].dtype}, recorded {out}")
+        if tuple(n.out.shape) != shape:
+            raise Unsupported(f"{n.out.name}: shape {n.out.shape} is not the index space {shape}")
+        ref[n.out.name] = i
+        if n.out.name in needed:
+            k.store(i, n.out.name, out, n.out.shape)
+
+    if reduction is not None:
+        x = reduction.inputs[0]
+        if x.dtype not in FLOATS or reduction.out.dtype != x.dtype:
+            raise Unsupported(f"{reduction.op} of {x.dtype}")
+        if set(reduction.attrs) - {"dim", "keepdim"}:
+            raise Unsupported(f"{reduction.op} attributes {sorted(reduction.attrs)}")
+        if not _static(reduction.out.shape):
+            raise Unsupported("symbolic shape")
+        axis = _reduce_axis(reduction, len(shape))
+        src = arg(x)
+        k.outputs.append(Buffer(reduction.out.name, x.dtype, tuple(reduction.out.shape)))
+        k.reduction = Reduction(REDUCIBLE[reduction.op], src, axis, len(k.outputs) - 1, x.dtype)
+    if not k.outputs:
+        raise Unsupported("nothing to store")
+    return k

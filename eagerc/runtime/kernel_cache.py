@@ -1,0 +1,147 @@
+"""Compiled C kernels: a disk cache of shared objects keyed by source, toolchain and flags,
+and a ctypes loader. Runtime layer: numpy and the standard library only.
+
+    lib = load(source)          # compiles at most once per (source, compiler, flags, cpu)
+    lib.k0(ptr(a), ptr(out))
+
+The key is the sha256 of the exact source, the compiler's `--version` banner, the flags
+and the machine (flags include -march=native). The cache lives in $EAGERC_CACHE_DIR, else
+~/.cache/eagerc/kernels, one `<key>.so` per source (plus the `.c` for reading). Writes go
+to a temporary file renamed into place, so concurrent processes never load a half-written
+object; a second process finds the object and compiles nothing. `stats` counts compiles
+and cache hits in this process.
+
+The compiler is $EAGERC_CC, else `cc` on PATH (`find_compiler()`; None when missing).
+"""
+import ctypes
+import ctypes.util
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+
+__all__ = ["find_compiler", "compiler_version", "cache_dir", "load", "ptr", "FLAGS", "stats",
+           "CompileError", "NoCompiler"]
+
+# IEEE semantics (no -ffast-math); -fno-math-errno only lets sqrt & co. inline and vectorize
+FLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-shared", "-fPIC", "-std=gnu11")
+
+# glibc's vector math library, when present (the renderer declares its SIMD functions)
+LIBS = ("-lmvec", "-lm") if ctypes.util.find_library("mvec") else ("-lm",)
+
+stats = {"compiles": 0, "hits": 0, "compile_seconds": 0.0}
+_loaded = {}           # key -> CDLL (this process)
+_versions = {}         # compiler path -> version banner
+_lock = threading.Lock()
+
+
+class NoCompiler(RuntimeError):
+    pass
+
+
+class CompileError(RuntimeError):
+    pass
+
+
+def find_compiler():
+    """Path of the C compiler ($EAGERC_CC or `cc`), or None."""
+    return shutil.which(os.environ.get("EAGERC_CC") or "cc")
+
+
+def compiler_version(cc):
+    v = _versions.get(cc)
+    if v is None:
+        try:
+            r = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30)
+            v = (r.stdout or r.stderr).strip()
+        except (OSError, subprocess.SubprocessError) as e:
+            raise NoCompiler(f"{cc} --version failed: {e}") from None
+        _versions[cc] = v
+    return v
+
+
+def cache_dir():
+    d = os.environ.get("EAGERC_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "eagerc",
+                                                            "kernels")
+    os.makedirs(d, exist_ok=True)
+    return d
+
+
+def _cpu():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def key_of(source, cc=None, flags=FLAGS):
+    cc = cc or find_compiler()
+    if cc is None:
+        raise NoCompiler("no C compiler found (set EAGERC_CC or install cc)")
+    h = hashlib.sha256()
+    for part in (source, compiler_version(cc), " ".join(flags + LIBS), platform.machine(), _cpu()):
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def load(source, flags=FLAGS):
+    """The ctypes library of `source`, compiled (or found in the disk cache) and loaded."""
+    cc = find_compiler()
+    if cc is None:
+        raise NoCompiler("no C compiler found (set EAGERC_CC or install cc)")
+    key = key_of(source, cc, flags)
+    with _lock:
+        lib = _loaded.get(key)
+        if lib is not None:
+            return lib
+        d = cache_dir()
+        so = os.path.join(d, key[:32] + ".so")
+        if os.path.exists(so):
+            stats["hits"] += 1
+        else:
+            _compile(cc, source, so, flags, d, key)
+        lib = _loaded[key] = ctypes.CDLL(so)
+        lib._eagerc_path = so
+        return lib
+
+
+def _compile(cc, source, so, flags, d, key):
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(dir=d) as tmp:
+        c = os.path.join(tmp, "kernels.c")
+        with open(c, "w") as f:
+            f.write(source)
+        tmp_so = os.path.join(tmp, "kernels.so")
+        r = subprocess.run([cc, *flags, c, "-o", tmp_so, *LIBS], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise CompileError(f"{cc} failed ({r.returncode}):\n{r.stderr[-4000:]}")
+        os.replace(c, so[:-3] + ".c")
+        os.replace(tmp_so, so)     # atomic: readers see all of it or nothing
+    stats["compiles"] += 1
+    stats["compile_seconds"] += time.perf_counter() - t0
+    log = os.environ.get("EAGERC_KERNEL_LOG")
+    if log:
+        with open(log, "a") as f:
+            f.write(f"compiled {key[:32]}\n")
+
+
+_char = ctypes.c_char
+_addressof = ctypes.addressof
+
+
+def ptr(a):
+    """The data address of a contiguous numpy array (fast path through the buffer protocol;
+    read-only arrays go through a.ctypes)."""
+    try:
+        return _addressof(_char.from_buffer(a))
+    except (TypeError, ValueError, BufferError):
+        return a.ctypes.data

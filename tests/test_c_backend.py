@@ -1,0 +1,275 @@
+"""Backend "c": fused groups as generated C kernels, against eager mode and numpy.
+
+Random fused programs (values), the op table's elementwise and reduction cases (each op
+alone as a kernel), an MLP training step over 5 steps, the disk cache in a second
+process, the fallback without a compiler, and deterministic generated source.
+"""
+import copy
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import eagerc
+import eagerc.nn as nn
+import eagerc.nn.functional as F
+from eagerc.compiler.backends.c_backend import CBackend, plan_kernels
+from eagerc.compiler.kernels.ir import Kernel, broadcast_strides
+from eagerc.compiler.kernels.lower import LOWERABLE, REDUCIBLE
+from eagerc.compiler.passes import optimize
+from eagerc.compiler.tracer import trace
+from eagerc.runtime import kernel_cache
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+pytestmark = pytest.mark.skipif(kernel_cache.find_compiler() is None, reason="no C compiler")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _cache_dir(tmp_path_factory):
+    old = os.environ.get("EAGERC_CACHE_DIR")
+    os.environ["EAGERC_CACHE_DIR"] = str(tmp_path_factory.mktemp("kernels"))
+    yield
+    if old is None:
+        os.environ.pop("EAGERC_CACHE_DIR", None)
+    else:
+        os.environ["EAGERC_CACHE_DIR"] = old
+
+
+def _compile_traced(fn, arrays, singleton_min=0):
+    ts = [eagerc.tensor(a) for a in arrays]
+    graph, result, tracer = trace(fn, tuple(ts))
+    if graph is None:
+        pytest.skip(f"trace breaks: {tracer.broken}")
+    env = {f"arg{i}": t.data for i, t in enumerate(ts)}
+    env.update({name: t.data for name, t in tracer.externals.items()})
+    program = CBackend(singleton_min=singleton_min).compile(optimize(graph))
+    leaves = [t for t in (result if isinstance(result, (tuple, list)) else (result,))
+              if isinstance(t, eagerc.Tensor)]
+    return program, env, [np.asarray(t.data) for t in leaves]
+
+
+def _close(got, want, rtol, atol, what=""):
+    assert got.dtype == want.dtype, f"{what}: {got.dtype} != {want.dtype}"
+    assert got.shape == want.shape, f"{what}: {got.shape} != {want.shape}"
+    if want.dtype.kind == "f":
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, equal_nan=True, err_msg=what)
+    else:
+        np.testing.assert_array_equal(got, want, err_msg=what)
+
+
+# ---------------------------------------------------------------- kernel IR
+
+def test_broadcast_strides_and_loop_shape():
+    assert broadcast_strides((4, 1), (3, 4, 5)) == (0, 1, 0)
+    assert broadcast_strides((5,), (3, 4, 5)) == (0, 0, 1)
+    k = Kernel("k", (3, 4, 5))
+    k.load("a", "float32", (3, 4, 5))
+    k.load("b", "float32", (5,))
+    sizes, strides = k.loop_shape()
+    assert sizes == (12, 5) and strides == [(5, 1), (0, 1)]
+    k2 = Kernel("k", (3, 1, 5))
+    k2.load("a", "float32", (3, 1, 5))
+    assert k2.loop_shape() == ((15,), [(1,)])
+
+
+# ---------------------------------------------------------------- random fused programs
+
+_UNARY = [lambda x: x.exp() * 0.25, lambda x: x.tanh(), lambda x: x.sigmoid(), lambda x: -x,
+          lambda x: x.abs().sqrt(), lambda x: x.relu(), lambda x: x * x, lambda x: x.clamp(-0.5, 0.7),
+          lambda x: (x.abs() + 1).log(), lambda x: x ** 3, lambda x: 1 / (x.abs() + 0.5),
+          lambda x: eagerc.where(x > 0.1, x, x * 0.5)]
+_BINARY = [lambda a, b: a + b, lambda a, b: a - b, lambda a, b: a * b,
+           lambda a, b: eagerc.maximum(a, b), lambda a, b: eagerc.minimum(a, b),
+           lambda a, b: a / (b.abs() + 1)]
+
+
+def _random_program(rng):
+    n_ops = int(rng.integers(2, 7))
+    script = [(int(rng.integers(0, 2)), int(rng.integers(0, len(_UNARY))), int(rng.integers(0, len(_BINARY))),
+               int(rng.integers(0, 3))) for _ in range(n_ops)]
+    reduce = int(rng.integers(0, 5))   # 0: none, 1 sum(-1), 2 mean(), 3 amax(-1, keepdim), 4 amin()
+
+    def fn(x, y, z):
+        vals = [x]
+        others = [y, z, x]
+        for binary, u, b, o in script:
+            v = vals[-1]
+            vals.append(_BINARY[b](v, others[o]) if binary else _UNARY[u](v))
+        r = vals[-1]
+        if reduce == 1:
+            return r.sum(-1)
+        if reduce == 2:
+            return r.mean()
+        if reduce == 3:
+            return r.amax(-1, keepdim=True)
+        if reduce == 4:
+            return r.amin()
+        return r
+    return fn
+
+
+@pytest.mark.parametrize("seed", range(25))
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_random_fused_programs_match_eager(seed, dtype):
+    rng = np.random.default_rng(seed)
+    fn = _random_program(rng)
+    shapes = [((6, 33), (33,), (6, 1)), ((2, 3, 17), (3, 1), ()), ((40000,), (1,), (40000,))][seed % 3]
+    arrays = [rng.standard_normal(s).astype(dtype) for s in shapes]
+    program, env, want = _compile_traced(fn, arrays)
+    assert program.kernels, "nothing was fused"
+    outs, _ = program(env)
+    tol = (2e-5, 1e-6) if dtype == "float32" else (1e-10, 1e-12)
+    for o, w in zip(outs, want):
+        _close(np.asarray(o), w, *tol, what=f"seed {seed}\n{program.c_source}")
+
+
+def test_nan_propagates_like_numpy():
+    x = np.array([[1.0, np.nan, 3.0], [4.0, 5.0, 6.0]], np.float32)
+    y = np.array([2.0, 2.0, np.nan], np.float32)
+    program, env, want = _compile_traced(
+        lambda a, b: (eagerc.maximum(a * 1, b), eagerc.minimum(a, b) + 0, (a + 0).amax(-1), (a * 1).amin()),
+        [x, y])
+    outs, _ = program(env)
+    assert len(program.kernels) >= 2
+    for o, w in zip(outs, want):
+        _close(np.asarray(o), w, 0, 0)
+
+
+def test_reduction_over_first_axis_keeps_the_elementwise_kernel():
+    x = np.random.default_rng(0).standard_normal((8, 5)).astype(np.float32)
+    program, env, want = _compile_traced(lambda a: (a.exp() * 2).sum(0), [x])
+    assert program.kernels and program.kernels[0].reduction is None
+    assert "k_sum" in program.source
+    _close(program(env)[0][0], want[0], 1e-6, 1e-6)
+
+
+# ---------------------------------------------------------------- the op table
+
+def _optable_cases():
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    from optable import all_cases
+    return [(c, v) for c in all_cases() for v in range(len(c.shapes))]
+
+
+OPTABLE = _optable_cases()
+
+
+@pytest.mark.parametrize("cv", OPTABLE, ids=lambda cv: f"{cv[0].name}-{cv[1]}")
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_op_table_case_compiled_c(cv, dtype):
+    case, v = cv
+    if dtype == "float32" and not case.float32:
+        pytest.skip("float32 disabled for this case")
+    arrays = [a.astype(dtype) if a.dtype.kind == "f" else a for a in case.arrays(v)]
+    ts = [eagerc.tensor(a) for a in arrays]
+    graph, result, tracer = trace(case.fn, tuple(ts))
+    if graph is None:
+        pytest.skip("trace breaks")
+    if not any(n.op in LOWERABLE or n.op in REDUCIBLE for n in graph.nodes):
+        pytest.skip("no elementwise or reduction op")
+    g = optimize(graph)
+    if not plan_kernels(g, singleton_min=0):
+        pytest.skip("nothing lowers")
+    program, env, want = _compile_traced(case.fn, arrays)
+    outs, _ = program(env)
+    tol = (1e-5, 1e-6) if dtype == "float32" else (1e-11, 1e-13)
+    for k, (o, w) in enumerate(zip(outs, want)):
+        _close(np.asarray(o), w, *tol, what=f"{case.name}-{v} output {k}\n{program.c_source}")
+
+
+# ---------------------------------------------------------------- training
+
+def _mlp(seed=0):
+    eagerc.manual_seed(seed)
+    return nn.Sequential(nn.Linear(6, 32), nn.Tanh(), nn.Linear(32, 32), nn.ReLU(),
+                         nn.Linear(32, 4)).to(eagerc.float64)
+
+
+@pytest.mark.parametrize("make_opt", [
+    lambda ps: eagerc.optim.SGD(ps, lr=0.05, momentum=0.9, weight_decay=1e-3),
+    lambda ps: eagerc.optim.Adam(ps, lr=1e-2),
+], ids=["sgd_momentum", "adam"])
+def test_mlp_training_step_matches_eager(make_opt):
+    eager = _mlp()
+    comp = copy.deepcopy(eager)
+    opt_e, opt_c = make_opt(eager.parameters()), make_opt(comp.parameters())
+
+    def step(model, opt, x, y):
+        loss = F.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    compiled = eagerc.compile(lambda x, y: step(comp, opt_c, x, y), backend="c")
+    rng = np.random.default_rng(1)
+    for i in range(5):
+        x = eagerc.tensor(rng.standard_normal((16, 6)))
+        y = eagerc.tensor(rng.integers(0, 4, 16))
+        le, lc = step(eager, opt_e, x, y), compiled(x, y)
+        np.testing.assert_allclose(lc.item(), le.item(), rtol=1e-10)
+    for (n, p), q in zip(eager.named_parameters(), comp.parameters()):
+        np.testing.assert_allclose(q.numpy(force=True), p.numpy(force=True), rtol=1e-9, atol=1e-12, err_msg=n)
+    programs = [e.program for e in compiled.entries.values() if getattr(e, "program", None) is not None]
+    assert any(getattr(p, "kernels", None) for p in programs), "no C kernel ran"
+
+
+# ---------------------------------------------------------------- cache, fallback, determinism
+
+_SCRIPT = textwrap.dedent("""
+    import json, sys
+    import numpy as np
+    sys.path.insert(0, {root!r})
+    import eagerc
+    import eagerc.compiler.backends.c_backend
+    from eagerc.runtime import kernel_cache
+    f = eagerc.compile(lambda x: 0.5 * x * (1 + eagerc.tanh(0.79788 * (x + 0.044715 * x ** 3))), backend="c")
+    x = eagerc.tensor(np.linspace(-3, 3, 1000, dtype=np.float32))
+    with eagerc.no_grad():
+        y = f(x)
+    print(json.dumps(dict(kernel_cache.stats, value=float(y.numpy()[7]))))
+""")
+
+
+def test_second_process_compiles_nothing(tmp_path):
+    env = dict(os.environ, EAGERC_CACHE_DIR=str(tmp_path), EAGERC_KERNEL_LOG=str(tmp_path / "log"))
+    script = _SCRIPT.format(root=ROOT)
+    runs = [json.loads(subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                                      check=True).stdout.strip().splitlines()[-1]) for _ in range(2)]
+    assert runs[0]["compiles"] == 1 and runs[0]["hits"] == 0
+    assert runs[1]["compiles"] == 0 and runs[1]["hits"] == 1
+    assert runs[0]["value"] == runs[1]["value"]
+    assert (tmp_path / "log").read_text().count("compiled") == 1
+    assert len(list(tmp_path.glob("*.so"))) == 1
+
+
+def test_no_compiler_falls_back_to_numpy(monkeypatch):
+    monkeypatch.setenv("EAGERC_CC", "/nonexistent/cc")
+    x = np.random.default_rng(0).standard_normal((4, 8)).astype(np.float32)
+    with pytest.warns(RuntimeWarning, match="no C compiler") as rec:
+        program, env, want = _compile_traced(lambda a: (a.exp() + 1).sum(-1), [x])
+    assert len(rec) == 1 and "\n" not in str(rec[0].message)
+    assert not hasattr(program, "c_source") and "numpy_backend" in program.source
+    _close(program(env)[0][0], want[0], 1e-6, 0)
+    with pytest.warns(RuntimeWarning, match="no C compiler"):
+        f = eagerc.compile(lambda a: a * 2 + 1, backend="c")
+        with eagerc.no_grad():
+            np.testing.assert_allclose(f(eagerc.tensor(x)).numpy(), x * 2 + 1)
+
+
+def test_generated_source_is_deterministic():
+    x = np.random.default_rng(0).standard_normal((16, 8)).astype(np.float32)
+
+    def fn(a, b):
+        m = a.amax(-1, keepdim=True)
+        e = (a - m).exp()
+        return e / e.sum(-1, keepdim=True), (a * b + 1).tanh()
+    p1, _, _ = _compile_traced(fn, [x, x[0]])
+    p2, _, _ = _compile_traced(fn, [x, x[0]])
+    assert p1.c_source == p2.c_source and p1.source == p2.source
+    assert p1.library == p2.library
+    assert "0x" not in p1.c_source
