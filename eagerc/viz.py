@@ -17,8 +17,10 @@ The module hierarchy (Node.module, e.g. "layers.0.attn") becomes nested clusters
 draws modules deeper than N as one vertex each. Fusion groups (graph.meta["fusion_groups"])
 are clusters inside the innermost module holding all their members. Large graphs
 collapse repeated blocks: sibling modules whose ops are identical (a ModuleList of
-transformer layers) are drawn once, labelled "x12". `times` (value name -> seconds, from
-`time_nodes`) colours the ops by measured time.
+transformer layers) are drawn once, labelled "x12", and edges that would cross many
+ranks (a mask or an embedding read by every layer) become small reference boxes next to
+their reader -- dot's time goes into long edges. `times` (value name -> seconds, from
+`time_nodes`) colours the ops by measured time. docs/cli.md has the measurements.
 """
 import os
 import shutil
@@ -358,6 +360,7 @@ def program_graph(graph, *, depth=None, repeats="auto", times=None, value_shapes
         parts = m.split(".") if m else []
         known.update(".".join(parts[:k]) for k in range(1, len(parts) + 1))
     externals = graph.externals()
+    external = {v.name: v for v in externals}
     param_mod = {}
     for v in externals:
         owner = _parent(v.name)
@@ -437,7 +440,7 @@ def program_graph(graph, *, depth=None, repeats="auto", times=None, value_shapes
             owner = _parent(cp)
         vid = "p:" + name
         if vid not in verts:
-            v = next(v for v in externals if v.name == name)
+            v = external[name]
             label = name[len(owner) + 1:] if owner else name
             pos = min((producer[u.out.name] for u in users.get(name, ())), default=0)
             verts[vid] = {"kind": "param", "cluster": owner, "label": label, "pos": alias.get(pos, pos),
@@ -497,19 +500,27 @@ def program_graph(graph, *, depth=None, repeats="auto", times=None, value_shapes
             v["label"] = _module_label(v, classes, reps)
             v["tooltip"] = f"module {v['path']}: {v['nodes']} ops"
 
-    # clusters: module paths (and their ancestors), fusion groups inside their LCA module
-    used = {v["cluster"] for v in verts.values()}
-    clusters = set()
-    for c in used | {lca for _, lca, _ in groups}:
+    total = sum(v.get("time", 0.0) for v in verts.values())
+    header = _title(title, len(nodes), total if times is not None else None)
+    source, n_clusters = _write_dot(verts, edges, groups, fusion_of, classes, reps, header,
+                                    _time_colours(verts) if times is not None else {}, total)
+    stats = {"vertices": len(verts), "edges": len(edges), "nodes": len(nodes),
+             "repeats": {rep: len(paths) for rep, paths in reps.items()}, "fusion_groups": len(groups),
+             "clusters": n_clusters, "params_hidden": params_hidden}
+    return Dot(source, stats)
+
+
+def _write_dot(verts, edges, groups, fusion_of, classes, reps, header, colour, total):
+    """The DOT text: module clusters nested by path (in program order), fusion groups inside
+    their module, then the edges. Returns (text, number of module clusters)."""
+    clusters = set()     # module paths with boxes, and their ancestors
+    for c in {v["cluster"] for v in verts.values()} | {lca for _, lca, _ in groups}:
         parts = c.split(".") if c else []
         clusters.update(".".join(parts[:k]) for k in range(1, len(parts) + 1))
-    colour = _time_colours(verts) if times is not None else {}
-    total = sum(v.get("time", 0.0) for v in verts.values())
-
     out = ["digraph eagerc {",
-           "  graph [rankdir=TB fontname=Helvetica fontsize=11 newrank=true compound=false"
-           + (' nslimit=4 mclimit=0.3 searchsize=10' if len(verts) > 500 else "")
-           + f" label={_q(_title(title, len(nodes), total if times is not None else None))} labelloc=t];",
+           "  graph [rankdir=TB fontname=Helvetica fontsize=11 newrank=true"
+           + (" nslimit=4 mclimit=0.3 searchsize=10" if len(verts) > 500 else "")   # fewer layout passes
+           + f" label={_q(header)} labelloc=t];",
            "  node [fontname=Helvetica fontsize=10 shape=box style=\"rounded,filled\" fillcolor=white height=0.3];",
            "  edge [fontname=Helvetica fontsize=8 color=\"#555555\" fontcolor=\"#333333\" arrowsize=0.6];"]
     by_cluster = {}
@@ -517,15 +528,10 @@ def program_graph(graph, *, depth=None, repeats="auto", times=None, value_shapes
         key = ("f", fusion_of[vid]) if vid in fusion_of else ("m", v["cluster"])
         by_cluster.setdefault(key, []).append(vid)
     ids = {vid: f"v{k}" for k, vid in enumerate(verts)}
-
-    def emit_vertex(vid, indent):
-        v = verts[vid]
-        out.append(indent + ids[vid] + " " + _attrs(_vertex_style(v, colour.get(vid), total)))
-
     fusion_by_parent = {}
     for gid, lca, size in groups:
         fusion_by_parent.setdefault(lca, []).append((gid, size))
-    first = {}           # cluster -> position of its first vertex: clusters in program order
+    first = {}           # cluster -> position of its first box: clusters in program order
     for k, v in enumerate(verts.values()):
         parts = v["cluster"].split(".") if v["cluster"] else []
         for d in range(1, len(parts) + 1):
@@ -533,8 +539,13 @@ def program_graph(graph, *, depth=None, repeats="auto", times=None, value_shapes
     kids = {}
     for c in clusters:
         kids.setdefault(_parent(c), []).append(c)
+    drawn = 0
+
+    def emit_vertex(vid, indent):
+        out.append(indent + ids[vid] + " " + _attrs(_vertex_style(verts[vid], colour.get(vid), total)))
 
     def emit_cluster(path, indent):
+        nonlocal drawn
         for vid in by_cluster.get(("m", path), ()):
             emit_vertex(vid, indent)
         for gid, size in fusion_by_parent.get(path, ()):
@@ -551,6 +562,7 @@ def program_graph(graph, *, depth=None, repeats="auto", times=None, value_shapes
                 v["label"] = _cluster_label(c, classes, reps) + "\n" + v["label"]
                 emit_vertex(inside[0], indent)
                 continue
+            drawn += 1
             out.append(f"{indent}subgraph {_q('cluster_m:' + c)} {{")
             out.append(f"{indent}  label={_q(_cluster_label(c, classes, reps))} style=\"rounded,filled\" "
                        f"color=\"#8fa9c7\" fillcolor={_q(_shade(_depth(c)))} labeljust=l;")
@@ -559,16 +571,13 @@ def program_graph(graph, *, depth=None, repeats="auto", times=None, value_shapes
     emit_cluster("", "  ")
     for (src, dst, _), e in edges.items():
         attrs = {"label": e["label"]}
-        if e.get("cross"):
+        if e.get("cross"):       # from one repetition of a block to the next: no layout constraint
             attrs.update(style="dashed", constraint="false", color="#999999")
         elif e.get("style"):
             attrs["style"] = e["style"]
         out.append(f"  {ids[src]} -> {ids[dst]} {_attrs(attrs)}")
     out.append("}")
-    stats = {"vertices": len(verts), "edges": len(edges), "nodes": len(nodes),
-             "repeats": {rep: len(paths) for rep, paths in reps.items()}, "fusion_groups": len(groups),
-             "clusters": len(clusters), "params_hidden": params_hidden}
-    return Dot("\n".join(out) + "\n", stats)
+    return "\n".join(out) + "\n", drawn
 
 
 def _ghost_long_edges(verts, edges, min_span=MIN_SPAN):
@@ -784,7 +793,8 @@ def autograd_graph(output, params=None, show_saved=True, show_attrs=False):
 
     lines = ["digraph autograd {",
              "  graph [rankdir=BT fontname=Helvetica fontsize=11];",
-             "  node [fontname=Helvetica fontsize=10 shape=box style=\"rounded,filled\" fillcolor=\"#dddddd\" height=0.3];",
+             "  node [fontname=Helvetica fontsize=10 shape=box style=\"rounded,filled\" fillcolor=\"#dddddd\" "
+             "height=0.3];",
              "  edge [fontname=Helvetica fontsize=8 arrowsize=0.6];"]
     ids = {}
     stats = {"nodes": 0, "leaves": 0, "saved": 0}

@@ -265,7 +265,7 @@ def _has_backend(name):
 @pytest.mark.parametrize("backend", ["c", "cuda"], ids=["c_backend", "gpu_backend"])
 def test_run_other_backends_when_they_exist(work, backend, tmp_path):
     if not _has_backend(backend):
-        pytest.skip(f"eagerc has no {backend!r} backend yet (test_run_errors checks the message)")
+        pytest.skip(f"eagerc has no {backend!r} backend yet (test_run_and_bench_errors checks the message)")
     x = np.random.default_rng(1).standard_normal((2, 3, 8, 8)).astype(np.float32)   # the exported sizes
     np.save(tmp_path / "x2.npy", x)
     rc, out, err = cli(work, "run", "cnn.eagerc", "-i", tmp_path / "x2.npy", "-o", tmp_path / "o.npz",
@@ -289,6 +289,22 @@ def test_bench(work):
     assert rc == 0, err
     assert "inputs (x: f32[3,3,8,8]) from --input" in out
     assert re.search(r"3 calls after 3 warm-up: min [\d.]+ ms  median [\d.]+ ms  mean [\d.]+ ms", out)
+
+
+def test_inspect_run_bench_need_only_the_runtime(work):
+    """Like the loader: a deployment machine can use them without the frontend or compiler."""
+    code = textwrap.dedent("""
+        import sys
+        from eagerc.cli import main
+        for args in (["inspect", "cnn.eagerc"], ["run", "cnn.eagerc", "-i", "x.npy", "-o", "o.npz"],
+                     ["bench", "cnn.eagerc", "--repeat", "2"]):
+            assert main(args) == 0, args
+        bad = [m for m in sys.modules if m.startswith("eagerc.") and m.split(".")[1] not in ("runtime", "cli", "viz")]
+        assert not bad, bad
+    """)
+    r = subprocess.run([sys.executable, "-c", code], cwd=work, capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, PYTHONPATH=ROOT))
+    assert r.returncode == 0, r.stderr
 
 
 # ---------------------------------------------------------------- viz

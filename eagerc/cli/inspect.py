@@ -4,7 +4,6 @@ import json
 import numpy as np
 
 from .common import fmt_bytes, fmt_count, load_program, spec_type, symbolic_shapes
-from .flops import RULES, flops_by_op
 
 HELP = "describe an exported program: inputs, outputs, parameters, FLOPs, the program text"
 DESCRIPTION = """\
@@ -22,6 +21,8 @@ def add_arguments(p):
 
 
 def describe(path, prog):
+    """Everything `inspect` reports, as one JSON-plain dict."""
+    from .flops import RULES, flops_by_op
     graph = prog.graph
     shapes = symbolic_shapes(path, graph)
     from ..viz import output_paths
