@@ -103,7 +103,7 @@ class Entry:
     """One specialisation: a graph, its program, and how to feed it."""
     __slots__ = ("key", "graph", "traced", "program", "externals", "ext_items", "ext_grads", "ext_guards",
                  "eager", "reason", "rng", "calls", "aliases", "single", "dynamic", "grads_none", "retries",
-                 "joint")
+                 "joint", "wb")
 
     def __init__(self, key, graph=None, program=None, externals=None, eager=False, reason=None, rng=(),
                  traced=None):
@@ -123,6 +123,7 @@ class Entry:
         self.calls = 0
         self.aliases = ()
         self.single = False
+        self.wb = None              # (program, write-back plan): see _write_plan
         self.dynamic = None         # a Dynamic for symbolic graphs
         self.joint = None           # a training.JointEntry when calls need autograd
         if graph is not None:
@@ -735,8 +736,19 @@ class CompiledFunction:
             overrides = rng
         outs, mutations = program(env_, overrides)
         if mutations:
-            for target, arr in mutations:
-                _write_back(entry, leaves, target, arr)
+            wb = entry.wb
+            if wb is None or wb[0] is not program or len(wb[1]) != len(mutations):
+                wb = entry.wb = (program, _write_plan(entry, mutations))
+            wrap_ = dispatch.wrap
+            for (_, arr), (grad, t, i) in zip(mutations, wb[1]):
+                if t is None:
+                    t = leaves[i]
+                if grad:  # a compiled training step sets .grad (a fresh tensor, like eager)
+                    t.grad = wrap_(arr)
+                    continue
+                if arr is not t.data:  # the numpy backend computes most updates straight into the target
+                    t.data[...] = arr
+                _bump(t, "compiled update")
         for name in entry.grads_none:
             _target(entry, leaves, name).grad = None
         wrap = dispatch.wrap
@@ -1155,6 +1167,20 @@ def _ext_guards(entry, externals, owners):
 
 def _target(entry, leaves, name):
     return leaves[int(name[3:])] if name.startswith("arg") else entry.externals[name]
+
+
+def _write_plan(entry, mutations):
+    """_write_back's lookups done once per program (its mutation targets come in a fixed order):
+    per mutation (sets .grad, external tensor or None, argument index)."""
+    plan = []
+    for target, _ in mutations:
+        grad = target.endswith(".grad")
+        name = target[:-5] if grad else target
+        if name.startswith("arg"):
+            plan.append((grad, None, int(name[3:])))
+        else:
+            plan.append((grad, entry.externals[name], 0))
+    return tuple(plan)
 
 
 def _write_back(entry, leaves, target, arr):

@@ -12,7 +12,7 @@ def register_backend(name, cls):
     _BACKENDS[name] = cls
 
 
-_LAZY = {"numpy": "numpy_backend", "c": "c_backend"}  # modules that register themselves on import
+_LAZY = {"numpy": "numpy_backend", "c": "c_backend", "cuda": "cuda_backend"}  # modules that register themselves on import
 
 
 def get_backend(name):

@@ -1,0 +1,98 @@
+"""Backend "cuda": fused groups as CUDA kernels (cupy.RawModule), everything else on cupy.
+
+The same plan and the same Python driver as backend "c" (c_backend.plan_kernels and
+c_backend.render); only what the driver is bound to changes:
+
+- kernels: all kernels of a graph are one CUDA source (kernels/cuda_render.py), one
+  `cupy.RawModule`; `K_<name>(*arrays)` launches `<name>` with
+  `cuda_render.launch_config(kernel)` (256 threads; grid-stride elementwise loops, one
+  block per row for row reductions). cupy caches compiled modules on disk by source, so a
+  second process compiles nothing.
+- arrays: `asarray` is `cupy.asarray` (contiguous, recorded dtype), outputs `cupy.empty`;
+  data pointers are the cupy arrays themselves (RawKernel takes them).
+- other nodes call their op's cupy kernel (`OPS[op].kernel(cupy)`): matmul goes to cuBLAS
+  through cupy.
+
+Importing this module needs no cupy (it registers "cuda"); compiling a graph without cupy
+raises a RuntimeError that says so.
+"""
+import itertools
+import linecache
+import re
+import weakref
+
+import numpy as np
+
+from . import register_backend
+from .c_backend import SINGLETON_MIN, plan_kernels, render
+from ..kernels.cuda_render import launch_config, render_cuda
+
+__all__ = ["CudaBackend", "import_cupy"]
+
+_COUNTER = itertools.count()
+
+
+def import_cupy():
+    try:
+        import cupy
+    except ImportError as e:
+        raise RuntimeError("eagerc backend 'cuda' needs cupy (pip install cupy-cuda12x) and an "
+                           f"NVIDIA GPU: {e}") from None
+    return cupy
+
+
+def _launcher(fn, grid, block):
+    if grid == 0:
+        return lambda *arrays: None
+    grid, block = (grid,), (block,)
+    return lambda *arrays: fn(grid, block, arrays)
+
+
+class CudaBackend:
+    name = "cuda"
+    supports_dynamic = False   # kernels are specialised to static shapes
+
+    def __init__(self, singleton_min=SINGLETON_MIN, options=()):
+        self.singleton_min = singleton_min
+        self.options = tuple(options)   # extra NVRTC options for cupy.RawModule
+
+    def compile(self, graph):
+        cp = import_cupy()
+        plan = plan_kernels(graph, self.singleton_min)
+        kernels = [k for _, _, k in plan]
+        cuda_source = render_cuda(kernels) if kernels else ""
+        source, globs = render(graph, plan)
+        # the C driver calls the numpy kernels of unfused ops; here they are cupy's
+        source = re.sub(r"^(k_\w+ = OPS\[[^\]]+\])\.cpu$", r"\1.kernel(cp)", source, flags=re.M)
+        source = source.replace("# Constructed by c_backend", "# Constructed by cuda_backend", 1)
+        source = source.replace("fused C kernel", "fused CUDA kernel", 1)
+        globs.update(cp=cp, asarray=cp.asarray, A_empty=cp.empty, ptr=lambda a: a,
+                     __name__="eagerc_compiled_cuda")
+        for g, v in list(globs.items()):
+            if g.startswith("A_") and isinstance(v, np.ndarray):
+                globs[g] = cp.asarray(v)
+        module = None
+        if kernels:
+            module = cp.RawModule(code=cuda_source, options=self.options)
+            for k in kernels:
+                globs["K_" + k.name] = _launcher(module.get_function(k.name), *launch_config(k))
+        filename = f"<eagerc-compiled-cuda-{next(_COUNTER)}>"
+        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+        exec(compile(source, filename, "exec"), globs)
+        program = globs["program"]
+        program.source = source
+        program.cuda_source = cuda_source
+        program.kernels = kernels
+        program.graph = graph
+        program.filename = filename
+        program.buffers = []
+        program._module = module
+        weakref.finalize(program, linecache.cache.pop, filename, None)
+        return program
+
+    @staticmethod
+    def plannable(node):
+        return False
+
+
+register_backend("cuda", CudaBackend)
