@@ -219,10 +219,6 @@ def new_full(self, size, fill_value, dtype=None, device=None, requires_grad=Fals
                          requires_grad=requires_grad)
 
 
-def _grad_getter_guard():
-    pass
-
-
 _CONVERSIONS = {"float": dtypes.float32, "double": dtypes.float64, "half": dtypes.float16,
                 "long": dtypes.int64, "int": dtypes.int32, "short": dtypes.int16, "bool": dtypes.bool,
                 "byte": dtypes.uint8, "char": dtypes.int8}
@@ -246,6 +242,5 @@ Tensor.retains_grad = property(lambda self: self.grad_fn is not None and self.gr
 Tensor.T = property(lambda self: self.permute(*reversed(range(self.data.ndim))))
 Tensor.mT = property(lambda self: self.transpose(-2, -1))
 Tensor.H = Tensor.T
-np_bool = np.bool_
 
 defgrad("to_device", lambda g, x: g.to(x.device))
