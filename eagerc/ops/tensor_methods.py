@@ -1,7 +1,6 @@
 """Tensor methods that are about autograd, devices and dtypes rather than math."""
 import weakref
 
-import numpy as np
 
 from .. import dispatch
 from ..dispatch import apply, wrap
