@@ -266,6 +266,10 @@ def _has_backend(name):
 def test_run_other_backends_when_they_exist(work, backend, tmp_path):
     if not _has_backend(backend):
         pytest.skip(f"eagerc has no {backend!r} backend yet (test_run_and_bench_errors checks the message)")
+    if backend == "cuda" and not eagerc.cuda.is_available():
+        rc, out, err = cli(work, "run", "cnn.eagerc", "-i", "x.npy", "--backend", "cuda")
+        assert rc == 1 and "cupy" in err and "Traceback" not in err, err  # says what is missing
+        return
     x = np.random.default_rng(1).standard_normal((2, 3, 8, 8)).astype(np.float32)   # the exported sizes
     np.save(tmp_path / "x2.npy", x)
     rc, out, err = cli(work, "run", "cnn.eagerc", "-i", tmp_path / "x2.npy", "-o", tmp_path / "o.npz",
