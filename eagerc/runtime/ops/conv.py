@@ -41,7 +41,7 @@ matmuls with averaging matrices; nearest upsampling is a gather along H and W.
 """
 import numpy as np
 
-from .. import dtypes
+from ...runtime import dtypes
 from . import declare
 from .meta import Spec, fail, fmt_shape
 

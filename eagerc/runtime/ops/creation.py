@@ -4,7 +4,7 @@ They are ops so that a traced function that builds `zeros` or draws `randn`
 records a node (with the generator's seed and offset as attributes) instead of a
 baked-in constant.
 """
-from .. import dtypes, random
+from ...runtime import dtypes, random
 from . import declare
 from .meta import Spec
 

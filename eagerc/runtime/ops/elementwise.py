@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from .. import dtypes
+from ...runtime import dtypes
 from . import declare
 from .meta import Spec, broadcast_shapes, fail, promoted
 

@@ -39,7 +39,7 @@ silently) check before indexing.
 """
 import numpy as np
 
-from .. import dtypes
+from ...runtime import dtypes
 from . import declare
 from .meta import Spec, fmt_shape, normalize_dim
 

@@ -18,7 +18,7 @@ here expect operands of one numeric dtype.
 """
 import string
 
-from .. import dtypes
+from ...runtime import dtypes
 from . import declare
 from .meta import Spec, fmt_shape
 

@@ -8,7 +8,7 @@ them always.
 """
 from collections import namedtuple
 
-from .. import dtypes
+from ...runtime import dtypes
 
 Spec = namedtuple("Spec", ["shape", "dtype"])
 

@@ -32,7 +32,7 @@ checks each decomposition equals its fast path, values and gradients).
 Kernels are xp-generic (numpy or cupy); class dimensions and normalised dimensions
 are attributes, so the shape rules below work on shapes alone.
 """
-from .. import dtypes
+from ...runtime import dtypes
 from . import declare
 from .meta import Spec, fail, fmt_shape, normalize_dim
 

@@ -4,7 +4,7 @@ Composite reductions (var, std, logsumexp, norm) are built from these in the fro
 """
 import numpy as np
 
-from .. import dtypes
+from ...runtime import dtypes
 from . import declare
 from .meta import Spec, fail, normalize_dims, normalize_dim, reduced_shape
 
