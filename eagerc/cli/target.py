@@ -96,29 +96,8 @@ def _build(spec, obj):
                 raise CommandError(f"{spec}() returned a {type(obj).__name__}, not a Module or a function")
     if isinstance(obj, Module):
         return obj, [("", obj)]
-    return obj, _closure_modules(obj, Module)
-
-
-def _closure_modules(fn, Module):
-    """Modules a plain function reads from its closure or globals (named `var.`), like export."""
-    owner = getattr(fn, "__self__", None)
-    if isinstance(owner, Module):
-        return [("", owner)]
-    code = getattr(fn, "__code__", None)
-    if code is None:
-        return []
-    found = {}
-    for name, cell in zip(code.co_freevars, getattr(fn, "__closure__", None) or ()):
-        try:
-            if isinstance(cell.cell_contents, Module):
-                found.setdefault(name, cell.cell_contents)
-        except ValueError:
-            pass
-    for name in code.co_names:
-        value = getattr(fn, "__globals__", {}).get(name)
-        if isinstance(value, Module):
-            found.setdefault(name, value)
-    return [(f"{name}.", m) for name, m in found.items()]
+    from ..compiler.tracer import root_modules
+    return obj, root_modules(obj)
 
 
 def _param_names(fn, n):

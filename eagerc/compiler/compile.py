@@ -34,7 +34,7 @@ from .._tensor import Tensor
 from ..runtime.pytree import flatten, unflatten
 from . import dynamic as dyn
 from ..ops.inplace import _bump
-from .tracer import GraphBreak, trace, user_frame_info
+from .tracer import GraphBreak, root_modules, trace, user_frame_info
 
 log = logging.getLogger("eagerc.compile")
 
@@ -214,30 +214,8 @@ def _agnostic():
 
 
 def _roots_of(fn):
-    """[(module, path prefix)]: the module a bound method belongs to, or a Module itself, and
-    modules the function reaches through its closure or globals (named by variable)."""
-    from ..nn.modules.module import Module
-    roots = []
-    owner = getattr(fn, "__self__", None)
-    if isinstance(owner, Module):
-        roots.append((owner, ""))
-    if isinstance(fn, Module):
-        roots.append((fn, ""))
-    code = getattr(fn, "__code__", None)
-    if code is not None and not roots:
-        for name, cell in zip(code.co_freevars, getattr(fn, "__closure__", None) or ()):
-            try:
-                v = cell.cell_contents
-            except ValueError:
-                continue
-            if isinstance(v, Module):
-                roots.append((v, name + "."))
-        g = getattr(fn, "__globals__", {})
-        for name in code.co_names:
-            v = g.get(name)
-            if isinstance(v, Module):
-                roots.append((v, name + "."))
-    return roots
+    """[(module, path prefix)] of the modules `fn` is or reads (see tracer.root_modules)."""
+    return [(m, prefix) for prefix, m in root_modules(fn)]
 
 
 def _scalar_guards(fn):

@@ -30,7 +30,7 @@ from ..runtime.ir import Graph
 from ..runtime.pytree import flatten
 from ..runtime.verify import verify
 from . import passes as _passes
-from .tracer import GraphBreak, tensor_leaves, trace
+from .tracer import GraphBreak, root_modules, tensor_leaves, trace
 
 __all__ = ["export", "Program", "ExportError"]
 
@@ -119,7 +119,7 @@ def export(fn_or_module, example_args, *, example_kwargs=None, dynamic_shapes=No
     kwargs = {k: _as_tensors(v) for k, v in (example_kwargs or {}).items()}
     if not callable(fn_or_module):
         raise TypeError(f"eagerc.export expects a function or a Module, got {type(fn_or_module).__name__}")
-    roots = _root_modules(fn_or_module, Module)
+    roots = root_modules(fn_or_module)
     names, paths = {}, {}
     for prefix, root in roots:
         for n, p in root.named_parameters():
@@ -172,32 +172,6 @@ def export(fn_or_module, example_args, *, example_kwargs=None, dynamic_shapes=No
     prog = Program(graph, weights, specs, dynamic, eagerc.__version__, examples)
     prog.loaded()  # the runtime's own checks, now rather than when the file is loaded
     return prog
-
-
-def _root_modules(fn, Module):
-    """[(name prefix, Module)]: the module itself, the owner of a bound method, or the modules a
-    plain function reads from its closure or globals (their weights are named `var.path`)."""
-    if isinstance(fn, Module):
-        return [("", fn)]
-    owner = getattr(fn, "__self__", None)
-    if isinstance(owner, Module):
-        return [("", owner)]
-    code = getattr(fn, "__code__", None)
-    if code is None:
-        return []
-    found = {}
-    for name, cell in zip(code.co_freevars, getattr(fn, "__closure__", None) or ()):
-        try:
-            value = cell.cell_contents
-        except ValueError:  # an empty cell
-            continue
-        if isinstance(value, Module):
-            found.setdefault(name, value)
-    for name in code.co_names:
-        value = getattr(fn, "__globals__", {}).get(name)
-        if isinstance(value, Module):
-            found.setdefault(name, value)
-    return [(f"{name}.", m) for name, m in found.items()]
 
 
 def _host(a):

@@ -431,3 +431,31 @@ def trace(fn, args, kwargs=None, external_names=None, modules=None, fullgraph=Fa
             raise tracer.broken
         return None, result, tracer
     return graph, result, tracer
+
+
+def root_modules(fn):
+    """[(name prefix, Module)]: `fn` itself if it is a Module, the owner of a bound method, or
+    the modules a plain function reads from its closure or globals (prefix "var.")."""
+    from ..nn.modules.module import Module
+    if isinstance(fn, Module):
+        return [("", fn)]
+    owner = getattr(fn, "__self__", None)
+    if isinstance(owner, Module):
+        return [("", owner)]
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return []
+    found = {}
+    for name, cell in zip(code.co_freevars, getattr(fn, "__closure__", None) or ()):
+        try:
+            value = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        if isinstance(value, Module):
+            found.setdefault(name, value)
+    globs = getattr(fn, "__globals__", {})
+    for name in code.co_names:
+        value = globs.get(name)
+        if isinstance(value, Module):
+            found.setdefault(name, value)
+    return [(f"{name}.", m) for name, m in found.items()]
