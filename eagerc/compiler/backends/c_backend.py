@@ -23,12 +23,9 @@ program carries `.source` (the driver), `.c_source`, `.kernels` (Kernel IR) and
 `.library` (path of the shared object).
 """
 import ctypes
-import itertools
 import keyword
-import linecache
 import re
 import warnings
-import weakref
 
 import numpy as np
 
@@ -37,12 +34,11 @@ from ...runtime.ops import OPS
 from ..kernels.lower import LOWERABLE, REDUCIBLE, Unsupported, index_space, lower_group
 from ..kernels.render import render_c
 from . import register_backend
-from .numpy_backend import (NumpyBackend, _check_fixed, _literal, _Names, _np_type, _per_call,
+from .numpy_backend import (NumpyBackend, load_program, _check_fixed, _literal, _Names, _np_type, _per_call,
                             _where, per_call_attrs)
 
 __all__ = ["CBackend", "plan_kernels", "render"]
 
-_COUNTER = itertools.count()
 SINGLETON_MIN = 1 << 16     # a lone op is worth a C kernel (threads) only when this large
 
 
@@ -254,19 +250,12 @@ class CBackend:
             f.argtypes = [ctypes.c_void_p] * (len(k.inputs) + len(k.outputs))
             f.restype = None
             globs["K_" + k.name] = f
-        filename = f"<eagerc-compiled-c-{next(_COUNTER)}>"
-        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-        exec(compile(source, filename, "exec"), globs)
-        program = globs["program"]
-        program.source = source
+        program = load_program(source, globs, graph, "c-")
         program.c_source = c_source
         program.kernels = kernels
         program.library = lib._eagerc_path
-        program.graph = graph
-        program.filename = filename
         program.buffers = []
         program._lib = lib
-        weakref.finalize(program, linecache.cache.pop, filename, None)
         return program
 
     @staticmethod

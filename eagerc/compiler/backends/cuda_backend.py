@@ -16,20 +16,17 @@ c_backend.render); only what the driver is bound to changes:
 Importing this module needs no cupy (it registers "cuda"); compiling a graph without cupy
 raises a RuntimeError that says so.
 """
-import itertools
-import linecache
 import re
-import weakref
 
 import numpy as np
 
 from . import register_backend
 from .c_backend import SINGLETON_MIN, plan_kernels, render
+from .numpy_backend import load_program
 from ..kernels.cuda_render import launch_config, render_cuda
 
 __all__ = ["CudaBackend", "import_cupy"]
 
-_COUNTER = itertools.count()
 
 
 def import_cupy():
@@ -76,18 +73,11 @@ class CudaBackend:
             module = cp.RawModule(code=cuda_source, options=self.options)
             for k in kernels:
                 globs["K_" + k.name] = _launcher(module.get_function(k.name), *launch_config(k))
-        filename = f"<eagerc-compiled-cuda-{next(_COUNTER)}>"
-        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-        exec(compile(source, filename, "exec"), globs)
-        program = globs["program"]
-        program.source = source
+        program = load_program(source, globs, graph, "cuda-")
         program.cuda_source = cuda_source
         program.kernels = kernels
-        program.graph = graph
-        program.filename = filename
         program.buffers = []
         program._module = module
-        weakref.finalize(program, linecache.cache.pop, filename, None)
         return program
 
     @staticmethod

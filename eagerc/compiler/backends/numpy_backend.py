@@ -972,20 +972,27 @@ def _check_fixed(fixed, overrides):
                                  "and size expressions of dynamic graphs change per call")
 
 
-def build_program(graph):
-    source, globs, plan = render(graph)
-    filename = f"<eagerc-compiled-{next(_COUNTER)}>"
+def load_program(source, globs, graph, tag=""):
+    """Compile generated driver source under a fake file name registered with linecache
+    (tracebacks show the generated lines; the entry goes with the program) and return its
+    `program` function with .source, .graph and .filename attached."""
+    filename = f"<eagerc-compiled-{tag}{next(_COUNTER)}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    code = compile(source, filename, "exec")
-    exec(code, globs)
+    exec(compile(source, filename, "exec"), globs)
     program = globs["program"]
     program.source = source
     program.graph = graph
     program.filename = filename
+    weakref.finalize(program, linecache.cache.pop, filename, None)
+    return program
+
+
+def build_program(graph):
+    source, globs, plan = render(graph)
+    program = load_program(source, globs, graph)
     program.buffers = [(name, tuple(shape), dtype) for b in plan.buffers
                        for (shape, dtype), name in b.views.items()]
     program.pool = globs["POOL"]
-    weakref.finalize(program, linecache.cache.pop, filename, None)
     return program
 
 
