@@ -15,6 +15,20 @@ def _shape(normalized_shape):
     return tuple(int(s) for s in normalized_shape)
 
 
+def _affine(module, shape, weight, bias, device, dtype):
+    """Register the scale (ones) and shift (zeros) parameters every norm layer has, or None."""
+    module.register_parameter("weight", Parameter(_api.ones(shape, device=device, dtype=dtype)) if weight else None)
+    module.register_parameter("bias", Parameter(_api.zeros(shape, device=device, dtype=dtype))
+                              if weight and bias else None)
+
+
+def _reset_affine(module):
+    if module.weight is not None:
+        init.ones_(module.weight)
+    if getattr(module, "bias", None) is not None:
+        init.zeros_(module.bias)
+
+
 class LayerNorm(Module):
     """Normalise over the last dims (normalized_shape), then weight * x + bias (ones, zeros)."""
 
@@ -23,21 +37,10 @@ class LayerNorm(Module):
         self.normalized_shape = _shape(normalized_shape)
         self.eps = eps
         self.elementwise_affine = elementwise_affine
-        if elementwise_affine:
-            self.weight = Parameter(_api.ones(self.normalized_shape, device=device, dtype=dtype))
-            if bias:
-                self.bias = Parameter(_api.zeros(self.normalized_shape, device=device, dtype=dtype))
-            else:
-                self.register_parameter("bias", None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        _affine(self, self.normalized_shape, elementwise_affine, bias, device, dtype)
 
     def reset_parameters(self):
-        if self.elementwise_affine:
-            init.ones_(self.weight)
-            if self.bias is not None:
-                init.zeros_(self.bias)
+        _reset_affine(self)
 
     def forward(self, input):
         return F.layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps)
@@ -57,21 +60,10 @@ class GroupNorm(Module):
         self.num_channels = num_channels
         self.eps = eps
         self.affine = affine
-        if affine:
-            self.weight = Parameter(_api.ones(num_channels, device=device, dtype=dtype))
-            if bias:
-                self.bias = Parameter(_api.zeros(num_channels, device=device, dtype=dtype))
-            else:
-                self.register_parameter("bias", None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        _affine(self, num_channels, affine, bias, device, dtype)
 
     def reset_parameters(self):
-        if self.affine:
-            init.ones_(self.weight)
-            if self.bias is not None:
-                init.zeros_(self.bias)
+        _reset_affine(self)
 
     def forward(self, input):
         return F.group_norm(input, self.num_groups, self.weight, self.bias, self.eps)
@@ -116,12 +108,7 @@ class _BatchNorm(Module):
         self.momentum = momentum
         self.affine = affine
         self.track_running_stats = track_running_stats
-        if affine:
-            self.weight = Parameter(_api.ones(num_features, device=device, dtype=dtype))
-            self.bias = Parameter(_api.zeros(num_features, device=device, dtype=dtype))
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        _affine(self, num_features, affine, True, device, dtype)
         if track_running_stats:
             self.register_buffer("running_mean", _api.zeros(num_features, device=device, dtype=dtype))
             self.register_buffer("running_var", _api.ones(num_features, device=device, dtype=dtype))
@@ -139,9 +126,7 @@ class _BatchNorm(Module):
 
     def reset_parameters(self):
         self.reset_running_stats()
-        if self.affine:
-            init.ones_(self.weight)
-            init.zeros_(self.bias)
+        _reset_affine(self)
 
     def _check_input_dim(self, input):
         if input.ndim not in self._expected_dims:
