@@ -9,7 +9,7 @@ import numpy as np
 from .. import dispatch
 from ..dispatch import Node
 from .._tensor import Tensor
-from .formulas import G, INPUT, OUT, SHAPE, ATTR
+from .formulas import G, INPUT, OUT, SHAPE
 
 _FREED = "freed"  # node.saved after the graph was released
 

@@ -28,7 +28,6 @@ This module imports only the runtime layer (and numpy), so a deployed model need
 neither the frontend nor the compiler.
 """
 import copy
-import inspect
 import io
 import json
 import os

@@ -20,7 +20,6 @@ sum/mean accumulate in double; max/min carry a NaN flag so NaN propagates like n
 The source is deterministic (names by position, literals by repr), so cupy's on-disk
 kernel cache (keyed by source) hits in a second process.
 """
-from .ir import FLOATS
 from .render import CRenderer, _row_offset, _term
 
 __all__ = ["CudaRenderer", "render_cuda", "launch_config", "THREADS", "MAX_BLOCKS"]

@@ -201,7 +201,7 @@ class CRenderer:
         return ([f"{t} acc = {init};", "int nan = 0;"],
                 f"reduction({red.kind}:acc) reduction(|:nan)",
                 [f"acc = {v} {cmp} acc ? {v} : acc;", f"nan |= {v} != {v};"],
-                f"(nan ? NAN : acc)")
+                "(nan ? NAN : acc)")
 
     def kernel(self, k):
         sizes, strides = k.loop_shape()
