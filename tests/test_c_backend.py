@@ -69,11 +69,17 @@ def test_broadcast_strides_and_loop_shape():
     k = Kernel("k", (3, 4, 5))
     k.load("a", "float32", (3, 4, 5))
     k.load("b", "float32", (5,))
-    sizes, strides = k.loop_shape()
-    assert sizes == (12, 5) and strides == [(5, 1), (0, 1)]
+    sizes, strides, split = k.loop_shape()
+    assert sizes == (12, 5) and strides == [(5, 1), (0, 1)] and split == 2
     k2 = Kernel("k", (3, 1, 5))
     k2.load("a", "float32", (3, 1, 5))
-    assert k2.loop_shape() == ((15,), [(1,)])
+    assert k2.loop_shape() == ((15,), [(1,)], 1)
+    # a row kernel over the last two dims merges rows and the row separately
+    k3 = Kernel("k", (2, 3, 4, 5), row_dims=2)
+    k3.load("a", "float32", (2, 3, 4, 5))
+    k3.load("w", "float32", (4, 5))
+    assert k3.loop_shape() == ((6, 20), [(20, 1), (0, 1)], 1)
+    assert k3.rows_cols() == (6, 20)
 
 
 # ---------------------------------------------------------------- random fused programs

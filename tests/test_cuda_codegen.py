@@ -133,7 +133,7 @@ def _unique(kernels):
     seen, out = set(), []
     for k in kernels:
         key = CudaRenderer().kernel(Kernel("k", k.shape, k.inputs, k.outputs, k.instrs, k.stores,
-                                           k.reduction, k.nodes))
+                                           k.reduction, k.nodes, k.row_dims))
         key = key.split("\n", 1)[1]     # without the comment naming graph nodes
         if key not in seen:
             seen.add(key)
@@ -175,7 +175,7 @@ def test_op_table_kernels_compile_with_nvrtc(part):
 @needs_nvrtc
 def test_random_fused_program_kernels_compile_with_nvrtc():
     kernels = _compile_all(_random_kernels(), "rand")
-    assert any(k.reduction is not None and k.reduction.axis == "last" for k in kernels)
+    assert any(k.row_dims for k in kernels)
     assert any(k.reduction is not None and k.reduction.axis == "all" for k in kernels)
 
 
@@ -228,7 +228,7 @@ def test_cuda_source_shape_and_determinism():
     assert "int64_t" not in src and "#include" not in src    # NVRTC has no <stdint.h>
     assert "gridDim.x" in src and "__syncthreads()" in src
     configs = [launch_config(k) for k in ks]
-    row = [c for k, c in zip(ks, configs) if k.reduction is not None and k.reduction.axis == "last"]
+    row = [c for k, c in zip(ks, configs) if k.row_dims]
     assert row and all(c == (16, THREADS) for c in row)      # one block per row
     assert any(k.reduction is not None and k.reduction.axis == "all" and c == (1, THREADS)
                for k, c in zip(ks, configs))
@@ -244,10 +244,9 @@ def test_launch_config_elementwise_and_literals():
     r = CudaRenderer()
     assert r.literal(-2 ** 63, "int64") == "(-9223372036854775807LL - 1)"
     assert r.literal(5, "int64") == "5LL" and r.literal(1.5, "float32") == "1.5f"
-    k2 = Kernel("k2", (3, 0))
+    k2 = Kernel("k2", (3, 0), row_dims=1)
     k2.load("a", "float32", (3, 0))
-    k2.outputs.append(type(k2.inputs[0])("s", "float32", (3,)))
-    k2.reduction = Reduction("sum", 0, "last", 0, "float32")
+    k2.store(k2.add("row_sum", (0,), "float32"), "s", "float32", (3,))
     assert launch_config(k2) == (3, THREADS)                  # empty rows still write 0
 
 

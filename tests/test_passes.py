@@ -502,13 +502,41 @@ def test_fusion_groups_chain_with_trailing_reduction():
     e = b("exp", x)
     m = b("mul", e, y)              # broadcast input from outside
     a = b("add", m, 1.0)
-    s = b("sum", a, dim=1, keepdim=True)
-    after = b("div", a, s)           # after the reduction: not in its group
+    s = b("sum", a, dim=1, keepdim=False)     # closes the group
+    after = b("neg", s)
     g = b.graph(after)
     out = fusion(g)
     assert out.meta["fusion_groups"] == [[e.name, m.name, a.name, s.name]]
     assert "fusion_groups" not in g.meta and out.nodes == g.nodes
     json.dumps(out.meta)
+
+
+def test_fusion_row_groups_continue_after_keepdim_reductions():
+    # layer_norm's shape: mean, centre, variance, per-row rsqrt, scale; then a closing reduction
+    b = B()
+    x, w = b.arg("x", (4, 8)), b.arg("w", (8,))
+    mu = b("mean", x, dim=-1, keepdim=True)
+    xc = b("sub", x, mu)
+    var = b("mean", b("square", xc), dim=(1,), keepdim=True)
+    rstd = b("rsqrt", b("add", var, 1e-5))          # (4, 1): per-row work joins
+    y = b("mul", b("mul", xc, rstd), w)
+    lead = b("sum", y, dim=0, keepdim=True)          # over a leading dim: joins and closes
+    after = b("exp", lead)
+    g = b.graph(after)
+    out = fusion(g)
+    (grp,) = out.meta["fusion_groups"]
+    assert grp[0] == mu.name and grp[-1] == lead.name and after.name not in grp and len(grp) == 9
+
+
+def test_fusion_row_groups_need_one_row_width():
+    b = B()
+    x = b.arg("x", (4, 6, 8))
+    m1 = b("amax", x, dim=-1, keepdim=True)
+    d = b("sub", x, m1)
+    m2 = b("sum", d, dim=(1, 2), keepdim=True)      # a different row: starts its own group
+    g = b.graph(b("div", d, m2))
+    groups = fusion(g).meta["fusion_groups"]
+    assert [m1.name, d.name] in groups and not any(m1.name in grp and m2.name in grp for grp in groups)
 
 
 def test_fusion_respects_shapes_and_non_fusible_ops():
@@ -592,10 +620,11 @@ def test_fusion_on_traced_training_step_is_legal():
     members = [m for grp in groups for m in grp]
     assert len(members) == len(set(members))
     ops = {n.out.name: n.op for n in out.nodes}
+    nodes = {n.out.name: n for n in out.nodes}
     for grp in groups:
         reds = [m for m in grp if ops[m] in ("sum", "mean", "amax", "amin", "prod", "all", "any")]
-        assert len(reds) <= 1 and (not reds or reds[0] == grp[-1] or
-                                   all(ops[m] not in ("sum",) for m in grp[grp.index(reds[0]) + 1:]))
+        # every reduction but the group's last one is a keepdim reduction (a row reduction)
+        assert all(nodes[m].attrs.get("keepdim") for m in reds if m != grp[-1])
 
 
 # ====================================================================== schedule

@@ -31,11 +31,13 @@ import numpy as np
 
 from ...runtime import kernel_cache
 from ...runtime.ops import OPS
+from ..kernels.ir import contiguous_strides
 from ..kernels.lower import LOWERABLE, REDUCIBLE, Unsupported, index_space, lower_group
 from ..kernels.render import render_c
 from . import register_backend
-from .numpy_backend import (NumpyBackend, load_program, _check_fixed, _literal, _Names, _np_type, _per_call,
-                            _where, per_call_attrs)
+from .numpy_backend import (NumpyBackend, load_program, _check_fixed, _INF, _literal, _Names, _np_type,
+                            _per_call, _returned, _shared_or_readonly, _static_alias_ends, _where,
+                            per_call_attrs)
 
 __all__ = ["CBackend", "plan_kernels", "render"]
 
@@ -94,8 +96,47 @@ def plan_kernels(graph, singleton_min=SINGLETON_MIN):
     return plan
 
 
-def render(graph, plan):
-    """(source, globals) of the Python driver; kernels are bound later as globals K_<name>."""
+def _inplace_targets(graph, plan, ends):
+    """{kernel name: {output slot: input slot}}: mutation outputs a kernel writes straight into
+    the array of the input they update (an optimizer step: p, m, v read and written at the
+    same index). Only for elementwise kernels reading the target over the whole index space,
+    when nothing reads the target (or a view of it) after the kernel, and the value is
+    neither returned nor written to a second target."""
+    counts = {}
+    for t, v in graph.mutations:
+        counts[t] = counts.get(t, 0) + 1
+        counts[v.name] = counts.get(v.name, 0) + 1
+    inputs = {v.name for _, v in graph.inputs}
+    target_of = {v.name: t for t, v in graph.mutations}
+    returned = _returned(graph)
+    out = {}
+    for start, members, k in plan:
+        if k.row_dims or k.reduction is not None:
+            continue
+        last = start + len(members) - 1
+        slots = {b.name: s for s, b in enumerate(k.inputs)}
+        for o, b in enumerate(k.outputs):
+            t = target_of.get(b.name)
+            s = slots.get(t)
+            if t is None or s is None or t not in inputs or counts[t] > 1 or counts[b.name] > 1 \
+                    or b.name in returned or ends.get(t, _INF) > last:
+                continue
+            src = k.inputs[s]
+            if src.dtype != b.dtype or tuple(src.shape) != tuple(k.shape) or tuple(b.shape) != tuple(k.shape) \
+                    or src.strides != contiguous_strides(k.shape) or s in out.get(k.name, {}).values():
+                continue
+            out.setdefault(k.name, {})[o] = s
+    return out
+
+
+def render(graph, plan, inplace=True):
+    """(source, globals) of the Python driver; kernels are bound later as globals K_<name>.
+
+    Kernel outputs go (1) for a mutation whose target the kernel reads elementwise: into the
+    target's own array (`inplace`; the write-back then has nothing to copy), (2) for values
+    used only inside the program: into buffers allocated once per buffer set and reused by
+    every call (by liveness: a buffer is taken again after the last read of its value or a
+    view of it), (3) otherwise into fresh arrays (the user receives them)."""
     per_call = per_call_attrs(graph)
     names = _Names()
     consts = {}
@@ -118,6 +159,23 @@ def render(graph, plan):
 
     starts = {start: (members, k) for start, members, k in plan}
     fused = {m for _, members, _ in plan for m in members}
+    ends = _static_alias_ends(graph)
+    targets = _inplace_targets(graph, plan, ends) if inplace else {}
+    for k in (k for _, _, k in plan):
+        k.inplace = targets.get(k.name, {})
+    updated = [t for _, _, k in plan for o, b in enumerate(k.outputs) if o in k.inplace
+               for t, v in graph.mutations if v.name == b.name]
+    unit_of = {}             # node index -> unit index
+    count = 0
+    for i, n in enumerate(graph.nodes):
+        if n.out.name in fused and i not in starts:
+            unit_of[i] = unit_of[i - 1]
+        else:
+            unit_of[i] = count
+            count += 1
+    buffers = []             # [(name, shape, dtype)] allocated once per buffer set
+    busy = []                # [(buffer index, last unit reading it)]
+    free = {}                # (shape, dtype) -> [buffer index]
     # units: (code lines, comment, reads, defines)
     units = []
     contiguous = set()       # values made by kernels: contiguous, recorded dtype
@@ -126,17 +184,38 @@ def render(graph, plan):
             raise ValueError(f"c backend: node {n.out.name} applies unknown op {n.op!r}")
         if i in starts:
             members, k = starts[i]
+            u = unit_of[i]
+            for bi, last in busy:
+                if last < u:
+                    free.setdefault(buffers[bi][1:], []).append(bi)
+            busy = [(bi, last) for bi, last in busy if last >= u]
             code, ptrs, temps = [], [], []
+            loaded = []
             for b in k.inputs:
                 if b.name in contiguous:
                     ptrs.append(f"ptr({names[b.name]})")
+                    loaded.append(names[b.name])
                 else:
                     tmp = names.add("_c" + str(len(ptrs)))
                     temps.append(tmp)
                     code.append(f"{tmp} = asarray({names[b.name]}, {_np_type(b.dtype)}, order='C')")
                     ptrs.append(f"ptr({tmp})")
-            for b in k.outputs:
-                code.append(f"{names[b.name]} = A_empty({_literal(tuple(b.shape))}, {_np_type(b.dtype)})")
+                    loaded.append(tmp)
+            for o, b in enumerate(k.outputs):
+                key = (tuple(b.shape), b.dtype)
+                end = ends.get(b.name, _INF)
+                if o in k.inplace:
+                    code.append(f"{names[b.name]} = {loaded[k.inplace[o]]}")
+                elif end != _INF and b.shape:
+                    pool = free.get(key)
+                    bi = pool.pop() if pool else None
+                    if bi is None:
+                        bi = len(buffers)
+                        buffers.append((f"buf{bi}",) + key)
+                    busy.append((bi, unit_of[end]))
+                    code.append(f"{names[b.name]} = {buffers[bi][0]}")
+                else:
+                    code.append(f"{names[b.name]} = A_empty({_literal(tuple(b.shape))}, {_np_type(b.dtype)})")
                 ptrs.append(f"ptr({names[b.name]})")
                 contiguous.add(b.name)
             code.append(f"K_{k.name}({', '.join(ptrs)})")
@@ -178,17 +257,23 @@ def render(graph, plan):
             last[r] = j
     for _, v in graph.inputs:
         last.setdefault(v.name, -1)
-    free = {}
+    dead_at = {}
     for v, j in last.items():
         if v not in kept:
-            free.setdefault(j, []).append(v)
+            dead_at.setdefault(j, []).append(v)
 
     lines = ["# Constructed by c_backend",
-             f"# {len(graph.nodes)} nodes; {len(plan)} fused C kernel{'s' if len(plan) != 1 else ''}"]
+             f"# {len(graph.nodes)} nodes; {len(plan)} fused C kernel{'s' if len(plan) != 1 else ''}; "
+             f"{len(buffers)} reused buffer{'s' if len(buffers) != 1 else ''}"]
     if kernels:
         lines.append("")
         for op, k in kernels.items():
             lines.append(f"{k} = OPS[{op!r}].cpu")
+    bufnames = [b[0] for b in buffers]
+    if buffers:
+        lines += ["", "", "def alloc_buffers():", "    # kernel outputs used only inside the program, reused by every call"]
+        lines += [f"    {name} = A_empty({_literal(shape)}, {_np_type(dtype)})" for name, shape, dtype in buffers]
+        lines.append(f"    return ({', '.join(bufnames)},)")
     lines += ["", "", "def program(env, overrides=None):", "    # inputs"]
     for kind, v in graph.inputs:
         lines.append(f"    {names[v.name]} = env[{v.name!r}]  # {v.type_str()} "
@@ -201,22 +286,36 @@ def render(graph, plan):
     else:
         lines += ["    if overrides and not FIXED.isdisjoint(overrides):",
                   "        check_fixed(overrides)"]
-    if free.get(-1):
-        lines.append(f"    del {', '.join(names[v] for v in free[-1])}")
+    if updated:
+        lines.append(f"    # updated in place: {', '.join(updated)}")
+        lines.append("    if shared_or_readonly(env, UPDATED, OTHERS):  # another input views one: copy instead")
+        lines += [f"        {names[t]} = {names[t]}.copy()" for t in updated]
+    if buffers:
+        lines += ["    try:  # a buffer set no other call is using",
+                  "        bufs = POOL.pop()",
+                  "    except IndexError:",
+                  "        bufs = alloc_buffers()",
+                  f"    {', '.join(bufnames)}, = bufs"]
+    if dead_at.get(-1):
+        lines.append(f"    del {', '.join(names[v] for v in dead_at[-1])}")
     lines.append("    # program")
     for j, (code, comment, _, _) in enumerate(units):
         for c in code:
             lines.append(f"    {c:<60}  # {comment}" if c is code[-1] and len(code) == 1 or c.startswith("K_") else f"    {c}")
-        dead = free.get(j)
+        dead = dead_at.get(j)
         if dead:
             lines.append(f"    del {', '.join(names[v] for v in dead)}")
+    if buffers:
+        lines.append("    POOL.append(bufs)")
     outs = ", ".join(names[v.name] for v in graph.outputs)
     muts = ", ".join(f"({t!r}, {names[v.name]})" for t, v in graph.mutations)
     lines.append(f"    return [{outs}], [{muts}]")
     source = "\n".join(lines) + "\n"
 
     globs = {"np": np, "OPS": OPS, "asarray": np.asarray, "A_empty": np.empty, "ptr": kernel_cache.ptr,
-             "__name__": "eagerc_compiled_c", "NO_OVERRIDES": {}, "per_call": _per_call}
+             "__name__": "eagerc_compiled_c", "NO_OVERRIDES": {}, "per_call": _per_call, "POOL": [],
+             "shared_or_readonly": _shared_or_readonly, "UPDATED": tuple(updated),
+             "OTHERS": tuple(v.name for _, v in graph.inputs if v.name not in set(updated))}
     globs.update(consts)
     fixed = {n.out.name: n for n in graph.nodes if n.out.name not in per_call}
     globs["FIXED"] = frozenset(fixed)
@@ -242,9 +341,9 @@ class CBackend:
             program.kernels = []
             return program
         kernels = [k for _, _, k in plan]
+        source, globs = render(graph, plan)      # decides which outputs are written in place
         c_source = render_c(kernels)
         lib = kernel_cache.load(c_source)
-        source, globs = render(graph, plan)
         for k in kernels:
             f = getattr(lib, k.name)
             f.argtypes = [ctypes.c_void_p] * (len(k.inputs) + len(k.outputs))

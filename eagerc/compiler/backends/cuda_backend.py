@@ -57,8 +57,8 @@ class CudaBackend:
         cp = import_cupy()
         plan = plan_kernels(graph, self.singleton_min)
         kernels = [k for _, _, k in plan]
+        source, globs = render(graph, plan, inplace=False)
         cuda_source = render_cuda(kernels) if kernels else ""
-        source, globs = render(graph, plan)
         # the C driver calls the numpy kernels of unfused ops; here they are cupy's
         source = re.sub(r"^(k_\w+ = OPS\[[^\]]+\])\.cpu$", r"\1.kernel(cp)", source, flags=re.M)
         source = source.replace("# Constructed by c_backend", "# Constructed by cuda_backend", 1)

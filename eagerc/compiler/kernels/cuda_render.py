@@ -11,8 +11,10 @@ Thread indexing, one kernel per Kernel IR (`launch_config(k)` gives grid and blo
 
 - elementwise: a grid-stride loop over the flattened index space (64-bit index);
   grid = min(ceil(n / THREADS), MAX_BLOCKS).
-- per-row reduction (axis "last"): one block per row (grid-stride over rows), each
-  thread accumulates a strided slice of the row, then a shared-memory tree reduction.
+- row kernels (ir.py: softmax, layer_norm, any row reduction): one block per row
+  (grid-stride over rows); each pass of `Kernel.row_passes()` is a block-stride loop over
+  the row whose reductions end in a shared-memory tree that every thread reads back, so
+  the next pass can use the row's max / sum / mean.
 - reduction over all elements: one block, grid-stride accumulation then the same tree
   (deterministic, no atomics; a two-pass multi-block version is future work).
 
@@ -29,6 +31,7 @@ MAX_BLOCKS = 65535 * 16  # grid cap for elementwise kernels; the grid-stride loo
 
 
 class CudaRenderer(CRenderer):
+    INDEX = "long long"
     # NVRTC has no <stdint.h>: plain C types of the same widths (LP64 / CUDA's data model)
     CTYPES = {"float32": "float", "float64": "double", "bool": "unsigned char",
               "int8": "signed char", "int16": "short", "int32": "int", "int64": "long long",
@@ -90,59 +93,110 @@ class CudaRenderer(CRenderer):
             "__syncthreads();",      # the shared slots are reused by the next row
         )]
 
+    def _tree(self, value, combine, flag, ind):
+        """Every thread's (value, flag) combined over the block; every thread reads the
+        result back (shared slots s_acc/s_nan are declared once per kernel)."""
+        return [ind + x for x in (
+            f"s_acc[threadIdx.x] = {value};",
+            f"s_nan[threadIdx.x] = {flag};",
+            "__syncthreads();",
+            f"for (int w = {THREADS // 2}; w > 0; w >>= 1) {{",
+            "    if (threadIdx.x < w) {",
+            f"        s_acc[threadIdx.x] = {combine('s_acc[threadIdx.x]', 's_acc[threadIdx.x + w]')};",
+            "        s_nan[threadIdx.x] |= s_nan[threadIdx.x + w];",
+            "    }",
+            "    __syncthreads();",
+            "}",
+            f"{value} = s_acc[0];",
+            f"{flag} = s_nan[0];",
+            "__syncthreads();",      # the shared slots are reused by the next reduction
+        )]
+
+    SHARED = (f"__shared__ double s_acc[{THREADS}];", f"__shared__ int s_nan[{THREADS}];")
+
+    def row_kernel(self, k):
+        sizes, strides, split = k.loop_shape()
+        rows, cols = k.rows_cols()
+        passes, tail = k.row_passes()
+        level = k.row_level()
+        ind = "    "
+        out = [self.header(k), self.signature(k), "{"]
+        out += [ind + x for x in self.SHARED]
+        out.append(ind + f"for (long long r = blockIdx.x; r < {rows}LL; r += gridDim.x) {{")
+        base, elem_offs, row_offs = self.row_loads(k, sizes, strides, split, "r", "j")
+        body = list(base)
+        for p in passes:
+            body += [self.instr(k, i, row_offs) for i in p.before]
+            parts = [self.row_reduction_parts(k, i, cols) for i in p.reduces]
+            for decl, _, _, _ in parts:
+                body += decl
+            body.append(f"for (long long j = threadIdx.x; j < {cols}LL; j += blockDim.x) {{")
+            loop = [self.instr(k, i, elem_offs) for i in p.elems]
+            for _, _, update, _ in parts:
+                loop += update
+            if p.stores:
+                loop += [f"out{slot}[r * {cols}LL + j] = v{i};" for i, slot in k.stores if not level[i]]
+            body += [ind + x for x in loop]
+            body.append("}")
+            for i in p.reduces:
+                op = k.instrs[i].op
+                if op in ("row_sum", "row_mean"):
+                    body += [f"int n{i} = 0;"] + self._tree(f"a{i}", lambda a, b: f"{a} + {b}", f"n{i}", "")
+                else:
+                    cmp = ">" if op == "row_max" else "<"
+                    t = self.CTYPES[k.instrs[i].dtype]
+                    body.append(f"double d{i} = a{i};")
+                    body += self._tree(f"d{i}", lambda a, b, c=cmp: f"({b} {c} {a} ? {b} : {a})", f"n{i}", "")
+                    body.append(f"a{i} = ({t})d{i};")
+            body += [f"const {self.CTYPES[k.instrs[i].dtype]} v{i} = {value};"
+                     for i, (_, _, _, value) in zip(p.reduces, parts)]
+        body += [self.instr(k, i, row_offs) for i in tail]
+        stores = [f"out{slot}[r] = v{i};" for i, slot in k.stores if level[i]]
+        if stores:
+            body.append("if (threadIdx.x == 0) {")
+            body += [ind + x for x in stores]
+            body.append("}")
+        out += [ind * 2 + x for x in body]
+        out += [ind + "}", "}"]
+        return "\n".join(out) + "\n"
+
     def kernel(self, k):
-        sizes, strides = k.loop_shape()
+        if k.row_dims:
+            return self.row_kernel(k)
+        sizes, strides, _ = k.loop_shape()
         red = k.reduction
         n = k.numel()
         ind = "    "
-        out = [f"/* {k.name}: {' '.join(k.nodes)} over [{','.join(str(s) for s in k.shape)}] */",
-               self.signature(k), "{"]
+        out = [self.header(k), self.signature(k), "{"]
         cols = sizes[-1]
-        rows = _prod(sizes[:-1])
-        if red is not None and red.axis == "last":
-            acc_t, init, update, combine, result = self.reduction_parts(red, cols)
-            out.append(ind + f"for (long long r = blockIdx.x; r < {rows}LL; r += gridDim.x) {{")
-            offs = []
-            for slot, s in enumerate(strides):
-                out.append(ind * 2 + f"const long long b{slot} = {_row_offset(sizes[:-1], s[:-1])};")
-                offs.append(f"b{slot}" + ("" if s[-1] == 0 else f" + {_term('j', s[-1])}"))
-            out += [ind * 2 + x for x in init]
-            out.append(ind * 2 + f"for (long long j = threadIdx.x; j < {cols}LL; j += blockDim.x) {{")
-            out += [ind * 3 + x for x in self.body(k, offs, f"r * {cols}LL + j")]
-            out += [ind * 3 + x for x in update]
-            out.append(ind * 2 + "}")
-            out += self._block_reduce(red, acc_t, combine, result, "r", ind * 2)
-            out.append(ind + "}")
+        if red is not None:
+            acc_t, init, update, combine, result = self.reduction_parts(red, n)
+            out += [ind + x for x in init]
+        out.append(ind + "for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; "
+                   f"i < {n}LL; i += (long long)blockDim.x * gridDim.x) {{")
+        if len(sizes) == 1:
+            offs = [_term("i", s[0]) for s in strides]
         else:
-            if red is not None:
-                acc_t, init, update, combine, result = self.reduction_parts(red, n)
-                out += [ind + x for x in init]
-            out.append(ind + "for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; "
-                       f"i < {n}LL; i += (long long)blockDim.x * gridDim.x) {{")
-            if len(sizes) == 1:
-                offs = [_term("i", s[0]) for s in strides]
-            else:
-                out.append(ind * 2 + f"const long long r = i / {cols}LL;")
-                out.append(ind * 2 + f"const long long j = i - r * {cols}LL;")
-                offs = [" + ".join(x for x in (_row_offset(sizes[:-1], s[:-1]), _term("j", s[-1]))
-                                   if x != "0") or "0" for s in strides]
-            out += [ind * 2 + x for x in self.body(k, offs, "i")]
-            if red is not None:
-                out += [ind * 2 + x for x in update]
-            out.append(ind + "}")
-            if red is not None:
-                out += self._block_reduce(red, acc_t, combine, result, "0", ind)
+            out.append(ind * 2 + f"const long long r = i / {cols}LL;")
+            out.append(ind * 2 + f"const long long j = i - r * {cols}LL;")
+            offs = [" + ".join(x for x in (_row_offset(sizes[:-1], s[:-1]), _term("j", s[-1]))
+                               if x != "0") or "0" for s in strides]
+        out += [ind * 2 + x for x in self.body(k, offs, "i")]
+        if red is not None:
+            out += [ind * 2 + x for x in update]
+        out.append(ind + "}")
+        if red is not None:
+            out += self._block_reduce(red, acc_t, combine, result, "0", ind)
         out.append("}")
         return "\n".join(out) + "\n"
 
 
 def launch_config(k):
     """(grid, block) for kernel `k` as rendered above; grid 0 means nothing to launch."""
-    sizes, _ = k.loop_shape()
     n = k.numel()
     red = k.reduction
-    if red is not None and red.axis == "last":
-        return min(_prod(sizes[:-1]), MAX_BLOCKS), THREADS
+    if k.row_dims:                        # one block per row
+        return min(k.rows_cols()[0], MAX_BLOCKS), THREADS
     if red is not None:                   # over all elements: one block
         return 1, THREADS
     return min((n + THREADS - 1) // THREADS, MAX_BLOCKS), THREADS

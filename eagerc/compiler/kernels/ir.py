@@ -7,9 +7,22 @@ A `Kernel` is
   index space (0 on broadcast dimensions; inputs are contiguous arrays);
 - `instrs`: a straight-line list of `Instr` (SSA: an instruction refers to earlier ones by
   index) -- loads, constants and elementwise ops, each with its dtype;
-- `stores`: instructions written to full-shape outputs (one element per index);
-- `reduction` (optional): one sum/mean/max/min of an instruction, over the last dimension
-  (one result per row) or over all elements (one result), written to its own output.
+- `stores`: instructions written to outputs;
+- `reduction` (optional): one sum/mean/max/min of an instruction over all elements (one
+  result), written to its own output.
+
+Row kernels. With `row_dims = k > 0` the last k dimensions of the index space are a *row*
+(softmax's class dimension, layer_norm's normalized dimensions) and instructions may
+reduce over it: `row_sum`, `row_mean`, `row_max`, `row_min` give one value per row, and
+later instructions may use that value at every element of the row. This is how
+multi-pass patterns (softmax = max, exp-sum, divide; layer_norm = mean, variance,
+normalise) become one kernel: the renderer walks each row once per reduction stage
+(`row_passes()`), recomputing cheap elementwise instructions instead of writing
+temporaries, so a row is read from cache rather than memory after the first pass.
+Every instruction is *row-level* (the same for the whole row: row-broadcast loads,
+constants, reductions and what is computed from them alone) or *element-level*. A stored
+element-level value fills a full-shape output; a stored row-level value fills an output
+with one element per row.
 
 The IR knows nothing about C or CUDA: renderers (render.py) turn it into source through
 one `code_for_op` table. `loop_shape()` gives the index space with adjacent dimensions
@@ -43,13 +56,28 @@ class Instr:
     dtype: str
 
 
+ROW_REDUCE = ("row_sum", "row_mean", "row_max", "row_min")
+
+
 @dataclass(frozen=True)
 class Reduction:
+    """A reduction over all elements of the index space (kernels without row_dims)."""
     kind: str          # "sum", "mean", "max", "min"
     src: int           # instruction index
-    axis: str          # "last" or "all"
+    axis: str          # "all"
     out: int           # output slot
     dtype: str         # result dtype
+
+
+@dataclass(frozen=True)
+class Pass:
+    """One walk over a row: `before` row-level instructions computed ahead of it, `elems`
+    the element-level instructions it evaluates (in order), `reduces` the row reductions
+    it accumulates, `stores` whether it writes the element-level outputs (the last pass)."""
+    before: tuple
+    elems: tuple
+    reduces: tuple
+    stores: bool
 
 
 @dataclass
@@ -62,6 +90,8 @@ class Kernel:
     stores: list = field(default_factory=list)     # [(instr index, output slot)]
     reduction: Optional[Reduction] = None
     nodes: list = field(default_factory=list)      # names of the graph nodes it computes
+    row_dims: int = 0                              # trailing dimensions that form a row
+    inplace: dict = field(default_factory=dict)    # output slot -> input slot it overwrites
 
     # ------------------------------------------------------------ building
     def add(self, op, args, dtype):
@@ -92,26 +122,94 @@ class Kernel:
             n *= s
         return n
 
-    def loop_shape(self):
-        """(sizes, [strides per input]) of the index space with adjacent dimensions merged
-        when every input's strides allow it (and, for a per-row reduction, the last
-        dimension kept apart). At least one dimension."""
-        last_apart = self.reduction is not None and self.reduction.axis == "last"
+    def rows_cols(self):
+        """(rows, cols): the number of rows and the elements per row (row kernels)."""
         n = len(self.shape)
-        keep = [d for d in range(n) if self.shape[d] != 1 or (last_apart and d == n - 1)]
-        sizes = [self.shape[d] for d in keep] or [1]
-        strides = [[b.strides[d] for d in keep] or [0] for b in self.inputs]
-        d = len(sizes) - 2
-        while d >= 0:
-            if last_apart and d + 1 == len(sizes) - 1:
+        rows = cols = 1
+        for d, size in enumerate(self.shape):
+            if d < n - self.row_dims:
+                rows *= size
+            else:
+                cols *= size
+        return rows, cols
+
+    def loop_shape(self):
+        """(sizes, [strides per input], split) of the index space with adjacent dimensions
+        merged when every input's strides allow it; size-1 dimensions are dropped. The first
+        `split` dimensions are the row dimensions of a row kernel (merged only among
+        themselves, as are the row's own dimensions); split = len(sizes) otherwise, and a
+        row kernel always keeps at least one row dimension (size 1 when there is one row)."""
+        n = len(self.shape)
+        cut = n - self.row_dims
+        parts = []
+        for lo, hi in ((0, cut), (cut, n)) if self.row_dims else ((0, n),):
+            keep = [d for d in range(lo, hi) if self.shape[d] != 1]
+            sizes = [self.shape[d] for d in keep] or [1]
+            strides = [[b.strides[d] for d in keep] or [0] for b in self.inputs]
+            d = len(sizes) - 2
+            while d >= 0:
+                if all(st[d] == st[d + 1] * sizes[d + 1] for st in strides):
+                    sizes[d:d + 2] = [sizes[d] * sizes[d + 1]]
+                    for st in strides:
+                        st[d:d + 2] = [st[d + 1]]
                 d -= 1
-                continue
-            if all(s[d] == s[d + 1] * sizes[d + 1] for s in strides):
-                sizes[d:d + 2] = [sizes[d] * sizes[d + 1]]
-                for s in strides:
-                    s[d:d + 2] = [s[d + 1]]
-            d -= 1
-        return tuple(sizes), [tuple(s) for s in strides]
+            parts.append((sizes, strides))
+        sizes = [s for p in parts for s in p[0]]
+        strides = [tuple(x for p in parts for x in p[1][i]) for i in range(len(self.inputs))]
+        return tuple(sizes), strides, len(parts[0][0])
+
+    def row_level(self):
+        """Per instruction: True when its value is the same across a row (row kernels)."""
+        cut = len(self.shape) - self.row_dims
+        level = []
+        for ins in self.instrs:
+            if ins.op == "load":
+                b = self.inputs[ins.args[0]]
+                level.append(self.row_dims > 0 and not any(b.strides[cut:]))
+            elif ins.op == "const" or ins.op in ROW_REDUCE:
+                level.append(self.row_dims > 0)
+            else:
+                level.append(all(level[a] for a in ins.args))
+        return level
+
+    def row_passes(self):
+        """The walks over a row a row kernel makes, as [Pass]; then the row-level
+        instructions left for after the last pass. An element-level instruction at stage s
+        needs the reductions of s earlier passes; reductions of stage-s values accumulate in
+        pass s; element-level outputs are written in the last pass."""
+        level = self.row_level()
+        stage = []
+        for ins in self.instrs:
+            if ins.op in ("load", "const"):
+                stage.append(0)
+            elif ins.op in ROW_REDUCE:
+                stage.append(stage[ins.args[0]] + 1)
+            else:
+                stage.append(max(stage[a] for a in ins.args))
+        elem_stores = [i for i, _ in self.stores if not level[i]]
+        last = max([stage[i] for i in elem_stores] +
+                   [stage[i] - 1 for i, ins in enumerate(self.instrs) if ins.op in ROW_REDUCE] + [-1])
+        done = set()
+        passes = []
+        for p in range(last + 1):
+            before = [i for i in range(len(self.instrs))
+                      if level[i] and i not in done and stage[i] <= p and self.instrs[i].op not in ROW_REDUCE]
+            done.update(before)
+            reduces = [i for i, ins in enumerate(self.instrs) if ins.op in ROW_REDUCE and stage[i] == p + 1]
+            roots = [self.instrs[i].args[0] for i in reduces] + (elem_stores if p == last else [])
+            need = set()
+            stack = [r for r in roots if not level[r]]
+            while stack:
+                i = stack.pop()
+                if i in need:
+                    continue
+                need.add(i)
+                stack.extend(a for a in self.instrs[i].args if self.instrs[i].op not in ("load", "const")
+                             and not level[a])
+            passes.append(Pass(tuple(before), tuple(sorted(need)), tuple(reduces), p == last))
+            done.update(reduces)
+        tail = tuple(i for i in range(len(self.instrs)) if level[i] and i not in done)
+        return passes, tail
 
     def __str__(self):
         lines = [f"kernel {self.name} over {list(self.shape)}  # {' '.join(self.nodes)}"]
@@ -121,6 +219,8 @@ class Kernel:
             lines.append(f"  v{i}: {ins.dtype} = {ins.op}{ins.args}")
         for i, slot in self.stores:
             lines.append(f"  out{slot} <- v{i}  ({self.outputs[slot].name})")
+        if self.row_dims:
+            lines.insert(1, f"  rows over the last {self.row_dims} dimension(s)")
         if self.reduction:
             r = self.reduction
             lines.append(f"  out{r.out} <- {r.kind}(v{r.src}) over {r.axis}  ({self.outputs[r.out].name})")

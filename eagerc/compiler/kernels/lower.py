@@ -24,7 +24,7 @@ floor_divide, remainder, nan_to_num, gelu, ...) raises Unsupported and runs as b
 """
 import numpy as np
 
-from .ir import DTYPES, FLOATS, Buffer, Kernel, Reduction
+from .ir import DTYPES, FLOATS, Buffer, Kernel, Reduction, broadcast_strides
 
 __all__ = ["Unsupported", "lower_group", "LOWERABLE", "REDUCIBLE", "index_space"]
 
@@ -45,33 +45,70 @@ BITWISE = {"bitwise_and", "bitwise_or", "bitwise_xor"}
 LOWERABLE = (FLOAT_MATH | SAME_NUM | SAME_FLOAT | ARITH | COMPARE | LOGICAL | BOOL_TEST | BITWISE
              | {"div", "pow", "lerp", "where", "cast", "clamp", "clone", "logical_not", "bitwise_not"})
 REDUCIBLE = {"sum": "sum", "mean": "mean", "amax": "max", "amin": "min"}
+ROW_OP = {"sum": "row_sum", "mean": "row_mean", "amax": "row_max", "amin": "row_min"}
 
 
 def _static(shape):
     return all(type(s) is int for s in shape)
 
 
+def _numel(shape):
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
 def index_space(nodes):
-    last = nodes[-1]
-    if last.op in REDUCIBLE:
-        return tuple(last.inputs[0].shape)
-    return tuple(last.out.shape)
+    """The group's full shape: the largest of its members' shapes and reduction inputs."""
+    shapes = [tuple(n.inputs[0].shape) if n.op in REDUCIBLE else tuple(n.out.shape) for n in nodes]
+    for sh in shapes:
+        if not _static(sh):
+            return sh
+    return max(shapes, key=_numel)
 
 
-def _reduce_axis(node, ndim):
+def _reduce_dims(node, ndim):
+    """The sorted dimensions a reduction node reduces."""
     dim = node.attrs.get("dim")
     if dim is None or ndim == 0:
-        return "all"
+        return list(range(ndim))
     dims = dim if isinstance(dim, (list, tuple)) else [dim]
     try:
-        dims = sorted({int(d) % ndim for d in dims})
+        return sorted({int(d) % ndim for d in dims})
     except (TypeError, ValueError):
         raise Unsupported(f"reduction dims {dim!r}")
-    if dims == list(range(ndim)):
-        return "all"
-    if dims == [ndim - 1]:
-        return "last"
-    raise Unsupported(f"reduction over dims {dim!r} (only the last one or all)")
+
+
+def _row_dims(nodes, shape):
+    """(k, final): how many trailing dimensions the group's row reductions reduce (they
+    must agree), and the final reduction over all elements (a node) or None."""
+    n = len(shape)
+    reds = [x for x in nodes if x.op in REDUCIBLE]
+    final = None
+    if len(reds) == 1 and reds[0] is nodes[-1] and _reduce_dims(reds[0], n) == list(range(n)) \
+            and not reds[0].attrs.get("keepdim"):
+        final = reds.pop()
+    ks = set()
+    for r in reds:
+        dims = _reduce_dims(r, n)
+        if tuple(r.inputs[0].shape) != shape or not dims or dims != list(range(n - len(dims), n)):
+            raise Unsupported(f"{r.op} over dims {r.attrs.get('dim')!r} of {r.inputs[0].shape} "
+                              f"(only trailing dims of the index space {shape})")
+        ks.add(len(dims))
+    if len(ks) > 1:
+        raise Unsupported(f"row reductions over different numbers of trailing dims {sorted(ks)}")
+    return (ks.pop() if ks else 0), final
+
+
+def _check_reduction(n):
+    x = n.inputs[0]
+    if not hasattr(x, "name") or x.dtype not in FLOATS or n.out.dtype != x.dtype:
+        raise Unsupported(f"{n.op} of {getattr(x, 'dtype', x)}")
+    if set(n.attrs) - {"dim", "keepdim"}:
+        raise Unsupported(f"{n.op} attributes {sorted(n.attrs)}")
+    if not _static(n.out.shape):
+        raise Unsupported("symbolic shape")
 
 
 def lower_group(nodes, needed, name="k0"):
@@ -80,8 +117,12 @@ def lower_group(nodes, needed, name="k0"):
     shape = index_space(nodes)
     if not _static(shape):
         raise Unsupported("symbolic shape")
-    k = Kernel(name, shape, nodes=[n.out.name for n in nodes])
+    row_dims, final = _row_dims(nodes, shape)
+    row_shape = shape[:len(shape) - row_dims] + (1,) * row_dims
+    k = Kernel(name, shape, nodes=[n.out.name for n in nodes], row_dims=row_dims)
+    rows = k.rows_cols()[0]
     ref = {}    # member value name -> instruction index
+    user = [shape]   # the output shape of the node being lowered
 
     def arg(x, dtype=None):
         """The instruction for node input `x`: a member, a load, or a constant of `dtype`."""
@@ -89,10 +130,14 @@ def lower_group(nodes, needed, name="k0"):
             if x.dtype not in DTYPES:
                 raise Unsupported(f"dtype {x.dtype}")
             if x.name in ref:
+                xs = tuple(x.shape)
+                if xs != user[0] and not (user[0] == shape and xs == row_shape):
+                    raise Unsupported(f"{x.name} {xs} read at shape {user[0]} (index space {shape})")
                 return ref[x.name]
             if not _static(x.shape):
                 raise Unsupported("symbolic shape")
             try:
+                broadcast_strides(x.shape, user[0])
                 return k.load(x.name, x.dtype, x.shape)
             except ValueError as e:
                 raise Unsupported(str(e))
@@ -142,15 +187,21 @@ def lower_group(nodes, needed, name="k0"):
                 raise Unsupported(f"constant {x!r}")
         return d
 
-    reduction = nodes[-1] if nodes[-1].op in REDUCIBLE else None
-    body = nodes[:-1] if reduction is not None else nodes
+    body = nodes[:-1] if final is not None else nodes
     for n in body:
         op, out, xs = n.op, n.out.dtype, n.inputs
-        if op not in LOWERABLE:
+        if op not in LOWERABLE and op not in ROW_OP:
             raise Unsupported(f"op {op}")
         if out not in DTYPES:
             raise Unsupported(f"dtype {out}")
-        if op == "clone":
+        user[0] = shape if op in ROW_OP else tuple(n.out.shape)
+        if op in ROW_OP:
+            _check_reduction(n)
+            i = arg(xs[0])
+            if k.row_level()[i]:
+                raise Unsupported(f"{op} of a value that is constant along the row")
+            i = k.add(ROW_OP[op], (i,), out)
+        elif op == "clone":
             i = arg(xs[0])
         elif op == "cast":
             i = k.add("cast", (arg(xs[0]),), out)
@@ -233,24 +284,24 @@ def lower_group(nodes, needed, name="k0"):
             raise Unsupported(f"op {op}")
         if k.instrs[i].dtype != out:
             raise Unsupported(f"{op}: computed {k.instrs[i].dtype}, recorded {out}")
-        if tuple(n.out.shape) != shape:
-            raise Unsupported(f"{n.out.name}: shape {n.out.shape} is not the index space {shape}")
+        row_value = op in ROW_OP or tuple(n.out.shape) == row_shape != shape
+        if tuple(n.out.shape) != shape and not row_value:
+            raise Unsupported(f"{n.out.name}: shape {n.out.shape} is neither the index space {shape} "
+                              f"nor its row shape {row_shape}")
+        if row_value and not k.row_level()[i]:
+            raise Unsupported(f"{n.out.name}: a row-shaped value that varies along the row")
         ref[n.out.name] = i
         if n.out.name in needed:
+            if _numel(n.out.shape) != (rows if k.row_level()[i] and row_dims else _numel(shape)):
+                raise Unsupported(f"{n.out.name}: cannot store {n.out.shape}")
             k.store(i, n.out.name, out, n.out.shape)
 
-    if reduction is not None:
-        x = reduction.inputs[0]
-        if x.dtype not in FLOATS or reduction.out.dtype != x.dtype:
-            raise Unsupported(f"{reduction.op} of {x.dtype}")
-        if set(reduction.attrs) - {"dim", "keepdim"}:
-            raise Unsupported(f"{reduction.op} attributes {sorted(reduction.attrs)}")
-        if not _static(reduction.out.shape):
-            raise Unsupported("symbolic shape")
-        axis = _reduce_axis(reduction, len(shape))
-        src = arg(x)
-        k.outputs.append(Buffer(reduction.out.name, x.dtype, tuple(reduction.out.shape)))
-        k.reduction = Reduction(REDUCIBLE[reduction.op], src, axis, len(k.outputs) - 1, x.dtype)
+    if final is not None:
+        _check_reduction(final)
+        user[0] = shape
+        src = arg(final.inputs[0])
+        k.outputs.append(Buffer(final.out.name, final.out.dtype, tuple(final.out.shape)))
+        k.reduction = Reduction(REDUCIBLE[final.op], src, "all", len(k.outputs) - 1, final.out.dtype)
     if not k.outputs:
         raise Unsupported("nothing to store")
     return k

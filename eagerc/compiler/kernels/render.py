@@ -125,6 +125,7 @@ class _Ctx:
 
 class CRenderer:
     """C11 + OpenMP. Subclasses (CUDA) override signature(), loops, MATH and reductions."""
+    INDEX = "int64_t"
     CTYPES = {"float32": "float", "float64": "double", "bool": "unsigned char", "int8": "int8_t",
               "int16": "int16_t", "int32": "int32_t", "int64": "int64_t", "uint8": "uint8_t"}
     MATH_SUFFIX = {"float32": "f", "float64": ""}
@@ -167,27 +168,59 @@ class CRenderer:
 
     # ------------------------------------------------------------ pieces
     def signature(self, k):
-        params = [f"const {self.CTYPES[b.dtype]} *restrict in{i}" for i, b in enumerate(k.inputs)]
-        params += [f"{self.CTYPES[b.dtype]} *restrict out{i}" for i, b in enumerate(k.outputs)]
+        # an output written into the array of the input it updates (k.inplace) aliases it:
+        # neither pointer is restrict (each element is read before it is written, same index)
+        shared = set(k.inplace.values())
+        params = [f"const {self.CTYPES[b.dtype]} *{'' if i in shared else 'restrict '}in{i}"
+                  for i, b in enumerate(k.inputs)]
+        params += [f"{self.CTYPES[b.dtype]} *{'' if i in k.inplace else 'restrict '}out{i}"
+                   for i, b in enumerate(k.outputs)]
         return f"void {k.name}({', '.join(params)})"
 
+    def instr(self, k, i, offsets):
+        """`const T v<i> = <expr>;` for instruction i; `offsets[slot]` is the load offset
+        expression of input `slot`."""
+        ins = k.instrs[i]
+        if ins.op == "load":
+            expr = f"in{ins.args[0]}[{offsets[ins.args[0]]}]"
+        elif ins.op == "const":
+            expr = self.literal(ins.args[0], ins.dtype)
+        else:
+            src = k.instrs[ins.args[0]].dtype if ins.args else ins.dtype
+            expr = self.code_for_op[ins.op](_Ctx(self, ins.dtype, src), *(f"v{a}" for a in ins.args))
+        return f"const {self.CTYPES[ins.dtype]} v{i} = {expr};"
+
     def body(self, k, offsets, store_index):
-        """Statements computing every instruction at one index; `offsets[slot]` is the load
-        offset expression of input `slot`, `store_index` the full-shape output index."""
-        lines = []
-        for i, ins in enumerate(k.instrs):
-            t = self.CTYPES[ins.dtype]
-            if ins.op == "load":
-                expr = f"in{ins.args[0]}[{offsets[ins.args[0]]}]"
-            elif ins.op == "const":
-                expr = self.literal(ins.args[0], ins.dtype)
-            else:
-                src = k.instrs[ins.args[0]].dtype if ins.args else ins.dtype
-                expr = self.code_for_op[ins.op](_Ctx(self, ins.dtype, src), *(f"v{a}" for a in ins.args))
-            lines.append(f"const {t} v{i} = {expr};")
+        """Statements computing every instruction at one index, then the stores."""
+        lines = [self.instr(k, i, offsets) for i in range(len(k.instrs))]
         for i, slot in k.stores:
             lines.append(f"out{slot}[{store_index}] = v{i};")
         return lines
+
+    # row reductions: (declarations, OpenMP clause, per-element update, row value)
+    def row_reduction_parts(self, k, i, cols):
+        ins = k.instrs[i]
+        t = self.CTYPES[ins.dtype]
+        v, a, f = f"v{ins.args[0]}", f"a{i}", f"n{i}"
+        if ins.op in ("row_sum", "row_mean"):
+            value = f"({t}){a}" if ins.op == "row_sum" else f"({t})({a} / (double){cols})"
+            return [f"double {a} = 0.0;"], f"reduction(+:{a})", [f"{a} += {v};"], value
+        kind = "max" if ins.op == "row_max" else "min"
+        cmp = ">" if kind == "max" else "<"
+        return ([f"{t} {a} = {'-' if kind == 'max' else ''}INFINITY;", f"int {f} = 0;"],
+                f"reduction({kind}:{a}) reduction(|:{f})",
+                [f"{a} = {v} {cmp} {a} ? {v} : {a};", f"{f} |= {v} != {v};"],
+                f"({f} ? ({t})NAN : {a})")
+
+    def row_loads(self, k, sizes, strides, split, row_var, col_var):
+        """(lines defining each input's row base b<slot>, element offsets, row offsets)."""
+        lines, elem, row = [], [], []
+        for slot, st in enumerate(strides):
+            lines.append(f"const {self.INDEX} b{slot} = {_row_offset(sizes[:split], st[:split], row_var)};")
+            col = _row_offset(sizes[split:], st[split:], col_var)
+            elem.append(f"b{slot}" + ("" if col == "0" else f" + {col}"))
+            row.append(f"b{slot}")
+        return lines, elem, row
 
     # reductions: (accumulator type, init, clause, update, result)
     def reduction_parts(self, red, count):
@@ -204,20 +237,21 @@ class CRenderer:
                 "(nan ? NAN : acc)")
 
     def kernel(self, k):
-        sizes, strides = k.loop_shape()
+        if k.row_dims:
+            return self.row_kernel(k)
+        sizes, strides, _ = k.loop_shape()
         red = k.reduction
         n = k.numel()
         par = n >= PARALLEL_MIN
-        out = [f"/* {k.name}: {' '.join(k.nodes)} over [{','.join(str(s) for s in k.shape)}] */",
-               self.signature(k), "{"]
+        out = [self.header(k), self.signature(k), "{"]
         ind = "    "
-        if len(sizes) == 1 and not (red is not None and red.axis == "last"):
+        clause = ""
+        if red is not None:
+            init, clause, update, result = self.reduction_parts(red, n)
+            out += [ind + x for x in init]
+        if len(sizes) == 1:
             # one flat loop
             offs = [_term("i", s[0]) for s in strides]
-            clause = ""
-            if red is not None:
-                init, clause, update, result = self.reduction_parts(red, n)
-                out += [ind + x for x in init]
             out.append(ind + ("#pragma omp parallel for simd" if par else "#pragma omp simd")
                        + (" " + clause if clause else ""))
             out.append(ind + f"for (int64_t i = 0; i < {sizes[0]}; i++) {{")
@@ -225,41 +259,63 @@ class CRenderer:
             if red is not None:
                 out += [ind * 2 + x for x in update]
             out.append(ind + "}")
-            if red is not None:
-                out.append(ind + f"out{red.out}[0] = {result};")
         else:
-            rows = 1
-            for s in sizes[:-1]:
-                rows *= s
-            cols = sizes[-1]
-            last = red is not None and red.axis == "last"
-            clause_all = ""
-            if red is not None and not last:
-                init, clause_all, update, result = self.reduction_parts(red, n)
-                out += [ind + x for x in init]
+            rows, cols = _prod(sizes[:-1]), sizes[-1]
             if par:
-                out.append(ind + "#pragma omp parallel for" + (" " + clause_all if clause_all else ""))
+                out.append(ind + "#pragma omp parallel for" + (" " + clause if clause else ""))
             out.append(ind + f"for (int64_t r = 0; r < {rows}; r++) {{")
-            offs = []
-            for slot, s in enumerate(strides):
-                out.append(ind * 2 + f"const int64_t b{slot} = {_row_offset(sizes[:-1], s[:-1])};")
-                offs.append(f"b{slot}" + ("" if s[-1] == 0 else f" + {_term('j', s[-1])}"))
-            clause = clause_all
-            if last:
-                init, clause, update, result = self.reduction_parts(red, cols)
-                out += [ind * 2 + x for x in init]
+            base, offs, _ = self.row_loads(k, sizes, strides, len(sizes) - 1, "r", "j")
+            out += [ind * 2 + x for x in base]
             out.append(ind * 2 + "#pragma omp simd" + (" " + clause if clause else ""))
             out.append(ind * 2 + f"for (int64_t j = 0; j < {cols}; j++) {{")
             out += [ind * 3 + x for x in self.body(k, offs, f"r * {cols} + j")]
             if red is not None:
                 out += [ind * 3 + x for x in update]
             out.append(ind * 2 + "}")
-            if last:
-                out.append(ind * 2 + f"out{red.out}[r] = {result};")
             out.append(ind + "}")
-            if red is not None and not last:
-                out.append(ind + f"out{red.out}[0] = {result};")
+        if red is not None:
+            out.append(ind + f"out{red.out}[0] = {result};")
         out.append("}")
+        return "\n".join(out) + "\n"
+
+    def header(self, k):
+        rows = f" rows of {k.row_dims} dim(s)" if k.row_dims else ""
+        return f"/* {k.name}: {' '.join(k.nodes)} over [{','.join(str(s) for s in k.shape)}]{rows} */"
+
+    def row_kernel(self, k):
+        """One (parallel) iteration per row; inside, one simd loop per pass of row_passes()."""
+        sizes, strides, split = k.loop_shape()
+        rows, cols = k.rows_cols()
+        passes, tail = k.row_passes()
+        level = k.row_level()
+        ind = "    "
+        out = [self.header(k), self.signature(k), "{"]
+        if k.numel() >= PARALLEL_MIN and rows > 1:
+            out.append(ind + "#pragma omp parallel for")
+        out.append(ind + f"for (int64_t r = 0; r < {rows}; r++) {{")
+        base, elem_offs, row_offs = self.row_loads(k, sizes, strides, split, "r", "j")
+        body = [x for x in base]
+        for p in passes:
+            body += [self.instr(k, i, row_offs) for i in p.before]
+            parts = [self.row_reduction_parts(k, i, cols) for i in p.reduces]
+            for decl, _, _, _ in parts:
+                body += decl
+            clause = " ".join(c for _, c, _, _ in parts)
+            body.append("#pragma omp simd" + (" " + clause if clause else ""))
+            body.append(f"for (int64_t j = 0; j < {cols}; j++) {{")
+            loop = [self.instr(k, i, elem_offs) for i in p.elems]
+            for _, _, update, _ in parts:
+                loop += update
+            if p.stores:
+                loop += [f"out{slot}[r * {cols} + j] = v{i};" for i, slot in k.stores if not level[i]]
+            body += [ind + x for x in loop]
+            body.append("}")
+            body += [f"const {self.CTYPES[k.instrs[i].dtype]} v{i} = {value};"
+                     for i, (_, _, _, value) in zip(p.reduces, parts)]
+        body += [self.instr(k, i, row_offs) for i in tail]
+        body += [f"out{slot}[r] = v{i};" for i, slot in k.stores if level[i]]
+        out += [ind * 2 + x for x in body]
+        out += [ind + "}", "}"]
         return "\n".join(out) + "\n"
 
     def source(self, kernels):
@@ -272,18 +328,25 @@ def _term(var, stride):
     return var if stride == 1 else f"{var} * {stride}"
 
 
-def _row_offset(sizes, strides):
-    """Offset of row r's first element for one input: sum over the outer dimensions."""
+def _row_offset(sizes, strides, var="r"):
+    """Offset of flat index `var` over dimensions `sizes` for one input with `strides`."""
     terms = []
     div = 1
     for d in range(len(sizes) - 1, -1, -1):
         if strides[d]:
-            idx = "r" if div == 1 else f"(r / {div})"
+            idx = var if div == 1 else f"({var} / {div})"
             if d > 0:
                 idx = f"({idx} % {sizes[d]})"
             terms.append(_term(idx, strides[d]))
         div *= sizes[d]
     return " + ".join(reversed(terms)) or "0"
+
+
+def _prod(shape):
+    p = 1
+    for s in shape:
+        p *= s
+    return p
 
 
 def render_c(kernels):

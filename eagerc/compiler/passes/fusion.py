@@ -1,10 +1,16 @@
 """Fusion grouping: which nodes one generated kernel should compute (no codegen here).
 
 Walking the nodes in order, an elementwise node joins the groups of its elementwise
-producers that compute over the same shape (its iteration domain); a reduction
-(sum, mean, amax, ...) joins the group that produced its input and closes it: a group
-is a chain of elementwise ops with at most one trailing reduction. Broadcast inputs
-come from outside the group (they are loads, not members).
+producers that compute over the same shape (its iteration domain). A reduction over the
+trailing dimensions with keepdim=True (softmax's max and sum, layer_norm's mean and
+variance) joins the group of its input and keeps it open: later elementwise nodes over
+the full shape may read its result (broadcast along the row), and elementwise nodes over
+the row shape itself (`rsqrt(var + eps)`) join as per-row work. All such reductions of a
+group reduce the same number k of trailing dimensions (the group's row). Any other
+reduction (over leading dimensions, over everything, or without keepdim) joins its
+input's group and closes it. So a group is one multi-pass row computation -- softmax,
+layer_norm, cross-entropy -- or an elementwise chain, with at most one closing reduction.
+Broadcast inputs come from outside the group (they are loads, not members).
 
 Legality is checked on the graph's DiGraph (vertices and edges exactly those of
 `Graph.to_networkx()`): merging groups must not create a cycle between groups, i.e. no
@@ -44,15 +50,57 @@ def fuel_from_env():
 
 
 class _Group:
-    __slots__ = ("members", "shape", "closed")
+    __slots__ = ("members", "shape", "closed", "row_dims")
 
-    def __init__(self, name, shape, closed):
+    def __init__(self, name, shape, closed, row_dims=None):
         self.members = [name]
         self.shape = shape
         self.closed = closed
+        self.row_dims = row_dims      # trailing dims its keepdim reductions reduce, or None
+
+    def row_shape(self):
+        k = self.row_dims
+        return None if not k else self.shape[:len(self.shape) - k] + (1,) * k
 
 
-def fusion(graph, fuel=None):
+def _trailing(node, ndim):
+    """k when reduction `node` reduces exactly the last k >= 1 dims (of ndim), else None."""
+    dim = node.attrs.get("dim")
+    if dim is None:
+        return ndim or None
+    dims = dim if isinstance(dim, (list, tuple)) else [dim]
+    try:
+        dims = sorted({int(d) % ndim for d in dims}) if ndim else []
+    except (TypeError, ValueError):
+        return None
+    return len(dims) if dims and dims == list(range(ndim - len(dims), ndim)) else None
+
+
+def _joins(group, g, v, node_shape):
+    """May the node whose singleton group is `group` (output shape node_shape) join g, the
+    group that made its input v? Returns the (shape, row_dims) of the union, or None."""
+    if g.closed:
+        return None
+    vs = tuple(v.shape)
+    if g.shape == node_shape and (vs == g.shape or vs == g.row_shape()):
+        shape = g.shape                               # full-shape work, maybe reading a row value
+    elif g.row_dims and node_shape == g.row_shape() and vs == node_shape:
+        shape = g.shape                               # per-row work
+    else:
+        return None
+    k = group.row_dims
+    if len(group.members) > 1:
+        if group.shape != shape or (k and g.row_dims and k != g.row_dims):
+            return None
+        k = k or g.row_dims
+    elif k and g.row_dims and k != g.row_dims:
+        return None
+    return shape, (k or g.row_dims)
+
+
+def fusion(graph, fuel=None, fusible=None):
+    """fusible(node) -> bool (optional): a backend's say on which nodes it can put in a
+    kernel; others are left out of every group."""
     fuel = fuel_from_env() if fuel is None else fuel
     succ = successors(graph)
     index = {n.out.name: i for i, n in enumerate(graph.nodes)}
@@ -79,32 +127,36 @@ def fusion(graph, fuel=None):
 
     for i, n in enumerate(graph.nodes):
         reduction = n.op in REDUCTIONS
-        if not (reduction or is_elementwise(n)):
+        if not (reduction or is_elementwise(n)) or (fusible is not None and not fusible(n)):
             continue
         if reduction:
             x = n.inputs[0]
-            group = _Group(n.out.name, tuple(x.shape), True)
+            k = _trailing(n, len(x.shape)) if n.attrs.get("keepdim") else None
+            group = _Group(n.out.name, tuple(x.shape), k is None, k)
             producers = [x]
+            node_shape = tuple(x.shape)
         else:
             group = _Group(n.out.name, tuple(n.out.shape), False)
             producers = n.input_values()
+            node_shape = tuple(n.out.shape)
         group_of[n.out.name] = group
-        candidates = []
+        seen = []
         for v in producers:
             g = group_of.get(v.name)
-            if g is not None and g is not group and not g.closed and g.shape == group.shape \
-                    and tuple(v.shape) == group.shape and g not in candidates:
-                candidates.append(g)
-        for g in candidates:
+            if g is None or g is group or g in seen:
+                continue
+            seen.append(g)
             if fuel is not None and fuel <= 0:
                 break
-            if not legal(group, g, i):
+            union = _joins(group, g, v, node_shape)
+            if union is None or not legal(group, g, i):
                 continue
             if fuel is not None:
                 fuel -= 1
             for m in g.members:
                 group_of[m] = group
             group.members = g.members + group.members
+            group.shape, group.row_dims = union
 
     groups = []
     done = set()
