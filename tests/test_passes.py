@@ -502,7 +502,7 @@ def test_fusion_groups_chain_with_trailing_reduction():
     e = b("exp", x)
     m = b("mul", e, y)              # broadcast input from outside
     a = b("add", m, 1.0)
-    s = b("sum", a, dim=1, keepdim=False)     # closes the group
+    s = b("sum", a, dim=0, keepdim=False)     # over a leading dim: closes the group
     after = b("neg", s)
     g = b.graph(after)
     out = fusion(g)
@@ -525,6 +525,14 @@ def test_fusion_row_groups_continue_after_keepdim_reductions():
     g = b.graph(after)
     out = fusion(g)
     (grp,) = out.meta["fusion_groups"]
+    # without keepdim, per-row work joins too (cross-entropy's per-row loss)
+    b2 = B()
+    z = b2.arg("z", (4, 8))
+    lse = b2("log", b2("sum", b2("exp", z), dim=-1, keepdim=False))     # (4,)
+    loss = b2("mul", lse, 0.5)
+    total = b2("sum", loss)                                              # everything: closes
+    grp2 = fusion(b2.graph(b2("neg", total))).meta["fusion_groups"]
+    assert grp2 == [[n.name for n in (b2.nodes[0].out, b2.nodes[1].out, lse, loss, total)]]
     assert grp[0] == mu.name and grp[-1] == lead.name and after.name not in grp and len(grp) == 9
 
 
@@ -623,8 +631,14 @@ def test_fusion_on_traced_training_step_is_legal():
     nodes = {n.out.name: n for n in out.nodes}
     for grp in groups:
         reds = [m for m in grp if ops[m] in ("sum", "mean", "amax", "amin", "prod", "all", "any")]
-        # every reduction but the group's last one is a keepdim reduction (a row reduction)
-        assert all(nodes[m].attrs.get("keepdim") for m in reds if m != grp[-1])
+        # every reduction but the group's last one reduces trailing dims only (a row reduction)
+        for m in reds:
+            if m == grp[-1]:
+                continue
+            nd = len(nodes[m].inputs[0].shape)
+            dim = nodes[m].attrs.get("dim")
+            dims = sorted(d % nd for d in (dim if isinstance(dim, (list, tuple)) else [dim]))
+            assert dims == list(range(nd - len(dims), nd)) and len(dims) < nd, (m, dims)
 
 
 # ====================================================================== schedule

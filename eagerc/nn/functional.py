@@ -41,6 +41,10 @@ __all__ = [
     # decompositions of the fused ops
     "linear_decomposed", "softmax_decomposed", "log_softmax_decomposed", "layer_norm_decomposed",
     "cross_entropy_decomposed", "embedding_decomposed", "gelu_decomposed", "batch_norm_decomposed",
+    # decompositions of the fused backward kernels (for the compiler's decompose pass)
+    "softmax_backward_decomposed", "log_softmax_backward_decomposed", "gelu_backward_decomposed",
+    "layer_norm_backward_decomposed", "layer_norm_weight_backward_decomposed",
+    "cross_entropy_backward_decomposed",
 ]
 
 _LINEAR, _SOFTMAX, _LOG_SOFTMAX = OPS["linear"], OPS["softmax"], OPS["log_softmax"]
@@ -147,12 +151,28 @@ def gelu(input, approximate="none"):
 
 
 def gelu_decomposed(input, approximate="none"):
+    """The fused gelu op as primitives, with the kernel's constants and order of operations."""
     if approximate == "none":
-        return input * (erf(input * (1 / math.sqrt(2))) + 1) * 0.5
+        return input * (erf(input * _nn_kernels._SQRT_HALF) + 1) * 0.5
     if approximate == "tanh":
-        inner = (input + input * input * input * 0.044715) * math.sqrt(2 / math.pi)
+        inner = (input * input * 0.044715 + 1) * (input * _nn_kernels._SQRT_2_OVER_PI)
         return input * (_tanh(inner) + 1) * 0.5
     raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+
+
+def gelu_backward_decomposed(grad, input, approximate="none"):
+    """The fused gelu_backward kernel as elementwise primitives: grad * gelu'(input)."""
+    x = input
+    if approximate == "tanh":
+        k = _nn_kernels._SQRT_2_OVER_PI
+        x2 = x * x
+        t = _tanh(x * k * (x2 * 0.044715 + 1))
+        d = (t + 1) * 0.5 + x * 0.5 * (1 - t * t) * k * (x2 * (3 * 0.044715) + 1)
+    elif approximate == "none":   # Phi(x) + x phi(x)
+        d = (erf(x * _nn_kernels._SQRT_HALF) + 1) * 0.5 + exp(x * x * -0.5) * x * _nn_kernels._INV_SQRT_2PI
+    else:
+        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    return d * grad
 
 
 def silu(input, inplace=False):
@@ -271,6 +291,20 @@ def log_softmax_decomposed(input, dim):
         return input * 0
     shifted = input - input.amax(dim, keepdim=True).detach()
     return shifted - shifted.exp().sum(dim, keepdim=True).log()
+
+
+def softmax_backward_decomposed(grad, output, dim):
+    """The fused softmax_backward kernel as primitives (its order: g*out - out*sum(g*out))."""
+    if output.ndim == 0:
+        return grad * 0
+    gx = grad * output
+    return gx - output * gx.sum(dim, keepdim=True)
+
+
+def log_softmax_backward_decomposed(grad, output, dim):
+    if output.ndim == 0:
+        return grad * 0
+    return grad - output.exp() * grad.sum(dim, keepdim=True)
 
 
 def _softmax_grad(g, out, dim):
@@ -415,17 +449,65 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     return apply(_LAYER_NORM, (input, weight, bias), {"normalized_shape": ns, "eps": float(eps)})
 
 
+def _ln_flat(t, ns):
+    """t (shape [*, *ns]) with the normalised dims flattened into one last dim: every
+    reduction is then over the last dim (which fusing backends handle); a no-op for one dim."""
+    if len(ns) == 1:
+        return t
+    features = 1
+    for s in ns:
+        features *= s
+    return t.reshape(tuple(t.shape[:t.ndim - len(ns)]) + (features,))
+
+
+def _ln_normalized(x, eps):
+    """(xhat, 1/std) of x normalised over its last dim, in the fused kernel's order of operations."""
+    xc = x - x.mean(-1, keepdim=True)
+    rstd = ((xc * xc).mean(-1, keepdim=True) + eps).rsqrt()
+    return xc * rstd, rstd
+
+
+def _ns(normalized_shape):
+    return (int(normalized_shape),) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+
+
 def layer_norm_decomposed(input, normalized_shape, weight=None, bias=None, eps=1e-5):
-    ns = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
-    axes = tuple(range(input.ndim - len(ns), input.ndim))
-    mu = input.mean(axes, keepdim=True)
-    xc = input - mu
-    y = xc * ((xc * xc).mean(axes, keepdim=True) + eps).rsqrt()
+    """The fused layer_norm op as primitives: keepdim reductions over the (flattened) last dim."""
+    ns = _ns(normalized_shape)
+    y, _ = _ln_normalized(_ln_flat(input, ns), eps)
     if weight is not None:
-        y = y * weight
+        y = y * _ln_flat(weight, ns)
     if bias is not None:
-        y = y + bias
-    return y
+        y = y + _ln_flat(bias, ns)
+    return y if len(ns) == 1 else y.reshape(tuple(input.shape))
+
+
+def layer_norm_backward_decomposed(grad, input, weight, normalized_shape, eps=1e-5):
+    """The fused layer_norm_backward kernel (d loss / d input) as primitives:
+    (gy - mean(gy) - xhat * mean(gy * xhat)) * rstd with gy = grad * weight, per row."""
+    ns = _ns(normalized_shape)
+    xhat, rstd = _ln_normalized(_ln_flat(input, ns), eps)
+    gy = _ln_flat(grad, ns)
+    if weight is not None:
+        gy = gy * _ln_flat(weight, ns)
+    gx = (gy - gy.mean(-1, keepdim=True) - xhat * (gy * xhat).mean(-1, keepdim=True)) * rstd
+    return gx if len(ns) == 1 else gx.reshape(tuple(input.shape))
+
+
+def layer_norm_weight_backward_decomposed(grad, input, normalized_shape, eps=1e-5):
+    """The fused layer_norm_weight_backward kernel (d loss / d weight) as primitives: the per-row
+    product grad * xhat, then one sum over the leading (row) dims as the last step."""
+    ns = _ns(normalized_shape)
+    x = _ln_flat(input, ns)
+    xhat, _ = _ln_normalized(x, eps)
+    gw = _ln_flat(grad, ns) * xhat
+    if gw.ndim > 1:
+        features = gw.shape[-1]
+        rows = 1
+        for s in gw.shape[:-1]:
+            rows *= s
+        gw = (gw if gw.ndim == 2 else gw.reshape(rows, features)).sum(0)
+    return gw if len(ns) == 1 else gw.reshape(ns)
 
 
 def _layer_norm_grad(node, g):
@@ -865,18 +947,69 @@ def _cross_entropy_probs(input, target, weight, reduction, label_smoothing):
     return _reduce(loss, reduction)
 
 
+def _classes_last(input):
+    """Logits with the class dim last: (C,) and (N, C) as they are, (N, C, d1, ...) moved to
+    (N, d1, ..., C), whose leading dims are then the target's."""
+    return input.movedim(1, -1) if input.ndim > 2 else input
+
+
 def cross_entropy_decomposed(input, target, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0):
-    """The fused cross_entropy op as primitives: log_softmax, a one-hot pick, smoothing, reduction."""
-    cd = _class_dim(input)
-    logp = log_softmax_decomposed(input, cd)
-    loss, wt = _nll_terms(logp, target, weight, ignore_index)
-    if label_smoothing:
-        terms = logp if weight is None else logp * weight.reshape(_class_shape(input))
-        smooth = -terms.sum(cd) * (target != ignore_index).to(input.dtype)
-        loss = loss * (1 - label_smoothing) + smooth * (label_smoothing / input.shape[cd])
+    """The fused cross_entropy op as primitives, in its order of operations: with z = x - max(x)
+    and lse = log(sum(exp(z))) per row, the loss is (lse - z[t]) * w[t] * (t != ignore_index)
+    (mixed with the smoothing term), z[t] picked by a one-hot compare against arange(C) --
+    elementwise ops and reductions over the class dim, moved last for (N, C, d...) inputs."""
+    _check_targets("cross_entropy", input, target, ignore_index)
+    x = _classes_last(input)
+    C = x.shape[-1]
+    z = x - x.amax(-1, keepdim=True).detach()
+    lse = z.exp().sum(-1).log()
+    hit = target.unsqueeze(-1) == arange(C, device=input.device)
+    valid = (target != ignore_index).to(input.dtype)
+    wt = valid if weight is None else where(hit, weight, 0.0).sum(-1) * valid
+    loss = (lse - where(hit, z, 0.0).sum(-1)) * wt       # -w[t] log p[t]
+    if label_smoothing:  # -sum_c w_c log p_c
+        if weight is None:
+            smooth = lse * C - z.sum(-1)
+        else:
+            smooth = lse * weight.sum() - (z * weight).sum(-1)
+        loss = loss * (1 - label_smoothing) + smooth * valid * (label_smoothing / C)
     if reduction == "mean":
-        return loss.sum() / wt.sum()
+        return loss.sum() / wt.sum()      # 0 / 0 = nan when every target is ignored, like the kernel
     return _reduce(loss, reduction)
+
+
+def cross_entropy_backward_decomposed(grad, input, target, weight=None, ignore_index=-100, reduction="mean",
+                                      label_smoothing=0.0):
+    """The fused cross_entropy_backward kernel as primitives, in its order of operations:
+    softmax(x) * coef - target distribution per row, scaled by the incoming gradient (divided by
+    the total weight for 'mean'). Per row only elementwise ops, keepdim reductions over the class
+    dim and a one-hot compare against arange(C); the mean's denominator is a sum over the targets."""
+    _check_targets("cross_entropy", input, target, ignore_index)
+    x = _classes_last(input)
+    C = x.shape[-1]
+    e = (x - x.amax(-1, keepdim=True)).exp()
+    p = e / e.sum(-1, keepdim=True)
+    hit = target.unsqueeze(-1) == arange(C, device=input.device)
+    valid = (target != ignore_index).unsqueeze(-1).to(input.dtype)
+    eps = label_smoothing
+    if weight is None:
+        wt = valid
+        onehot = hit.to(input.dtype)
+        gx = ((p - onehot * (1 - eps)) - eps / C if eps else p - onehot) * valid
+    else:
+        wt = where(hit, weight, 0.0).sum(-1, keepdim=True) * valid      # w[t] * valid
+        if eps:
+            coef = wt * (1 - eps) + valid * (weight.sum() * eps / C)
+            gx = p * coef - where(hit, wt * (1 - eps), 0.0) - valid * (weight * (eps / C))
+        else:
+            gx = p * wt - where(hit, wt, 0.0)
+    if reduction == "none":
+        gx = gx * grad.unsqueeze(-1)
+    elif reduction == "sum":
+        gx = gx * grad
+    else:
+        gx = gx * (grad / wt.sum())
+    return gx.movedim(-1, 1) if input.ndim > 2 else gx
 
 
 def _cross_entropy_grad(g, x, target, weight, ignore_index, reduction, label_smoothing):

@@ -31,7 +31,7 @@ import numpy as np
 
 from ...runtime import kernel_cache
 from ...runtime.ops import OPS
-from ..kernels.ir import contiguous_strides
+from ..kernels.ir import DTYPES, contiguous_strides
 from ..kernels.lower import LOWERABLE, REDUCIBLE, Unsupported, index_space, lower_group
 from ..kernels.render import render_c
 from . import register_backend
@@ -42,6 +42,30 @@ from .numpy_backend import (NumpyBackend, load_program, _check_fixed, _INF, _lit
 __all__ = ["CBackend", "plan_kernels", "render"]
 
 SINGLETON_MIN = 1 << 16     # a lone op is worth a C kernel (threads) only when this large
+# composite ops whose decompositions are row kernels (softmax, layer_norm, cross-entropy and
+# their derivatives): decomposed before fusion, so each becomes one fused kernel together
+# with the elementwise work around it; linear, embedding, batch_norm and conv stay as they
+# are (BLAS, gathers, reductions over leading axes)
+ROW_COMPOSITES = ("softmax", "log_softmax", "softmax_backward", "log_softmax_backward", "layer_norm",
+                  "layer_norm_backward", "layer_norm_weight_backward", "gelu", "gelu_backward",
+                  "cross_entropy", "cross_entropy_backward")
+
+
+def fusible(node):
+    """Can a kernel compute this node? (the lowering may still refuse a dtype or shape)"""
+    return (node.op in LOWERABLE or node.op in REDUCIBLE) and node.out.dtype in DTYPES
+
+
+def prepare(graph):
+    """The graph as backend c fuses it: ROW_COMPOSITES decomposed into primitives, then the
+    usual clean-up and fusion restricted to what kernels compute."""
+    from ..passes import cse, dce, fusion, schedule, simplify
+    from ..passes.decompose import decompose, decomposable
+    ops = [op for op in ROW_COMPOSITES if op in decomposable()]
+    g = graph
+    if any(n.op in ops for n in g.nodes):
+        g = schedule(simplify(cse(dce(decompose(g, ops=ops)))))
+    return fusion(g, fusible=fusible)
 
 
 def _numel(shape):
@@ -71,28 +95,31 @@ def plan_kernels(graph, singleton_min=SINGLETON_MIN):
             groups.append([n.out.name])
     groups.sort(key=lambda g: index[g[0]])
     plan = []
+
+    def needed(ms):
+        return {m for m in ms if m in escaping or readers.get(m, set()) - ms}
+
     for g in groups:
         idx = [index.get(m) for m in g]
         if None in idx or idx != list(range(idx[0], idx[0] + len(idx))):
             continue      # not contiguous in this order: leave it to the kernels
         nodes = [graph.nodes[i] for i in idx]
-        members = set(g)
-
-        def needed(ms):
-            return {m for m in ms if m in escaping or readers.get(m, set()) - ms}
-
-        name = f"k{len(plan)}"
-        try:
-            k = lower_group(nodes, needed(members), name)
-        except Unsupported:
-            if len(nodes) < 2 or nodes[-1].op not in REDUCIBLE:
-                continue
-            nodes, members = nodes[:-1], members - {nodes[-1].out.name}
-            try:
-                k = lower_group(nodes, needed(members), name)
-            except Unsupported:
-                continue
-        plan.append((idx[0], [n.out.name for n in nodes], k))
+        while nodes:
+            # the longest prefix that lowers becomes a kernel; the rest is tried again
+            for cut in range(len(nodes), 0, -1):
+                part = nodes[:cut]
+                members = {n.out.name for n in part}
+                try:
+                    k = lower_group(part, needed(members), f"k{len(plan)}")
+                except Unsupported:
+                    continue
+                size = _numel(k.shape)
+                if cut > 1 or (size is not None and size >= singleton_min):
+                    plan.append((index[part[0].out.name], [n.out.name for n in part], k))
+                break
+            else:
+                cut = 1
+            nodes = nodes[cut:]
     return plan
 
 
@@ -335,9 +362,10 @@ class CBackend:
             warnings.warn("eagerc backend 'c': no C compiler found (cc, or $EAGERC_CC); "
                           "using the numpy backend", RuntimeWarning, stacklevel=2)
             return NumpyBackend().compile(graph)
+        original, graph = graph, prepare(graph)
         plan = plan_kernels(graph, self.singleton_min)
         if not plan:
-            program = NumpyBackend().compile(graph)
+            program = NumpyBackend().compile(original)
             program.kernels = []
             return program
         kernels = [k for _, _, k in plan]

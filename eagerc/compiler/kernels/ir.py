@@ -73,11 +73,15 @@ class Reduction:
 class Pass:
     """One walk over a row: `before` row-level instructions computed ahead of it, `elems`
     the element-level instructions it evaluates (in order), `reduces` the row reductions
-    it accumulates, `stores` whether it writes the element-level outputs (the last pass)."""
+    it accumulates, `stores` whether it writes the element-level outputs (the last pass);
+    `saves`: instructions it keeps in a per-row scratch array, `reloads`: instructions it
+    reads back from there instead of recomputing them (see Kernel.row_passes)."""
     before: tuple
     elems: tuple
     reduces: tuple
     stores: bool
+    saves: tuple = ()
+    reloads: tuple = ()
 
 
 @dataclass
@@ -103,12 +107,14 @@ class Kernel:
         self.instrs.append(ins)
         return len(self.instrs) - 1
 
-    def load(self, name, dtype, shape):
-        """The instruction loading graph value `name` (one input slot per value)."""
+    def load(self, name, dtype, shape, strides=None):
+        """The instruction loading graph value `name` (one input slot per value and strides);
+        strides over the index space default to numpy broadcasting."""
+        strides = broadcast_strides(shape, self.shape) if strides is None else tuple(strides)
         for slot, b in enumerate(self.inputs):
-            if b.name == name:
+            if b.name == name and b.strides == strides:
                 return self.add("load", (slot,), dtype)
-        self.inputs.append(Buffer(name, dtype, tuple(shape), broadcast_strides(shape, self.shape)))
+        self.inputs.append(Buffer(name, dtype, tuple(shape), strides))
         return self.add("load", (len(self.inputs) - 1,), dtype)
 
     def store(self, instr, name, dtype, shape):
@@ -172,11 +178,14 @@ class Kernel:
                 level.append(all(level[a] for a in ins.args))
         return level
 
-    def row_passes(self):
+    def row_passes(self, cacheable=None):
         """The walks over a row a row kernel makes, as [Pass]; then the row-level
         instructions left for after the last pass. An element-level instruction at stage s
         needs the reductions of s earlier passes; reductions of stage-s values accumulate in
-        pass s; element-level outputs are written in the last pass."""
+        pass s; element-level outputs are written in the last pass. An instruction needed
+        again by a later pass is recomputed there (its inputs are in cache by then), unless
+        `cacheable(i)` says it is worth a scratch row (softmax's exp: computed once, saved in
+        the pass that sums it, read back by the pass that divides)."""
         level = self.row_level()
         stage = []
         for ins in self.instrs:
@@ -191,23 +200,33 @@ class Kernel:
                    [stage[i] - 1 for i, ins in enumerate(self.instrs) if ins.op in ROW_REDUCE] + [-1])
         done = set()
         passes = []
+        first = {}      # element-level instruction -> the pass that computes it first
         for p in range(last + 1):
             before = [i for i in range(len(self.instrs))
                       if level[i] and i not in done and stage[i] <= p and self.instrs[i].op not in ROW_REDUCE]
             done.update(before)
             reduces = [i for i, ins in enumerate(self.instrs) if ins.op in ROW_REDUCE and stage[i] == p + 1]
             roots = [self.instrs[i].args[0] for i in reduces] + (elem_stores if p == last else [])
-            need = set()
+            need, reload = set(), set()
             stack = [r for r in roots if not level[r]]
             while stack:
                 i = stack.pop()
-                if i in need:
+                if i in need or i in reload:
+                    continue
+                if i in first and cacheable is not None and cacheable(i):
+                    reload.add(i)
                     continue
                 need.add(i)
                 stack.extend(a for a in self.instrs[i].args if self.instrs[i].op not in ("load", "const")
                              and not level[a])
-            passes.append(Pass(tuple(before), tuple(sorted(need)), tuple(reduces), p == last))
+            for i in need:
+                first.setdefault(i, p)
+            passes.append([tuple(before), tuple(sorted(need)), tuple(reduces), p == last, (), tuple(sorted(reload))])
             done.update(reduces)
+        for p in passes:
+            for i in p[5]:
+                passes[first[i]][4] += (i,)
+        passes = [Pass(*p) for p in passes]
         tail = tuple(i for i in range(len(self.instrs)) if level[i] and i not in done)
         return passes, tail
 

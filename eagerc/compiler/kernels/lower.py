@@ -118,7 +118,8 @@ def lower_group(nodes, needed, name="k0"):
     if not _static(shape):
         raise Unsupported("symbolic shape")
     row_dims, final = _row_dims(nodes, shape)
-    row_shape = shape[:len(shape) - row_dims] + (1,) * row_dims
+    row_shape = shape[:len(shape) - row_dims] + (1,) * row_dims     # a per-row value, keepdim
+    row_flat = shape[:len(shape) - row_dims]                          # ... and without
     k = Kernel(name, shape, nodes=[n.out.name for n in nodes], row_dims=row_dims)
     rows = k.rows_cols()[0]
     ref = {}    # member value name -> instruction index
@@ -137,8 +138,10 @@ def lower_group(nodes, needed, name="k0"):
             if not _static(x.shape):
                 raise Unsupported("symbolic shape")
             try:
-                broadcast_strides(x.shape, user[0])
-                return k.load(x.name, x.dtype, x.shape)
+                strides = broadcast_strides(x.shape, user[0])
+                if row_dims and user[0] == row_flat:      # per-row work without keepdim
+                    strides += (0,) * row_dims
+                return k.load(x.name, x.dtype, x.shape, strides)
             except ValueError as e:
                 raise Unsupported(str(e))
         if dtype is None:
@@ -195,6 +198,9 @@ def lower_group(nodes, needed, name="k0"):
         if out not in DTYPES:
             raise Unsupported(f"dtype {out}")
         user[0] = shape if op in ROW_OP else tuple(n.out.shape)
+        if row_dims and user[0] == row_flat and any(hasattr(x, "name") and x.name in ref and
+                                                    tuple(x.shape) != row_flat for x in xs):
+            raise Unsupported(f"{n.out.name}: mixes per-row values with and without kept dims")
         if op in ROW_OP:
             _check_reduction(n)
             i = arg(xs[0])
@@ -284,7 +290,7 @@ def lower_group(nodes, needed, name="k0"):
             raise Unsupported(f"op {op}")
         if k.instrs[i].dtype != out:
             raise Unsupported(f"{op}: computed {k.instrs[i].dtype}, recorded {out}")
-        row_value = op in ROW_OP or tuple(n.out.shape) == row_shape != shape
+        row_value = op in ROW_OP or (row_dims > 0 and tuple(n.out.shape) in (row_shape, row_flat))
         if tuple(n.out.shape) != shape and not row_value:
             raise Unsupported(f"{n.out.name}: shape {n.out.shape} is neither the index space {shape} "
                               f"nor its row shape {row_shape}")

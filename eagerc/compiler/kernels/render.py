@@ -23,6 +23,11 @@ __all__ = ["code_for_op", "CRenderer", "render_c"]
 
 # elements below which a kernel runs on one thread (OpenMP start-up costs a few us)
 PARALLEL_MIN = 1 << 15
+# row kernels keep these values in a per-row scratch array (on the stack, at most
+# SCRATCH_BYTES) rather than recomputing them in a later pass
+SCRATCH_OPS = frozenset(["exp", "exp2", "expm1", "log", "log2", "log1p", "tanh", "erf", "sin", "cos", "tan",
+                         "pow", "sigmoid"])
+SCRATCH_BYTES = 1 << 15
 
 
 def _call(name):
@@ -286,7 +291,8 @@ class CRenderer:
         """One (parallel) iteration per row; inside, one simd loop per pass of row_passes()."""
         sizes, strides, split = k.loop_shape()
         rows, cols = k.rows_cols()
-        passes, tail = k.row_passes()
+        passes, tail = k.row_passes(lambda i: k.instrs[i].op in SCRATCH_OPS
+                                    and cols * np.dtype(k.instrs[i].dtype).itemsize <= SCRATCH_BYTES)
         level = k.row_level()
         ind = "    "
         out = [self.header(k), self.signature(k), "{"]
@@ -295,6 +301,7 @@ class CRenderer:
         out.append(ind + f"for (int64_t r = 0; r < {rows}; r++) {{")
         base, elem_offs, row_offs = self.row_loads(k, sizes, strides, split, "r", "j")
         body = [x for x in base]
+        body += [f"{self.CTYPES[k.instrs[i].dtype]} s{i}[{cols}];" for p in passes for i in p.saves]
         for p in passes:
             body += [self.instr(k, i, row_offs) for i in p.before]
             parts = [self.row_reduction_parts(k, i, cols) for i in p.reduces]
@@ -303,7 +310,9 @@ class CRenderer:
             clause = " ".join(c for _, c, _, _ in parts)
             body.append("#pragma omp simd" + (" " + clause if clause else ""))
             body.append(f"for (int64_t j = 0; j < {cols}; j++) {{")
-            loop = [self.instr(k, i, elem_offs) for i in p.elems]
+            loop = [f"const {self.CTYPES[k.instrs[i].dtype]} v{i} = s{i}[j];" if i in p.reloads
+                    else self.instr(k, i, elem_offs) for i in sorted(p.elems + p.reloads)]
+            loop += [f"s{i}[j] = v{i};" for i in p.saves]
             for _, _, update, _ in parts:
                 loop += update
             if p.stores:

@@ -1,11 +1,20 @@
 """Decomposition of composite ops into primitives, for backends that fuse.
 
 The fused nn ops (linear, softmax, log_softmax, layer_norm, batch_norm, cross_entropy,
-gelu, embedding, and the softmax backward kernels) each have a decomposition written
-with Tensor ops next to their fast path (`eagerc.nn.functional.*_decomposed`). This
-pass re-traces that function with the tracer on placeholder tensors of the node's
-input types and splices the recorded primitives in place of the node; the last one
-defines the node's own output value, so users, outputs and mutations need no renaming.
+gelu, embedding) and the backward kernels a traced training step records (softmax_backward,
+log_softmax_backward, gelu_backward, layer_norm_backward, layer_norm_weight_backward,
+cross_entropy_backward) each have a decomposition written with Tensor ops next to their
+fast path (`eagerc.nn.functional.*_decomposed`). This pass re-traces that function with
+the tracer on placeholder tensors of the node's input types and splices the recorded
+primitives in place of the node; the last one defines the node's own output value, so
+users, outputs and mutations need no renaming.
+
+The decompositions follow the fused kernels' order of operations (results agree to
+rounding) and keep the per-row work fusable: elementwise ops and reductions over the last
+dim. layer_norm's normalised dims are flattened into one; cross_entropy's class dim is
+moved last for (N, C, d...) inputs and the target class is picked by a one-hot compare
+against arange(C), not a gather; sums over the leading dims (a weight gradient, a mean's
+denominator) come last or apart.
 
 Templates are cached per (op, input types, attributes): a transformer's twelve
 layer_norms are traced once. A decomposition whose type differs from the node's, or
@@ -13,8 +22,9 @@ which reads a tensor it did not receive, is not applied (the node stays fused).
 
 Off in the default numpy pipeline (one fused numpy kernel beats five primitive ones);
 `optimize(graph, decompose=True)` turns it on for backends that fuse elementwise code.
-Mind that the fused kernels check their inputs at run time (cross_entropy raises on an
-out-of-range class index); the decomposed form computes without that check.
+Mind that the fused kernels check their inputs at run time (cross_entropy and its backward
+raise on an out-of-range class index); the decomposed form computes without that check (such
+a target matches no column of the one-hot compare: its row gets a meaningless value, no error).
 """
 import numpy as np
 
@@ -22,7 +32,7 @@ from ...runtime import dtypes
 from ...runtime.ir import Node, Value
 from .util import attrs_key, const_key, is_random, numel, rewrite
 
-__all__ = ["decompose", "DECOMPOSITIONS"]
+__all__ = ["decompose", "decomposable", "DECOMPOSITIONS"]
 
 
 def _table():
@@ -37,8 +47,14 @@ def _table():
         "cross_entropy": lambda x, t, w, **a: F.cross_entropy_decomposed(x, t, w, **a),
         "gelu": lambda x, approximate="none": F.gelu_decomposed(x, approximate),
         "embedding": lambda w, idx, padding_idx=None: F.embedding_decomposed(idx, w, padding_idx),
-        "softmax_backward": lambda g, out, dim: out * (g - (g * out).sum(dim, keepdim=True)),
-        "log_softmax_backward": lambda g, out, dim: g - out.exp() * g.sum(dim, keepdim=True),
+        "softmax_backward": lambda g, out, dim: F.softmax_backward_decomposed(g, out, dim),
+        "log_softmax_backward": lambda g, out, dim: F.log_softmax_backward_decomposed(g, out, dim),
+        "gelu_backward": lambda g, x, approximate="none": F.gelu_backward_decomposed(g, x, approximate),
+        "layer_norm_backward": lambda g, x, w, normalized_shape, eps:
+            F.layer_norm_backward_decomposed(g, x, w, normalized_shape, eps),
+        "layer_norm_weight_backward": lambda g, x, normalized_shape, eps:
+            F.layer_norm_weight_backward_decomposed(g, x, normalized_shape, eps),
+        "cross_entropy_backward": lambda g, x, t, w, **a: F.cross_entropy_backward_decomposed(g, x, t, w, **a),
     }
 
 
@@ -103,8 +119,8 @@ def _trace_template(n, fn):
         it = iter(ts)
         args = [next(it) if isinstance(x, Value) else x for x in n.inputs]
         return fn(*args, **n.attrs)
-    try:
-        with no_grad():
+    try:   # zero placeholders: a mean's 0 / 0 is expected here, not worth a warning
+        with no_grad(), np.errstate(all="ignore"):
             g, result, tracer = trace(call, tuple(tensors))
     except Exception:
         return None
@@ -134,3 +150,10 @@ def _splice(n, template, fresh):
         nodes.append(Node(t.op, ins, t.attrs, out, n.loc, n.module))
         env[t.out.name] = out
     return nodes
+
+
+def decomposable():
+    """The names of the ops this pass can decompose."""
+    if not DECOMPOSITIONS:
+        DECOMPOSITIONS.update(_table())
+    return frozenset(DECOMPOSITIONS)

@@ -2,12 +2,13 @@
 
 Walking the nodes in order, an elementwise node joins the groups of its elementwise
 producers that compute over the same shape (its iteration domain). A reduction over the
-trailing dimensions with keepdim=True (softmax's max and sum, layer_norm's mean and
-variance) joins the group of its input and keeps it open: later elementwise nodes over
-the full shape may read its result (broadcast along the row), and elementwise nodes over
-the row shape itself (`rsqrt(var + eps)`) join as per-row work. All such reductions of a
+trailing dimensions (softmax's max and sum, layer_norm's mean and variance) joins the
+group of its input and keeps it open: later elementwise nodes over the full shape may
+read its result when it kept its dims (broadcast along the row), and elementwise nodes
+over the row shape itself (`rsqrt(var + eps)`, the per-row loss of cross-entropy) join as
+per-row work. All such reductions of a
 group reduce the same number k of trailing dimensions (the group's row). Any other
-reduction (over leading dimensions, over everything, or without keepdim) joins its
+reduction (over leading dimensions, or over everything without keepdim) joins its
 input's group and closes it. So a group is one multi-pass row computation -- softmax,
 layer_norm, cross-entropy -- or an elementwise chain, with at most one closing reduction.
 Broadcast inputs come from outside the group (they are loads, not members).
@@ -59,8 +60,14 @@ class _Group:
         self.row_dims = row_dims      # trailing dims its keepdim reductions reduce, or None
 
     def row_shape(self):
+        """The shape of a per-row value with keepdim (the one full-shape work can read)."""
         k = self.row_dims
         return None if not k else self.shape[:len(self.shape) - k] + (1,) * k
+
+    def row_shapes(self):
+        """Shapes of per-row values: with keepdim, or without (len(shape) - k dims)."""
+        k = self.row_dims
+        return () if not k else (self.row_shape(), self.shape[:len(self.shape) - k])
 
 
 def _trailing(node, ndim):
@@ -84,7 +91,7 @@ def _joins(group, g, v, node_shape):
     vs = tuple(v.shape)
     if g.shape == node_shape and (vs == g.shape or vs == g.row_shape()):
         shape = g.shape                               # full-shape work, maybe reading a row value
-    elif g.row_dims and node_shape == g.row_shape() and vs == node_shape:
+    elif node_shape in g.row_shapes() and vs == node_shape:
         shape = g.shape                               # per-row work
     else:
         return None
@@ -131,7 +138,9 @@ def fusion(graph, fuel=None, fusible=None):
             continue
         if reduction:
             x = n.inputs[0]
-            k = _trailing(n, len(x.shape)) if n.attrs.get("keepdim") else None
+            k = _trailing(n, len(x.shape))
+            if k is not None and k == len(x.shape) and not n.attrs.get("keepdim"):
+                k = None          # a sum of everything: a closing reduction
             group = _Group(n.out.name, tuple(x.shape), k is None, k)
             producers = [x]
             node_shape = tuple(x.shape)
