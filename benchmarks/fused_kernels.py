@@ -4,8 +4,9 @@
 
 Cases (issue 5): tanh-GELU written as elementwise ops on 4M float32; softmax and
 layer_norm over 4096x1024 float32 written as primitives (amax/sub/exp/sum/div;
-mean/sub/mul/mean/add/rsqrt/mul); C compile time per kernel, and the time to load the
-same kernels from the disk cache.
+mean/sub/mul/mean/add/rsqrt/mul) and as the nn.functional ops (which backend c
+decomposes into the same one-kernel row computation); C compile time per kernel, and the
+time to load the same kernels from the disk cache.
 """
 import os
 import sys
@@ -40,6 +41,10 @@ def layer_norm(x):
     return d * ((d * d).mean(-1, keepdim=True) + 1e-5).rsqrt()
 
 
+W = eagerc.tensor(np.random.default_rng(1).standard_normal(1024).astype(np.float32))
+B = eagerc.tensor(np.random.default_rng(2).standard_normal(1024).astype(np.float32))
+
+
 def main():
     torch = try_torch()
     rng = np.random.default_rng(0)
@@ -50,6 +55,15 @@ def main():
          (lambda t: torch.softmax(t, -1)) if torch else None),
         ("layer_norm 4096x1024 f32", layer_norm, rng.standard_normal((4096, 1024)).astype(np.float32),
          (lambda t: torch.nn.functional.layer_norm(t, (1024,))) if torch else None),
+        ("F.softmax 4096x1024 f32", lambda x: eagerc.nn.functional.softmax(x, -1),
+         rng.standard_normal((4096, 1024)).astype(np.float32), (lambda t: torch.softmax(t, -1)) if torch else None),
+        ("F.log_softmax 4096x1024 f32", lambda x: eagerc.nn.functional.log_softmax(x, -1),
+         rng.standard_normal((4096, 1024)).astype(np.float32),
+         (lambda t: torch.log_softmax(t, -1)) if torch else None),
+        ("F.layer_norm(w, b) 4096x1024 f32", lambda x: eagerc.nn.functional.layer_norm(x, (1024,), W, B),
+         rng.standard_normal((4096, 1024)).astype(np.float32),
+         (lambda t: torch.nn.functional.layer_norm(t, (1024,), torch.from_numpy(W.numpy()),
+                                                   torch.from_numpy(B.numpy()))) if torch else None),
     ]
     rows, compile_rows = [], []
     for name, fn, a, tfn in cases:

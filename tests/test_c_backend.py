@@ -145,12 +145,144 @@ def test_nan_propagates_like_numpy():
         _close(np.asarray(o), w, 0, 0)
 
 
-def test_reduction_over_first_axis_keeps_the_elementwise_kernel():
-    x = np.random.default_rng(0).standard_normal((8, 5)).astype(np.float32)
-    program, env, want = _compile_traced(lambda a: (a.exp() * 2).sum(0), [x])
-    assert program.kernels and program.kernels[0].reduction is None
-    assert "k_sum" in program.source
-    _close(program(env)[0][0], want[0], 1e-6, 1e-6)
+def test_reduction_over_leading_axes_is_one_kernel():
+    # a bias gradient: elementwise work then a sum/mean over the leading dims, one kernel
+    rng = np.random.default_rng(0)
+    cases = [((8, 5), lambda a: (a.exp() * 2).sum(0), 1),
+             ((4, 5, 6), lambda a: (a * a).mean((0, 1), keepdim=True), 2),
+             ((300, 40), lambda a: (a - 1).sum(0, keepdim=False), 1)]
+    for shape, fn, lead in cases:
+        x = rng.standard_normal(shape)
+        program, env, want = _compile_traced(fn, [x])
+        (k,) = program.kernels
+        assert k.reduction.axis == "lead" and k.reduction.lead == lead, str(k)
+        _close(program(env)[0][0], want[0], 1e-12, 1e-12)
+        ref = fn(eagerc.tensor(x)).numpy()          # numpy formula below, independently
+    x = rng.standard_normal((8, 5))
+    program, env, _ = _compile_traced(lambda a: (a.exp() * 2).sum(0), [x])
+    np.testing.assert_allclose(program(env)[0][0], (np.exp(x) * 2).sum(0), rtol=1e-12)
+
+
+# ---------------------------------------------------------------- row kernels: multi-pass patterns
+
+def _np_softmax(x):
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def _np_layer_norm(x, w, b, eps=1e-5):
+    mu = x.mean(-1, keepdims=True)
+    var = ((x - mu) ** 2).mean(-1, keepdims=True)
+    return (x - mu) / np.sqrt(var + eps) * w + b
+
+
+def _np_cross_entropy(x, t):
+    lse = np.log(np.exp(x - x.max(-1, keepdims=True)).sum(-1)) + x.max(-1)
+    return (lse - x[np.arange(len(t)), t]).mean()
+
+
+_ROW_PATTERNS = {
+    # name: (fn over tensors, numpy reference, input makers)
+    "softmax": (lambda x: F.softmax(x, -1), _np_softmax, lambda r: [r.standard_normal((37, 129))]),
+    "softmax_3d": (lambda x: F.softmax(x * 2 + 1, dim=-1), lambda x: _np_softmax(x * 2 + 1),
+                   lambda r: [r.standard_normal((3, 5, 64))]),
+    "log_softmax": (lambda x: F.log_softmax(x, -1), lambda x: np.log(_np_softmax(x)),
+                    lambda r: [r.standard_normal((300, 257))]),
+    "logsumexp": (lambda x: (x - x.amax(-1, keepdim=True)).exp().sum(-1).log() + x.amax(-1),
+                  lambda x: np.log(np.exp(x).sum(-1)), lambda r: [r.standard_normal((64, 50))]),
+    "layer_norm": (lambda x, w, b: F.layer_norm(x, (96,), w, b), _np_layer_norm,
+                   lambda r: [r.standard_normal((40, 96)) * 3 + 1, r.standard_normal(96), r.standard_normal(96)]),
+    "rms_norm": (lambda x, w: x * ((x * x).mean(-1, keepdim=True) + 1e-6).rsqrt() * w,
+                 lambda x, w: x / np.sqrt((x * x).mean(-1, keepdims=True) + 1e-6) * w,
+                 lambda r: [r.standard_normal((33, 70)), r.standard_normal(70)]),
+    "gelu_layer_norm": (lambda x, w, b: F.layer_norm(F.gelu(x, approximate="tanh"), (64,), w, b),
+                        lambda x, w, b: _np_layer_norm(0.5 * x * (1 + np.tanh(0.7978845608028654 *
+                                                                              (x + 0.044715 * x ** 3))), w, b),
+                        lambda r: [r.standard_normal((20, 64)), r.standard_normal(64), r.standard_normal(64)]),
+}
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("name", sorted(_ROW_PATTERNS))
+def test_multi_pass_patterns_are_one_row_kernel(name, dtype):
+    fn, ref, make = _ROW_PATTERNS[name]
+    arrays = [a.astype(dtype) for a in make(np.random.default_rng(3))]
+    compiled = eagerc.compile(fn, backend="c")
+    got = compiled(*[eagerc.tensor(a) for a in arrays]).numpy()
+    (entry,) = compiled.entries.values()
+    rows = [k for k in entry.program.kernels if k.row_dims]
+    assert len(rows) == 1 and len(entry.program.kernels) == 1, [str(k) for k in entry.program.kernels]
+    tol = (1e-5, 1e-6) if dtype == "float32" else (1e-11, 1e-12)
+    want = ref(*[a.astype(np.float64) for a in arrays])
+    np.testing.assert_allclose(got, want, rtol=tol[0], atol=tol[1])
+    assert got.dtype == np.dtype(dtype)
+
+
+def test_cross_entropy_forward_and_backward_are_row_kernels():
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((50, 13))
+    t = rng.integers(0, 13, 50)
+
+    def fn(a, tt):
+        a = a.detach().requires_grad_()
+        loss = F.cross_entropy(a, tt)
+        (g,) = eagerc.autograd.grad(loss, a)
+        return loss.detach(), g
+    compiled = eagerc.compile(fn, backend="c")
+    loss, g = compiled(eagerc.tensor(x), eagerc.tensor(t))
+    np.testing.assert_allclose(loss.item(), _np_cross_entropy(x, t), rtol=1e-12)
+    onehot = np.eye(13)[t]
+    np.testing.assert_allclose(g.numpy(), (_np_softmax(x) - onehot) / 50, rtol=1e-10, atol=1e-14)
+    kernels = [k for e in compiled.entries.values() for k in e.program.kernels]
+    assert sum(1 for k in kernels if k.row_dims) >= 1
+
+
+def test_row_kernel_propagates_nan_and_handles_inf_rows():
+    x = np.array([[1.0, np.nan, 3.0], [-np.inf, 0.0, 1.0], [2.0, 2.0, 2.0]])
+    compiled = eagerc.compile(lambda a: F.softmax(a, -1), backend="c")
+    with np.errstate(all="ignore"):
+        got = compiled(eagerc.tensor(x)).numpy()
+        want = _np_softmax(x)
+    np.testing.assert_allclose(got, want, equal_nan=True, rtol=1e-12)
+
+
+def test_row_passes_schedule():
+    # layer_norm: mean (pass 0), variance (pass 1), normalise and store (pass 2)
+    x = np.random.default_rng(0).standard_normal((4, 8))
+    program, env, want = _compile_traced(
+        lambda a: (a - a.mean(-1, keepdim=True)) * ((a - a.mean(-1, keepdim=True)) ** 2).mean(-1, keepdim=True).rsqrt(),
+        [x])
+    (k,) = program.kernels
+    passes, tail = k.row_passes()
+    assert [len(p.reduces) for p in passes] == [1, 1, 0] and passes[-1].stores and not tail
+    _close(program(env)[0][0], want[0], 1e-12, 1e-12)
+
+
+def test_optimizer_updates_are_written_in_place_and_buffers_reused():
+    eager = _mlp()
+    comp = copy.deepcopy(eager)
+    opt_e, opt_c = (eagerc.optim.Adam(m.parameters(), lr=1e-2) for m in (eager, comp))
+
+    def step(model, opt, x, y):
+        loss = F.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss.detach()
+    compiled = eagerc.compile(lambda x, y: step(comp, opt_c, x, y), backend="c")
+    rng = np.random.default_rng(1)
+    ids = [id(p.data) for p in comp.parameters()]
+    for _ in range(4):
+        x, y = eagerc.tensor(rng.standard_normal((16, 6))), eagerc.tensor(rng.integers(0, 4, 16))
+        step(eager, opt_e, x, y)
+        compiled(x, y)
+    assert [id(p.data) for p in comp.parameters()] == ids        # same arrays, updated in place
+    programs = [e.program for e in compiled.entries.values() if getattr(e, "kernels", None) or
+                getattr(e.program, "kernels", None)]
+    assert any(k.inplace for p in programs for k in p.kernels)
+    assert any("alloc_buffers" in p.source for p in programs)
+    for (n, p), q in zip(eager.named_parameters(), comp.parameters()):
+        np.testing.assert_allclose(q.numpy(force=True), p.numpy(force=True), rtol=1e-9, atol=1e-12, err_msg=n)
 
 
 # ---------------------------------------------------------------- the op table

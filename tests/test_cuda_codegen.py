@@ -19,7 +19,7 @@ import eagerc
 import eagerc.nn as nn
 import eagerc.nn.functional as F
 from eagerc.compiler.backends import register_backend
-from eagerc.compiler.backends.c_backend import plan_kernels
+from eagerc.compiler.backends.c_backend import prepare, plan_kernels
 from eagerc.compiler.backends.numpy_backend import NumpyBackend
 from eagerc.compiler.kernels.cuda_render import THREADS, CudaRenderer, launch_config, render_cuda
 from eagerc.compiler.kernels.ir import Kernel, Reduction
@@ -47,7 +47,7 @@ def _kernels_of(fn, arrays, singleton_min=0):
         return []
     if graph is None:
         return []
-    return [k for _, _, k in plan_kernels(optimize(graph), singleton_min)]
+    return [k for _, _, k in plan_kernels(prepare(optimize(graph)), singleton_min)]
 
 
 def _renamed(kernels, prefix):
@@ -93,7 +93,7 @@ class _Capture:
     kernels = []
 
     def compile(self, graph):
-        _Capture.kernels += [k for _, _, k in plan_kernels(graph)]
+        _Capture.kernels += [k for _, _, k in plan_kernels(prepare(graph))]
         return NumpyBackend().compile(graph)
 
     @staticmethod
@@ -181,7 +181,20 @@ def test_random_fused_program_kernels_compile_with_nvrtc():
 
 @needs_nvrtc
 def test_training_step_kernels_compile_with_nvrtc():
-    _compile_all(_training_kernels(), "train")
+    kernels = _compile_all(_training_kernels(), "train")
+    assert any(k.row_dims for k in kernels)                                   # cross-entropy
+    assert any(k.reduction is not None and k.reduction.axis == "lead" for k in kernels)   # bias grads
+
+
+@needs_nvrtc
+def test_row_pattern_kernels_compile_with_nvrtc():
+    from test_c_backend import _ROW_PATTERNS
+    kernels = []
+    for name, (fn, _, make) in sorted(_ROW_PATTERNS.items()):
+        for dtype in ("float32", "float64"):
+            kernels += _kernels_of(fn, [a.astype(dtype) for a in make(np.random.default_rng(0))])
+    kernels = _compile_all(kernels, "rows")
+    assert sum(1 for k in kernels if k.row_dims) >= len(_ROW_PATTERNS)
 
 
 @needs_nvrtc

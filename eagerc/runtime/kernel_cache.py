@@ -27,8 +27,11 @@ import time
 __all__ = ["find_compiler", "compiler_version", "cache_dir", "load", "ptr", "FLAGS", "stats",
            "CompileError", "NoCompiler"]
 
-# IEEE semantics (no -ffast-math); -fno-math-errno only lets sqrt & co. inline and vectorize
-FLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-shared", "-fPIC", "-std=gnu11")
+# IEEE semantics (no -ffast-math): -fno-math-errno only lets sqrt & co. inline and vectorize;
+# -fno-trapping-math lets comparisons feed selects without branches (values are unchanged:
+# it only gives up FP-exception traps, which numpy does not enable either)
+FLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fno-trapping-math", "-shared", "-fPIC",
+         "-std=gnu11")
 
 # glibc's vector math library, when present (the renderer declares its SIMD functions)
 LIBS = ("-lmvec", "-lm") if ctypes.util.find_library("mvec") else ("-lm",)

@@ -32,7 +32,7 @@ import numpy as np
 from ...runtime import kernel_cache
 from ...runtime.ops import OPS
 from ..kernels.ir import DTYPES, contiguous_strides
-from ..kernels.lower import LOWERABLE, REDUCIBLE, Unsupported, index_space, lower_group
+from ..kernels.lower import LOWERABLE, RANDOM, REDUCIBLE, Unsupported, index_space, lower_group
 from ..kernels.render import render_c
 from . import register_backend
 from .numpy_backend import (NumpyBackend, load_program, _check_fixed, _INF, _literal, _Names, _np_type,
@@ -53,7 +53,7 @@ ROW_COMPOSITES = ("softmax", "log_softmax", "softmax_backward", "log_softmax_bac
 
 def fusible(node):
     """Can a kernel compute this node? (the lowering may still refuse a dtype or shape)"""
-    return (node.op in LOWERABLE or node.op in REDUCIBLE) and node.out.dtype in DTYPES
+    return (node.op in LOWERABLE or node.op in REDUCIBLE or node.op in RANDOM) and node.out.dtype in DTYPES
 
 
 def prepare(graph):
@@ -156,6 +156,26 @@ def _inplace_targets(graph, plan, ends):
     return out
 
 
+def _param_args(k, node_of, names, const, code, temps):
+    """Driver arguments for kernel `k`'s scalar params (ir.Param: a fused random node's seed
+    and offset), taken per call from `overrides` exactly as an unfused random node takes
+    them (`per_call`), so a compiled program draws the numbers eager mode would. Appends the
+    lookups to `code` (their variables to `temps`); returns the argument expressions, each
+    `A_u64(...)` (int for ctypes' c_uint64, numpy.uint64 for cupy)."""
+    args, looked_up = [], {}
+    for p in k.params:
+        var = looked_up.get(p.node)
+        if var is None:
+            n = node_of[p.node]
+            attrs = [q.attr for q in k.params if q.node == p.node]
+            recorded = ", ".join(f"{a}={const(n.attrs[a])}" for a in attrs)
+            var = looked_up[p.node] = names.add(f"_r{len(looked_up)}")
+            temps.append(var)
+            code.append(f"{var} = per_call(overrides, {p.node!r}, {recorded})")
+        args.append(f"A_u64({var}[{p.attr!r}])")
+    return args
+
+
 def render(graph, plan, inplace=True):
     """(source, globals) of the Python driver; kernels are bound later as globals K_<name>.
 
@@ -185,6 +205,7 @@ def render(graph, plan, inplace=True):
         return names[x.name] if hasattr(x, "name") else const(x)
 
     starts = {start: (members, k) for start, members, k in plan}
+    node_of = {n.out.name: n for n in graph.nodes}
     fused = {m for _, members, _ in plan for m in members}
     ends = _static_alias_ends(graph)
     targets = _inplace_targets(graph, plan, ends) if inplace else {}
@@ -245,6 +266,7 @@ def render(graph, plan, inplace=True):
                     code.append(f"{names[b.name]} = A_empty({_literal(tuple(b.shape))}, {_np_type(b.dtype)})")
                 ptrs.append(f"ptr({names[b.name]})")
                 contiguous.add(b.name)
+            ptrs += _param_args(k, node_of, names, const, code, temps)
             code.append(f"K_{k.name}({', '.join(ptrs)})")
             if temps:
                 code.append(f"del {', '.join(temps)}")
@@ -340,7 +362,7 @@ def render(graph, plan, inplace=True):
     source = "\n".join(lines) + "\n"
 
     globs = {"np": np, "OPS": OPS, "asarray": np.asarray, "A_empty": np.empty, "ptr": kernel_cache.ptr,
-             "__name__": "eagerc_compiled_c", "NO_OVERRIDES": {}, "per_call": _per_call, "POOL": [],
+             "__name__": "eagerc_compiled_c", "NO_OVERRIDES": {}, "per_call": _per_call, "POOL": [], "A_u64": int,
              "shared_or_readonly": _shared_or_readonly, "UPDATED": tuple(updated),
              "OTHERS": tuple(v.name for _, v in graph.inputs if v.name not in set(updated))}
     globs.update(consts)
@@ -374,7 +396,7 @@ class CBackend:
         lib = kernel_cache.load(c_source)
         for k in kernels:
             f = getattr(lib, k.name)
-            f.argtypes = [ctypes.c_void_p] * (len(k.inputs) + len(k.outputs))
+            f.argtypes = [ctypes.c_void_p] * (len(k.inputs) + len(k.outputs)) + [ctypes.c_uint64] * len(k.params)
             f.restype = None
             globs["K_" + k.name] = f
         program = load_program(source, globs, graph, "c-")

@@ -21,7 +21,7 @@ import re
 import numpy as np
 
 from . import register_backend
-from .c_backend import SINGLETON_MIN, plan_kernels, render
+from .c_backend import SINGLETON_MIN, plan_kernels, prepare, render
 from .numpy_backend import load_program
 from ..kernels.cuda_render import launch_config, render_cuda
 
@@ -55,6 +55,7 @@ class CudaBackend:
 
     def compile(self, graph):
         cp = import_cupy()
+        graph = prepare(graph)      # the same decompositions and fusion as backend "c"
         plan = plan_kernels(graph, self.singleton_min)
         kernels = [k for _, _, k in plan]
         source, globs = render(graph, plan, inplace=False)
@@ -63,7 +64,8 @@ class CudaBackend:
         source = re.sub(r"^(k_\w+ = OPS\[[^\]]+\])\.cpu$", r"\1.kernel(cp)", source, flags=re.M)
         source = source.replace("# Constructed by c_backend", "# Constructed by cuda_backend", 1)
         source = source.replace("fused C kernel", "fused CUDA kernel", 1)
-        globs.update(cp=cp, asarray=cp.asarray, A_empty=cp.empty, ptr=lambda a: a,
+        # kernel params (a fused random node's seed / offset) go to RawKernel as uint64 scalars
+        globs.update(cp=cp, asarray=cp.asarray, A_empty=cp.empty, ptr=lambda a: a, A_u64=np.uint64,
                      __name__="eagerc_compiled_cuda")
         for g, v in list(globs.items()):
             if g.startswith("A_") and isinstance(v, np.ndarray):

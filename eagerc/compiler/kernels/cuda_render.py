@@ -22,6 +22,7 @@ sum/mean accumulate in double; max/min carry a NaN flag so NaN propagates like n
 The source is deterministic (names by position, literals by repr), so cupy's on-disk
 kernel cache (keyed by source) hits in a second process.
 """
+from . import philox
 from .render import CRenderer, _row_offset, _term
 
 __all__ = ["CudaRenderer", "render_cuda", "launch_config", "THREADS", "MAX_BLOCKS"]
@@ -35,7 +36,8 @@ class CudaRenderer(CRenderer):
     # NVRTC has no <stdint.h>: plain C types of the same widths (LP64 / CUDA's data model)
     CTYPES = {"float32": "float", "float64": "double", "bool": "unsigned char",
               "int8": "signed char", "int16": "short", "int32": "int", "int64": "long long",
-              "uint8": "unsigned char"}
+              "uint8": "unsigned char", "uint64": "unsigned long long"}
+    RNG_SOURCE = philox.CUDA_SOURCE
     # INFINITY / NAN as math.h spells them (the table and the C literals use them)
     PRELUDE = ("#ifndef INFINITY\n#define INFINITY __int_as_float(0x7f800000)\n#endif\n"
                "#ifndef NAN\n#define NAN __int_as_float(0x7fffffff)\n#endif\n")
@@ -53,6 +55,7 @@ class CudaRenderer(CRenderer):
     def signature(self, k):
         params = [f"const {self.CTYPES[b.dtype]} *__restrict__ in{i}" for i, b in enumerate(k.inputs)]
         params += [f"{self.CTYPES[b.dtype]} *__restrict__ out{i}" for i, b in enumerate(k.outputs)]
+        params += [f"{self.CTYPES[p.dtype]} p{i}" for i, p in enumerate(k.params)]
         return f'extern "C" __global__ void __launch_bounds__({THREADS}) {k.name}({", ".join(params)})'
 
     def reduction_parts(self, red, count):
@@ -160,9 +163,32 @@ class CudaRenderer(CRenderer):
         out += [ind + "}", "}"]
         return "\n".join(out) + "\n"
 
+    def lead_kernel(self, k):
+        """A sum/mean over leading dimensions: one thread per result (adjacent threads read
+        adjacent elements of each row: coalesced), walking the rows in order."""
+        sizes, strides, split = k.loop_shape()
+        rows, cols = k.rows_cols()
+        red = k.reduction
+        t = self.CTYPES[red.dtype]
+        ind = "    "
+        out = [self.header(k), self.signature(k), "{",
+               ind + "for (long long j = blockIdx.x * (long long)blockDim.x + threadIdx.x; "
+               f"j < {cols}LL; j += (long long)blockDim.x * gridDim.x) {{",
+               ind * 2 + "double acc = 0.0;",
+               ind * 2 + f"for (long long r = 0; r < {rows}LL; r++) {{"]
+        base, offs, _ = self.row_loads(k, sizes, strides, split, "r", "j")
+        out += [ind * 3 + x for x in base]
+        out += [ind * 3 + x for x in self.body(k, offs, f"r * {cols}LL + j")]
+        out += [ind * 3 + f"acc += v{red.src};", ind * 2 + "}"]
+        scale = "" if red.kind == "sum" else f" / (double){rows}"
+        out += [ind * 2 + f"out{red.out}[j] = ({t})(acc{scale});", ind + "}", "}"]
+        return "\n".join(out) + "\n"
+
     def kernel(self, k):
         if k.row_dims:
             return self.row_kernel(k)
+        if k.reduction is not None and k.reduction.axis == "lead":
+            return self.lead_kernel(k)
         sizes, strides, _ = k.loop_shape()
         red = k.reduction
         n = k.numel()
@@ -197,6 +223,8 @@ def launch_config(k):
     red = k.reduction
     if k.row_dims:                        # one block per row
         return min(k.rows_cols()[0], MAX_BLOCKS), THREADS
+    if red is not None and red.axis == "lead":   # one thread per result
+        return min((k.rows_cols()[1] + THREADS - 1) // THREADS, MAX_BLOCKS), THREADS
     if red is not None:                   # over all elements: one block
         return 1, THREADS
     return min((n + THREADS - 1) // THREADS, MAX_BLOCKS), THREADS

@@ -24,14 +24,23 @@ constants, reductions and what is computed from them alone) or *element-level*. 
 element-level value fills a full-shape output; a stored row-level value fills an output
 with one element per row.
 
+Random numbers (RNG in kernels). `params` are scalar kernel arguments after the outputs
+(uint64: a random node's seed and word offset, which change every call: `Param.node` and
+`Param.attr` say which graph attribute the driver passes). Instructions `param` (args =
+(param slot,)) read one; `index` (no args) is the flat C-order index of the current element
+over the index space; `rand_uniform` / `rand_normal` (args = (seed, offset, index)
+instructions) draw element `index` of a draw at that seed and offset, bit for bit the
+numbers of eagerc.runtime.random (kernels/philox.py). `index`, and so every random value,
+is element-level; `param` is row-level like a constant.
+
 The IR knows nothing about C or CUDA: renderers (render.py) turn it into source through
 one `code_for_op` table. `loop_shape()` gives the index space with adjacent dimensions
 merged where every load allows it, which the renderers loop over.
 """
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import NamedTuple, Optional
 
-__all__ = ["Buffer", "Instr", "Reduction", "Kernel", "contiguous_strides", "broadcast_strides"]
+__all__ = ["Buffer", "Instr", "Reduction", "Kernel", "Param", "contiguous_strides", "broadcast_strides"]
 
 # dtypes a kernel can load, compute and store (numpy names)
 DTYPES = ("float32", "float64", "bool", "int8", "int16", "int32", "int64", "uint8")
@@ -57,16 +66,29 @@ class Instr:
 
 
 ROW_REDUCE = ("row_sum", "row_mean", "row_max", "row_min")
+RANDOM = ("rand_uniform", "rand_normal")        # args: (seed param, offset param, index)
+LEAVES = ("load", "const", "param", "index")    # instructions whose args are not instructions
+
+
+class Param(NamedTuple):
+    """A scalar kernel argument: attribute `attr` ("seed", "offset") of graph node `node`,
+    passed per call by the driver."""
+    node: str
+    attr: str
+    dtype: str = "uint64"
 
 
 @dataclass(frozen=True)
 class Reduction:
-    """A reduction over all elements of the index space (kernels without row_dims)."""
+    """The final reduction of a kernel without row_dims: over all elements of the index space
+    (axis "all"), or over its first `lead` dimensions (axis "lead", sum/mean only: one
+    result per element of the remaining dimensions -- a bias gradient)."""
     kind: str          # "sum", "mean", "max", "min"
     src: int           # instruction index
-    axis: str          # "all"
+    axis: str          # "all" or "lead"
     out: int           # output slot
     dtype: str         # result dtype
+    lead: int = 0      # axis "lead": how many leading dimensions are reduced
 
 
 @dataclass(frozen=True)
@@ -96,6 +118,7 @@ class Kernel:
     nodes: list = field(default_factory=list)      # names of the graph nodes it computes
     row_dims: int = 0                              # trailing dimensions that form a row
     inplace: dict = field(default_factory=dict)    # output slot -> input slot it overwrites
+    params: list = field(default_factory=list)     # [Param]: scalar arguments after the outputs
 
     # ------------------------------------------------------------ building
     def add(self, op, args, dtype):
@@ -117,6 +140,20 @@ class Kernel:
         self.inputs.append(Buffer(name, dtype, tuple(shape), strides))
         return self.add("load", (len(self.inputs) - 1,), dtype)
 
+    def param(self, node, attr, dtype="uint64"):
+        """The instruction reading scalar argument `attr` of graph node `node` (one slot each)."""
+        p = Param(node, attr, dtype)
+        if p not in self.params:
+            self.params.append(p)
+        return self.add("param", (self.params.index(p),), dtype)
+
+    def index(self):
+        """The instruction giving the current element's flat (C-order) index, int64."""
+        return self.add("index", (), "int64")
+
+    def uses_rng(self):
+        return any(ins.op in RANDOM for ins in self.instrs)
+
     def store(self, instr, name, dtype, shape):
         self.outputs.append(Buffer(name, dtype, tuple(shape)))
         self.stores.append((instr, len(self.outputs) - 1))
@@ -128,12 +165,24 @@ class Kernel:
             n *= s
         return n
 
+    def cut(self):
+        """Where the index space splits into outer dimensions and inner ones that loops keep
+        apart: before the row of a row kernel, after the dims a "lead" reduction reduces."""
+        if self.row_dims:
+            return len(self.shape) - self.row_dims
+        if self.reduction is not None and self.reduction.axis == "lead":
+            return self.reduction.lead
+        return None
+
     def rows_cols(self):
-        """(rows, cols): the number of rows and the elements per row (row kernels)."""
+        """(rows, cols): the number of rows and the elements per row (row kernels; for a
+        "lead" reduction: reduced elements and results)."""
         n = len(self.shape)
+        cut = self.cut()
+        cut = n if cut is None else cut
         rows = cols = 1
         for d, size in enumerate(self.shape):
-            if d < n - self.row_dims:
+            if d < cut:
                 rows *= size
             else:
                 cols *= size
@@ -146,9 +195,9 @@ class Kernel:
         themselves, as are the row's own dimensions); split = len(sizes) otherwise, and a
         row kernel always keeps at least one row dimension (size 1 when there is one row)."""
         n = len(self.shape)
-        cut = n - self.row_dims
+        cut = self.cut()
         parts = []
-        for lo, hi in ((0, cut), (cut, n)) if self.row_dims else ((0, n),):
+        for lo, hi in ((0, cut), (cut, n)) if cut is not None else ((0, n),):
             keep = [d for d in range(lo, hi) if self.shape[d] != 1]
             sizes = [self.shape[d] for d in keep] or [1]
             strides = [[b.strides[d] for d in keep] or [0] for b in self.inputs]
@@ -172,8 +221,10 @@ class Kernel:
             if ins.op == "load":
                 b = self.inputs[ins.args[0]]
                 level.append(self.row_dims > 0 and not any(b.strides[cut:]))
-            elif ins.op == "const" or ins.op in ROW_REDUCE:
+            elif ins.op in ("const", "param") or ins.op in ROW_REDUCE:
                 level.append(self.row_dims > 0)
+            elif ins.op == "index":
+                level.append(False)
             else:
                 level.append(all(level[a] for a in ins.args))
         return level
@@ -189,7 +240,7 @@ class Kernel:
         level = self.row_level()
         stage = []
         for ins in self.instrs:
-            if ins.op in ("load", "const"):
+            if ins.op in LEAVES:
                 stage.append(0)
             elif ins.op in ROW_REDUCE:
                 stage.append(stage[ins.args[0]] + 1)
@@ -217,7 +268,7 @@ class Kernel:
                     reload.add(i)
                     continue
                 need.add(i)
-                stack.extend(a for a in self.instrs[i].args if self.instrs[i].op not in ("load", "const")
+                stack.extend(a for a in self.instrs[i].args if self.instrs[i].op not in LEAVES
                              and not level[a])
             for i in need:
                 first.setdefault(i, p)
@@ -225,7 +276,8 @@ class Kernel:
             done.update(reduces)
         for p in passes:
             for i in p[5]:
-                passes[first[i]][4] += (i,)
+                if i not in passes[first[i]][4]:
+                    passes[first[i]][4] += (i,)
         passes = [Pass(*p) for p in passes]
         tail = tuple(i for i in range(len(self.instrs)) if level[i] and i not in done)
         return passes, tail
@@ -234,6 +286,8 @@ class Kernel:
         lines = [f"kernel {self.name} over {list(self.shape)}  # {' '.join(self.nodes)}"]
         for i, b in enumerate(self.inputs):
             lines.append(f"  in{i} = {b.name}: {b.dtype}{list(b.shape)} strides {list(b.strides)}")
+        for i, p in enumerate(self.params):
+            lines.append(f"  p{i} = {p.node}.{p.attr}: {p.dtype}")
         for i, ins in enumerate(self.instrs):
             lines.append(f"  v{i}: {ins.dtype} = {ins.op}{ins.args}")
         for i, slot in self.stores:

@@ -18,6 +18,8 @@ dtype is derived here and compared with the node's recorded dtype. What is lower
 - where, cast (between the IR dtypes), clamp, clone
 - reductions:    sum, mean, amax, amin of float values over the last dimension or all
                  elements (keepdim or not)
+- random:        uniform, normal (float32/float64) over the whole index space: instructions
+                 drawing element i at the node's per-call seed and offset (kernel params)
 
 Everything else (float16, int reductions, reductions over other axes, symbolic shapes,
 floor_divide, remainder, nan_to_num, gelu, ...) raises Unsupported and runs as before.
@@ -26,7 +28,7 @@ import numpy as np
 
 from .ir import DTYPES, FLOATS, Buffer, Kernel, Reduction, broadcast_strides
 
-__all__ = ["Unsupported", "lower_group", "LOWERABLE", "REDUCIBLE", "index_space"]
+__all__ = ["Unsupported", "lower_group", "LOWERABLE", "REDUCIBLE", "RANDOM", "index_space"]
 
 
 class Unsupported(Exception):
@@ -86,9 +88,11 @@ def _row_dims(nodes, shape):
     n = len(shape)
     reds = [x for x in nodes if x.op in REDUCIBLE]
     final = None
-    if len(reds) == 1 and reds[0] is nodes[-1] and _reduce_dims(reds[0], n) == list(range(n)) \
-            and not reds[0].attrs.get("keepdim"):
-        final = reds.pop()
+    if len(reds) == 1 and reds[0] is nodes[-1] and tuple(reds[0].inputs[0].shape) == shape:
+        dims = _reduce_dims(reds[0], n)
+        if (dims == list(range(n)) and not reds[0].attrs.get("keepdim")) or \
+                (dims and dims == list(range(len(dims))) and len(dims) < n and reds[0].op in ("sum", "mean")):
+            final = reds.pop()      # over everything, or over leading dims (a bias gradient)
     ks = set()
     for r in reds:
         dims = _reduce_dims(r, n)
@@ -99,6 +103,22 @@ def _row_dims(nodes, shape):
     if len(ks) > 1:
         raise Unsupported(f"row reductions over different numbers of trailing dims {sorted(ks)}")
     return (ks.pop() if ks else 0), final
+
+
+RANDOM = {"uniform": "rand_uniform", "normal": "rand_normal"}    # graph op -> instruction
+
+
+def _lower_random(k, n):
+    """The instruction drawing random node `n` (no inputs) at each element of the index
+    space: its seed and offset become kernel params, read by the driver per call."""
+    if n.out.dtype not in FLOATS:
+        raise Unsupported(f"{n.op} of {n.out.dtype}")
+    if tuple(n.out.shape) != tuple(k.shape):
+        raise Unsupported(f"{n.op} of shape {n.out.shape} in index space {k.shape}")
+    if set(n.attrs) - {"shape", "dtype", "seed", "offset"} or not {"seed", "offset"} <= set(n.attrs):
+        raise Unsupported(f"{n.op} attributes {sorted(n.attrs)}")
+    seed, offset = k.param(n.out.name, "seed"), k.param(n.out.name, "offset")
+    return k.add(RANDOM[n.op], (seed, offset, k.index()), n.out.dtype)
 
 
 def _check_reduction(n):
@@ -193,7 +213,7 @@ def lower_group(nodes, needed, name="k0"):
     body = nodes[:-1] if final is not None else nodes
     for n in body:
         op, out, xs = n.op, n.out.dtype, n.inputs
-        if op not in LOWERABLE and op not in ROW_OP:
+        if op not in LOWERABLE and op not in ROW_OP and op not in RANDOM:
             raise Unsupported(f"op {op}")
         if out not in DTYPES:
             raise Unsupported(f"dtype {out}")
@@ -286,6 +306,8 @@ def lower_group(nodes, needed, name="k0"):
                 i = k.add("maximum", (i, const(lo, d)), d)
             if hi is not None:
                 i = k.add("minimum", (i, const(hi, d)), d)
+        elif op in RANDOM:
+            i = _lower_random(k, n)
         else:   # pragma: no cover - LOWERABLE and the branches above agree
             raise Unsupported(f"op {op}")
         if k.instrs[i].dtype != out:
@@ -307,7 +329,10 @@ def lower_group(nodes, needed, name="k0"):
         user[0] = shape
         src = arg(final.inputs[0])
         k.outputs.append(Buffer(final.out.name, final.out.dtype, tuple(final.out.shape)))
-        k.reduction = Reduction(REDUCIBLE[final.op], src, "all", len(k.outputs) - 1, final.out.dtype)
+        lead = len(_reduce_dims(final, len(shape)))
+        axis = "all" if lead == len(shape) else "lead"
+        k.reduction = Reduction(REDUCIBLE[final.op], src, axis, len(k.outputs) - 1, final.out.dtype,
+                                lead if axis == "lead" else 0)
     if not k.outputs:
         raise Unsupported("nothing to store")
     return k

@@ -17,6 +17,7 @@ import math
 
 import numpy as np
 
+from . import philox
 from .ir import FLOATS
 
 __all__ = ["code_for_op", "CRenderer", "render_c"]
@@ -68,6 +69,18 @@ def _cast(r, a):
     return f"(({r.ctype(r.dtype)}){a})"
 
 
+def _rand(kind):
+    """rand_uniform / rand_normal (seed, offset, index): element `index` of a draw at word
+    `offset` of stream `seed` (philox.py), the eager numbers bit for bit."""
+    step = philox.element_words(kind)
+
+    def draw(r, seed, offset, index):
+        i = f"({r.ctype('uint64')}){index}"
+        value = philox.expr(kind, r.dtype, seed, f"{offset} + {i}" if step == 1 else f"{offset} + {step} * {i}")
+        return value if kind == "uniform" else f"(({r.ctype(r.dtype)}){value})"
+    return draw
+
+
 code_for_op = {
     "add": lambda r, a, b: f"({a} + {b})",
     "sub": lambda r, a, b: f"({a} - {b})",
@@ -108,6 +121,8 @@ code_for_op = {
     "bitwise_not": lambda r, a: f"(~{a})",
     "where": lambda r, c, a, b: f"({c} ? {a} : {b})",
     "cast": _cast,
+    "rand_uniform": _rand("uniform"),
+    "rand_normal": _rand("normal"),
 }
 
 
@@ -132,12 +147,14 @@ class CRenderer:
     """C11 + OpenMP. Subclasses (CUDA) override signature(), loops, MATH and reductions."""
     INDEX = "int64_t"
     CTYPES = {"float32": "float", "float64": "double", "bool": "unsigned char", "int8": "int8_t",
-              "int16": "int16_t", "int32": "int32_t", "int64": "int64_t", "uint8": "uint8_t"}
+              "int16": "int16_t", "int32": "int32_t", "int64": "int64_t", "uint8": "uint8_t",
+              "uint64": "uint64_t"}      # uint64: kernel params (seeds, offsets) only
+    RNG_SOURCE = philox.C_SOURCE      # in the source only when a kernel draws random numbers
     MATH_SUFFIX = {"float32": "f", "float64": ""}
     # glibc's vector math (libmvec, <= 4 ulp) is declared by math.h only under -ffast-math;
     # declaring the SIMD variants here lets the loops vectorise with IEEE semantics kept
     VECTOR_MATH = ("exp", "exp2", "expm1", "log", "log2", "log1p", "sin", "cos", "tan", "tanh", "erf")
-    PRELUDE = ("#include <math.h>\n#include <stdint.h>\n"
+    PRELUDE = ("#include <math.h>\n#include <stdint.h>\n#include <stdlib.h>\n"
                "#if defined(__x86_64__) && defined(__GLIBC__) && __GLIBC_PREREQ(2, 35)\n"
                + "".join(f"#pragma omp declare simd notinbranch\n{t} {f}{sfx}({t});\n"
                          for f in VECTOR_MATH for t, sfx in (("float", "f"), ("double", "")))
@@ -147,6 +164,12 @@ class CRenderer:
     code_for_op = code_for_op
 
     # ------------------------------------------------------------ intrinsics
+    def local(self, dtype):
+        """The C type of a value held in a variable: bool is stored as one byte but held
+        as int (GCC does not vectorise loops converting bytes to floats, as cast(bool ->
+        float) does)."""
+        return "int" if dtype == "bool" else self.CTYPES[dtype]
+
     def math(self, name, dtype):
         return name + self.MATH_SUFFIX.get(dtype, "")
 
@@ -180,6 +203,7 @@ class CRenderer:
                   for i, b in enumerate(k.inputs)]
         params += [f"{self.CTYPES[b.dtype]} *{'' if i in k.inplace else 'restrict '}out{i}"
                    for i, b in enumerate(k.outputs)]
+        params += [f"{self.CTYPES[p.dtype]} p{i}" for i, p in enumerate(k.params)]
         return f"void {k.name}({', '.join(params)})"
 
     def instr(self, k, i, offsets):
@@ -190,13 +214,21 @@ class CRenderer:
             expr = f"in{ins.args[0]}[{offsets[ins.args[0]]}]"
         elif ins.op == "const":
             expr = self.literal(ins.args[0], ins.dtype)
+        elif ins.op == "param":
+            expr = f"p{ins.args[0]}"
+        elif ins.op == "index":
+            if self.index_expr is None:
+                raise ValueError(f"{k.name}: instruction {i} (index) rendered outside an element loop")
+            expr = self.index_expr
         else:
             src = k.instrs[ins.args[0]].dtype if ins.args else ins.dtype
             expr = self.code_for_op[ins.op](_Ctx(self, ins.dtype, src), *(f"v{a}" for a in ins.args))
-        return f"const {self.CTYPES[ins.dtype]} v{i} = {expr};"
+        return f"const {self.local(ins.dtype)} v{i} = {expr};"
 
     def body(self, k, offsets, store_index):
-        """Statements computing every instruction at one index, then the stores."""
+        """Statements computing every instruction at one index, then the stores.
+        `store_index` is the flat C-order index of that element (the `index` instruction)."""
+        self.index_expr = store_index
         lines = [self.instr(k, i, offsets) for i in range(len(k.instrs))]
         for i, slot in k.stores:
             lines.append(f"out{slot}[{store_index}] = v{i};")
@@ -218,7 +250,9 @@ class CRenderer:
                 f"({f} ? ({t})NAN : {a})")
 
     def row_loads(self, k, sizes, strides, split, row_var, col_var):
-        """(lines defining each input's row base b<slot>, element offsets, row offsets)."""
+        """(lines defining each input's row base b<slot>, element offsets, row offsets).
+        Sets the flat element index (`index` instructions) to row_var * cols + col_var."""
+        self.index_expr = f"{row_var} * {_prod(sizes[split:])} + {col_var}"
         lines, elem, row = [], [], []
         for slot, st in enumerate(strides):
             lines.append(f"const {self.INDEX} b{slot} = {_row_offset(sizes[:split], st[:split], row_var)};")
@@ -244,6 +278,8 @@ class CRenderer:
     def kernel(self, k):
         if k.row_dims:
             return self.row_kernel(k)
+        if k.reduction is not None and k.reduction.axis == "lead":
+            return self.lead_kernel(k)
         sizes, strides, _ = k.loop_shape()
         red = k.reduction
         n = k.numel()
@@ -281,6 +317,29 @@ class CRenderer:
         if red is not None:
             out.append(ind + f"out{red.out}[0] = {result};")
         out.append("}")
+        return "\n".join(out) + "\n"
+
+    def lead_kernel(self, k):
+        """A sum/mean over leading dimensions: one double accumulator per result, rows walked
+        in order (each row's loop is unit-stride and vectorised). One thread: these are
+        bias gradients, small next to the matmuls around them."""
+        sizes, strides, split = k.loop_shape()
+        rows, cols = k.rows_cols()
+        red = k.reduction
+        t = self.CTYPES[red.dtype]
+        ind = "    "
+        out = [self.header(k), self.signature(k), "{",
+               ind + f"double *acc = (double *)calloc({max(cols, 1)}, sizeof(double));",
+               ind + "if (!acc) return;",
+               ind + f"for (int64_t r = 0; r < {rows}; r++) {{"]
+        base, offs, _ = self.row_loads(k, sizes, strides, split, "r", "j")
+        out += [ind * 2 + x for x in base]
+        out += [ind * 2 + "#pragma omp simd", ind * 2 + f"for (int64_t j = 0; j < {cols}; j++) {{"]
+        out += [ind * 3 + x for x in self.body(k, offs, f"r * {cols} + j")]
+        out += [ind * 3 + f"acc[j] += v{red.src};", ind * 2 + "}", ind + "}"]
+        scale = "" if red.kind == "sum" else f" / (double){rows}"
+        out += [ind + f"for (int64_t j = 0; j < {cols}; j++) out{red.out}[j] = ({t})(acc[j]{scale});",
+                ind + "free(acc);", "}"]
         return "\n".join(out) + "\n"
 
     def header(self, k):
@@ -327,8 +386,12 @@ class CRenderer:
         out += [ind + "}", "}"]
         return "\n".join(out) + "\n"
 
+    # the flat element index expression of the loop being rendered (body(), row_loads())
+    index_expr = None
+
     def source(self, kernels):
-        return self.PRELUDE + "".join("\n" + self.kernel(k) for k in kernels)
+        rng = self.RNG_SOURCE if any(k.uses_rng() for k in kernels) else ""
+        return self.PRELUDE + rng + "".join("\n" + self.kernel(k) for k in kernels)
 
 
 def _term(var, stride):

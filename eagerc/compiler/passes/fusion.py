@@ -29,13 +29,18 @@ each group's members are adjacent (a topological order of the graph with every g
 contracted, otherwise keeping the scheduled order): a backend can emit one kernel
 where the group starts. The C and CUDA backends consume the groups.
 
+Random sources: with a `fusible` predicate that accepts them, random ops without tensor
+inputs (uniform, normal: counter-based, so a kernel can draw element i by itself) start
+groups like elementwise nodes with no producers; their consumers (dropout's `>= p` and
+`where`) join them. Without `fusible` (the numpy pipeline) they stay out of every group.
+
 Optimization fuel: EAGERC_FUSION_FUEL=N (or `fusion(graph, fuel=N)`) allows at most N
 merges, so a fusion bug can be bisected to the one merge that causes it.
 """
 import heapq
 import os
 
-from .util import REDUCTIONS, is_elementwise, successors
+from .util import REDUCTIONS, is_elementwise, is_random, successors
 
 __all__ = ["fusion", "fuel_from_env"]
 
@@ -134,7 +139,8 @@ def fusion(graph, fuel=None, fusible=None):
 
     for i, n in enumerate(graph.nodes):
         reduction = n.op in REDUCTIONS
-        if not (reduction or is_elementwise(n)) or (fusible is not None and not fusible(n)):
+        source = fusible is not None and not n.input_values() and is_random(n)
+        if not (reduction or source or is_elementwise(n)) or (fusible is not None and not fusible(n)):
             continue
         if reduction:
             x = n.inputs[0]
