@@ -411,3 +411,39 @@ def test_generated_source_is_deterministic():
     assert p1.c_source == p2.c_source and p1.source == p2.source
     assert p1.library == p2.library
     assert "0x" not in p1.c_source
+
+
+# ---------------------------------------------------------------- float16
+
+_HALF_PROGRAMS = {
+    "elementwise": lambda a, b: ((a * b + 1).tanh() * a - b / 2).exp(),
+    "softmax": lambda a, b: F.softmax(a * b, -1),
+    "layer_norm": lambda a, b: F.layer_norm(a, (a.shape[-1],), b, None),
+    "row_sum": lambda a, b: (a * b).sum(-1),
+    "lead_mean": lambda a, b: (a * b + 1).mean(0),
+    "casts": lambda a, b: (a.to(eagerc.float32) * 2).to(eagerc.float16) + b,
+    "compare_where": lambda a, b: eagerc.where(a > b, a.sigmoid(), b.square()),
+}
+
+
+@pytest.mark.skipif(not kernel_cache.has_float16(), reason="the C compiler has no _Float16")
+@pytest.mark.parametrize("name", sorted(_HALF_PROGRAMS))
+def test_float16_kernels_round_like_numpy(name):
+    # numpy's float16 ufuncs compute in float32 and round every result to half; the kernels
+    # hold halves as float and round after every op, so results agree to the last bit except
+    # where float32 libm functions differ (allowed: 1 half ulp)
+    fn = _HALF_PROGRAMS[name]
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((48, 300)).astype(np.float16)
+    b = rng.standard_normal(300).astype(np.float16)
+    compiled = eagerc.compile(fn, backend="c")
+    got = compiled(eagerc.tensor(a), eagerc.tensor(b)).numpy()
+    want = fn(eagerc.tensor(a), eagerc.tensor(b)).numpy()
+    (entry,) = compiled.entries.values()
+    assert entry.program.kernels and any(x.dtype == "float16" for k in entry.program.kernels for x in k.instrs)
+    assert got.dtype == want.dtype == np.float16
+    ulps = np.abs(got.astype(np.float64) - want) / np.spacing(np.abs(want)).astype(np.float64)
+    assert np.nanmax(ulps) <= 1, f"{name}: {np.nanmax(ulps)} half ulps"
+    # and an independent check against float64 math rounded to half (a few ulps: per-op rounding)
+    ref = fn(eagerc.tensor(a.astype(np.float64)), eagerc.tensor(b.astype(np.float64))).numpy()
+    np.testing.assert_allclose(got.astype(np.float64), ref, rtol=2e-2, atol=2e-2)

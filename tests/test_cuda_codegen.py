@@ -376,3 +376,16 @@ def test_cuda_compiled_training_step_matches_eager():
         np.testing.assert_allclose(f(x, y).item(), step(eager, opt_e, x, y).item(), rtol=1e-9)
     for p, q in zip(eager.parameters(), comp.parameters()):
         np.testing.assert_allclose(q.numpy(force=True), p.numpy(force=True), rtol=1e-8, atol=1e-11)
+
+
+@needs_nvrtc
+def test_float16_kernels_compile_with_nvrtc():
+    from test_c_backend import _HALF_PROGRAMS
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((48, 300)).astype(np.float16), rng.standard_normal(300).astype(np.float16)
+    kernels = []
+    for name, fn in sorted(_HALF_PROGRAMS.items()):
+        kernels += _kernels_of(fn, [a, b])
+    kernels = _compile_all(kernels, "half")
+    src = render_cuda(kernels)
+    assert "eagerc_f2h(" in src and "eagerc_h2f(" in src and "_Float16" not in src

@@ -24,7 +24,7 @@ import tempfile
 import threading
 import time
 
-__all__ = ["find_compiler", "compiler_version", "cache_dir", "load", "ptr", "FLAGS", "stats",
+__all__ = ["find_compiler", "compiler_version", "cache_dir", "load", "ptr", "FLAGS", "stats", "has_float16",
            "CompileError", "NoCompiler"]
 
 # IEEE semantics (no -ffast-math): -fno-math-errno only lets sqrt & co. inline and vectorize;
@@ -139,6 +139,22 @@ def _compile(cc, source, so, flags, d, key):
 
 _char = ctypes.c_char
 _addressof = ctypes.addressof
+
+
+_FLOAT16 = {}
+
+
+def has_float16():
+    """Does the compiler take C's _Float16 (GCC >= 12 and Clang >= 15 on x86-64 and arm64)?
+    Checked by compiling a one-line kernel once (cached on disk like any other)."""
+    cc = find_compiler()
+    if cc not in _FLOAT16:
+        try:
+            load("_Float16 eagerc_half_probe(_Float16 x) { return x + (_Float16)1; }\n")
+            _FLOAT16[cc] = True
+        except (CompileError, NoCompiler, OSError):
+            _FLOAT16[cc] = False
+    return _FLOAT16[cc]
 
 
 def ptr(a):

@@ -77,8 +77,13 @@ def _numel(shape):
     return n
 
 
-def plan_kernels(graph, singleton_min=SINGLETON_MIN):
-    """[(first node index, member names, Kernel)] for the groups that lower, in graph order."""
+def _uses_float16(k):
+    return any(b.dtype == "float16" for b in k.inputs + k.outputs) or any(i.dtype == "float16" for i in k.instrs)
+
+
+def plan_kernels(graph, singleton_min=SINGLETON_MIN, float16=True):
+    """[(first node index, member names, Kernel)] for the groups that lower, in graph order.
+    float16=False: groups computing float16 values are left to numpy."""
     index = {n.out.name: i for i, n in enumerate(graph.nodes)}
     readers = {}
     for n in graph.nodes:
@@ -112,6 +117,8 @@ def plan_kernels(graph, singleton_min=SINGLETON_MIN):
                 try:
                     k = lower_group(part, needed(members), f"k{len(plan)}")
                 except Unsupported:
+                    continue
+                if not float16 and _uses_float16(k):
                     continue
                 size = _numel(k.shape)
                 if cut > 1 or (size is not None and size >= singleton_min):
@@ -386,6 +393,8 @@ class CBackend:
             return NumpyBackend().compile(graph)
         original, graph = graph, prepare(graph)
         plan = plan_kernels(graph, self.singleton_min)
+        if any(_uses_float16(k) for _, _, k in plan) and not kernel_cache.has_float16():
+            plan = plan_kernels(graph, self.singleton_min, float16=False)
         if not plan:
             program = NumpyBackend().compile(original)
             program.kernels = []

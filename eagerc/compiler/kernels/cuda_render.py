@@ -34,15 +34,33 @@ MAX_BLOCKS = 65535 * 16  # grid cap for elementwise kernels; the grid-stride loo
 class CudaRenderer(CRenderer):
     INDEX = "long long"
     # NVRTC has no <stdint.h>: plain C types of the same widths (LP64 / CUDA's data model)
-    CTYPES = {"float32": "float", "float64": "double", "bool": "unsigned char",
+    CTYPES = {"float16": "unsigned short", "float32": "float", "float64": "double", "bool": "unsigned char",
               "int8": "signed char", "int16": "short", "int32": "int", "int64": "long long",
               "uint8": "unsigned char", "uint64": "unsigned long long"}
     RNG_SOURCE = philox.CUDA_SOURCE
     # INFINITY / NAN as math.h spells them (the table and the C literals use them)
+    # float16 is stored as its 16 bits and converted with PTX cvt (no cuda_fp16.h under NVRTC)
     PRELUDE = ("#ifndef INFINITY\n#define INFINITY __int_as_float(0x7f800000)\n#endif\n"
-               "#ifndef NAN\n#define NAN __int_as_float(0x7fffffff)\n#endif\n")
+               "#ifndef NAN\n#define NAN __int_as_float(0x7fffffff)\n#endif\n"
+               "__device__ __forceinline__ float eagerc_h2f(unsigned short h) "
+               "{ float f; asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : \"h\"(h)); return f; }\n"
+               "__device__ __forceinline__ unsigned short eagerc_f2h(float f) "
+               "{ unsigned short h; asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f)); return h; }\n"
+               "__device__ __forceinline__ unsigned short eagerc_d2h(double d) "
+               "{ unsigned short h; asm(\"cvt.rn.f16.f64 %0, %1;\" : \"=h\"(h) : \"d\"(d)); return h; }\n")
 
     # ------------------------------------------------------------ intrinsics / literals
+    def load(self, dtype, ref):
+        return f"eagerc_h2f({ref})" if dtype == "float16" else ref
+
+    def store(self, dtype, value):
+        return f"eagerc_f2h({value})" if dtype == "float16" else value
+
+    def to_dtype(self, dtype, expr):
+        if dtype == "float16":      # one rounding, from float or from double
+            return f"eagerc_h2f(eagerc_d2h((double)({expr})))"
+        return super().to_dtype(dtype, expr)
+
     def literal(self, value, dtype):
         if dtype == "int64":
             v = int(value)
@@ -61,10 +79,10 @@ class CudaRenderer(CRenderer):
     def reduction_parts(self, red, count):
         """(accumulator lines, per-element update lines, combine(a, b) of two partials over
         shared slots, final value expression of the block's accumulator `acc`/`nan`)."""
-        t = self.CTYPES[red.dtype]
+        t = self.local(red.dtype)
         v = f"v{red.src}"
         if red.kind in ("sum", "mean"):
-            result = f"({t})acc" if red.kind == "sum" else f"({t})(acc / (double){count})"
+            result = self.to_dtype(red.dtype, "acc" if red.kind == "sum" else f"acc / (double){count}")
             return ("double", ["double acc = 0.0;", "int nan = 0;"], [f"acc += {v};"],
                     lambda a, b: f"{a} + {b}", result)
         cmp = ">" if red.kind == "max" else "<"
@@ -91,7 +109,7 @@ class CudaRenderer(CRenderer):
             "if (threadIdx.x == 0) {",
             "    acc = s_acc[0];",
             "    nan = s_nan[0];",
-            f"    out{red.out}[{out_index}] = {result};",
+            f"    out{red.out}[{out_index}] = {self.store(red.dtype, result)};",
             "}",
             "__syncthreads();",      # the shared slots are reused by the next row
         )]
@@ -138,7 +156,8 @@ class CudaRenderer(CRenderer):
             for _, _, update, _ in parts:
                 loop += update
             if p.stores:
-                loop += [f"out{slot}[r * {cols}LL + j] = v{i};" for i, slot in k.stores if not level[i]]
+                loop += [f"out{slot}[r * {cols}LL + j] = {self.store(k.instrs[i].dtype, f'v{i}')};"
+                         for i, slot in k.stores if not level[i]]
             body += [ind + x for x in loop]
             body.append("}")
             for i in p.reduces:
@@ -147,14 +166,14 @@ class CudaRenderer(CRenderer):
                     body += [f"int n{i} = 0;"] + self._tree(f"a{i}", lambda a, b: f"{a} + {b}", f"n{i}", "")
                 else:
                     cmp = ">" if op == "row_max" else "<"
-                    t = self.CTYPES[k.instrs[i].dtype]
+                    t = self.local(k.instrs[i].dtype)
                     body.append(f"double d{i} = a{i};")
                     body += self._tree(f"d{i}", lambda a, b, c=cmp: f"({b} {c} {a} ? {b} : {a})", f"n{i}", "")
                     body.append(f"a{i} = ({t})d{i};")
-            body += [f"const {self.CTYPES[k.instrs[i].dtype]} v{i} = {value};"
+            body += [f"const {self.local(k.instrs[i].dtype)} v{i} = {value};"
                      for i, (_, _, _, value) in zip(p.reduces, parts)]
         body += [self.instr(k, i, row_offs) for i in tail]
-        stores = [f"out{slot}[r] = v{i};" for i, slot in k.stores if level[i]]
+        stores = [f"out{slot}[r] = {self.store(k.instrs[i].dtype, f'v{i}')};" for i, slot in k.stores if level[i]]
         if stores:
             body.append("if (threadIdx.x == 0) {")
             body += [ind + x for x in stores]
@@ -169,7 +188,6 @@ class CudaRenderer(CRenderer):
         sizes, strides, split = k.loop_shape()
         rows, cols = k.rows_cols()
         red = k.reduction
-        t = self.CTYPES[red.dtype]
         ind = "    "
         out = [self.header(k), self.signature(k), "{",
                ind + "for (long long j = blockIdx.x * (long long)blockDim.x + threadIdx.x; "
@@ -181,7 +199,8 @@ class CudaRenderer(CRenderer):
         out += [ind * 3 + x for x in self.body(k, offs, f"r * {cols}LL + j")]
         out += [ind * 3 + f"acc += v{red.src};", ind * 2 + "}"]
         scale = "" if red.kind == "sum" else f" / (double){rows}"
-        out += [ind * 2 + f"out{red.out}[j] = ({t})(acc{scale});", ind + "}", "}"]
+        value = self.store(red.dtype, self.to_dtype(red.dtype, f"acc{scale}"))
+        out += [ind * 2 + f"out{red.out}[j] = {value};", ind + "}", "}"]
         return "\n".join(out) + "\n"
 
     def kernel(self, k):

@@ -43,8 +43,8 @@ from typing import NamedTuple, Optional
 __all__ = ["Buffer", "Instr", "Reduction", "Kernel", "Param", "contiguous_strides", "broadcast_strides"]
 
 # dtypes a kernel can load, compute and store (numpy names)
-DTYPES = ("float32", "float64", "bool", "int8", "int16", "int32", "int64", "uint8")
-FLOATS = ("float32", "float64")
+DTYPES = ("float16", "float32", "float64", "bool", "int8", "int16", "int32", "int64", "uint8")
+FLOATS = ("float16", "float32", "float64")
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,10 @@ from .ir import FLOATS
 
 __all__ = ["code_for_op", "CRenderer", "render_c"]
 
+# ops whose float16 result needs no rounding: they pick or compare half values
+HALF_EXACT = frozenset(["neg", "abs", "relu", "maximum", "minimum", "sign", "where", "floor", "ceil", "trunc",
+                        "round", "eq", "ne", "lt", "le", "gt", "ge", "isnan", "isinf", "isfinite",
+                        "logical_and", "logical_or", "logical_xor", "logical_not"])
 # elements below which a kernel runs on one thread (OpenMP start-up costs a few us)
 PARALLEL_MIN = 1 << 15
 # row kernels keep these values in a per-row scratch array (on the stack, at most
@@ -146,11 +150,12 @@ class _Ctx:
 class CRenderer:
     """C11 + OpenMP. Subclasses (CUDA) override signature(), loops, MATH and reductions."""
     INDEX = "int64_t"
-    CTYPES = {"float32": "float", "float64": "double", "bool": "unsigned char", "int8": "int8_t",
+    CTYPES = {"float16": "_Float16", "float32": "float", "float64": "double", "bool": "unsigned char",
+              "int8": "int8_t",
               "int16": "int16_t", "int32": "int32_t", "int64": "int64_t", "uint8": "uint8_t",
               "uint64": "uint64_t"}      # uint64: kernel params (seeds, offsets) only
     RNG_SOURCE = philox.C_SOURCE      # in the source only when a kernel draws random numbers
-    MATH_SUFFIX = {"float32": "f", "float64": ""}
+    MATH_SUFFIX = {"float16": "f", "float32": "f", "float64": ""}
     # glibc's vector math (libmvec, <= 4 ulp) is declared by math.h only under -ffast-math;
     # declaring the SIMD variants here lets the loops vectorise with IEEE semantics kept
     VECTOR_MATH = ("exp", "exp2", "expm1", "log", "log2", "log1p", "sin", "cos", "tan", "tanh", "erf")
@@ -167,8 +172,23 @@ class CRenderer:
     def local(self, dtype):
         """The C type of a value held in a variable: bool is stored as one byte but held
         as int (GCC does not vectorise loops converting bytes to floats, as cast(bool ->
-        float) does)."""
-        return "int" if dtype == "bool" else self.CTYPES[dtype]
+        float) does); float16 is held as float, rounded to half after every operation --
+        numpy's float16 ufuncs compute in float32 and round each result the same way."""
+        return {"bool": "int", "float16": "float"}.get(dtype) or self.CTYPES[dtype]
+
+    def load(self, dtype, ref):
+        """A value read from memory (`ref`), as its local type."""
+        return ref
+
+    def store(self, dtype, value):
+        """A local value as written to memory."""
+        return value
+
+    def to_dtype(self, dtype, expr):
+        """A float or double expression rounded once to float dtype, as its local type."""
+        if dtype == "float16":
+            return f"((float)(_Float16)({expr}))"
+        return f"(({self.CTYPES[dtype]})({expr}))"
 
     def math(self, name, dtype):
         return name + self.MATH_SUFFIX.get(dtype, "")
@@ -184,9 +204,9 @@ class CRenderer:
                 s = repr(float(np.dtype(dtype).type(v)))
                 if "e" not in s and "." not in s:
                     s += ".0"
-                s += "f" if dtype == "float32" else ""
+                s += "" if dtype == "float64" else "f"     # float16 values are held as float
                 return s if v >= 0 else f"({s})"
-            return s if dtype == "float32" else f"((double){s})"
+            return f"((double){s})" if dtype == "float64" else s
         if dtype == "bool":
             return "1" if value else "0"
         v = int(value)
@@ -211,7 +231,7 @@ class CRenderer:
         expression of input `slot`."""
         ins = k.instrs[i]
         if ins.op == "load":
-            expr = f"in{ins.args[0]}[{offsets[ins.args[0]]}]"
+            expr = self.load(ins.dtype, f"in{ins.args[0]}[{offsets[ins.args[0]]}]")
         elif ins.op == "const":
             expr = self.literal(ins.args[0], ins.dtype)
         elif ins.op == "param":
@@ -220,9 +240,13 @@ class CRenderer:
             if self.index_expr is None:
                 raise ValueError(f"{k.name}: instruction {i} (index) rendered outside an element loop")
             expr = self.index_expr
+        elif ins.op == "cast" and ins.dtype == "float16":
+            expr = self.to_dtype("float16", f"v{ins.args[0]}")
         else:
             src = k.instrs[ins.args[0]].dtype if ins.args else ins.dtype
             expr = self.code_for_op[ins.op](_Ctx(self, ins.dtype, src), *(f"v{a}" for a in ins.args))
+            if ins.dtype == "float16" and ins.op not in HALF_EXACT:
+                expr = self.to_dtype("float16", expr)
         return f"const {self.local(ins.dtype)} v{i} = {expr};"
 
     def body(self, k, offsets, store_index):
@@ -231,16 +255,16 @@ class CRenderer:
         self.index_expr = store_index
         lines = [self.instr(k, i, offsets) for i in range(len(k.instrs))]
         for i, slot in k.stores:
-            lines.append(f"out{slot}[{store_index}] = v{i};")
+            lines.append(f"out{slot}[{store_index}] = {self.store(k.instrs[i].dtype, f'v{i}')};")
         return lines
 
     # row reductions: (declarations, OpenMP clause, per-element update, row value)
     def row_reduction_parts(self, k, i, cols):
         ins = k.instrs[i]
-        t = self.CTYPES[ins.dtype]
+        t = self.local(ins.dtype)
         v, a, f = f"v{ins.args[0]}", f"a{i}", f"n{i}"
         if ins.op in ("row_sum", "row_mean"):
-            value = f"({t}){a}" if ins.op == "row_sum" else f"({t})({a} / (double){cols})"
+            value = self.to_dtype(ins.dtype, a if ins.op == "row_sum" else f"{a} / (double){cols}")
             return [f"double {a} = 0.0;"], f"reduction(+:{a})", [f"{a} += {v};"], value
         kind = "max" if ins.op == "row_max" else "min"
         cmp = ">" if kind == "max" else "<"
@@ -263,10 +287,10 @@ class CRenderer:
 
     # reductions: (accumulator type, init, clause, update, result)
     def reduction_parts(self, red, count):
-        t = self.CTYPES[red.dtype]
+        t = self.local(red.dtype)
         v = f"v{red.src}"
         if red.kind in ("sum", "mean"):
-            result = "(%s)acc" % t if red.kind == "sum" else f"({t})(acc / (double){count})"
+            result = self.to_dtype(red.dtype, "acc" if red.kind == "sum" else f"acc / (double){count}")
             return (["double acc = 0.0;"], "reduction(+:acc)", [f"acc += {v};"], result)
         cmp = ">" if red.kind == "max" else "<"
         init = "-INFINITY" if red.kind == "max" else "INFINITY"
@@ -315,7 +339,7 @@ class CRenderer:
             out.append(ind * 2 + "}")
             out.append(ind + "}")
         if red is not None:
-            out.append(ind + f"out{red.out}[0] = {result};")
+            out.append(ind + f"out{red.out}[0] = {self.store(red.dtype, result)};")
         out.append("}")
         return "\n".join(out) + "\n"
 
@@ -326,7 +350,6 @@ class CRenderer:
         sizes, strides, split = k.loop_shape()
         rows, cols = k.rows_cols()
         red = k.reduction
-        t = self.CTYPES[red.dtype]
         ind = "    "
         out = [self.header(k), self.signature(k), "{",
                ind + f"double *acc = (double *)calloc({max(cols, 1)}, sizeof(double));",
@@ -338,7 +361,8 @@ class CRenderer:
         out += [ind * 3 + x for x in self.body(k, offs, f"r * {cols} + j")]
         out += [ind * 3 + f"acc[j] += v{red.src};", ind * 2 + "}", ind + "}"]
         scale = "" if red.kind == "sum" else f" / (double){rows}"
-        out += [ind + f"for (int64_t j = 0; j < {cols}; j++) out{red.out}[j] = ({t})(acc[j]{scale});",
+        value = self.store(red.dtype, self.to_dtype(red.dtype, f"acc[j]{scale}"))
+        out += [ind + f"for (int64_t j = 0; j < {cols}; j++) out{red.out}[j] = {value};",
                 ind + "free(acc);", "}"]
         return "\n".join(out) + "\n"
 
@@ -360,7 +384,7 @@ class CRenderer:
         out.append(ind + f"for (int64_t r = 0; r < {rows}; r++) {{")
         base, elem_offs, row_offs = self.row_loads(k, sizes, strides, split, "r", "j")
         body = [x for x in base]
-        body += [f"{self.CTYPES[k.instrs[i].dtype]} s{i}[{cols}];" for p in passes for i in p.saves]
+        body += [f"{self.local(k.instrs[i].dtype)} s{i}[{cols}];" for p in passes for i in p.saves]
         for p in passes:
             body += [self.instr(k, i, row_offs) for i in p.before]
             parts = [self.row_reduction_parts(k, i, cols) for i in p.reduces]
@@ -369,19 +393,20 @@ class CRenderer:
             clause = " ".join(c for _, c, _, _ in parts)
             body.append("#pragma omp simd" + (" " + clause if clause else ""))
             body.append(f"for (int64_t j = 0; j < {cols}; j++) {{")
-            loop = [f"const {self.CTYPES[k.instrs[i].dtype]} v{i} = s{i}[j];" if i in p.reloads
+            loop = [f"const {self.local(k.instrs[i].dtype)} v{i} = s{i}[j];" if i in p.reloads
                     else self.instr(k, i, elem_offs) for i in sorted(p.elems + p.reloads)]
             loop += [f"s{i}[j] = v{i};" for i in p.saves]
             for _, _, update, _ in parts:
                 loop += update
             if p.stores:
-                loop += [f"out{slot}[r * {cols} + j] = v{i};" for i, slot in k.stores if not level[i]]
+                loop += [f"out{slot}[r * {cols} + j] = {self.store(k.instrs[i].dtype, f'v{i}')};"
+                         for i, slot in k.stores if not level[i]]
             body += [ind + x for x in loop]
             body.append("}")
-            body += [f"const {self.CTYPES[k.instrs[i].dtype]} v{i} = {value};"
+            body += [f"const {self.local(k.instrs[i].dtype)} v{i} = {value};"
                      for i, (_, _, _, value) in zip(p.reduces, parts)]
         body += [self.instr(k, i, row_offs) for i in tail]
-        body += [f"out{slot}[r] = v{i};" for i, slot in k.stores if level[i]]
+        body += [f"out{slot}[r] = {self.store(k.instrs[i].dtype, f'v{i}')};" for i, slot in k.stores if level[i]]
         out += [ind * 2 + x for x in body]
         out += [ind + "}", "}"]
         return "\n".join(out) + "\n"
