@@ -3,11 +3,31 @@
 transpose, slicing, matmul, where, softmax, concatenation, in-place updates of fresh tensors
 and their views) as Python functions of 1-3 tensors; each runs eagerly and compiled (the
 interpreter and the numpy backend), twice, with different input values -- the second call
-runs the cached program."""
+runs the cached program. With a C compiler, backend "c" (fused C kernels) runs them too.
+
+Hypothesis runs derandomized (a fixed seed, no example database), so CI is reproducible."""
+import os
+
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import eagerc
+from eagerc.runtime import kernel_cache
+
+# backend "c" joins when a C compiler is there (its kernels are cached per test module)
+BACKENDS = ("interpreter", "numpy") + (("c",) if kernel_cache.find_compiler() is not None else ())
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _cache_dir(tmp_path_factory):
+    old = os.environ.get("EAGERC_CACHE_DIR")
+    os.environ["EAGERC_CACHE_DIR"] = str(tmp_path_factory.mktemp("kernels"))
+    yield
+    if old is None:
+        os.environ.pop("EAGERC_CACHE_DIR", None)
+    else:
+        os.environ["EAGERC_CACHE_DIR"] = old
 
 UNARY = {
     "neg": lambda x: -x,
@@ -162,17 +182,20 @@ def programs(draw):
     return prog, outs, shapes
 
 
+_C_KERNELS = []   # per example run with backend "c": how many C kernels its program has
+
+
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow],
-          derandomize=True)
+          derandomize=True, database=None)
 @given(programs(), st.integers(0, 2 ** 31 - 1))
-def test_random_programs_compiled_equal_eager(case, seed):
+def _check_random_program(case, seed):
     prog, outs, shapes = case
     rng = np.random.default_rng(seed)
 
     def fn(*xs):
         return _run(prog, outs, *xs)
 
-    compiled = {b: eagerc.compile(fn, backend=b, fullgraph=True) for b in ("interpreter", "numpy")}
+    compiled = {b: eagerc.compile(fn, backend=b, fullgraph=True) for b in BACKENDS}
     with eagerc.no_grad():
         for call in range(2):
             xs = [eagerc.tensor(rng.standard_normal(s)) for s in shapes]
@@ -188,3 +211,14 @@ def test_random_programs_compiled_equal_eager(case, seed):
                                                err_msg=f"{backend} call {call}: {prog}")
     for c in compiled.values():
         assert c.traces == 1
+    if "c" in compiled:
+        _C_KERNELS.append(sum(len(getattr(e.program, "kernels", None) or ())
+                              for e in compiled["c"].entries.values()))
+
+
+def test_random_programs_compiled_equal_eager():
+    _C_KERNELS.clear()
+    _check_random_program()
+    if "c" in BACKENDS:   # backend "c" really ran C kernels (not only its numpy fallback)
+        assert len(_C_KERNELS) >= 50
+        assert sum(1 for k in _C_KERNELS if k) >= 0.2 * len(_C_KERNELS), _C_KERNELS
