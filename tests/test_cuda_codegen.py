@@ -389,3 +389,29 @@ def test_float16_kernels_compile_with_nvrtc():
     kernels = _compile_all(kernels, "half")
     src = render_cuda(kernels)
     assert "eagerc_f2h(" in src and "eagerc_h2f(" in src and "_Float16" not in src
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16"])
+def test_cuda_row_patterns_and_float16_match_numpy(dtype):
+    # the multi-pass row kernels (softmax, layer_norm, ...) and float16 programs, launched
+    from test_c_backend import _HALF_PROGRAMS, _ROW_PATTERNS
+    rng = np.random.default_rng(2)
+    cases = [(fn, ref, make(rng)) for fn, ref, make in _ROW_PATTERNS.values()]
+    if dtype == "float16":
+        a, b = rng.standard_normal((48, 300)), rng.standard_normal(300)
+        cases = [(fn, None, [a, b]) for fn in _HALF_PROGRAMS.values()]
+    for fn, ref, arrays in cases:
+        arrays = [x.astype(dtype) for x in arrays]
+        compiled = eagerc.compile(fn, backend="cuda")
+        got = compiled(*[eagerc.tensor(x).cuda() for x in arrays]).numpy(force=True)
+        want = fn(*[eagerc.tensor(x) for x in arrays]).numpy()
+        assert any(e.program.kernels for e in compiled.entries.values())
+        if dtype == "float16":
+            ulps = np.abs(got.astype(np.float64) - want) / np.spacing(np.abs(want)).astype(np.float64)
+            assert np.nanmax(ulps) <= 1
+        else:
+            tol = 1e-5 if dtype == "float32" else 1e-11
+            np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+            np.testing.assert_allclose(got, ref(*[x.astype(np.float64) for x in arrays]), rtol=max(tol, 1e-5),
+                                       atol=max(tol, 1e-6))
