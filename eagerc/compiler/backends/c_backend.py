@@ -20,10 +20,12 @@
 Without a C compiler (none on PATH, or $EAGERC_CC missing) the graph goes to the numpy
 backend, with a one-line RuntimeWarning. A graph with nothing to fuse does too. The
 program carries `.source` (the driver), `.c_source`, `.kernels` (Kernel IR) and
-`.library` (path of the shared object).
+`.library` (paths of the shared objects: a graph with many kernels is split into a few,
+compiled in parallel).
 """
 import ctypes
 import keyword
+import os
 import re
 import warnings
 
@@ -379,6 +381,17 @@ def render(graph, plan, inplace=True):
     return source, globs
 
 
+CHUNK = 24    # kernels per shared object once a graph has more than this: compiled in parallel
+
+
+def _chunks(kernels):
+    """The kernels split into shared objects compiled side by side: one per CPU at most,
+    never fewer than CHUNK kernels each (a compiler process costs ~40 ms to start)."""
+    n = max(1, min(os.cpu_count() or 1, len(kernels) // CHUNK))
+    size = -(-len(kernels) // n)
+    return [kernels[i:i + size] for i in range(0, len(kernels), size)]
+
+
 class CBackend:
     name = "c"
     supports_dynamic = False   # kernels are specialised to static shapes
@@ -401,19 +414,22 @@ class CBackend:
             return program
         kernels = [k for _, _, k in plan]
         source, globs = render(graph, plan)      # decides which outputs are written in place
-        c_source = render_c(kernels)
-        lib = kernel_cache.load(c_source)
+        chunks = _chunks(kernels)
+        sources = [render_c(c) for c in chunks]
+        libs = kernel_cache.load_many(sources)
+        lib_of = {k.name: lib for c, lib in zip(chunks, libs) for k in c}
         for k in kernels:
-            f = getattr(lib, k.name)
+            f = getattr(lib_of[k.name], k.name)
             f.argtypes = [ctypes.c_void_p] * (len(k.inputs) + len(k.outputs)) + [ctypes.c_uint64] * len(k.params)
             f.restype = None
             globs["K_" + k.name] = f
         program = load_program(source, globs, graph, "c-")
-        program.c_source = c_source
+        program.c_sources = sources
+        program.c_source = "\n/* ---- next shared object ---- */\n".join(sources)
         program.kernels = kernels
-        program.library = lib._eagerc_path
+        program.library = [lib._eagerc_path for lib in libs]
         program.buffers = []
-        program._lib = lib
+        program._libs = libs
         return program
 
     @staticmethod
