@@ -468,3 +468,19 @@ def test_many_kernels_compile_in_parallel_shared_objects(monkeypatch, tmp_path):
     assert len(program.kernels) >= 6 and len(program.library) == 3 and len(program.c_sources) == 3
     for o, w in zip(program(env)[0], want):
         _close(np.asarray(o), w, 1e-12, 1e-12)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_arithmetic_chains_give_eagers_bits(dtype):
+    # correctly rounded operations, no FMA contraction (-ffp-contract=off): the same bits
+    rng = np.random.default_rng(9)
+    a, b = rng.standard_normal((64, 700)).astype(dtype), rng.standard_normal(700).astype(dtype)
+
+    def fn(x, y):
+        z = (x * y + 1.5) / (y * y + 2) - x.sqrt().nan_to_num(0) * 0 + (x * 3 - y).abs().sqrt()
+        return eagerc.where(z > 0, z * x + y, eagerc.maximum(z, x) - 0.25)
+    with np.errstate(invalid="ignore"):
+        program, env, want = _compile_traced(fn, [a, b])
+        got = program(env)[0][0]
+    assert program.kernels
+    np.testing.assert_array_equal(got, want[0])

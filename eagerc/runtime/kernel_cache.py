@@ -29,9 +29,11 @@ __all__ = ["find_compiler", "compiler_version", "cache_dir", "load", "ptr", "FLA
 
 # IEEE semantics (no -ffast-math): -fno-math-errno only lets sqrt & co. inline and vectorize;
 # -fno-trapping-math lets comparisons feed selects without branches (values are unchanged:
-# it only gives up FP-exception traps, which numpy does not enable either)
-FLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fno-trapping-math", "-shared", "-fPIC",
-         "-std=gnu11")
+# it only gives up FP-exception traps, which numpy does not enable either);
+# -ffp-contract=off: no fused multiply-add, every operation rounded as numpy's ufuncs round
+# it, so an elementwise chain gives eager's bits (gnu11 would contract a*b+c by default)
+FLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fno-trapping-math", "-ffp-contract=off",
+         "-shared", "-fPIC", "-std=gnu11")
 
 # glibc's vector math library, when present (the renderer declares its SIMD functions)
 LIBS = ("-lmvec", "-lm") if ctypes.util.find_library("mvec") else ("-lm",)

@@ -49,9 +49,12 @@ class CudaBackend:
     name = "cuda"
     supports_dynamic = False   # kernels are specialised to static shapes
 
+    # no fused multiply-add: every operation rounds as numpy's ufuncs do (as backend "c")
+    OPTIONS = ("--fmad=false",)
+
     def __init__(self, singleton_min=SINGLETON_MIN, options=()):
         self.singleton_min = singleton_min
-        self.options = tuple(options)   # extra NVRTC options for cupy.RawModule
+        self.options = self.OPTIONS + tuple(options)   # NVRTC options for cupy.RawModule
 
     def compile(self, graph):
         cp = import_cupy()
