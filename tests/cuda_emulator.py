@@ -37,6 +37,12 @@ static eagerc_dim3 threadIdx, blockIdx, blockDim, gridDim;
 #define __shared__ static
 #define __restrict__ __restrict
 #define __syncthreads() _Pragma("omp barrier")
+#define __threadfence() __sync_synchronize()
+static inline unsigned int atomicInc(unsigned int *a, unsigned int val) {   /* one block at a time */
+    unsigned int old = *a;
+    *a = old >= val ? 0 : old + 1;
+    return old;
+}
 static inline float __int_as_float(int i) { float f; memcpy(&f, &i, 4); return f; }
 static inline unsigned long long __umul64hi(unsigned long long a, unsigned long long b) {
     return (unsigned long long)(((unsigned __int128)a * b) >> 64);

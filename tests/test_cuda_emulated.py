@@ -114,3 +114,19 @@ def test_emulated_dropout_draws_the_eager_numbers():
     program, (got,), (want,) = _run_cuda(fn, [x])
     assert "eagerc_philox_word" in program.cuda_source
     np.testing.assert_array_equal(got, want)     # the trace's own draw, bit for bit
+
+
+def test_emulated_reduction_over_everything_uses_many_blocks_and_relaunches():
+    # one partial per block, the last block combines them; the counter resets itself, so a
+    # second launch of the same kernel is right too
+    from eagerc.compiler.backends.cuda_backend import CudaBackend
+    x = np.random.default_rng(3).standard_normal(40_000)
+    ts = (eagerc.tensor(x),)
+    graph, _, _ = trace(lambda a: ((a * 2).exp() - 1).sum(), ts)
+    program = CudaBackend(singleton_min=0).compile(optimize(graph))
+    for scale in (1.0, -0.5):
+        EmulatedRawModule.launches = []
+        (got,), _ = program({"arg0": x * scale})
+        ((_, grid, used, _),) = EmulatedRawModule.launches
+        assert grid == used > 1
+        np.testing.assert_allclose(got, (np.exp(2 * x * scale) - 1).sum(), rtol=1e-12)

@@ -15,8 +15,10 @@ Thread indexing, one kernel per Kernel IR (`launch_config(k)` gives grid and blo
   (grid-stride over rows); each pass of `Kernel.row_passes()` is a block-stride loop over
   the row whose reductions end in a shared-memory tree that every thread reads back, so
   the next pass can use the row's max / sum / mean.
-- reduction over all elements: one block, grid-stride accumulation then the same tree
-  (deterministic, no atomics; a two-pass multi-block version is future work).
+- reduction over all elements: up to RED_BLOCKS blocks, each a grid-stride accumulation
+  and a tree into one partial (a device global); the last block to finish (an atomicInc
+  counter after __threadfence) combines the partials in block order -- one launch, and
+  the result does not depend on which block finishes when.
 
 sum/mean accumulate in double; max/min carry a NaN flag so NaN propagates like numpy.
 The source is deterministic (names by position, literals by repr), so cupy's on-disk
@@ -29,6 +31,7 @@ __all__ = ["CudaRenderer", "render_cuda", "launch_config", "THREADS", "MAX_BLOCK
 
 THREADS = 256            # threads per block (a power of two: the tree reduction halves it)
 MAX_BLOCKS = 65535 * 16  # grid cap for elementwise kernels; the grid-stride loop does the rest
+RED_BLOCKS = 1024        # blocks of a reduction over everything (one partial each)
 
 
 class CudaRenderer(CRenderer):
@@ -90,29 +93,6 @@ class CudaRenderer(CRenderer):
         return (t, [f"{t} acc = {init};", "int nan = 0;"],
                 [f"acc = {v} {cmp} acc ? {v} : acc;", f"nan |= {v} != {v};"],
                 lambda a, b: f"({b} {cmp} {a} ? {b} : {a})", f"(nan ? ({t})NAN : acc)")
-
-    def _block_reduce(self, red, acc_t, combine, result, out_index, ind):
-        """Shared-memory tree reduction of every thread's (acc, nan); thread 0 stores."""
-        return [ind + x for x in (
-            f"__shared__ {acc_t} s_acc[{THREADS}];",
-            f"__shared__ int s_nan[{THREADS}];",
-            "s_acc[threadIdx.x] = acc;",
-            "s_nan[threadIdx.x] = nan;",
-            "__syncthreads();",
-            f"for (int w = {THREADS // 2}; w > 0; w >>= 1) {{",
-            "    if (threadIdx.x < w) {",
-            f"        s_acc[threadIdx.x] = {combine('s_acc[threadIdx.x]', 's_acc[threadIdx.x + w]')};",
-            "        s_nan[threadIdx.x] |= s_nan[threadIdx.x + w];",
-            "    }",
-            "    __syncthreads();",
-            "}",
-            "if (threadIdx.x == 0) {",
-            "    acc = s_acc[0];",
-            "    nan = s_nan[0];",
-            f"    out{red.out}[{out_index}] = {self.store(red.dtype, result)};",
-            "}",
-            "__syncthreads();",      # the shared slots are reused by the next row
-        )]
 
     def _tree(self, value, combine, flag, ind):
         """Every thread's (value, flag) combined over the block; every thread reads the
@@ -231,9 +211,47 @@ class CudaRenderer(CRenderer):
             out += [ind * 2 + x for x in update]
         out.append(ind + "}")
         if red is not None:
-            out += self._block_reduce(red, acc_t, combine, result, "0", ind)
+            out += self._grid_reduce(k, red, acc_t, combine, result, ind)
+            out.insert(0, self._grid_partials(k))
         out.append("}")
         return "\n".join(out) + "\n"
+
+    def _grid_partials(self, k):
+        """Device globals of a reduction over everything: one partial per block and the
+        count of blocks done (the last block resets it, so it is 0 again for the next launch)."""
+        return (f"__device__ double {k.name}_part[{RED_BLOCKS}];\n"
+                f"__device__ int {k.name}_partn[{RED_BLOCKS}];\n"
+                f"__device__ unsigned int {k.name}_done;")
+
+    def _grid_reduce(self, k, red, acc_t, combine, result, ind):
+        """Each block reduces its threads' partials (tree) and writes one partial; the block
+        that finishes last (atomicInc on a counter, after __threadfence) combines the
+        partials in block order -- one launch, deterministic, every block busy."""
+        ident = {"sum": "0.0", "mean": "0.0", "max": "-INFINITY", "min": "INFINITY"}[red.kind]
+        lines = list(self.SHARED) + ["__shared__ int s_last;", "double d = acc;"]
+        lines += self._tree("d", combine, "nan", "")
+        lines += ["if (threadIdx.x == 0) {",
+                  f"    {k.name}_part[blockIdx.x] = d;",
+                  f"    {k.name}_partn[blockIdx.x] = nan;",
+                  "    __threadfence();",
+                  f"    s_last = atomicInc(&{k.name}_done, gridDim.x - 1) == gridDim.x - 1;",
+                  "}",
+                  "__syncthreads();",
+                  "if (s_last) {",
+                  f"    d = {ident};",
+                  "    nan = 0;",
+                  "    for (unsigned int b = threadIdx.x; b < gridDim.x; b += blockDim.x) {",
+                  f"        const double p = ((volatile double *){k.name}_part)[b];",
+                  f"        d = {combine('d', 'p')};",
+                  f"        nan |= ((volatile int *){k.name}_partn)[b];",
+                  "    }"]
+        lines += ["    " + x for x in self._tree("d", combine, "nan", "")]
+        lines += ["    if (threadIdx.x == 0) {",
+                  f"        acc = ({acc_t})d;",
+                  f"        out{red.out}[0] = {self.store(red.dtype, result)};",
+                  "    }",
+                  "}"]
+        return [ind + x for x in lines]
 
 
 def launch_config(k):
@@ -244,8 +262,8 @@ def launch_config(k):
         return min(k.rows_cols()[0], MAX_BLOCKS), THREADS
     if red is not None and red.axis == "lead":   # one thread per result
         return min((k.rows_cols()[1] + THREADS - 1) // THREADS, MAX_BLOCKS), THREADS
-    if red is not None:                   # over all elements: one block
-        return 1, THREADS
+    if red is not None:                   # over all elements: up to RED_BLOCKS blocks
+        return max(1, min((n + THREADS - 1) // THREADS, RED_BLOCKS)), THREADS
     return min((n + THREADS - 1) // THREADS, MAX_BLOCKS), THREADS
 
 
