@@ -242,10 +242,16 @@ class _ProgramInstrument:
         self.saved = {}
         self.lines = _line_nodes(program)
         self.code = program.__code__
+        fused = {k.name: k for k in getattr(program, "kernels", None) or ()}
         for key, value in list(self.globs.items()):
             if key.startswith("k_") and callable(value):
                 self.saved[key] = value
                 self.globs[key] = self.timed(getattr(value, "_eagerc_profiled", value), key[2:])
+            elif key.startswith("K_") and callable(value) and key[2:] in fused:
+                # a generated C / CUDA kernel (backends c, cuda): named after the ops it fuses
+                self.saved[key] = value
+                self.globs[key] = self.timed(getattr(value, "_eagerc_profiled", value),
+                                             _fused_name(fused[key[2:]], program))
         if self.globs.get("np") is np:
             self.saved["np"] = np
             self.globs["np"] = _TimedNumpy(np, self)
@@ -271,6 +277,12 @@ class _ProgramInstrument:
         for key, value in self.saved.items():
             # (a program compiled while kernels were swapped could hold a profiled one: unwrap)
             self.globs[key] = getattr(value, "_eagerc_profiled", value)
+
+
+def _fused_name(kernel, program):
+    """`fused:<k0>(amax,sub,exp,sum,div)`: the kernel and the graph ops it computes."""
+    ops = {n.out.name: n.op for n in getattr(getattr(program, "graph", None), "nodes", ())}
+    return f"fused:{kernel.name}({','.join(ops.get(m, '?') for m in kernel.nodes)})"
 
 
 def _line_nodes(program):

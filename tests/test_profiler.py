@@ -293,3 +293,19 @@ def test_failing_op_is_still_recorded_and_explained():
         with pytest.raises(RuntimeError, match="matmul"):
             a @ b
     assert _counts(prof) == {"matmul": 1}
+
+
+def test_fused_c_kernels_are_timed_by_name():
+    from eagerc.runtime import kernel_cache
+    if kernel_cache.find_compiler() is None:
+        pytest.skip("no C compiler")
+    c = eagerc.compile(lambda a: eagerc.nn.functional.softmax(a * 2, -1) + 1, backend="c")
+    x = eagerc.randn(32, 50)
+    want = c(x).numpy()
+    with profiler.profile() as prof:
+        got = c(x).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    (call,) = [e for e in prof.events() if e.category == "compiled"]
+    names = [e.name for e in call.children if e.category == "kernel"]
+    fused = [n for n in names if n.startswith("fused:k")]
+    assert len(fused) == 1 and "amax" in fused[0] and "exp" in fused[0] and "div" in fused[0], names
