@@ -34,6 +34,7 @@ SCRATCH_OPS = frozenset(["exp", "exp2", "expm1", "log", "log2", "log1p", "tanh",
                          "pow", "sigmoid"])
 SCRATCH_BYTES = 1 << 15
 SUM_BLOCK = 256   # float32 row sums: float partial sums over this many elements, then double
+ROW_THREADS_MIN = 8   # fewer rows than this (and enough elements): threads split each row
 
 
 def _call(name):
@@ -372,7 +373,9 @@ class CRenderer:
         return f"/* {k.name}: {' '.join(k.nodes)} over [{','.join(str(s) for s in k.shape)}]{rows} */"
 
     def row_kernel(self, k):
-        """One (parallel) iteration per row; inside, one simd loop per pass of row_passes()."""
+        """One iteration per row; inside, one simd loop per pass of row_passes(). Threads
+        share out the rows -- or, with fewer rows than ROW_THREADS_MIN (a softmax over one
+        long vector), each pass's loop over the row."""
         sizes, strides, split = k.loop_shape()
         rows, cols = k.rows_cols()
         passes, tail = k.row_passes(lambda i: k.instrs[i].op in SCRATCH_OPS
@@ -380,7 +383,9 @@ class CRenderer:
         level = k.row_level()
         ind = "    "
         out = [self.header(k), self.signature(k), "{"]
-        if k.numel() >= PARALLEL_MIN and rows > 1:
+        par = k.numel() >= PARALLEL_MIN
+        inner = par and rows < ROW_THREADS_MIN
+        if par and not inner:
             out.append(ind + "#pragma omp parallel for")
         out.append(ind + f"for (int64_t r = 0; r < {rows}; r++) {{")
         base, elem_offs, row_offs = self.row_loads(k, sizes, strides, split, "r", "j")
@@ -395,7 +400,7 @@ class CRenderer:
             # up in double -- as accurate as numpy's pairwise sum, and the vector loop stays in
             # float (accumulating every element in double halves its speed)
             blocked = [i for i in p.reduces if k.instrs[i].op in ("row_sum", "row_mean")
-                       and k.instrs[i].dtype in ("float32", "float16")] if cols > 1 else []
+                       and k.instrs[i].dtype in ("float32", "float16")] if cols > 1 and not inner else []
             clause = " ".join(c for i, (_, c, _, _) in zip(p.reduces, parts) if i not in blocked)
             clause = " ".join([clause] + [f"reduction(+:f{i})" for i in blocked]).strip()
             lo = "0"
@@ -406,7 +411,8 @@ class CRenderer:
                 lo, hi, pre = "jb", "je", ind
             else:
                 hi, pre = str(cols), ""
-            body.append(pre + "#pragma omp simd" + (" " + clause if clause else ""))
+            body.append(pre + ("#pragma omp parallel for simd" if inner else "#pragma omp simd")
+                        + (" " + clause if clause else ""))
             body.append(pre + f"for (int64_t j = {lo}; j < {hi}; j++) {{")
             loop = [f"const {self.local(k.instrs[i].dtype)} v{i} = s{i}[j];" if i in p.reloads
                     else self.instr(k, i, elem_offs) for i in sorted(p.elems + p.reloads)]
