@@ -484,3 +484,13 @@ def test_arithmetic_chains_give_eagers_bits(dtype):
         got = program(env)[0][0]
     assert program.kernels
     np.testing.assert_array_equal(got, want[0])
+
+
+def test_few_long_rows_split_each_row_across_threads():
+    x = np.random.default_rng(11).standard_normal((3, 40000))
+    compiled = eagerc.compile(lambda a: (F.softmax(a, -1), F.layer_norm(a, (40000,))), backend="c")
+    sm, ln = compiled(eagerc.tensor(x))
+    (entry,) = compiled.entries.values()
+    assert "#pragma omp parallel for simd reduction" in entry.program.c_source
+    np.testing.assert_allclose(sm.numpy(), _np_softmax(x), rtol=1e-12)
+    np.testing.assert_allclose(ln.numpy(), _np_layer_norm(x, 1.0, 0.0), rtol=1e-9, atol=1e-12)
