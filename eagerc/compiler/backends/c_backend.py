@@ -2,20 +2,22 @@
 
 `CBackend().compile(graph)`:
 
-1. plan: each fusion group (graph.meta["fusion_groups"]) -- and each lone elementwise or
-   reduction node over at least `singleton_min` elements -- is lowered to a Kernel
-   (compiler/kernels/lower.py). A group whose trailing reduction cannot be lowered (an int
-   sum, a reduction over axis 0) keeps its elementwise part as a kernel; any other group
-   that does not lower runs node by node as before.
-2. render all kernels of the graph into one C source (kernels/render.py), compile it once
-   with the system compiler and load it with ctypes (runtime/kernel_cache.py: disk cache
-   keyed by source + compiler version + flags).
-3. generate the Python driver, like the numpy backend (its naming, literals, per-call
+1. prepare: decompose the row composites (softmax, layer_norm, cross-entropy, gelu and
+   their backward ops) into primitives and fuse again with only what kernels compute
+   (`prepare`, `fusible`), so each of them becomes one row kernel with its neighbours.
+2. plan: each fusion group -- and each lone elementwise or reduction node over at least
+   `singleton_min` elements -- is lowered to a Kernel (compiler/kernels/lower.py); a
+   group that does not lower as a whole gives its longest lowerable prefix, and the rest
+   is tried again.
+3. render the kernels into C (kernels/render.py: one source per CHUNK kernels), compile
+   them with the system compiler, in parallel, and load them with ctypes
+   (runtime/kernel_cache.py: disk cache keyed by source + compiler version + flags).
+4. generate the Python driver, like the numpy backend (its naming, literals, per-call
    attributes and override checks are imported from there): other nodes call their op's
-   kernel (matmul and convolution stay on BLAS through numpy); a kernel call allocates
-   its outputs with numpy and passes data pointers. Kernel outputs are fresh arrays and
-   nothing is written in place, so aliasing needs no analysis; mutations are returned and
-   written back by compile.py.
+   kernel (matmul and convolution stay on BLAS through numpy); a kernel call passes data
+   pointers. Outputs go into the arrays of the mutation targets they update (optimizer
+   steps, in place), into buffers reused by every call (values that stay inside the
+   program), or into fresh arrays (values the user receives) -- see `render`.
 
 Without a C compiler (none on PATH, or $EAGERC_CC missing) the graph goes to the numpy
 backend, with a one-line RuntimeWarning. A graph with nothing to fuse does too. The
