@@ -1,15 +1,19 @@
 """Backend "cuda": fused groups as CUDA kernels (cupy.RawModule), everything else on cupy.
 
-The same plan and the same Python driver as backend "c" (c_backend.plan_kernels and
-c_backend.render); only what the driver is bound to changes:
+The same preparation, plan and Python driver as backend "c" (c_backend.prepare,
+plan_kernels and render); only what the driver is bound to changes:
 
 - kernels: all kernels of a graph are one CUDA source (kernels/cuda_render.py), one
-  `cupy.RawModule`; `K_<name>(*arrays)` launches `<name>` with
-  `cuda_render.launch_config(kernel)` (256 threads; grid-stride elementwise loops, one
-  block per row for row reductions). cupy caches compiled modules on disk by source, so a
-  second process compiles nothing.
-- arrays: `asarray` is `cupy.asarray` (contiguous, recorded dtype), outputs `cupy.empty`;
-  data pointers are the cupy arrays themselves (RawKernel takes them).
+  `cupy.RawModule` compiled with `--fmad=false` (no fused multiply-add: eager's
+  rounding); `K_<name>(*arrays)` launches `<name>` with `cuda_render.launch_config(kernel)`
+  (256 threads; grid-stride elementwise loops, one block per row for row kernels, one
+  thread per result for sums over leading dims, up to 1024 blocks for a reduction over
+  everything). cupy caches compiled modules on disk by source, so a second process
+  compiles nothing.
+- arrays: `asarray` is `cupy.asarray` (contiguous, recorded dtype), outputs `cupy.empty`
+  or buffers reused by every call; data pointers are the cupy arrays themselves
+  (RawKernel takes them), random seeds/offsets `numpy.uint64`. Optimizer updates are not
+  written in place here (cupy arrays have no `writeable` flag for the aliasing check).
 - other nodes call their op's cupy kernel (`OPS[op].kernel(cupy)`): matmul goes to cuBLAS
   through cupy.
 
