@@ -63,6 +63,8 @@ CASES = {
     "two_dim_row": (lambda a: a - a.mean((-2, -1), keepdim=True) / (a.amax((-2, -1), keepdim=True) + 3),
                     [(3, 5, 7)]),
     "row_values_stored": (lambda a: (a.exp().sum(-1).log(), a.amin(-1)), [(6, 513)]),
+    "short_rows": (lambda a: F.softmax(a, -1) * 2, [(5, 20)]),              # a warp per row, idle segments
+    "short_rows_stored": (lambda a: ((a * 3).exp().sum(-1), (a + 1).amax(-1)), [(11, 3)]),
     "lead_sum": (lambda a: (a.exp() * 2).sum(0), [(37, 300)]),
     "lead_mean_keepdim": (lambda a: (a * a).mean((0, 1), keepdim=True), [(4, 5, 6)]),
     "all_reduce": (lambda a: (a.sin() + 1).sum(), [(70000,)]),

@@ -11,10 +11,12 @@ Thread indexing, one kernel per Kernel IR (`launch_config(k)` gives grid and blo
 
 - elementwise: a grid-stride loop over the flattened index space (64-bit index);
   grid = min(ceil(n / THREADS), MAX_BLOCKS).
-- row kernels (ir.py: softmax, layer_norm, any row reduction): one block per row
-  (grid-stride over rows); each pass of `Kernel.row_passes()` is a block-stride loop over
-  the row whose reductions end in a shared-memory tree that every thread reads back, so
-  the next pass can use the row's max / sum / mean.
+- row kernels (ir.py: softmax, layer_norm, any row reduction): a segment of
+  `row_threads(cols)` threads (a warp up to the whole block) per row, 256 / that rows
+  per block, grid-stride over row groups; each pass of `Kernel.row_passes()` is a
+  segment-stride loop over the row whose reductions end in a shared-memory tree per
+  segment that every thread of it reads back, so the next pass can use the row's max /
+  sum / mean.
 - reduction over all elements: up to RED_BLOCKS blocks, each a grid-stride accumulation
   and a tree into one partial (a device global); the last block to finish (an atomicInc
   counter after __threadfence) combines the partials in block order -- one launch, and
@@ -27,7 +29,7 @@ kernel cache (keyed by source) hits in a second process.
 from . import philox
 from .render import CRenderer, _row_offset, _term
 
-__all__ = ["CudaRenderer", "render_cuda", "launch_config", "THREADS", "MAX_BLOCKS"]
+__all__ = ["CudaRenderer", "render_cuda", "launch_config", "row_threads", "THREADS", "MAX_BLOCKS"]
 
 THREADS = 256            # threads per block (a power of two: the tree reduction halves it)
 MAX_BLOCKS = 65535 * 16  # grid cap for elementwise kernels; the grid-stride loop does the rest
@@ -94,68 +96,82 @@ class CudaRenderer(CRenderer):
                 [f"acc = {v} {cmp} acc ? {v} : acc;", f"nan |= {v} != {v};"],
                 lambda a, b: f"({b} {cmp} {a} ? {b} : {a})", f"(nan ? ({t})NAN : acc)")
 
-    def _tree(self, value, combine, flag, ind):
-        """Every thread's (value, flag) combined over the block; every thread reads the
-        result back (shared slots s_acc/s_nan are declared once per kernel)."""
+    def _tree(self, value, combine, flag, ind, width=THREADS, lane="threadIdx.x", first="0"):
+        """Every thread's (value, flag) combined over its segment of `width` threads (the
+        whole block by default; `lane` is the thread's place in it, `first` the segment's
+        first slot); every thread reads its segment's result back (shared slots s_acc/s_nan
+        are declared once per kernel)."""
         return [ind + x for x in (
             f"s_acc[threadIdx.x] = {value};",
             f"s_nan[threadIdx.x] = {flag};",
             "__syncthreads();",
-            f"for (int w = {THREADS // 2}; w > 0; w >>= 1) {{",
-            "    if (threadIdx.x < w) {",
+            f"for (int w = {width // 2}; w > 0; w >>= 1) {{",
+            f"    if ({lane} < w) {{",
             f"        s_acc[threadIdx.x] = {combine('s_acc[threadIdx.x]', 's_acc[threadIdx.x + w]')};",
             "        s_nan[threadIdx.x] |= s_nan[threadIdx.x + w];",
             "    }",
             "    __syncthreads();",
             "}",
-            f"{value} = s_acc[0];",
-            f"{flag} = s_nan[0];",
+            f"{value} = s_acc[{first}];",
+            f"{flag} = s_nan[{first}];",
             "__syncthreads();",      # the shared slots are reused by the next reduction
         )]
 
     SHARED = (f"__shared__ double s_acc[{THREADS}];", f"__shared__ int s_nan[{THREADS}];")
 
     def row_kernel(self, k):
+        """`row_threads(cols)` threads per row, 256 / that rows per block: a row of 64 gets
+        64 threads, not 256 of which 192 would idle. Every thread walks the same number of
+        row iterations (barriers need the whole block); a segment past the last row computes
+        the last row again and stores nothing."""
         sizes, strides, split = k.loop_shape()
         rows, cols = k.rows_cols()
         passes, tail = k.row_passes()
         level = k.row_level()
+        width = row_threads(cols)
+        per_block = THREADS // width
         ind = "    "
         out = [self.header(k), self.signature(k), "{"]
         out += [ind + x for x in self.SHARED]
-        out.append(ind + f"for (long long r = blockIdx.x; r < {rows}LL; r += gridDim.x) {{")
+        out += [ind + f"const unsigned int lane = threadIdx.x % {width}u;",
+                ind + f"const unsigned int seg = threadIdx.x / {width}u;",
+                ind + f"for (long long rb = blockIdx.x * {per_block}LL; rb < {rows}LL; "
+                      f"rb += (long long)gridDim.x * {per_block}) {{"]
         base, elem_offs, row_offs = self.row_loads(k, sizes, strides, split, "r", "j")
-        body = list(base)
+        body = [f"const int active = rb + seg < {rows}LL;",
+                f"const long long r = active ? rb + seg : {rows}LL - 1;"] + list(base)
+        tree = dict(width=width, lane="lane", first=f"seg * {width}u")
         for p in passes:
             body += [self.instr(k, i, row_offs) for i in p.before]
             parts = [self.row_reduction_parts(k, i, cols) for i in p.reduces]
             for decl, _, _, _ in parts:
                 body += decl
-            body.append(f"for (long long j = threadIdx.x; j < {cols}LL; j += blockDim.x) {{")
+            body.append(f"for (long long j = lane; j < {cols}LL; j += {width}) {{")
             loop = [self.instr(k, i, elem_offs) for i in p.elems]
             for _, _, update, _ in parts:
                 loop += update
             if p.stores:
-                loop += [f"out{slot}[r * {cols}LL + j] = {self.store(k.instrs[i].dtype, f'v{i}')};"
+                loop += [f"if (active) out{slot}[r * {cols}LL + j] = {self.store(k.instrs[i].dtype, f'v{i}')};"
                          for i, slot in k.stores if not level[i]]
             body += [ind + x for x in loop]
             body.append("}")
             for i in p.reduces:
                 op = k.instrs[i].op
                 if op in ("row_sum", "row_mean"):
-                    body += [f"int n{i} = 0;"] + self._tree(f"a{i}", lambda a, b: f"{a} + {b}", f"n{i}", "")
+                    body += [f"int n{i} = 0;"] + self._tree(f"a{i}", lambda a, b: f"{a} + {b}", f"n{i}", "", **tree)
                 else:
                     cmp = ">" if op == "row_max" else "<"
                     t = self.local(k.instrs[i].dtype)
                     body.append(f"double d{i} = a{i};")
-                    body += self._tree(f"d{i}", lambda a, b, c=cmp: f"({b} {c} {a} ? {b} : {a})", f"n{i}", "")
+                    body += self._tree(f"d{i}", lambda a, b, c=cmp: f"({b} {c} {a} ? {b} : {a})", f"n{i}", "",
+                                       **tree)
                     body.append(f"a{i} = ({t})d{i};")
             body += [f"const {self.local(k.instrs[i].dtype)} v{i} = {value};"
                      for i, (_, _, _, value) in zip(p.reduces, parts)]
         body += [self.instr(k, i, row_offs) for i in tail]
         stores = [f"out{slot}[r] = {self.store(k.instrs[i].dtype, f'v{i}')};" for i, slot in k.stores if level[i]]
         if stores:
-            body.append("if (threadIdx.x == 0) {")
+            body.append("if (lane == 0 && active) {")
             body += [ind + x for x in stores]
             body.append("}")
         out += [ind * 2 + x for x in body]
@@ -258,13 +274,24 @@ def launch_config(k):
     """(grid, block) for kernel `k` as rendered above; grid 0 means nothing to launch."""
     n = k.numel()
     red = k.reduction
-    if k.row_dims:                        # one block per row
-        return min(k.rows_cols()[0], MAX_BLOCKS), THREADS
+    if k.row_dims:                        # a segment of row_threads(cols) threads per row
+        rows, cols = k.rows_cols()
+        per_block = THREADS // row_threads(cols)
+        return min((rows + per_block - 1) // per_block, MAX_BLOCKS), THREADS
     if red is not None and red.axis == "lead":   # one thread per result
         return min((k.rows_cols()[1] + THREADS - 1) // THREADS, MAX_BLOCKS), THREADS
     if red is not None:                   # over all elements: up to RED_BLOCKS blocks
         return max(1, min((n + THREADS - 1) // THREADS, RED_BLOCKS)), THREADS
     return min((n + THREADS - 1) // THREADS, MAX_BLOCKS), THREADS
+
+
+def row_threads(cols):
+    """Threads per row of a row kernel: the smallest power of two >= the row, from a warp
+    (32) up to the whole block."""
+    width = 32
+    while width < THREADS and width < cols:
+        width *= 2
+    return width
 
 
 def _prod(shape):
