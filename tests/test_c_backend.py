@@ -494,3 +494,19 @@ def test_few_long_rows_split_each_row_across_threads():
     assert "#pragma omp parallel for simd reduction" in entry.program.c_source
     np.testing.assert_allclose(sm.numpy(), _np_softmax(x), rtol=1e-12)
     np.testing.assert_allclose(ln.numpy(), _np_layer_norm(x, 1.0, 0.0), rtol=1e-9, atol=1e-12)
+
+
+def test_failing_compiler_falls_back_to_numpy_with_the_error(monkeypatch, tmp_path):
+    # a compiler that exists but rejects the flags (e.g. no OpenMP): one-line warning, numpy runs
+    cc = tmp_path / "badcc"
+    cc.write_text("#!/bin/sh\nif [ \"$1\" = --version ]; then echo badcc 1.0; exit 0; fi\n"
+                  "echo 'kernels.c:1:1: error: unsupported option -fopenmp' >&2\nexit 1\n")
+    cc.chmod(0o755)
+    monkeypatch.setenv("EAGERC_CC", str(cc))
+    monkeypatch.setenv("EAGERC_CACHE_DIR", str(tmp_path / "cache"))
+    x = np.random.default_rng(0).standard_normal((4, 8))
+    with pytest.warns(RuntimeWarning, match="the C compiler failed .*unsupported option") as rec:
+        program, env, want = _compile_traced(lambda a: (a.exp() + 1).sum(-1), [x])
+    assert len(rec) == 1 and "\n" not in str(rec[0].message)
+    assert "numpy_backend" in program.source
+    _close(program(env)[0][0], want[0], 1e-12, 0)

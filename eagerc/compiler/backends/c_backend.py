@@ -418,7 +418,16 @@ class CBackend:
         source, globs = render(graph, plan)      # decides which outputs are written in place
         chunks = _chunks(kernels)
         sources = [render_c(c) for c in chunks]
-        libs = kernel_cache.load_many(sources)
+        try:
+            libs = kernel_cache.load_many(sources)
+        except kernel_cache.CompileError as e:
+            # a compiler without OpenMP (Apple clang), an unknown flag: the program still
+            # runs, on numpy, and says why in one line
+            first = next((line.strip() for line in str(e).splitlines()[1:] if "error" in line),
+                         str(e).splitlines()[0])
+            warnings.warn(f"eagerc backend 'c': the C compiler failed ({first[:200]}); using the numpy "
+                          "backend", RuntimeWarning, stacklevel=2)
+            return NumpyBackend().compile(original)
         lib_of = {k.name: lib for c, lib in zip(chunks, libs) for k in c}
         for k in kernels:
             f = getattr(lib_of[k.name], k.name)
