@@ -1,28 +1,33 @@
 """Lowering: a fusion group of graph nodes -> one Kernel (kernels/ir.py), or Unsupported.
 
-A group is a chain of elementwise nodes over one index space with at most one trailing
-reduction (passes/fusion.py). Each node becomes instructions over loads (values made
-outside the group), constants (Python scalars, in the dtype numpy would use) and earlier
-members. A member's value is stored when something outside the group reads it.
+A group (passes/fusion.py) is elementwise nodes over one index space, reductions over
+its trailing dims whose results (keepdim or not) feed later members -- a row kernel:
+they become row_sum/row_mean/row_max/row_min instructions and members of the row shape
+become per-row instructions, so softmax, log_softmax, layer_norm, rms_norm, logsumexp
+and the cross-entropy forward and backward are one kernel each -- and at most one final
+reduction: over everything, or a sum/mean over leading dims (bias gradients). Each node
+becomes instructions over loads (values made outside the group), constants (Python
+scalars, in the dtype numpy would use) and earlier members. A member's value is stored
+when something outside the group reads it.
 
 Dtypes follow the eager kernels exactly, or the group is not lowered: every instruction's
 dtype is derived here and compared with the node's recorded dtype. What is lowered:
 
 - float math:    exp exp2 log log2 log1p expm1 sqrt rsqrt sin cos tan tanh sigmoid erf
-                 reciprocal (float32/float64)
+                 reciprocal (float16/32/64)
 - same-dtype:    neg abs square relu sign (floats and ints), floor ceil round trunc (floats)
 - binary:        add sub mul maximum minimum (same dtype), div, pow (floats; a constant
                  exponent 2 or 3 becomes multiplications), lerp
 - comparisons:   eq ne lt le gt ge -> bool; logical_and/or/xor/not; isnan isinf isfinite
 - bitwise:       and or xor not (ints, bool)
 - where, cast (between the IR dtypes), clamp, clone
-- reductions:    sum, mean, amax, amin of float values over the last dimension or all
-                 elements (keepdim or not)
+- reductions:    sum, mean, amax, amin of float values over trailing dims (row
+                 reductions), over everything, or (sum, mean) over leading dims
 - random:        uniform, normal (float32/float64) over the whole index space: instructions
                  drawing element i at the node's per-call seed and offset (kernel params)
 
-Everything else (float16, int reductions, reductions over other axes, symbolic shapes,
-floor_divide, remainder, nan_to_num, gelu, ...) raises Unsupported and runs as before.
+Everything else (int reductions, reductions over middle axes, symbolic shapes,
+floor_divide, remainder, nan_to_num, ...) raises Unsupported and runs as before.
 """
 import numpy as np
 

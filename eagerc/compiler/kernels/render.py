@@ -5,9 +5,9 @@ names of earlier instructions' variables (each instruction is bound to a `const`
 so an argument may be used twice safely) and `r` is the instruction's context: its dtype
 (`r.dtype`), its first operand's dtype (`r.src`), the math function name for that dtype
 (`r.fn("exp")` -> `expf` for float32, `exp` for float64) and literals (`r.lit(1)`).
-The C renderer (OpenMP) and a later CUDA renderer share the table; a renderer overrides
-only the kernel signature, the loops / thread indexing, intrinsic names (`MATH`) and
-the reductions.
+The C renderer (OpenMP) and the CUDA renderer (cuda_render.py) share the table; a
+renderer overrides only the types and how values are loaded / stored, the kernel
+signature, the loops / thread indexing and the reductions.
 
 No fast-math: IEEE semantics, so results match numpy to rounding (maximum/minimum and
 max/min reductions propagate NaN like numpy). The source is deterministic for a given
