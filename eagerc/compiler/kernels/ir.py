@@ -8,8 +8,15 @@ A `Kernel` is
 - `instrs`: a straight-line list of `Instr` (SSA: an instruction refers to earlier ones by
   index) -- loads, constants and elementwise ops, each with its dtype;
 - `stores`: instructions written to outputs;
-- `reduction` (optional): one sum/mean/max/min of an instruction over all elements (one
-  result), written to its own output.
+- `reduction` (optional, kernels without row_dims): one sum/mean/max/min of an
+  instruction over all elements (one result), or a sum/mean over the first `lead`
+  dimensions (one result per element of the others: a bias gradient), written to its own
+  output;
+- `inplace` (set by the backend): output slots written into the array of an input slot
+  (an optimizer update reading and writing the same element).
+
+Dtypes: float16 (computed in float, rounded to half after every op), float32, float64,
+bool, int8/16/32/64, uint8.
 
 Row kernels. With `row_dims = k > 0` the last k dimensions of the index space are a *row*
 (softmax's class dimension, layer_norm's normalized dimensions) and instructions may
@@ -18,7 +25,8 @@ later instructions may use that value at every element of the row. This is how
 multi-pass patterns (softmax = max, exp-sum, divide; layer_norm = mean, variance,
 normalise) become one kernel: the renderer walks each row once per reduction stage
 (`row_passes()`), recomputing cheap elementwise instructions instead of writing
-temporaries, so a row is read from cache rather than memory after the first pass.
+temporaries, so a row is read from cache rather than memory after the first pass
+(expensive ones, such as softmax's exp, a renderer may keep in a per-row scratch array).
 Every instruction is *row-level* (the same for the whole row: row-broadcast loads,
 constants, reductions and what is computed from them alone) or *element-level*. A stored
 element-level value fills a full-shape output; a stored row-level value fills an output
