@@ -22,3 +22,16 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "cuda" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="module")
+def kernel_cache_dir(tmp_path_factory):
+    """A fresh on-disk kernel cache ($EAGERC_CACHE_DIR) for one test module: compiles and
+    cache hits the module counts are its own, and ~/.cache is left alone."""
+    old = os.environ.get("EAGERC_CACHE_DIR")
+    os.environ["EAGERC_CACHE_DIR"] = str(tmp_path_factory.mktemp("kernels"))
+    yield os.environ["EAGERC_CACHE_DIR"]
+    if old is None:
+        os.environ.pop("EAGERC_CACHE_DIR", None)
+    else:
+        os.environ["EAGERC_CACHE_DIR"] = old

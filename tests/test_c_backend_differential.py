@@ -26,7 +26,6 @@ Every compiled program must have run C kernels (not the numpy fallback), and ove
 examples row kernels, leading-dim reductions, full reductions and the parallel path must
 all have been exercised. Hypothesis is derandomized (fixed seed, no example database).
 """
-import os
 
 import numpy as np
 import pytest
@@ -44,14 +43,8 @@ _SQRT_2_PI = 0.7978845608028654
 
 
 @pytest.fixture(autouse=True, scope="module")
-def _cache_dir(tmp_path_factory):
-    old = os.environ.get("EAGERC_CACHE_DIR")
-    os.environ["EAGERC_CACHE_DIR"] = str(tmp_path_factory.mktemp("kernels"))
-    yield
-    if old is None:
-        os.environ.pop("EAGERC_CACHE_DIR", None)
-    else:
-        os.environ["EAGERC_CACHE_DIR"] = old
+def _cache_dir(kernel_cache_dir):
+    yield kernel_cache_dir
 
 
 # ---------------------------------------------------------------- the op vocabulary

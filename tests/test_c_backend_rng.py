@@ -10,7 +10,6 @@ they are compared to a few ulp and float32 normals exactly. The CUDA source of t
 kernels is compiled with NVRTC (no GPU needed).
 """
 import copy
-import os
 
 import numpy as np
 import pytest
@@ -36,14 +35,8 @@ KERNELS = []        # every program's kernels, for the NVRTC test
 
 
 @pytest.fixture(autouse=True, scope="module")
-def _cache_dir(tmp_path_factory):
-    old = os.environ.get("EAGERC_CACHE_DIR")
-    os.environ["EAGERC_CACHE_DIR"] = str(tmp_path_factory.mktemp("kernels"))
-    yield
-    if old is None:
-        os.environ.pop("EAGERC_CACHE_DIR", None)
-    else:
-        os.environ["EAGERC_CACHE_DIR"] = old
+def _cache_dir(kernel_cache_dir):
+    yield kernel_cache_dir
 
 
 def _programs(compiled):

@@ -6,7 +6,6 @@ interpreter and the numpy backend), twice, with different input values -- the se
 runs the cached program. With a C compiler, backend "c" (fused C kernels) runs them too.
 
 Hypothesis runs derandomized (a fixed seed, no example database), so CI is reproducible."""
-import os
 
 import numpy as np
 import pytest
@@ -20,14 +19,8 @@ BACKENDS = ("interpreter", "numpy") + (("c",) if kernel_cache.find_compiler() is
 
 
 @pytest.fixture(autouse=True, scope="module")
-def _cache_dir(tmp_path_factory):
-    old = os.environ.get("EAGERC_CACHE_DIR")
-    os.environ["EAGERC_CACHE_DIR"] = str(tmp_path_factory.mktemp("kernels"))
-    yield
-    if old is None:
-        os.environ.pop("EAGERC_CACHE_DIR", None)
-    else:
-        os.environ["EAGERC_CACHE_DIR"] = old
+def _cache_dir(kernel_cache_dir):
+    yield kernel_cache_dir
 
 UNARY = {
     "neg": lambda x: -x,
