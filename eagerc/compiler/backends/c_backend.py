@@ -36,6 +36,7 @@ import numpy as np
 from ...runtime import kernel_cache
 from ...runtime.ops import OPS
 from ..kernels.ir import DTYPES, contiguous_strides
+from ..passes.util import numel
 from ..kernels.lower import LOWERABLE, RANDOM, REDUCIBLE, Unsupported, index_space, lower_group
 from ..kernels.render import render_c
 from . import register_backend
@@ -72,15 +73,6 @@ def prepare(graph):
     return fusion(g, fusible=fusible)
 
 
-def _numel(shape):
-    n = 1
-    for s in shape:
-        if type(s) is not int:
-            return None
-        n *= s
-    return n
-
-
 def _uses_float16(k):
     return any(b.dtype == "float16" for b in k.inputs + k.outputs) or any(i.dtype == "float16" for i in k.instrs)
 
@@ -99,7 +91,7 @@ def plan_kernels(graph, singleton_min=SINGLETON_MIN, float16=True):
     for n in graph.nodes:
         if n.out.name in grouped or not (n.op in LOWERABLE or n.op in REDUCIBLE):
             continue
-        size = _numel(index_space([n])) if all(hasattr(x, "shape") for x in n.input_values()) else None
+        size = numel(index_space([n])) if all(hasattr(x, "shape") for x in n.input_values()) else None
         if size is not None and size >= singleton_min:
             groups.append([n.out.name])
     groups.sort(key=lambda g: index[g[0]])
@@ -124,7 +116,7 @@ def plan_kernels(graph, singleton_min=SINGLETON_MIN, float16=True):
                     continue
                 if not float16 and _uses_float16(k):
                     continue
-                size = _numel(k.shape)
+                size = numel(k.shape)
                 if cut > 1 or (size is not None and size >= singleton_min):
                     plan.append((index[part[0].out.name], [n.out.name for n in part], k))
                 break

@@ -294,12 +294,5 @@ def row_threads(cols):
     return width
 
 
-def _prod(shape):
-    p = 1
-    for s in shape:
-        p *= s
-    return p
-
-
 def render_cuda(kernels):
     return CudaRenderer().source(kernels)

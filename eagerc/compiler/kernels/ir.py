@@ -45,6 +45,7 @@ The IR knows nothing about C or CUDA: renderers (render.py) turn it into source 
 one `code_for_op` table. `loop_shape()` gives the index space with adjacent dimensions
 merged where every load allows it, which the renderers loop over.
 """
+import math
 from dataclasses import dataclass, field
 from typing import NamedTuple, Optional
 
@@ -168,10 +169,7 @@ class Kernel:
 
     # ------------------------------------------------------------ queries
     def numel(self):
-        n = 1
-        for s in self.shape:
-            n *= s
-        return n
+        return math.prod(self.shape)
 
     def cut(self):
         """Where the index space splits into outer dimensions and inner ones that loops keep
@@ -185,16 +183,9 @@ class Kernel:
     def rows_cols(self):
         """(rows, cols): the number of rows and the elements per row (row kernels; for a
         "lead" reduction: reduced elements and results)."""
-        n = len(self.shape)
         cut = self.cut()
-        cut = n if cut is None else cut
-        rows = cols = 1
-        for d, size in enumerate(self.shape):
-            if d < cut:
-                rows *= size
-            else:
-                cols *= size
-        return rows, cols
+        cut = len(self.shape) if cut is None else cut
+        return math.prod(self.shape[:cut]), math.prod(self.shape[cut:])
 
     def loop_shape(self):
         """(sizes, [strides per input], split) of the index space with adjacent dimensions

@@ -29,6 +29,8 @@ dtype is derived here and compared with the node's recorded dtype. What is lower
 Everything else (int reductions, reductions over middle axes, symbolic shapes,
 floor_divide, remainder, nan_to_num, ...) raises Unsupported and runs as before.
 """
+import math
+
 import numpy as np
 
 from .ir import DTYPES, FLOATS, Buffer, Kernel, Reduction, broadcast_strides
@@ -59,20 +61,13 @@ def _static(shape):
     return all(type(s) is int for s in shape)
 
 
-def _numel(shape):
-    n = 1
-    for d in shape:
-        n *= d
-    return n
-
-
 def index_space(nodes):
     """The group's full shape: the largest of its members' shapes and reduction inputs."""
     shapes = [tuple(n.inputs[0].shape) if n.op in REDUCIBLE else tuple(n.out.shape) for n in nodes]
     for sh in shapes:
         if not _static(sh):
             return sh
-    return max(shapes, key=_numel)
+    return max(shapes, key=math.prod)
 
 
 def _reduce_dims(node, ndim):
@@ -325,7 +320,7 @@ def lower_group(nodes, needed, name="k0"):
             raise Unsupported(f"{n.out.name}: a row-shaped value that varies along the row")
         ref[n.out.name] = i
         if n.out.name in needed:
-            if _numel(n.out.shape) != (rows if k.row_level()[i] and row_dims else _numel(shape)):
+            if math.prod(n.out.shape) != (rows if k.row_level()[i] and row_dims else math.prod(shape)):
                 raise Unsupported(f"{n.out.name}: cannot store {n.out.shape}")
             k.store(i, n.out.name, out, n.out.shape)
 

@@ -278,7 +278,7 @@ class CRenderer:
     def row_loads(self, k, sizes, strides, split, row_var, col_var):
         """(lines defining each input's row base b<slot>, element offsets, row offsets).
         Sets the flat element index (`index` instructions) to row_var * cols + col_var."""
-        self.index_expr = f"{row_var} * {_prod(sizes[split:])} + {col_var}"
+        self.index_expr = f"{row_var} * {math.prod(sizes[split:])} + {col_var}"
         lines, elem, row = [], [], []
         for slot, st in enumerate(strides):
             lines.append(f"const {self.INDEX} b{slot} = {_row_offset(sizes[:split], st[:split], row_var)};")
@@ -327,7 +327,7 @@ class CRenderer:
                 out += [ind * 2 + x for x in update]
             out.append(ind + "}")
         else:
-            rows, cols = _prod(sizes[:-1]), sizes[-1]
+            rows, cols = math.prod(sizes[:-1]), sizes[-1]
             if par:
                 out.append(ind + "#pragma omp parallel for" + (" " + clause if clause else ""))
             out.append(ind + f"for (int64_t r = 0; r < {rows}; r++) {{")
@@ -461,13 +461,6 @@ def _row_offset(sizes, strides, var="r"):
             terms.append(_term(idx, strides[d]))
         div *= sizes[d]
     return " + ".join(reversed(terms)) or "0"
-
-
-def _prod(shape):
-    p = 1
-    for s in shape:
-        p *= s
-    return p
 
 
 def render_c(kernels):
