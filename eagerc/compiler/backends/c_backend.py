@@ -40,7 +40,7 @@ from ..passes.util import numel
 from ..kernels.lower import LOWERABLE, RANDOM, REDUCIBLE, Unsupported, index_space, lower_group
 from ..kernels.render import render_c
 from . import register_backend
-from .numpy_backend import (NumpyBackend, load_program, _check_fixed, _INF, _literal, _Names, _np_type,
+from .numpy_backend import (NumpyBackend, driver_names, load_program, _check_fixed, _INF, _literal, _np_type,
                             _per_call, _returned, _shared_or_readonly, _static_alias_ends, _where,
                             per_call_attrs)
 
@@ -188,24 +188,8 @@ def render(graph, plan, inplace=True):
     every call (by liveness: a buffer is taken again after the last read of its value or a
     view of it), (3) otherwise into fresh arrays (the user receives them)."""
     per_call = per_call_attrs(graph)
-    names = _Names()
-    consts = {}
+    names, consts, const, arg = driver_names(graph)
     kernels = {}
-    for _, v in graph.inputs:
-        names.add(v.name)
-    for n in graph.nodes:
-        names.add(n.out.name)
-
-    def const(x):
-        lit = _literal(x)
-        if lit is not None:
-            return lit
-        g = f"A_{len(consts)}"
-        consts[g] = x
-        return g
-
-    def arg(x):
-        return names[x.name] if hasattr(x, "name") else const(x)
 
     starts = {start: (members, k) for start, members, k in plan}
     node_of = {n.out.name: n for n in graph.nodes}

@@ -744,13 +744,13 @@ def _where(node):
     return " ".join(parts)
 
 
-def render(graph):
-    """(source, globals) of the program for `graph`; deterministic for the same graph."""
-    per_call = per_call_attrs(graph)
-    plan = _Plan(graph, per_call)
+def driver_names(graph):
+    """What a generated driver (numpy and c backends) names things with: `names` (a Python
+    variable per graph value), `consts` (global name -> object without a literal form),
+    `const(x)` (the source text of a constant: a literal, or a new A_<i> global) and
+    `arg(x)` (the source text of a node input: its variable or its constant)."""
     names = _Names()
-    consts = {}            # global name -> object without a literal form
-    kernels = {}           # op -> global name
+    consts = {}
     for _, v in graph.inputs:
         names.add(v.name)
     for n in graph.nodes:
@@ -766,6 +766,15 @@ def render(graph):
 
     def arg(x):
         return names[x.name] if hasattr(x, "name") else const(x)
+    return names, consts, const, arg
+
+
+def render(graph):
+    """(source, globals) of the program for `graph`; deterministic for the same graph."""
+    per_call = per_call_attrs(graph)
+    plan = _Plan(graph, per_call)
+    names, consts, const, arg = driver_names(graph)
+    kernels = {}           # op -> global name
 
     free = last_uses(graph)
     kept = {v.name for v in graph.outputs} | {v.name for _, v in graph.mutations}
