@@ -108,6 +108,9 @@ class _Recorder:
     def mutate(self, t, result):
         pass
 
+    def array_input(self, t, array, convert):
+        pass
+
     def record(self, op, args, attrs, out):
         self.seen.add(op.name)
         specs = [Spec(tuple(a.data.shape), dtypes.from_np(a.data.dtype)) if isinstance(a, eagerc.Tensor) else a

@@ -34,6 +34,7 @@ from .._tensor import Tensor
 from ..runtime.pytree import flatten, unflatten
 from . import dynamic as dyn
 from ..ops.inplace import _bump
+from .guards import Watch
 from .tracer import GraphBreak, root_modules, trace, user_frame_info
 
 log = logging.getLogger("eagerc.compile")
@@ -42,6 +43,7 @@ __all__ = ["compile", "CompiledFunction", "CompiledModule", "explain", "ExplainO
 
 MAX_GRAPHS = 8
 MAX_SPECIALISED = 64   # programs kept per dynamic graph (one per distinct size binding)
+MAX_GUARD_RETRACES = 8  # retraces of one key because a guard failed, before it runs eagerly
 
 _ndarray = np.ndarray
 _training = operator.attrgetter("training")
@@ -103,7 +105,7 @@ class Entry:
     """One specialisation: a graph, its program, and how to feed it."""
     __slots__ = ("key", "graph", "traced", "program", "externals", "ext_items", "ext_grads", "ext_guards",
                  "eager", "reason", "rng", "calls", "aliases", "single", "dynamic", "grads_none", "retries",
-                 "joint", "wb")
+                 "joint", "wb", "guards", "readers")
 
     def __init__(self, key, graph=None, program=None, externals=None, eager=False, reason=None, rng=(),
                  traced=None):
@@ -115,6 +117,9 @@ class Entry:
         self.ext_items = [(n, t) for n, t in self.externals.items() if not n.endswith(".grad")]
         self.ext_grads = []         # [(name, parameter)]: a parameter's .grad, read at call time
         self.ext_guards = []
+        self.guards = None          # guards.Guards: what the trace read from Python, checked per call
+        self.readers = ()           # [(input name, function)]: inputs made at call time (optimizer
+                                    # options, numpy arrays the function turns into tensors)
         self.grads_none = ()
         self.retries = 0
         self.eager = eager
@@ -263,6 +268,7 @@ class CompiledFunction:
         self._dyn_dims = {}           # {(leaf, dim): symbol}
         self._dyn_failed = None       # why the function stays static, once a dynamic attempt failed
         self._retries = {}            # key -> calls that asked to be traced again (tracer.retry)
+        self._guard_fails = {}        # key -> retraces because a guard of its entry failed
         self._method = False          # bound through __get__ (a compiled method)
         functools.update_wrapper(self, fn, updated=())
 
@@ -319,7 +325,8 @@ class CompiledFunction:
         scal = ()
         if self._globs or self._cells:
             g = self._g
-            scal = tuple([g.get(n) for n in self._globs] + [c.cell_contents for _, c in self._cells])
+            scal = tuple([(type(v), v) for v in [g.get(n) for n in self._globs] +
+                          [c.cell_contents for _, c in self._cells]])
         mods = self._guard_mods
         key = (struct, specs, dispatch._grad_enabled, tuple(map(_training, mods)) if mods else (), alias, scal)
         return key, leaves, env
@@ -365,7 +372,7 @@ class CompiledFunction:
                 out.append("module training flags: " + (", ".join(diffs) or f"{a} -> {b}"))
             elif part == "global/closure values":
                 names = self._globs + [n for n, _ in self._cells]
-                out.append("; ".join(f"global/closure value {n}: {x!r} -> {y!r}"
+                out.append("; ".join(f"global/closure value {n}: {x[1]!r} -> {y[1]!r}"
                                      for n, x, y in zip(names, a, b) if x != y))
             else:
                 out.append(f"{part}: {a!r} -> {b!r}")
@@ -408,12 +415,31 @@ class CompiledFunction:
             if entry.ext_guards or entry.ext_grads:
                 why = entry.stale()
                 if why is not None:
-                    del self.entries[key]
-                    return self._miss(key, leaves, env, args, kwargs, stale=f"{why} (a guard on the "
-                                      "tensors the graph reads by reference)")
+                    return self._guard_failed(key, leaves, env, args, kwargs, f"{why} (a guard on the "
+                                              "tensors the graph reads by reference)")
+            if entry.guards is not None:
+                why = entry.guards.check()
+                if why is not None:
+                    return self._guard_failed(key, leaves, env, args, kwargs, why)
             entry.calls += 1
             return self._run(entry, leaves, env)
         return self._miss(key, leaves, env, args, kwargs, guard_miss=guard_miss)
+
+    def _guard_failed(self, key, leaves, env, args, kwargs, why):
+        """Something the entry's program was traced with changed: trace again, unless this key
+        keeps changing (then run eagerly from now on, saying so)."""
+        del self.entries[key]
+        n = self._guard_fails[key] = self._guard_fails.get(key, 0) + 1
+        if n > MAX_GUARD_RETRACES:
+            file, line, level = user_frame_info()
+            msg = (f"eagerc.compile: {self.__name__} was traced again {n - 1} times for the same arguments "
+                   f"because what it reads keeps changing (last: {why}); it runs eagerly for them from now "
+                   "on (pass such values as arguments instead)")
+            self.log.append(msg)
+            warnings.warn(msg, stacklevel=level)
+            self.entries[key] = Entry(key, eager=True, reason=msg)
+            return self.fn(*args, **kwargs)
+        return self._miss(key, leaves, env, args, kwargs, stale=why)
 
     def _miss(self, key, leaves, env, args, kwargs, stale=None, guard_miss=None):
         file, line, level = user_frame_info()
@@ -469,8 +495,9 @@ class CompiledFunction:
         return n
 
     def _external_index(self):
-        """({id(tensor): path}, {id(tensor): (owner dict, attr) or ("grad", parameter)}) for the
-        modules' parameters, their .grad, and buffers."""
+        """({id(tensor): path}, {id(tensor): (owner dict, attr, tensor) or ("grad", parameter,
+        grad)}) for the modules' parameters, their .grad, and buffers. The second dict keeps
+        those tensors alive while a trace runs, so no new tensor can take one of their ids."""
         names, owners, used = {}, {}, set()
         for root, prefix in self._roots:
             for mpath, m in root.named_modules():
@@ -485,12 +512,12 @@ class CompiledFunction:
                         path = f"{path}_{n}"
                     used.add(path)
                     names[id(t)] = path
-                    owners[id(t)] = (m._parameters if attr in m._parameters else m._buffers, attr)
+                    owners[id(t)] = (m._parameters if attr in m._parameters else m._buffers, attr, t)
                     g = t.grad
                     if g is not None and id(g) not in names:
                         names[id(g)] = path + ".grad"
                         used.add(path + ".grad")
-                        owners[id(g)] = ("grad", t)
+                        owners[id(g)] = ("grad", t, g)
         return names, owners
 
     def _module_paths(self):
@@ -551,11 +578,17 @@ class CompiledFunction:
         self._method = True
         return types.MethodType(self, instance)
 
-    def _do_trace(self, args, kwargs, fullgraph):
+    def _watch(self, args):
+        return Watch(self.fn, args, [m for m, _ in self._roots])
+
+    def _do_trace(self, args, kwargs, fullgraph, symbolic=None):
         self._refresh_roots(args)
         names, owners = self._external_index()
         self.traces += 1
-        graph, result, tracer = trace(self.fn, args, kwargs, names, self._module_paths(), fullgraph)
+        watch = self._watch(args)
+        graph, result, tracer = trace(self.fn, args, kwargs, names, self._module_paths(), fullgraph, watch,
+                                      symbolic)
+        tracer.watch = watch
         return graph, result, tracer, owners
 
     def _wants_autograd(self, leaves):
@@ -575,8 +608,10 @@ class CompiledFunction:
         self._refresh_roots(args)
         names, owners = self._external_index()
         self.traces += 1
+        watch = self._watch(args)
         fwd, bwd, result, tracer = trace_joint(self.fn, args, kwargs, names, self._module_paths(),
-                                               self.fullgraph)
+                                               self.fullgraph, watch)
+        tracer.watch = watch
         self._learn_modules(tracer)
         key = self._key(args, kwargs, masked=False)[0]
         if fwd is None:
@@ -588,7 +623,7 @@ class CompiledFunction:
         entry = Entry(key, joint.forward, joint.fwd_program, tracer.externals, rng=tracer.rng_draws(),
                       traced=fwd)
         entry.joint = joint
-        _ext_guards(entry, tracer.externals, owners)
+        self._guard_entry(entry, tracer, owners)
         self.entries[key] = entry
         return result
 
@@ -597,7 +632,7 @@ class CompiledFunction:
         if entry.rng:  # random ops draw fresh numbers each call, like eager mode
             overrides = {name: {"seed": gen.initial_seed(), "offset": gen.next_offset(words)}
                          for name, gen, words, _ in entry.rng}
-        result, mutations = entry.joint.run(leaves, overrides)
+        result, mutations = entry.joint.run(leaves, _env(entry, leaves), overrides)
         for target, arr in mutations:
             _write_back(entry, leaves, target, arr)
         return result
@@ -660,8 +695,20 @@ class CompiledFunction:
         opt = optimize(graph)
         program = self.backend.compile(opt)
         entry = Entry(key, opt, program, tracer.externals, rng=tracer.rng_draws(), traced=graph)
-        _ext_guards(entry, tracer.externals, owners)
+        self._guard_entry(entry, tracer, owners)
         return entry
+
+    def _guard_entry(self, entry, tracer, owners):
+        """The checks an entry makes before each call: the external tensors it reads by
+        reference, and everything else the trace read from Python (guards.py); and the
+        inputs it makes at call time."""
+        _ext_guards(entry, tracer.externals, owners)
+        watch = getattr(tracer, "watch", None)
+        if watch is not None:
+            entry.guards = watch.guards(tracer, self._module_paths())
+        entry.readers = _readers(tracer)
+        made = {name for name, _ in entry.readers}
+        entry.ext_items = [(n, t) for n, t in entry.ext_items if n not in made]
 
     def _reseed(self, entry):
         """A generator the graph draws from was reseeded: the seed is an attribute of the random
@@ -690,12 +737,7 @@ class CompiledFunction:
     def _run(self, entry, leaves, env):
         if entry.joint is not None:
             return self._run_joint(entry, leaves)
-        env_ = {_ARG_NAMES[i]: t.data for i, t in enumerate(leaves)} if len(leaves) < 256 else \
-            {f"arg{i}": t.data for i, t in enumerate(leaves)}
-        for name, t in entry.ext_items:
-            env_[name] = t.data
-        for name, p in entry.ext_grads:
-            env_[name] = p.grad.data
+        env_ = _env(entry, leaves)
         d = entry.dynamic
         overrides = None
         if d is None:
@@ -849,14 +891,14 @@ class CompiledFunction:
             size_log = []
             syn = [_resize(t, {d: primes[s] for (j, d), s in dims.items() if j == i})
                    for i, t in enumerate(leaves)]
-            syn = [dyn.symbolic_tensor(t, {d: s for (j, d), s in dims.items() if j == i}, size_log)
-                   if any(j == i for j, _ in dims) else t for i, t in enumerate(syn)]
+            syn = [dyn.symbolic_tensor(t) if any(j == i for j, _ in dims) else t for i, t in enumerate(syn)]
             syn_args, syn_kwargs = _replace_tensors((args, kwargs), iter(syn))
             where = f"at synthetic sizes {self._fmt_dims(dims, primes)}"
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    graph_p, result_p, tracer_p, owners = self._do_trace(syn_args, syn_kwargs, False)
+                    graph_p, result_p, tracer_p, owners = self._do_trace(
+                        syn_args, syn_kwargs, False, symbolic=dyn.Symbolic(primes, size_log))
             except Exception as e:  # e.g. a size that must match a parameter
                 errors.append(f"tracing {where} failed: {type(e).__name__}: {e}")
                 continue
@@ -873,7 +915,11 @@ class CompiledFunction:
             if problems:
                 errors.append(problems[0])
                 break
-            guards = dyn.prune_guards([g for g in size_log if g[0] in primes and (not g[3] or g[2] in primes)])
+            odd = dyn.unsupported(size_log)
+            if odd:
+                errors.append(f"Python computes with a size in a way size guards cannot follow: {odd[0]}")
+                break
+            guards = dyn.size_guards(size_log, primes)
             if ref_env:
                 diff = dyn.check_guards(guards, ref_env) or dyn.same_program(traced, g_sym, sym_attrs, ref_env)
                 if diff:
@@ -896,7 +942,7 @@ class CompiledFunction:
             return fail(f"the backend cannot compile the symbolic graph: {type(e).__name__}: {e}")
         entry = Entry(None, g_sym, None, tracer_p.externals, rng=tracer_p.rng_draws(), traced=g_sym)
         entry.dynamic = d
-        _ext_guards(entry, tracer_p.externals, owners)
+        self._guard_entry(entry, tracer_p, owners)
         # 1. the program at the synthetic sizes reproduces the synthetic eager run
         try:
             got = self._run(entry, syn, dict(primes))
@@ -1131,10 +1177,49 @@ def _host(a):
     return a if type(a) is _ndarray else (a.get() if hasattr(a, "get") else np.asarray(a))
 
 
+def _env(entry, leaves):
+    """The arrays a program reads, by input name: arguments, external tensors (by reference),
+    parameters' .grad, and the inputs made at call time (optimizer options, numpy arrays)."""
+    env = {_ARG_NAMES[i]: t.data for i, t in enumerate(leaves)} if len(leaves) < 256 else \
+        {f"arg{i}": t.data for i, t in enumerate(leaves)}
+    for name, t in entry.ext_items:
+        env[name] = t.data
+    for name, p in entry.ext_grads:
+        env[name] = p.grad.data
+    for name, read in entry.readers:
+        env[name] = read()
+    return env
+
+
+def _readers(tracer):
+    """[(input name, function)] for the graph inputs made at each call (see Tracer.hyper and
+    Tracer.array_input)."""
+    out = []
+    for name, (opt, group, key, element) in tracer.hyper_inputs.items():
+        out.append((name, _hyper_reader(opt, group, key, element)))
+    for name, (array, convert) in tracer.array_inputs.items():
+        out.append((name, lambda a=array, f=convert: f(a)))
+    return out
+
+
+def _hyper_reader(opt, group, key, element):
+    f64 = np.float64
+
+    def read():
+        v = opt.param_groups[group][key]
+        if element is not None:
+            v = v[element]
+        if isinstance(v, Tensor):
+            v = v.data
+        return np.asarray(v, f64)
+    return read
+
+
 def _ext_guards(entry, externals, owners):
     out = []
     for name, t in externals.items():
-        owner, attr = owners.get(id(t), (None, None))
+        # (the index holds its tensors: their ids stay theirs while a trace frees others)
+        owner, attr, _ = owners.get(id(t), (None, None, None))
         if owner == "grad":
             entry.ext_grads.append((name, attr))
             continue
@@ -1284,7 +1369,7 @@ def explain(fn, *args, **kwargs):
     guards += [f"{n}.training == {f}" for n, f in zip(c._guard_names, key[3])]
     if key[4]:
         guards.append(f"argument aliasing: {key[4]}")
-    guards += [f"global/closure value {n} == {v!r}" for n, v in
+    guards += [f"global/closure value {n} == {v[1]!r}" for n, v in
                zip(c._globs + [n for n, _ in c._cells], key[5])]
     if graph is not None:
         guards += [f"{name} is the same tensor, {t.data.dtype.name}{list(t.data.shape)}"

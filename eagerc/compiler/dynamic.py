@@ -19,8 +19,10 @@ How a dynamic graph is made (see docs/compile.md):
    integers and symbols, never `eval`.
 """
 import math
+import sys
 
 from ..runtime.ir import Graph, Node, Value
+from .guards import is_user_file
 
 __all__ = ["Expr", "evaluate", "choose_primes", "graph_ints", "generalize", "specialize",
            "same_program", "SymbolicAttrs", "scan_symbolic"]
@@ -432,15 +434,20 @@ _SIGN = {"__lt__": "<", "__le__": "<=", "__gt__": ">", "__ge__": ">=", "__eq__":
 
 
 class SymInt(int):
-    """A dynamic size of a synthetic input, as Python code sees it (x.shape[0], x.size(1), len(x)).
+    """A dynamic size as Python code sees it during the synthetic trace (x.shape[0],
+    x.size(1), len(x), x.numel(), of inputs and of every intermediate tensor).
 
-    Arithmetic gives plain ints (their values are generalised from the graph), but every
-    comparison -- `if T > 32`, `assert T <= block_size`, `min(T, n)` -- is written to `log`
-    as a guard (symbol, op, other, outcome) that the symbolic graph then requires."""
+    `expr` says which size it is ("s0", "s0*s1", "s0-1"). Sums, differences and products
+    with integers and other SymInts stay SymInts with their expression, and every
+    comparison -- `if T > 32`, `assert T <= block_size`, `min(T, n)`, `if n - 1 > 5` -- is
+    written to `log` as a guard (expr, op, other, other is an expression, outcome) that
+    the symbolic graph then requires. Arithmetic the expressions cannot hold (//, %, /,
+    **, float()) is logged as unsupported at the user's line: the function then stays
+    static rather than take a branch the guards cannot see."""
 
-    def __new__(cls, value, sym, log):
+    def __new__(cls, value, expr, log):
         self = int.__new__(cls, value)
-        self.sym = sym
+        self.sym = expr
         self.log = log
         return self
 
@@ -477,12 +484,150 @@ class SymInt(int):
     def __repr__(self):
         return int.__repr__(self)
 
+    # ---- arithmetic that stays a size expression
+    def _arith(self, other, op, reflected=False):
+        if isinstance(other, bool) or not isinstance(other, int):
+            if isinstance(other, float):
+                return self._unsupported(f"{_ARITH_SIGN[op]} with a float")
+            return NotImplemented
+        a = _parse(self.sym)
+        b = _parse(other.sym) if isinstance(other, SymInt) else [(int(other), ())]
+        if reflected:
+            a, b = b, a
+        x, y = int(self), int(other)
+        if reflected:
+            x, y = y, x
+        if op == "add":
+            terms, value = _poly_add(a, b), x + y
+        elif op == "sub":
+            terms, value = _poly_add(a, [(-c, t) for c, t in b]), x - y
+        else:
+            terms, value = _poly_mul(a, b), x * y
+        if not any(t for _, t in terms):
+            return value  # the symbols cancelled out
+        return SymInt(value, _fmt(terms), self.log)
+
+    def __add__(self, o):
+        return self._arith(o, "add")
+
+    def __radd__(self, o):
+        return self._arith(o, "add", True)
+
+    def __sub__(self, o):
+        return self._arith(o, "sub")
+
+    def __rsub__(self, o):
+        return self._arith(o, "sub", True)
+
+    def __mul__(self, o):
+        return self._arith(o, "mul")
+
+    def __rmul__(self, o):
+        return self._arith(o, "mul", True)
+
+    def __neg__(self):
+        return SymInt(-int(self), _fmt([(-c, t) for c, t in _parse(self.sym)]), self.log)
+
+    def __pos__(self):
+        return self
+
+    # ---- arithmetic that does not: the function stays static
+    def _unsupported(self, what):
+        """Note arithmetic the guards cannot follow -- when the user's code does it (eagerc's own
+        size arithmetic ends in op attributes, which generalize() checks)."""
+        f = sys._getframe(1)
+        while f is not None and f.f_code.co_filename == __file__:
+            f = f.f_back
+        if f is None or not is_user_file(f.f_code.co_filename):
+            return None
+        from .tracer import user_location
+        entry = ("unsupported", f"{self.sym} {what}", user_location())
+        if entry not in self.log:
+            self.log.append(entry)
+        return None
+
+    def _plain(self, what, fn, *args):
+        self._unsupported(what)
+        return fn(*args)
+
+    def __floordiv__(self, o):
+        return self._plain("//", int.__floordiv__, int(self), o)
+
+    def __rfloordiv__(self, o):
+        return self._plain("// (as divisor)", int.__rfloordiv__, int(self), o)
+
+    def __mod__(self, o):
+        return self._plain("%", int.__mod__, int(self), o)
+
+    def __rmod__(self, o):
+        return self._plain("% (as divisor)", int.__rmod__, int(self), o)
+
+    def __truediv__(self, o):
+        return self._plain("/", int.__truediv__, int(self), o)
+
+    def __rtruediv__(self, o):
+        return self._plain("/ (as divisor)", int.__rtruediv__, int(self), o)
+
+    def __pow__(self, o, mod=None):
+        return self._plain("**", pow, int(self), o, mod) if mod is not None else \
+            self._plain("**", int.__pow__, int(self), o)
+
+    def __rpow__(self, o):
+        return self._plain("** (as exponent)", int.__rpow__, int(self), o)
+
+    def __divmod__(self, o):
+        return self._plain("divmod", divmod, int(self), o)
+
+    def __float__(self):
+        self._unsupported("as a float")
+        return float(int(self))
+
+    def __abs__(self):
+        return self  # sizes are >= 2
+
+
+_ARITH_SIGN = {"add": "+", "sub": "-", "mul": "*"}
+
+
+def _poly_add(a, b):
+    out = {}
+    for c, t in list(a) + list(b):
+        key = tuple(sorted(t))
+        out[key] = out.get(key, 0) + c
+    return [(c, t) for t, c in sorted(out.items(), key=lambda kv: (-len(kv[0]), kv[0])) if c]
+
+
+def _poly_mul(a, b):
+    return _poly_add([(ca * cb, ta + tb) for ca, ta in a for cb, tb in b], [])
+
+
+def unsupported(log):
+    """The unsupported arithmetic a synthetic trace logged (see SymInt), as words."""
+    return [f"{what} at {where or '?'}" for kind, what, where in
+            (g for g in log if g[0] == "unsupported")]
+
+
+def size_guards(log, symbols):
+    """The comparisons of a synthetic trace's log over `symbols` only, pruned."""
+    out = []
+    for g in log:
+        if g[0] == "unsupported":
+            continue
+        expr, op, other, is_sym, outcome = g
+        syms = Expr(expr).symbols() | (Expr(other).symbols() if is_sym else set())
+        if syms <= set(symbols):
+            out.append(g)
+    return prune_guards(out)
+
 
 def prune_guards(guards):
     """The guards that can fail for some size >= 2 (symbols are never bound to 0 or 1)."""
     out = []
     for g in guards:
         sym, op, other, is_sym, outcome = g
+        if not _is_symbol(sym):
+            out.append(g)
+            continue
         if not is_sym:
             if op in ("__eq__", "__ne__"):
                 if (other < 2 or other != int(other)) and outcome == (op == "__ne__"):
@@ -495,12 +640,17 @@ def prune_guards(guards):
     return out
 
 
+def _is_symbol(text):
+    return isinstance(text, str) and text.isidentifier()
+
+
 def check_guards(guards, env):
     """None if every recorded size comparison has its traced outcome under `env`; else which fails."""
     for sym, op, other, is_sym, outcome in guards:
-        b = env[other] if is_sym else other
-        if _CMP[op](env[sym], b) != outcome:
-            return f"{sym} {_SIGN[op]} {other} was {outcome} when traced ({sym}={env[sym]})"
+        a = evaluate(sym, env)
+        b = evaluate(other, env) if is_sym else other
+        if _CMP[op](a, b) != outcome:
+            return f"{sym} {_SIGN[op]} {other} was {outcome} when traced ({sym}={a})"
     return None
 
 
@@ -510,10 +660,10 @@ def fmt_guard(g):
     return text if outcome else f"not ({text})"
 
 
-def symbolic_tensor(t, dims, log):
-    """A synthetic input tensor whose dynamic sizes ({dim: symbol}) are SymInts for Python code."""
+def symbolic_tensor(t):
+    """A synthetic input tensor for a trace with `symbolic=Symbolic(...)`: while it runs, its
+    shape (and that of every tensor the trace records) reports SymInts for dynamic sizes."""
     from .._tensor import Size, Tensor
-
     class_ = _sym_tensor_class(Tensor, Size)
     s = class_.__new__(class_)
     s.data = t.data
@@ -521,8 +671,27 @@ def symbolic_tensor(t, dims, log):
     s.grad = None
     s.grad_fn = None
     s._vc = None
-    s._sym_shape = tuple(SymInt(n, dims[d], log) if d in dims else n for d, n in enumerate(t.data.shape))
     return s
+
+
+class Symbolic:
+    """While a synthetic trace runs: the primes its symbols were traced at and the log its
+    SymInts write to. Every tensor the trace records then reports SymInts for the sizes
+    that are expressions of those primes (`shape_of`)."""
+    __slots__ = ("primes", "log", "tensor_class")
+
+    def __init__(self, primes, log):
+        self.primes = dict(primes)
+        self.log = log
+        from .._tensor import Size, Tensor
+        self.tensor_class = _sym_tensor_class(Tensor, Size)
+
+    def shape_of(self, shape):
+        out = []
+        for n in shape:
+            e = _express(n, self.primes) if n >= 2 else None
+            out.append(SymInt(n, e, self.log) if e is not None else n)
+        return tuple(out)
 
 
 _SYM_TENSOR = None
@@ -531,20 +700,38 @@ _SYM_TENSOR = None
 def _sym_tensor_class(Tensor, Size):
     global _SYM_TENSOR
     if _SYM_TENSOR is None:
+        from .. import dispatch
+
+        def sym_shape(t):
+            sym = getattr(dispatch.tracer, "symbolic", None)
+            return t.data.shape if sym is None else sym.shape_of(t.data.shape)
+
         class SymTensor(Tensor):
-            """A synthetic input whose shape reports SymInts (used only while tracing)."""
-            __slots__ = ("_sym_shape",)
+            """A tensor of a synthetic trace: its shape reports SymInts (only while tracing).
+            No slots of its own, so the tracer can give recorded tensors this class."""
+            __slots__ = ()
 
             @property
             def shape(self):
-                return Size(self._sym_shape)
+                return Size(sym_shape(self))
 
             def size(self, dim=None):
-                return Size(self._sym_shape) if dim is None else self._sym_shape[dim]
+                return Size(sym_shape(self)) if dim is None else sym_shape(self)[dim]
 
             def __len__(self):
-                if not self._sym_shape:
+                shape = sym_shape(self)
+                if not shape:
                     raise TypeError("len() of a 0-d tensor")
-                return self._sym_shape[0]
+                if isinstance(shape[0], SymInt):
+                    # Python's len() turns it into a plain int: comparisons on it go unseen
+                    shape[0]._unsupported("through len() (a plain int: use x.shape[0] or x.size(0))")
+                return shape[0]
+
+            def numel(self):
+                n = int(self.data.size)
+                sym = getattr(dispatch.tracer, "symbolic", None)
+                return n if sym is None or n < 2 else sym.shape_of((n,))[0]
+
+            nelement = numel
         _SYM_TENSOR = SymTensor
     return _SYM_TENSOR

@@ -28,6 +28,7 @@ from .. import dispatch
 from .._tensor import Tensor
 from ..runtime.ir import Graph, Node, Value
 from ..runtime.pytree import flatten
+from .guards import is_user_file
 
 __all__ = ["Tracer", "GraphBreak", "trace", "tracing", "user_location", "tensor_leaves"]
 
@@ -159,6 +160,15 @@ class Tracer:
         self.buffers = None   # id(memory) -> [tensors]: built at the first in-place update
         self.grads = {}       # input name -> Value or None: .grad written (autograd, zero_grad)
         self.retryable = False  # the break asks for the next call to be traced again
+        self.made_modules = set()  # ids of Modules constructed while tracing (theirs to set up)
+        self.user_codes = {}   # code -> globals of every user function seen running (guards.py)
+        self._frame_of = {}    # code -> the last frame of it seen (stops the stack walk early)
+        self.base_frame = None  # the frame that called the traced function: the walk ends there
+        self.optimizers = {}   # id(optimizer) -> see stepped()
+        self.hyper_inputs = {}  # input name -> (optimizer, group index, key, element or None)
+        self._hyper = {}       # (id(optimizer), group, key, element) -> Tensor
+        self.array_inputs = {}  # input name -> (array, function making the input's array from it)
+        self.symbolic = None   # a dynamic.Symbolic while tracing on synthetic sizes
         self._n = 0
         self._nconst = 0
 
@@ -205,6 +215,29 @@ class Tracer:
             v = self._fresh(t, v)
         return v
 
+    def _location(self):
+        """The user's file:line of the op being recorded; notes every user function on the
+        stack on the way (their globals are guarded, see guards.py)."""
+        f = sys._getframe(2)
+        loc = None
+        frame_of = self._frame_of
+        base = self.base_frame
+        while f is not None and f is not base:
+            code = f.f_code
+            if not is_user_file(code.co_filename):
+                f = f.f_back
+                continue
+            if loc is None:
+                loc = f"{os.path.basename(code.co_filename)}:{f.f_lineno}"
+                if base is None:
+                    break
+            if frame_of.get(code) is f:
+                break  # this frame and its callers were noted by an earlier op
+            frame_of[code] = f
+            self.user_codes.setdefault(code, f.f_globals)
+            f = f.f_back
+        return loc
+
     def _emit(self, op, inputs, attrs, like):
         """Append a node the user's code did not run as such (functionalisation)."""
         v = self._new_value(like)
@@ -227,11 +260,13 @@ class Tracer:
     def record(self, op, args, attrs, out):
         ins = [self.value_of(a) if isinstance(a, Tensor) else a for a in args]
         v = self._new_value(out)
-        self.nodes.append(Node(op.name, ins, attrs, v, user_location(),
+        self.nodes.append(Node(op.name, ins, attrs, v, self._location(),
                                self.module_stack[-1] if self.module_stack else None))
         self.values[id(out)] = v
         self.by_array[id(out.data)] = out
         self._keep(out)
+        if self.symbolic is not None and type(out) is Tensor:  # its sizes read as SymInts
+            out.__class__ = self.symbolic.tensor_class
         if self.rng_source is not None:
             self.rng[v.name] = self.rng_source
             self.rng_source = None
@@ -336,6 +371,76 @@ class Tracer:
             self.retryable = True
         dispatch.tracer = None
 
+    def side_effect(self, what, deferred=False):
+        """The traced function changed Python state a compiled call would not change again
+        (a module attribute, a global, printed...): a graph break. `deferred`: found after
+        the function returned (guards.Watch), so there is no user line to name."""
+        if deferred:
+            if self.broken is None:
+                self.broken = GraphBreak(f"a Python side effect: {what}", "the traced call",
+                                         "cached calls do not run Python code, so it would not happen "
+                                         "again", self.fullgraph)
+            return
+        self._break(f"a Python side effect ({what})",
+                    "cached calls do not run Python code, so it would not happen again")
+
+    def hyper(self, opt, group, key, element=None):
+        """An optimizer option (lr, betas[0], weight_decay...) as a 0-d float64 tensor that is a
+        graph input read from opt.param_groups[group][key] at every call, so changing it needs
+        no retrace (guards.py guards the rest of the optimizer)."""
+        k = (id(opt), group, key, element)
+        t = self._hyper.get(k)
+        if t is not None:
+            return t
+        value = opt.param_groups[group][key]
+        if element is not None:
+            value = value[element]
+        if isinstance(value, Tensor):
+            value = value.data
+        t = dispatch.wrap(np.asarray(float(value), np.float64))
+        info = self.stepped(opt)
+        info[1].setdefault(group, set()).add(key)
+        n = list(self.optimizers).index(id(opt))
+        name = f"optimizer{n}.param_groups.{group}.{key}" + ("" if element is None else f".{element}")
+        self.names[id(t)] = name
+        self.hyper_inputs[name] = (opt, group, key, element)
+        self._hyper[k] = t
+        return t
+
+    def hyper_nonzero(self, opt, group, key, element=None):
+        """Whether an option is nonzero, for a rule that skips a term when it is zero: guarded."""
+        self.hyper(opt, group, key, element)
+        value = opt.param_groups[group][key]
+        if element is not None:
+            value = value[element]
+        nonzero = bool(float(value.data if isinstance(value, Tensor) else value))
+        self.optimizers[id(opt)][2][(group, key, element)] = nonzero
+        return nonzero
+
+    def stepped(self, opt):
+        """opt.step() ran while tracing: its param groups are guarded (guards.py). Returns
+        (optimizer, {group: numeric keys read as inputs}, {(group, key, element): nonzero},
+        [(parameter, state key, state tensor)])."""
+        info = self.optimizers.get(id(opt))
+        if info is None:
+            info = self.optimizers[id(opt)] = (opt, {}, {}, [])
+        return info
+
+    def optimizer_state(self, opt, p, key):
+        """opt.state[p][key], read by a traced update rule: guarded to stay that very tensor
+        (load_state_dict and hand edits replace state tensors)."""
+        t = opt.state[p][key]
+        self.stepped(opt)[3].append((p, key, t))
+        return t
+
+    def array_input(self, t, array, convert):
+        """Tensor t was made from numpy array `array` inside the traced function: a graph input
+        that `convert(array)` makes again at every call, so in-place changes of the array are
+        seen (and the array object itself is guarded through the global or attribute holding it)."""
+        name = f"array{len(self.array_inputs)}"
+        self.names[id(t)] = name
+        self.array_inputs[name] = (array, convert)
+
     def concretize(self, t, what):
         api = _data_dependent_size()
         if api is not None:
@@ -377,20 +482,33 @@ class Tracer:
 
 
 @contextlib.contextmanager
-def tracing(tracer, modules=None):
+def tracing(tracer, modules=None, watch=None):
     """Install `tracer` at the dispatch point, with module hooks that keep
-    tracer.module_stack (module paths from `modules`, id -> path) and tracer.modules."""
+    tracer.module_stack (module paths from `modules`, id -> path) and tracer.modules.
+    `watch` (a guards.Watch) looks for Python side effects of the traced code."""
     if dispatch.tracer is not None:
         raise RuntimeError("eagerc.compile: nested tracing is not supported (a compiled function "
                            "called another while it was being traced)")
+    if tracer.base_frame is None:
+        tracer.base_frame = sys._getframe(2)  # the caller of `with tracing(...)`
+    if watch is not None:
+        watch.before()
     handles = _module_hooks(tracer, modules or {})
     dispatch.tracer = tracer
+    ok = False
     try:
         yield tracer
+        ok = True
     finally:
         dispatch.tracer = None
         for h in handles:
             h.remove()
+        tracer._frame_of.clear()
+        if watch is not None:
+            if ok:
+                watch.after(tracer)
+            else:
+                watch.uninstall()
 
 
 def _module_hooks(tracer, paths):
@@ -407,17 +525,21 @@ def _module_hooks(tracer, paths):
     return [register_module_forward_pre_hook(pre), register_module_forward_hook(post)]
 
 
-def trace(fn, args, kwargs=None, external_names=None, modules=None, fullgraph=False):
+def trace(fn, args, kwargs=None, external_names=None, modules=None, fullgraph=False, watch=None,
+          symbolic=None):
     """Run fn(*args, **kwargs) eagerly while recording; returns (graph or None, result, tracer).
 
-    The graph is None when the function needed a concrete tensor value (tracer.broken says
-    where); the result is always the real eager result. Under fullgraph that raises GraphBreak.
+    The graph is None when the function needed a concrete tensor value or had a Python side
+    effect `watch` saw (tracer.broken says where); the result is always the real eager
+    result. Under fullgraph that raises GraphBreak.
     """
     kwargs = kwargs or {}
     tracer = Tracer(external_names, fullgraph)
+    tracer.symbolic = symbolic  # (dynamic.Symbolic) sizes read as SymInts: a synthetic trace
     for i, t in enumerate(tensor_leaves((args, kwargs), [])):
         tracer.add_arg(t, f"arg{i}")
-    with tracing(tracer, modules):
+    tracer.base_frame = sys._getframe()
+    with tracing(tracer, modules, watch):
         result = fn(*args, **kwargs)
     if tracer.broken is None:
         try:

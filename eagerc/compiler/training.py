@@ -14,6 +14,8 @@ A compiled call runs the forward program and returns outputs carrying one autogr
 Node; `backward()` through it runs the backward program. Double backward through a
 compiled function raises (never a silently wrong higher-order gradient).
 """
+import sys
+
 import numpy as np
 
 from .. import dispatch
@@ -26,7 +28,7 @@ from .tracer import Tracer, tracing
 __all__ = ["trace_joint", "split_joint", "JointEntry"]
 
 
-def trace_joint(fn, args, kwargs, external_names, module_paths, fullgraph=False):
+def trace_joint(fn, args, kwargs, external_names, module_paths, fullgraph=False, watch=None):
     """Run fn eagerly with grad, then a traced autograd.grad over its differentiable outputs.
 
     Returns (forward graph, backward graph, result, tracer) or (None, None, result, tracer)
@@ -39,31 +41,41 @@ def trace_joint(fn, args, kwargs, external_names, module_paths, fullgraph=False)
     leaves = tensor_leaves((args, kwargs), [])
     for i, t in enumerate(leaves):
         tracer.add_arg(t, f"arg{i}")
-    with tracing(tracer, module_paths):
+    tracer.base_frame = sys._getframe()
+    with tracing(tracer, module_paths, watch):
         result = fn(*args, **kwargs)
-        if tracer.broken is not None:
-            return None, None, result, tracer
-        if getattr(tracer, "backward_ran", False):  # a training step: nothing left to differentiate
-            return tracer.graph(result), None, result, tracer
-        n_forward = len(tracer.nodes)
-        outs, out_tree = flatten(result, lambda x: isinstance(x, Tensor))
-        diff = [i for i, t in enumerate(outs) if t.requires_grad]
-        if not diff:  # e.g. the function ran under no_grad: an ordinary graph
-            return tracer.graph(result), None, result, tracer
-        targets = [t for t in leaves if t.requires_grad] + \
-                  [t for t in tracer.externals.values() if t.requires_grad]
-        gouts = []
-        for k, i in enumerate(diff):
-            go = dispatch.wrap(np.ones_like(outs[i].data))
-            tracer.add_arg(go, f"grad{k}")
-            gouts.append(go)
-        grads = autograd_grad([outs[i] for i in diff], targets, gouts, retain_graph=True, allow_unused=True)
-        if tracer.broken is not None:
-            return None, None, result, tracer
-        forward_values = [tracer.value_of(t) for t in outs]
-        grad_values = [None if g is None else tracer.value_of(g) for g in grads]
-    fwd, bwd = split_joint(tracer, n_forward, forward_values, out_tree, grad_values, len(diff))
+        joint = None if tracer.broken is not None else _trace_backward(tracer, leaves, result, autograd_grad)
+    if tracer.broken is not None:  # a concrete value, or a Python side effect the watch saw
+        return None, None, result, tracer
+    if joint is None:  # a training step (backward ran inside) or nothing to differentiate
+        return tracer.graph(result), None, result, tracer
+    fwd, bwd = split_joint(tracer, *joint)
     return fwd, bwd, result, tracer
+
+
+def _trace_backward(tracer, leaves, result, autograd_grad):
+    """Trace autograd.grad of the differentiable outputs; the arguments of split_joint, or
+    None when there is no backward to add."""
+    if getattr(tracer, "backward_ran", False):  # a training step: nothing left to differentiate
+        return None
+    n_forward = len(tracer.nodes)
+    outs, out_tree = flatten(result, lambda x: isinstance(x, Tensor))
+    diff = [i for i, t in enumerate(outs) if t.requires_grad]
+    if not diff:  # e.g. the function ran under no_grad: an ordinary graph
+        return None
+    targets = [t for t in leaves if t.requires_grad] + \
+              [t for t in tracer.externals.values() if t.requires_grad]
+    gouts = []
+    for k, i in enumerate(diff):
+        go = dispatch.wrap(np.ones_like(outs[i].data))
+        tracer.add_arg(go, f"grad{k}")
+        gouts.append(go)
+    grads = autograd_grad([outs[i] for i in diff], targets, gouts, retain_graph=True, allow_unused=True)
+    if tracer.broken is not None:
+        return None
+    forward_values = [tracer.value_of(t) for t in outs]
+    grad_values = [None if g is None else tracer.value_of(g) for g in grads]
+    return n_forward, forward_values, out_tree, grad_values, len(diff)
 
 
 def split_joint(tracer, n_forward, out_values, out_tree, grad_values, n_grad_outs):
@@ -202,11 +214,9 @@ class JointEntry:
         self.target_externals = [name for name, t in tracer.externals.items() if t.requires_grad]
         self.arg_vals = arg_vals
 
-    def run(self, leaves, rng_overrides=None):
+    def run(self, leaves, env, rng_overrides=None):
+        """env: the forward program's inputs by name (compile._env)."""
         from ..runtime.pytree import unflatten
-        env = {f"arg{i}": t.data for i, t in enumerate(leaves)}
-        for name, t in self.externals.items():
-            env[name] = t.data
         outs, mutations = self.fwd_program(env, rng_overrides)
         user, saved = outs[:self.n_user], outs[self.n_user:]
         bwd_env = dict(zip(self.saved_names, saved))

@@ -118,9 +118,25 @@ def _move(arr, target):
 
 def tensor(data, dtype=None, device=None, requires_grad=False):
     """A new tensor copying `data` (a list, scalar, numpy array or Tensor)."""
-    t = wrap(to_array(data, dtype, device, copy=True))
+    if isinstance(data, Tensor):  # a copy, as data.detach().clone() (recorded when traced)
+        t = data.detach().clone()
+        if dtype is not None or device is not None:
+            t = t.to(device=device, dtype=dtype)
+    else:
+        t = _from_data(data, dtype, device, True)
     if requires_grad:
         t.requires_grad_(True)
+    return t
+
+
+def _from_data(data, dtype, device, copy):
+    """A tensor made from Python or numpy data. Traced, a numpy array is a graph input read
+    again at every call, so the compiled function sees later changes to it."""
+    arr = to_array(data, dtype, device, copy=copy)
+    t = wrap(arr)
+    tracer = dispatch.tracer
+    if tracer is not None and isinstance(data, np.ndarray) and arr is not data:
+        tracer.array_input(t, data, lambda a: to_array(a, dtype, device, copy=True))
     return t
 
 
@@ -130,7 +146,7 @@ def as_tensor(data, dtype=None, device=None):
         return data
     if isinstance(data, Tensor):
         return data.to(device=device, dtype=dtype)
-    return wrap(to_array(data, dtype, device, copy=False))
+    return _from_data(data, dtype, device, False)
 
 
 def from_numpy(array):

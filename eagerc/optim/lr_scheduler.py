@@ -23,6 +23,14 @@ _EPOCH_DEPRECATION = ("The epoch parameter in `scheduler.step()` is deprecated (
                       "`scheduler.step()` without arguments.")
 
 
+def _not_traced(scheduler):
+    """A scheduler step writes Python floats a compiled graph cannot replay: inside a traced
+    function it is a graph break (call it outside; lrs are read at every compiled call)."""
+    from .. import dispatch
+    if dispatch.tracer is not None:
+        dispatch.tracer.side_effect(f"{type(scheduler).__name__}.step()")
+
+
 class LRScheduler:
     """Base class. Subclasses implement `get_lr()` (the lrs for `self.last_epoch`)."""
 
@@ -70,6 +78,7 @@ class LRScheduler:
         return closed() if closed is not None else self.get_lr()
 
     def _set(self, values):
+        _not_traced(self)
         for group, lr in zip(self.optimizer.param_groups, values):
             group["lr"] = lr
         self._last_lr = [group["lr"] for group in self.optimizer.param_groups]
@@ -503,6 +512,7 @@ class ReduceLROnPlateau(LRScheduler):
         return a > (best * (1.0 + self.threshold) if rel else best + self.threshold)
 
     def step(self, metrics, epoch=None):
+        _not_traced(self)
         current = float(metrics)
         self.last_epoch = self.last_epoch + 1 if epoch is None else epoch
         if self._is_better(current, self.best):

@@ -69,6 +69,7 @@ class Optimizer:
     """
 
     def __init__(self, params, defaults):
+        self.__dict__["_version"] = 0
         self.defaults = defaults
         self.state = defaultdict(dict)
         self.param_groups = []
@@ -83,6 +84,12 @@ class Optimizer:
             param_groups = [{"params": param_groups}]
         for group in param_groups:
             self.add_param_group(group)
+
+    def __setattr__(self, name, value):
+        # compiled training steps guard on this count (eagerc/compiler/guards.py): replacing
+        # param_groups or state (load_state_dict does) retraces them
+        self.__dict__["_version"] = self.__dict__.get("_version", 0) + 1
+        object.__setattr__(self, name, value)
 
     # ------------------------------------------------------------ groups
     def add_param_group(self, param_group):
@@ -116,7 +123,10 @@ class Optimizer:
         seen = {id(p) for g in self.param_groups for p in g["params"]}
         if any(id(p) in seen for p in params):
             raise ValueError("some parameters appear in more than one parameter group")
+        if dispatch.tracer is not None:
+            dispatch.tracer.side_effect(f"{type(self).__name__}.add_param_group")
         self.param_groups.append(group)
+        self.__dict__["_version"] = self.__dict__.get("_version", 0) + 1
 
     # ------------------------------------------------------------ gradients
     def zero_grad(self, set_to_none=True):
@@ -235,6 +245,7 @@ class Optimizer:
     def __setstate__(self, state):
         self.__dict__.update(state)
         self.__dict__.setdefault("_scratch_cache", {})
+        self.__dict__.setdefault("_version", 0)
 
     def __repr__(self):
         lines = [self.__class__.__name__ + " ("]

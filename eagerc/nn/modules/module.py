@@ -10,6 +10,7 @@ import functools
 import itertools
 from collections import OrderedDict, namedtuple
 
+from ... import dispatch
 from ..._tensor import Tensor
 from ...autograd.grad_mode import no_grad
 from ...runtime import dtypes
@@ -17,8 +18,42 @@ from ..parameter import Parameter, Buffer
 
 __all__ = ["Module", "RemovableHandle", "register_module_forward_pre_hook", "register_module_forward_hook"]
 
-_global_forward_pre_hooks = OrderedDict()
-_global_forward_hooks = OrderedDict()
+# How many times any Module's attributes, parameters, buffers, submodules or hooks changed.
+# Compiled code (eagerc/compiler/guards.py) compares it before every call: while it has not
+# moved, no module can differ from the one a graph was traced with. `training` is not
+# counted: it is part of the compiled call's key.
+state_epoch = [0]
+
+
+class _Members(OrderedDict):
+    """The ordered dicts of a Module's members and hooks: every change moves state_epoch."""
+
+    def __setitem__(self, key, value):
+        state_epoch[0] += 1
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key):
+        state_epoch[0] += 1
+        super().__delitem__(key)
+
+    def _changed(name):
+        def method(self, *args, **kwargs):
+            state_epoch[0] += 1
+            return getattr(OrderedDict, name)(self, *args, **kwargs)
+        method.__name__ = name
+        return method
+
+    clear = _changed("clear")
+    pop = _changed("pop")
+    popitem = _changed("popitem")
+    setdefault = _changed("setdefault")
+    update = _changed("update")
+    move_to_end = _changed("move_to_end")
+    del _changed
+
+
+_global_forward_pre_hooks = _Members()
+_global_forward_hooks = _Members()
 
 
 class _IncompatibleKeys(namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])):
@@ -84,17 +119,20 @@ class Module:
             raise TypeError(f"{type(self).__name__}.__init__() got unexpected arguments")
         d = self.__dict__
         d["training"] = True
-        d["_parameters"] = OrderedDict()
-        d["_buffers"] = OrderedDict()
+        d["_parameters"] = _Members()
+        d["_buffers"] = _Members()
         d["_non_persistent_buffers_set"] = set()
-        d["_modules"] = OrderedDict()
-        d["_forward_pre_hooks"] = OrderedDict()
+        d["_modules"] = _Members()
+        d["_forward_pre_hooks"] = _Members()
         d["_forward_pre_hooks_with_kwargs"] = set()
-        d["_forward_hooks"] = OrderedDict()
+        d["_forward_hooks"] = _Members()
         d["_forward_hooks_with_kwargs"] = set()
         d["_forward_hooks_always_called"] = set()
-        d["_state_dict_hooks"] = OrderedDict()
-        d["_load_state_dict_pre_hooks"] = OrderedDict()
+        d["_state_dict_hooks"] = _Members()
+        d["_load_state_dict_pre_hooks"] = _Members()
+        tracer = dispatch.tracer
+        if tracer is not None:  # made while a compiled function is traced: its own to set up
+            tracer.made_modules.add(id(self))
 
     def forward(self, *args, **kwargs):
         raise NotImplementedError(f'Module [{type(self).__name__}] is missing the required "forward" function')
@@ -241,6 +279,14 @@ class Module:
 
     def __setattr__(self, name, value):
         d = self.__dict__
+        if name != "training" and _current(d, name) is not value:  # (`self.count += 1` on a buffer
+            state_epoch[0] += 1                                    # sets the same tensor again)
+            tracer = dispatch.tracer
+            if tracer is not None and id(self) not in tracer.made_modules:
+                tracer.side_effect(f"setting {type(self).__name__}.{name}")
+        elif name == "training" and dispatch.tracer is not None and d.get("training") is not value \
+                and id(self) not in dispatch.tracer.made_modules:
+            dispatch.tracer.side_effect(f"setting {type(self).__name__}.training")
         params = d.get("_parameters")
         if isinstance(value, Parameter):
             if params is None:
@@ -275,6 +321,10 @@ class Module:
 
     def __delattr__(self, name):
         d = self.__dict__
+        state_epoch[0] += 1
+        tracer = dispatch.tracer
+        if tracer is not None and id(self) not in tracer.made_modules:
+            tracer.side_effect(f"deleting {type(self).__name__}.{name}")
         for key in ("_parameters", "_buffers", "_modules"):
             if key in d and name in d[key]:
                 del d[key][name]
@@ -604,6 +654,18 @@ def _check_name(module, name, what, table):
         t = module.__dict__.get(other)
         if t is not None and t is not table and name in t:
             raise KeyError(f"attribute '{name}' already exists")
+
+
+_MISSING = object()
+
+
+def _current(d, name):
+    """What `module.name` holds now (a member or a plain attribute), or a unique sentinel."""
+    for key in ("_parameters", "_buffers", "_modules"):
+        members = d.get(key)
+        if members is not None and name in members:
+            return members[name]
+    return d.get(name, _MISSING)
 
 
 def _remove_from(d, name, exclude):
