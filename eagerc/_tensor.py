@@ -227,8 +227,9 @@ def _ufunc_op(ufunc):
 def _concrete(t, what):
     """A tensor is turned into a Python value: a tracer must know (guard or graph break)."""
     from . import dispatch
-    if dispatch.tracer is not None:
-        dispatch.tracer.concretize(t, what)
+    tracer = dispatch.active_tracer()
+    if tracer is not None:
+        tracer.concretize(t, what)
 
 
 def _rebuild(array, requires_grad):

@@ -171,7 +171,7 @@ def _accumulate_leaf(leaf, g, create_graph, exclusive):
         leaf.grad = g if create_graph or exclusive else g.clone()
     else:
         leaf.grad = leaf.grad + g
-    set_grad = getattr(dispatch.tracer, "set_grad", None)
+    set_grad = getattr(dispatch.active_tracer(), "set_grad", None)
     if set_grad is not None:  # a compiled training step writes .grad back explicitly
         set_grad(leaf, leaf.grad)
 
@@ -182,8 +182,9 @@ def run_backward(roots, root_grads, retain_graph=False, create_graph=False, targ
     With `targets` (Tensors), gradients w.r.t. them are returned instead of being
     accumulated into `.grad` (that is `autograd.grad`).
     """
-    if dispatch.tracer is not None:  # a compiled function that runs backward itself: a training step
-        dispatch.tracer.backward_ran = True
+    tracer = dispatch.active_tracer()
+    if tracer is not None:  # a compiled function that runs backward itself: a training step
+        tracer.backward_ran = True
     capture = None
     if targets is not None:
         capture = {}
@@ -215,7 +216,7 @@ def run_backward(roots, root_grads, retain_graph=False, create_graph=False, targ
     need = None if capture is None else _leads_to_targets(start, capture)
     ready = [n for n in dict.fromkeys(start) if deps.get(n, 0) == 0]
     prev_mode = dispatch.grad_enabled()
-    dispatch.set_grad_enabled(create_graph)
+    dispatch.set_grad_enabled(create_graph)  # this thread's mode only: other threads keep theirs
     anomaly = dispatch.anomaly_enabled()
     try:
         while ready:

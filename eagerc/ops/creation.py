@@ -254,8 +254,9 @@ def _draw(name, shape, dtype, device, generator, words, **extra):
     for s in shape:
         n *= s
     offset = gen.next_offset(words(n))
-    if dispatch.tracer is not None:  # a compiled graph must draw fresh offsets each call
-        dispatch.tracer.rng_source = (gen, words(n))
+    tracer = dispatch.active_tracer()
+    if tracer is not None:  # a compiled graph must draw fresh offsets each call
+        tracer.rng_source = (gen, words(n))
     attrs = {"shape": shape, "dtype": dtype.name, "seed": gen.initial_seed(), "offset": offset}
     attrs.update(extra)
     return create(OPS[name], attrs, _dev(device))
@@ -297,7 +298,8 @@ def randperm(n, *, generator=None, dtype=None, device=None):
     gen = generator or default_generator
     dtype = dtypes.as_dtype(dtype) or dtypes.int64
     offset = gen.next_offset(rng.words_used("permutation", n))
-    if dispatch.tracer is not None:
-        dispatch.tracer.rng_source = (gen, rng.words_used("permutation", n))
+    tracer = dispatch.active_tracer()
+    if tracer is not None:
+        tracer.rng_source = (gen, rng.words_used("permutation", n))
     return create(OPS["randperm"], {"n": int(n), "dtype": dtype.name, "seed": gen.initial_seed(),
                                     "offset": offset}, _dev(device))

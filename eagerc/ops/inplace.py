@@ -17,8 +17,9 @@ __all__ = ["commit", "check_inplace", "bump_version", "drop_history"]
 def bump_version(t, opname):
     """Record a raw in-place write (the caller already changed t.data)."""
     _bump(t, opname)
-    if dispatch.tracer is not None:  # a write the tracer cannot see as an op
-        dispatch.tracer.raw_write(t, opname)
+    tracer = dispatch.active_tracer()
+    if tracer is not None:  # a write the tracer cannot see as an op
+        tracer.raw_write(t, opname)
 
 
 def _bump(t, opname):
@@ -65,8 +66,9 @@ def commit(t, result, opname):
         _snapshot_saved_self(result.grad_fn, t)
     data[...] = rd
     _bump(t, opname)
-    if dispatch.tracer is not None:
-        dispatch.tracer.mutate(t, result)
+    tracer = dispatch.active_tracer()
+    if tracer is not None:
+        tracer.mutate(t, result)
     if result.grad_fn is not None:
         # the node keeps its own copy of any output it saved (result.data), so later
         # in-place ops on t cannot corrupt it

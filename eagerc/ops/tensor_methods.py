@@ -138,7 +138,7 @@ def fill_(self, value):
         if value.requires_grad and dispatch.grad_enabled():
             return commit(self, value.expand(self.shape) * 1, "fill_")
         value = value.item()
-    if self.grad_fn is not None and dispatch.grad_enabled() or dispatch.tracer is not None:
+    if self.grad_fn is not None and dispatch.grad_enabled() or dispatch.active_tracer() is not None:
         return commit(self, creation.full_like(self, value), "fill_")
     self.data.fill(value)
     bump_version(self, "fill_")
@@ -150,7 +150,7 @@ def copy_(self, src, non_blocking=False):
     if not isinstance(src, Tensor):
         src = creation.tensor(src)
     src = to(src, self.device, self.dtype)
-    if src.requires_grad and dispatch.grad_enabled() or dispatch.tracer is not None:
+    if src.requires_grad and dispatch.grad_enabled() or dispatch.active_tracer() is not None:
         return commit(self, src.expand(tuple(self.data.shape)) + 0, "copy_")
     self.data[...] = src.data
     bump_version(self, "copy_")
@@ -162,7 +162,7 @@ def _random_fill(self, draw, name):
     check_inplace(self, name)
     with dispatch_no_grad():
         r = draw()
-    if dispatch.tracer is not None:
+    if dispatch.active_tracer() is not None:
         return commit(self, r, name)
     self.data[...] = r.data
     bump_version(self, name)

@@ -128,9 +128,9 @@ class Optimizer:
                     continue
                 if set_to_none:
                     p.grad = None
-                    if dispatch.tracer is not None:
-                        dispatch.tracer.set_grad(p, None)
-                elif dispatch.tracer is not None:
+                    if dispatch.active_tracer() is not None:
+                        dispatch.active_tracer().set_grad(p, None)
+                elif dispatch.active_tracer() is not None:
                     g.zero_()  # recorded, so a compiled step zeroes it too
                 else:
                     if g.grad_fn is not None:

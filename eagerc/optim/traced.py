@@ -15,7 +15,7 @@ def needs_state(opt, key):
     for group in opt.param_groups:
         for p in group["params"]:
             if p.grad is not None and key not in opt.state[p]:
-                dispatch.tracer.retry(f"{type(opt).__name__}.step creates its state on the first step")
+                dispatch.active_tracer().retry(f"{type(opt).__name__}.step creates its state on the first step")
                 return True
     return False
 
