@@ -154,16 +154,16 @@ def apply(op, args, attrs=None):
 
     t = _new(Tensor)
     t.data = out
-    t.grad = None
+    t._grad = None
     t._vc = None
-    t.requires_grad = False
+    t._requires_grad = False
     t.grad_fn = None
     m = modes()
     if m.grad_enabled and op.differentiable:
         for a in args:
-            if isinstance(a, Tensor) and a.requires_grad:
+            if isinstance(a, Tensor) and a._requires_grad:
                 if out.dtype.kind == "f":
-                    t.requires_grad = True
+                    t._requires_grad = True
                     t.grad_fn = _make_node(op, args, attrs, t, out, m.anomaly)
                 break
     if op.view:
@@ -202,7 +202,7 @@ def _make_node(op, args, attrs, out_tensor, out, anomaly):
     edges = []
     bit = 1
     for a in args:
-        if isinstance(a, Tensor) and a.requires_grad:
+        if isinstance(a, Tensor) and a._requires_grad:
             mask |= bit
             fn = a.grad_fn
             edges.append(a if fn is None else fn)
@@ -263,9 +263,9 @@ def wrap(data, requires_grad=False):
     """A fresh leaf Tensor around an array (no copy)."""
     t = _new(Tensor)
     t.data = data
-    t.grad = None
+    t._grad = None
     t._vc = None
-    t.requires_grad = requires_grad
+    t._requires_grad = requires_grad
     t.grad_fn = None
     return t
 

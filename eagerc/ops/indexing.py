@@ -203,7 +203,7 @@ def _value_for(x, value, op):
 def _write(x, items, tensors, value, accumulate, op):
     """Commit x[items] = value (or += with accumulate) in place; returns x."""
     check_inplace(x, op)
-    if dispatch.grad_enabled() and (x.requires_grad or isinstance(value, Tensor) and value.requires_grad) \
+    if dispatch.grad_enabled() and (x._requires_grad or isinstance(value, Tensor) and value._requires_grad) \
             or dispatch.active_tracer() is not None:
         return commit(x, _put(x, value, tensors, items, accumulate), op)
     # nothing to record: write straight into x's memory

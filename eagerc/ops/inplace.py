@@ -73,7 +73,7 @@ def commit(t, result, opname):
         # the node keeps its own copy of any output it saved (result.data), so later
         # in-place ops on t cannot corrupt it
         t.grad_fn = result.grad_fn
-        t.requires_grad = True
+        t._requires_grad = True
     else:
         drop_history(t)
     return t
@@ -84,7 +84,7 @@ def drop_history(t):
     its old grad_fn must not route gradients any more (fill_, zero_, normal_ on a non-leaf)."""
     if t.grad_fn is not None and dispatch.grad_enabled():
         t.grad_fn = None
-        t.requires_grad = False
+        t._requires_grad = False
 
 
 def _snapshot_saved_self(node, t):
@@ -96,8 +96,8 @@ def _snapshot_saved_self(node, t):
         if s is t:
             old = Tensor.__new__(Tensor)
             old.data = t.data.copy()
-            old.requires_grad = t.requires_grad
-            old.grad = None
+            old._requires_grad = t._requires_grad
+            old._grad = None
             old.grad_fn = t.grad_fn
             old._vc = None
             saved[i] = old
