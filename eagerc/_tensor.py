@@ -5,6 +5,8 @@ Operations are attached by the op families in `eagerc/ops/` (each registers its
 functions as methods), so this file stays readable and every op still goes through
 `eagerc.dispatch.apply`.
 """
+import warnings
+
 import numpy as np
 
 from .runtime import dtypes
@@ -16,20 +18,54 @@ __all__ = ["Tensor"]
 class Tensor:
     """A multi-dimensional array that records operations for automatic differentiation.
 
-    Slots: `data` (the array), `requires_grad`, `grad`, `grad_fn` (the Node that made
+    Slots: `data` (the array), `_requires_grad`, `_grad`, `grad_fn` (the Node that made
     it, None for leaves) and `_vc`, a version counter shared with views (a one-item
     list, created lazily on the first in-place op or view).
+
+    `requires_grad` and `grad` are properties over the `_requires_grad` / `_grad` slots:
+    users get PyTorch's checks (only float tensors can require grad, only leaves can change
+    the flag, reading `.grad` of a non-leaf warns), while `dispatch.apply`, the engine and
+    code that builds tensors read and write the slots directly, at slot speed.
     """
-    __slots__ = ("data", "requires_grad", "grad", "grad_fn", "_vc", "_base", "_hooks", "__weakref__")
+    __slots__ = ("data", "_requires_grad", "_grad", "grad_fn", "_vc", "_base", "_hooks", "__weakref__")
     __array_priority__ = 1000  # make numpy defer to Tensor's reflected operators
 
     def __init__(self, data=None, *, dtype=None, device=None, requires_grad=False):
         from .ops.creation import to_array
         self.data = to_array([] if data is None else data, dtype, device)
-        self.requires_grad = bool(requires_grad)
-        self.grad = None
+        self._requires_grad = False
+        self._grad = None
         self.grad_fn = None
         self._vc = None
+        if requires_grad:
+            set_requires_grad(self, "Only")
+
+    # ------------------------------------------------------------ autograd attributes
+    @property
+    def requires_grad(self):
+        return self._requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self, value):
+        """PyTorch's attribute rules: a non-leaf keeps its flag, only float tensors require grad."""
+        if getattr(self, "grad_fn", None) is not None:  # tensors built slot by slot may lack it yet
+            raise RuntimeError(leaf_flag_error(bool(value)))
+        if value:
+            set_requires_grad(self, "only")
+        else:
+            self._requires_grad = False
+
+    @property
+    def grad(self):
+        """The accumulated gradient (a leaf's, or a non-leaf's after retain_grad()), or None."""
+        g = self._grad
+        if g is None and self.grad_fn is not None and self.grad_fn.retained is None:
+            warnings.warn(_NON_LEAF_GRAD, UserWarning, stacklevel=2)
+        return g
+
+    @grad.setter
+    def grad(self, value):
+        self._grad = value
 
     # ------------------------------------------------------------ properties
     @property
@@ -191,13 +227,13 @@ class Tensor:
     def __deepcopy__(self, memo):
         t = Tensor.__new__(Tensor)
         t.data = self.data.copy()
-        t.requires_grad = self.requires_grad
-        t.grad = None if self.grad is None else self.grad.__deepcopy__(memo)
+        t._requires_grad = self._requires_grad
+        t._grad = None if self._grad is None else self._grad.__deepcopy__(memo)
         t.grad_fn = None
         t._vc = None
         memo[id(self)] = t
         if type(self) is not Tensor:  # Parameter and friends keep their class
-            t = type(self)(t, requires_grad=self.requires_grad)
+            t = type(self)(t, requires_grad=self._requires_grad)
         return t
 
 
@@ -227,15 +263,42 @@ def _ufunc_op(ufunc):
 def _concrete(t, what):
     """A tensor is turned into a Python value: a tracer must know (guard or graph break)."""
     from . import dispatch
-    if dispatch.tracer is not None:
-        dispatch.tracer.concretize(t, what)
+    tracer = dispatch.active_tracer()
+    if tracer is not None:
+        tracer.concretize(t, what)
+
+
+_NON_LEAF_GRAD = (
+    "The .grad attribute of a Tensor that is not a leaf Tensor is being accessed. Its .grad "
+    "attribute won't be populated during autograd.backward(). If you indeed want the .grad "
+    "field to be populated for a non-leaf Tensor, use .retain_grad() on the non-leaf Tensor. "
+    "If you access the non-leaf Tensor by mistake, make sure you access the leaf Tensor "
+    "instead.")
+
+
+def leaf_flag_error(requires_grad):
+    """PyTorch's message for changing requires_grad of a tensor that has a grad_fn."""
+    msg = "you can only change requires_grad flags of leaf variables."
+    if not requires_grad:
+        msg += (" If you want to use a computed variable in a subgraph that doesn't require "
+                "differentiation use var_no_grad = var.detach().")
+    return msg
+
+
+def set_requires_grad(t, first_word):
+    """Set requires_grad on `t`, or raise PyTorch's error for integer and bool dtypes
+    (`first_word` "only" from the attribute, "Only" from requires_grad_ / tensor(...))."""
+    if t.data.dtype.kind != "f":  # eagerc has no complex dtypes
+        raise RuntimeError(f"{first_word} Tensors of floating point and complex dtype can require "
+                           f"gradients (this tensor is {dtypes.from_np(t.data.dtype)})")
+    t._requires_grad = True
 
 
 def _rebuild(array, requires_grad):
     t = Tensor.__new__(Tensor)
     t.data = array
-    t.requires_grad = requires_grad
-    t.grad = None
+    t._requires_grad = requires_grad
+    t._grad = None
     t.grad_fn = None
     t._vc = None
     return t

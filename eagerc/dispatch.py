@@ -5,7 +5,24 @@ mode is on and an input requires grad -- attaches a backward `Node`; when a trac
 is active it records the call. Define-by-run, autograd and tracing are three
 consumers of this one event. This is the hot path of eager mode: no per-call
 dictionaries, no *args repacking beyond the inputs tuple, slots everywhere.
+
+Modes are per thread. Grad mode, anomaly mode and the active tracer live in one small
+`Modes` object per thread (as in PyTorch, where grad mode is thread-local): two threads
+training two models, or a `no_grad` inference thread beside a training thread, must not
+see each other's modes -- a process-wide flag silently drops or adds gradients in the
+other thread. The object sits in a `contextvars.ContextVar`: `modes()` is one C call
+that CPython answers from a per-thread cache, so `apply` pays one lookup per op and
+then reads slots. A new thread starts from the defaults (grad on, no anomaly, no
+tracer), like PyTorch. Because a `Modes` is never changed once published (a change
+publishes a copy), a context copied into another thread (`asyncio.to_thread`,
+`contextvars.copy_context().run`) starts from a snapshot and never shares later changes;
+asyncio tasks, which run in their own context copies, get their own modes too.
+
+Any new mode state (autocast, a profiler hook...) follows the same rule: add a slot to
+`Modes` with its default and a getter/setter pair here (the setter calls `_set_mode`),
+and read it through `modes()` -- never a module global, which every thread would share.
 """
+import contextvars
 import traceback
 
 import numpy as np
@@ -17,28 +34,58 @@ from ._tensor import Tensor
 _ndarray = np.ndarray
 _new = object.__new__
 
-# Global modes, read on every op. Module globals are the fastest thing Python reads.
-_grad_enabled = True
-_anomaly = False
-tracer = None  # the active tracer (eagerc.compiler sets it); None in plain eager mode
+
+class Modes:
+    """One thread's modes, read on every op. Never changed after `_set_mode` publishes it.
+
+    `grad_enabled`: record backward Nodes; `anomaly`: record creation sites (detect_anomaly);
+    `tracer`: the active tracer (eagerc.compiler sets it), None in plain eager mode.
+    """
+    __slots__ = ("grad_enabled", "anomaly", "tracer")
+
+    def __init__(self):
+        self.grad_enabled = True
+        self.anomaly = False
+        self.tracer = None
+
+
+_modes = contextvars.ContextVar("eagerc.dispatch.modes", default=Modes())
+modes = _modes.get  # the calling thread's Modes: one cheap lookup, then read its slots
+
+
+def _set_mode(name, value):
+    """Publish a copy of this thread's Modes with `name` = value (other threads keep theirs)."""
+    old = modes()
+    new = _new(Modes)
+    for f in Modes.__slots__:
+        setattr(new, f, getattr(old, f))
+    setattr(new, name, value)
+    _modes.set(new)
 
 
 def grad_enabled():
-    return _grad_enabled
+    return modes().grad_enabled
 
 
 def set_grad_enabled(mode):
-    global _grad_enabled
-    _grad_enabled = bool(mode)
+    _set_mode("grad_enabled", bool(mode))
 
 
 def anomaly_enabled():
-    return _anomaly
+    return modes().anomaly
 
 
 def set_anomaly_enabled(mode):
-    global _anomaly
-    _anomaly = bool(mode)
+    _set_mode("anomaly", bool(mode))
+
+
+def active_tracer():
+    """The tracer recording this thread's ops, or None (eager mode)."""
+    return modes().tracer
+
+
+def set_tracer(tracer):
+    _set_mode("tracer", tracer)
 
 
 class Node:
@@ -107,16 +154,17 @@ def apply(op, args, attrs=None):
 
     t = _new(Tensor)
     t.data = out
-    t.grad = None
+    t._grad = None
     t._vc = None
-    t.requires_grad = False
+    t._requires_grad = False
     t.grad_fn = None
-    if _grad_enabled and op.differentiable:
+    m = modes()
+    if m.grad_enabled and op.differentiable:
         for a in args:
-            if isinstance(a, Tensor) and a.requires_grad:
+            if isinstance(a, Tensor) and a._requires_grad:
                 if out.dtype.kind == "f":
-                    t.requires_grad = True
-                    t.grad_fn = _make_node(op, args, attrs, t, out)
+                    t._requires_grad = True
+                    t.grad_fn = _make_node(op, args, attrs, t, out, m.anomaly)
                 break
     if op.view:
         src = args[0]
@@ -125,6 +173,7 @@ def apply(op, args, attrs=None):
             vc = src._vc = [0]
         t._vc = vc
         t._base = src
+    tracer = m.tracer
     if tracer is not None:
         tracer.record(op, args, attrs, t)
     return t
@@ -145,7 +194,7 @@ SAVE_ALL = "all"  # save_table of a node-level derivative that reads every input
 _SHAPES_ONLY = ((), False, True)  # variadic ops (cat, stack, einsum...) need input shapes only
 
 
-def _make_node(op, args, attrs, out_tensor, out):
+def _make_node(op, args, attrs, out_tensor, out, anomaly):
     node = _new(Node)
     node.op = op
     node.attrs = attrs
@@ -153,7 +202,7 @@ def _make_node(op, args, attrs, out_tensor, out):
     edges = []
     bit = 1
     for a in args:
-        if isinstance(a, Tensor) and a.requires_grad:
+        if isinstance(a, Tensor) and a._requires_grad:
             mask |= bit
             fn = a.grad_fn
             edges.append(a if fn is None else fn)
@@ -200,7 +249,7 @@ def _make_node(op, args, attrs, out_tensor, out):
     node.out_dtype = out.dtype
     node.hooks = None
     node.retained = None
-    node.created_at = _user_stack() if _anomaly else None
+    node.created_at = _user_stack() if anomaly else None
     return node
 
 
@@ -214,9 +263,9 @@ def wrap(data, requires_grad=False):
     """A fresh leaf Tensor around an array (no copy)."""
     t = _new(Tensor)
     t.data = data
-    t.grad = None
+    t._grad = None
     t._vc = None
-    t.requires_grad = requires_grad
+    t._requires_grad = requires_grad
     t.grad_fn = None
     return t
 
@@ -227,6 +276,7 @@ def create(op, attrs, dev):
     from .runtime.device import CPU, xp_for
     kernel = op.cpu if dev is CPU or dev.type == "cpu" else op.kernel(xp_for(dev))
     t = wrap(kernel(**attrs))
+    tracer = modes().tracer
     if tracer is not None:
         tracer.record(op, (), attrs, t)
     return t

@@ -10,6 +10,7 @@ import os
 import re
 import sys
 import time
+import warnings
 import weakref
 
 import numpy as np
@@ -277,7 +278,8 @@ def test_retain_grad_on_non_leaf():
     assert y.retains_grad and not z.retains_grad
     z.sum().backward()
     np.testing.assert_allclose(y.grad.numpy(), 1 - np.tanh(3 * xv) ** 2, rtol=1e-12)
-    assert z.grad is None                # not retained: stays None
+    with pytest.warns(UserWarning, match="not a leaf Tensor is being accessed"):
+        assert z.grad is None            # not retained: stays None, and reading it warns (PyTorch)
     np.testing.assert_allclose(x.grad.numpy(), 3 * (1 - np.tanh(3 * xv) ** 2), rtol=1e-12)
 
 
@@ -1052,6 +1054,59 @@ def test_integer_and_bool_tensors_cannot_require_grad(dtype):
         eagerc.tensor([1, 0], dtype=dtype).requires_grad_()
     with pytest.raises(RuntimeError, match="floating point"):
         eagerc.zeros(2, dtype=dtype, requires_grad=True)
+
+
+@pytest.mark.parametrize("dtype", [eagerc.int64, eagerc.int32, eagerc.uint8, eagerc.bool])
+def test_integer_tensors_cannot_require_grad_through_the_attribute_or_constructor(dtype):
+    """PyTorch's messages: "only ..." from the attribute, "Only ..." from the constructor."""
+    t = eagerc.tensor([1, 0], dtype=dtype)
+    with pytest.raises(RuntimeError, match="^only Tensors of floating point and complex dtype "
+                                           "can require gradients"):
+        t.requires_grad = True
+    assert t.requires_grad is False
+    t.requires_grad = False                   # turning it off is always fine on a leaf
+    with pytest.raises(RuntimeError, match="^Only Tensors of floating point and complex dtype"):
+        eagerc.Tensor([1, 0], dtype=dtype, requires_grad=True)
+    with pytest.raises(RuntimeError, match="^Only Tensors of floating point and complex dtype"):
+        t.requires_grad_(True)
+
+
+def test_requires_grad_attribute_of_a_non_leaf_cannot_change():
+    x = t64([1.0, 2.0])
+    y = x * 2
+    with pytest.raises(RuntimeError, match=r"^you can only change requires_grad flags of leaf "
+                                           r"variables\. If you want .* var\.detach\(\)\.$"):
+        y.requires_grad = False
+    with pytest.raises(RuntimeError, match=r"^you can only change requires_grad flags of leaf variables\.$"):
+        y.requires_grad = True                # PyTorch refuses any assignment on a non-leaf
+    assert y.requires_grad and y.grad_fn is not None   # unchanged, still part of the graph
+    y.sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [2.0, 2.0])
+    x.requires_grad = False                   # a leaf may change its flag
+    assert not x.requires_grad and not (x * 2).requires_grad
+    x.requires_grad = True
+    assert (x * 2).requires_grad
+
+
+def test_reading_grad_of_a_non_leaf_warns_like_pytorch():
+    x = t64([1.0, 2.0])
+    y = x * 2
+    with pytest.warns(UserWarning, match=r"^The \.grad attribute of a Tensor that is not a leaf "
+                                         r"Tensor is being accessed\..*retain_grad\(\)") as w:
+        assert y.grad is None
+    assert w[0].filename == __file__          # points at the user's line
+    z = x * 3
+    z.retain_grad()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")        # none of these warn
+        assert x.grad is None and eagerc.tensor([1.0]).grad is None and z.grad is None
+        (y + z).sum().backward()              # the engine and accumulation read no non-leaf .grad
+        np.testing.assert_array_equal(z.grad.numpy(), [1.0, 1.0])
+        np.testing.assert_array_equal(x.grad.numpy(), [5.0, 5.0])
+        opt = eagerc.optim.SGD([x], lr=0.5)
+        opt.step()
+        opt.zero_grad()
+        np.testing.assert_array_equal(x.detach().numpy(), [-1.5, -0.5])
 
 
 def test_integer_results_do_not_require_grad():

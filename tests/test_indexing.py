@@ -334,12 +334,12 @@ def test_masks_carry_their_count_so_shape_rules_are_static():
         def concretize(self, t, what):  # the mask's True count is a data-dependent value
             concretized.append(what)
 
-    dispatch.tracer = Rec()
+    dispatch.set_tracer(Rec())
     try:
         x[m]
         eagerc.nonzero(m)
     finally:
-        dispatch.tracer = None
+        dispatch.set_tracer(None)
     assert seen[0][1] == {"index": (("mask", 0, 4),)}
     assert [(s[2], s[3]) for s in seen] == [((4,), (4,)), ((4, 2), (4, 2))]
     assert concretized == ["item()", "item()"]  # a tracer is told: data-dependent sizes
@@ -366,12 +366,12 @@ def test_index_attribute_is_json_plain_and_survives_a_round_trip():
         def record(self, op, args, attrs, out):
             recorded.append((op, args, attrs, out))
 
-    dispatch.tracer = Rec()
+    dispatch.set_tracer(Rec())
     try:
         y = x[1:, None, ..., i]
         z = x[-1, ::-2]
     finally:
-        dispatch.tracer = None
+        dispatch.set_tracer(None)
     op, args, attrs, out = recorded[0]
     assert op.name == "index" and args[1] is i
     assert attrs["index"] == (("slice", 1, None, None), ("none",), ("ellipsis",), ("tensor", 0))

@@ -232,11 +232,11 @@ class _Ops:
 
 def _recording(fn):
     rec = _Ops()
-    dispatch.tracer = rec
+    dispatch.set_tracer(rec)
     try:
         fn()
     finally:
-        dispatch.tracer = None
+        dispatch.set_tracer(None)
     return rec.names
 
 

@@ -124,7 +124,7 @@ class _Recorder:
 
 def _record_all(cases):
     rec = _Recorder()
-    dispatch.tracer = rec
+    dispatch.set_tracer(rec)
     try:
         for case in cases:
             for v in range(len(case.shapes)):
@@ -135,7 +135,7 @@ def _record_all(cases):
                     if fl:
                         sum(o.sum() for o in fl).backward()
     finally:
-        dispatch.tracer = None
+        dispatch.set_tracer(None)
     return rec.seen
 
 

@@ -88,7 +88,9 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
 
 
 class detect_anomaly:
-    """Record where each op was created; name it when its backward yields nan/inf."""
+    """Record where each op was created; name it when its backward yields nan/inf.
+
+    Like grad mode, it is per thread: other threads keep their own setting."""
 
     def __init__(self, check_nan=True):
         self.check_nan = check_nan

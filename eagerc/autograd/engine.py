@@ -43,8 +43,8 @@ def _saved_output(node):
         raise _modified_error(node, "the output", tuple(node.out.shape), node.out.dtype, node.out_vc, 0)
     t = Tensor.__new__(Tensor)
     t.data = node.out
-    t.requires_grad = True
-    t.grad = None
+    t._requires_grad = True
+    t._grad = None
     t.grad_fn = node
     t._vc = node.out_vc
     return t
@@ -167,13 +167,13 @@ def _accumulate_leaf(leaf, g, create_graph, exclusive):
         exclusive = True
     if not create_graph:
         g = g.detach()
-    if leaf.grad is None:
-        leaf.grad = g if create_graph or exclusive else g.clone()
+    if leaf._grad is None:
+        leaf._grad = g if create_graph or exclusive else g.clone()
     else:
-        leaf.grad = leaf.grad + g
-    set_grad = getattr(dispatch.tracer, "set_grad", None)
+        leaf._grad = leaf._grad + g
+    set_grad = getattr(dispatch.active_tracer(), "set_grad", None)
     if set_grad is not None:  # a compiled training step writes .grad back explicitly
-        set_grad(leaf, leaf.grad)
+        set_grad(leaf, leaf._grad)
 
 
 def run_backward(roots, root_grads, retain_graph=False, create_graph=False, targets=None):
@@ -182,8 +182,9 @@ def run_backward(roots, root_grads, retain_graph=False, create_graph=False, targ
     With `targets` (Tensors), gradients w.r.t. them are returned instead of being
     accumulated into `.grad` (that is `autograd.grad`).
     """
-    if dispatch.tracer is not None:  # a compiled function that runs backward itself: a training step
-        dispatch.tracer.backward_ran = True
+    tracer = dispatch.active_tracer()
+    if tracer is not None:  # a compiled function that runs backward itself: a training step
+        tracer.backward_ran = True
     capture = None
     if targets is not None:
         capture = {}
@@ -204,7 +205,7 @@ def run_backward(roots, root_grads, retain_graph=False, create_graph=False, targ
 
     for t, g in zip(roots, root_grads):
         if t.grad_fn is None:
-            if not t.requires_grad:
+            if not t._requires_grad:
                 raise RuntimeError("element 0 of tensors does not require grad and does not have a grad_fn")
             deliver(t, g)
         else:
@@ -215,7 +216,7 @@ def run_backward(roots, root_grads, retain_graph=False, create_graph=False, targ
     need = None if capture is None else _leads_to_targets(start, capture)
     ready = [n for n in dict.fromkeys(start) if deps.get(n, 0) == 0]
     prev_mode = dispatch.grad_enabled()
-    dispatch.set_grad_enabled(create_graph)
+    dispatch.set_grad_enabled(create_graph)  # this thread's mode only: other threads keep theirs
     anomaly = dispatch.anomaly_enabled()
     try:
         while ready:
@@ -233,7 +234,7 @@ def run_backward(roots, root_grads, retain_graph=False, create_graph=False, targ
                     t = node.retained()
                     if t is not None:  # accumulates across backward calls, like a leaf's
                         rg = g if create_graph else g.detach()
-                        t.grad = rg.clone() if t.grad is None else t.grad + rg
+                        t._grad = rg.clone() if t._grad is None else t._grad + rg
                 if capture is not None:
                     if node in capture:
                         capture[node] = g

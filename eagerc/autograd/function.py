@@ -125,7 +125,7 @@ class Function:
         ctx = FunctionCtx()
         ctx._name = cls.__name__
         ctx.fn_cls = cls
-        ctx.needs_input_grad = tuple(isinstance(a, Tensor) and a.requires_grad for a in args)
+        ctx.needs_input_grad = tuple(isinstance(a, Tensor) and a._requires_grad for a in args)
         with_grad = dispatch.grad_enabled() and any(ctx.needs_input_grad)
         prev = dispatch.grad_enabled()
         dispatch.set_grad_enabled(False)
@@ -169,7 +169,7 @@ class Function:
             if i == ctx._diff_out:
                 if o.grad_fn is not None or o.requires_grad or any(o is a for a in args):
                     o = o.detach()  # a returned input (or an intermediate) gets a fresh node
-                o.requires_grad = True
+                o._requires_grad = True
                 o.grad_fn = node
                 node.out_dtype = o.data.dtype
             result.append(o)

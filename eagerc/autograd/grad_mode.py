@@ -1,7 +1,7 @@
 """Grad modes: no_grad, enable_grad, set_grad_enabled, inference_mode.
 
-The flag itself lives in `eagerc.dispatch` (read on every op); these objects only
-flip it, as context managers or as decorators.
+The flag itself lives in `eagerc.dispatch` (per thread, read on every op); these
+objects only flip it for the calling thread, as context managers or as decorators.
 """
 import functools
 

@@ -328,7 +328,7 @@ class CompiledFunction:
             scal = tuple([(type(v), v) for v in [g.get(n) for n in self._globs] +
                           [c.cell_contents for _, c in self._cells]])
         mods = self._guard_mods
-        key = (struct, specs, dispatch._grad_enabled, tuple(map(_training, mods)) if mods else (), alias, scal)
+        key = (struct, specs, dispatch.grad_enabled(), tuple(map(_training, mods)) if mods else (), alias, scal)
         return key, leaves, env
 
     def guard_key(self, args, kwargs):
@@ -390,7 +390,7 @@ class CompiledFunction:
 
     # ------------------------------------------------------------ calls
     def __call__(self, *args, **kwargs):
-        if dispatch.tracer is not None:  # called while tracing another function: inline it
+        if dispatch.active_tracer() is not None:  # called while tracing another function: inline it
             return self.fn(*args, **kwargs)
         key, leaves, env = self._key(args, kwargs)
         entry = self.entries.get(key)

@@ -703,7 +703,7 @@ def _sym_tensor_class(Tensor, Size):
         from .. import dispatch
 
         def sym_shape(t):
-            sym = getattr(dispatch.tracer, "symbolic", None)
+            sym = getattr(dispatch.active_tracer(), "symbolic", None)
             return t.data.shape if sym is None else sym.shape_of(t.data.shape)
 
         class SymTensor(Tensor):
@@ -729,7 +729,7 @@ def _sym_tensor_class(Tensor, Size):
 
             def numel(self):
                 n = int(self.data.size)
-                sym = getattr(dispatch.tracer, "symbolic", None)
+                sym = getattr(dispatch.active_tracer(), "symbolic", None)
                 return n if sym is None or n < 2 else sym.shape_of((n,))[0]
 
             nelement = numel

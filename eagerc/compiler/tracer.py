@@ -1,7 +1,7 @@
 """The tracer: watch one eager run at the dispatch point and write it down as a Graph.
 
 Tracing runs the user's function on the real inputs with a `Tracer` installed as
-`eagerc.dispatch.tracer`, so the first call also returns the real result. Every op
+`eagerc.dispatch.active_tracer()` (per thread), so the first call also returns the real result. Every op
 (`apply`) and creation op (`create`) calls `record`; in-place updates call `mutate`;
 anything that turns a traced tensor into a Python value calls `concretize`, which
 stops the trace with a `GraphBreak` naming the user's file:line (never a silent
@@ -369,7 +369,7 @@ class Tracer:
         if self.broken is None:
             self.broken = GraphBreak(why, user_location(), "the next call is traced again")
             self.retryable = True
-        dispatch.tracer = None
+        dispatch.set_tracer(None)
 
     def side_effect(self, what, deferred=False):
         """The traced function changed Python state a compiled call would not change again
@@ -459,7 +459,7 @@ class Tracer:
         brk = GraphBreak(what, loc, why, self.fullgraph)
         if self.broken is None:
             self.broken = brk
-        dispatch.tracer = None  # the rest of this call runs plainly eagerly
+        dispatch.set_tracer(None)  # the rest of this call runs plainly eagerly
         if self.fullgraph:
             raise brk
 
@@ -486,7 +486,7 @@ def tracing(tracer, modules=None, watch=None):
     """Install `tracer` at the dispatch point, with module hooks that keep
     tracer.module_stack (module paths from `modules`, id -> path) and tracer.modules.
     `watch` (a guards.Watch) looks for Python side effects of the traced code."""
-    if dispatch.tracer is not None:
+    if dispatch.active_tracer() is not None:
         raise RuntimeError("eagerc.compile: nested tracing is not supported (a compiled function "
                            "called another while it was being traced)")
     if tracer.base_frame is None:
@@ -494,13 +494,13 @@ def tracing(tracer, modules=None, watch=None):
     if watch is not None:
         watch.before()
     handles = _module_hooks(tracer, modules or {})
-    dispatch.tracer = tracer
+    dispatch.set_tracer(tracer)
     ok = False
     try:
         yield tracer
         ok = True
     finally:
-        dispatch.tracer = None
+        dispatch.set_tracer(None)
         for h in handles:
             h.remove()
         tracer._frame_of.clear()
@@ -516,11 +516,13 @@ def _module_hooks(tracer, paths):
     from ..nn.modules.module import register_module_forward_pre_hook, register_module_forward_hook
 
     def pre(module, args):
+        if dispatch.active_tracer() is not tracer:  # the hooks are global: skip other threads' modules
+            return
         tracer.modules[id(module)] = module
         tracer.module_stack.append(paths.get(id(module), type(module).__name__))
 
     def post(module, args, out):
-        if tracer.module_stack:
+        if dispatch.active_tracer() is tracer and tracer.module_stack:
             tracer.module_stack.pop()
     return [register_module_forward_pre_hook(pre), register_module_forward_hook(post)]
 

@@ -61,7 +61,7 @@ _BATCH_NORM_BACKWARD, _BATCH_NORM_WEIGHT_BACKWARD = OPS["batch_norm_backward"], 
 def _first_order():
     """True while a plain backward runs (grad mode off): derivatives may use the fused
     `*_backward` kernels. Under create_graph=True they use their Tensor-op formulas."""
-    return not dispatch._grad_enabled
+    return not dispatch.grad_enabled()
 
 
 def _float_input(name, x):

@@ -134,7 +134,7 @@ def _from_data(data, dtype, device, copy):
     again at every call, so the compiled function sees later changes to it."""
     arr = to_array(data, dtype, device, copy=copy)
     t = wrap(arr)
-    tracer = dispatch.tracer
+    tracer = dispatch.active_tracer()
     if tracer is not None and isinstance(data, np.ndarray) and arr is not data:
         tracer.array_input(t, data, lambda a: to_array(a, dtype, device, copy=True))
     return t
@@ -270,8 +270,9 @@ def _draw(name, shape, dtype, device, generator, words, **extra):
     for s in shape:
         n *= s
     offset = gen.next_offset(words(n))
-    if dispatch.tracer is not None:  # a compiled graph must draw fresh offsets each call
-        dispatch.tracer.rng_source = (gen, words(n))
+    tracer = dispatch.active_tracer()
+    if tracer is not None:  # a compiled graph must draw fresh offsets each call
+        tracer.rng_source = (gen, words(n))
     attrs = {"shape": shape, "dtype": dtype.name, "seed": gen.initial_seed(), "offset": offset}
     attrs.update(extra)
     return create(OPS[name], attrs, _dev(device))
@@ -313,7 +314,8 @@ def randperm(n, *, generator=None, dtype=None, device=None):
     gen = generator or default_generator
     dtype = dtypes.as_dtype(dtype) or dtypes.int64
     offset = gen.next_offset(rng.words_used("permutation", n))
-    if dispatch.tracer is not None:
-        dispatch.tracer.rng_source = (gen, rng.words_used("permutation", n))
+    tracer = dispatch.active_tracer()
+    if tracer is not None:
+        tracer.rng_source = (gen, rng.words_used("permutation", n))
     return create(OPS["randperm"], {"n": int(n), "dtype": dtype.name, "seed": gen.initial_seed(),
                                     "offset": offset}, _dev(device))

@@ -82,7 +82,7 @@ def count_true(t):
     Indexing with a mask and nonzero have shapes that depend on it; under a tracer it
     is computed with Tensor ops, so the tracer sees a tensor turned into a Python value
     (a guard or a graph break) instead of a silently baked-in constant."""
-    if dispatch.tracer is None:
+    if dispatch.active_tracer() is None:
         d = t.data
         return int(np.count_nonzero(d) if type(d) is np.ndarray else xp_of(d).count_nonzero(d))
     m = t if t.data.dtype.kind == "b" else t != 0
@@ -203,8 +203,8 @@ def _value_for(x, value, op):
 def _write(x, items, tensors, value, accumulate, op):
     """Commit x[items] = value (or += with accumulate) in place; returns x."""
     check_inplace(x, op)
-    if dispatch._grad_enabled and (x.requires_grad or isinstance(value, Tensor) and value.requires_grad) \
-            or dispatch.tracer is not None:
+    if dispatch.grad_enabled() and (x._requires_grad or isinstance(value, Tensor) and value._requires_grad) \
+            or dispatch.active_tracer() is not None:
         return commit(x, _put(x, value, tensors, items, accumulate), op)
     # nothing to record: write straight into x's memory
     data = x.data

@@ -17,8 +17,9 @@ __all__ = ["commit", "check_inplace", "bump_version", "drop_history"]
 def bump_version(t, opname):
     """Record a raw in-place write (the caller already changed t.data)."""
     _bump(t, opname)
-    if dispatch.tracer is not None:  # a write the tracer cannot see as an op
-        dispatch.tracer.raw_write(t, opname)
+    tracer = dispatch.active_tracer()
+    if tracer is not None:  # a write the tracer cannot see as an op
+        tracer.raw_write(t, opname)
 
 
 def _bump(t, opname):
@@ -65,13 +66,14 @@ def commit(t, result, opname):
         _snapshot_saved_self(result.grad_fn, t)
     data[...] = rd
     _bump(t, opname)
-    if dispatch.tracer is not None:
-        dispatch.tracer.mutate(t, result)
+    tracer = dispatch.active_tracer()
+    if tracer is not None:
+        tracer.mutate(t, result)
     if result.grad_fn is not None:
         # the node keeps its own copy of any output it saved (result.data), so later
         # in-place ops on t cannot corrupt it
         t.grad_fn = result.grad_fn
-        t.requires_grad = True
+        t._requires_grad = True
     else:
         drop_history(t)
     return t
@@ -82,7 +84,7 @@ def drop_history(t):
     its old grad_fn must not route gradients any more (fill_, zero_, normal_ on a non-leaf)."""
     if t.grad_fn is not None and dispatch.grad_enabled():
         t.grad_fn = None
-        t.requires_grad = False
+        t._requires_grad = False
 
 
 def _snapshot_saved_self(node, t):
@@ -94,8 +96,8 @@ def _snapshot_saved_self(node, t):
         if s is t:
             old = Tensor.__new__(Tensor)
             old.data = t.data.copy()
-            old.requires_grad = t.requires_grad
-            old.grad = None
+            old._requires_grad = t._requires_grad
+            old._grad = None
             old.grad_fn = t.grad_fn
             old._vc = None
             saved[i] = old

@@ -7,7 +7,7 @@ from ..dispatch import apply, wrap
 from ..runtime import dtypes
 from ..runtime.device import device as as_device, Device
 from ..runtime.ops import OPS
-from .._tensor import Tensor
+from .._tensor import Tensor, set_requires_grad, leaf_flag_error
 from . import creation
 from .elementwise import cast
 from .inplace import bump_version, check_inplace, commit, drop_history
@@ -30,17 +30,19 @@ def detach(self):
 
 def detach_(self):
     self.grad_fn = None
-    self.requires_grad = False
+    self._requires_grad = False
     return self
 
 
 def requires_grad_(self, requires_grad=True):
-    if self.grad_fn is not None and not requires_grad:
-        raise RuntimeError("requires_grad_: you can only change requires_grad flags of leaf variables. "
-                           "Use detach() to get a tensor that does not require grad.")
-    if requires_grad and self.data.dtype.kind != "f":
-        raise RuntimeError(f"only Tensors of floating point dtype can require gradients, got {self.dtype}")
-    self.requires_grad = bool(requires_grad)
+    """Like PyTorch: a non-leaf may be asked to require grad (it does), not to stop."""
+    if self.grad_fn is not None:
+        if not requires_grad:
+            raise RuntimeError("requires_grad_: " + leaf_flag_error(False))
+    elif requires_grad:
+        set_requires_grad(self, "Only")
+    else:
+        self._requires_grad = False
     return self
 
 
@@ -135,10 +137,10 @@ def zero_(self):
 def fill_(self, value):
     check_inplace(self, "fill_")
     if isinstance(value, Tensor):
-        if value.requires_grad and dispatch.grad_enabled():
+        if value._requires_grad and dispatch.grad_enabled():
             return commit(self, value.expand(self.shape) * 1, "fill_")
         value = value.item()
-    if self.grad_fn is not None and dispatch.grad_enabled() or dispatch.tracer is not None:
+    if self.grad_fn is not None and dispatch.grad_enabled() or dispatch.active_tracer() is not None:
         return commit(self, creation.full_like(self, value), "fill_")
     self.data.fill(value)
     bump_version(self, "fill_")
@@ -150,7 +152,7 @@ def copy_(self, src, non_blocking=False):
     if not isinstance(src, Tensor):
         src = creation.tensor(src)
     src = to(src, self.device, self.dtype)
-    if src.requires_grad and dispatch.grad_enabled() or dispatch.tracer is not None:
+    if src._requires_grad and dispatch.grad_enabled() or dispatch.active_tracer() is not None:
         return commit(self, src.expand(tuple(self.data.shape)) + 0, "copy_")
     self.data[...] = src.data
     bump_version(self, "copy_")
@@ -162,7 +164,7 @@ def _random_fill(self, draw, name):
     check_inplace(self, name)
     with dispatch_no_grad():
         r = draw()
-    if dispatch.tracer is not None:
+    if dispatch.active_tracer() is not None:
         return commit(self, r, name)
     self.data[...] = r.data
     bump_version(self, name)

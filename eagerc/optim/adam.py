@@ -35,7 +35,7 @@ class Adam(Optimizer):
     def step(self, closure=None):
         loss = self._closure_loss(closure)
         decoupled = self._decoupled
-        if dispatch.tracer is not None and not traced.needs_state(self, "exp_avg"):
+        if dispatch.active_tracer() is not None and not traced.needs_state(self, "exp_avg"):
             traced.adam_step(self, decoupled)
             return loss
         for group in self.param_groups:

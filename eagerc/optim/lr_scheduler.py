@@ -27,8 +27,8 @@ def _not_traced(scheduler):
     """A scheduler step writes Python floats a compiled graph cannot replay: inside a traced
     function it is a graph break (call it outside; lrs are read at every compiled call)."""
     from .. import dispatch
-    if dispatch.tracer is not None:
-        dispatch.tracer.side_effect(f"{type(scheduler).__name__}.step()")
+    if dispatch.active_tracer() is not None:
+        dispatch.active_tracer().side_effect(f"{type(scheduler).__name__}.step()")
 
 
 class LRScheduler:

@@ -123,8 +123,8 @@ class Optimizer:
         seen = {id(p) for g in self.param_groups for p in g["params"]}
         if any(id(p) in seen for p in params):
             raise ValueError("some parameters appear in more than one parameter group")
-        if dispatch.tracer is not None:
-            dispatch.tracer.side_effect(f"{type(self).__name__}.add_param_group")
+        if dispatch.active_tracer() is not None:
+            dispatch.active_tracer().side_effect(f"{type(self).__name__}.add_param_group")
         self.param_groups.append(group)
         self.__dict__["_version"] = self.__dict__.get("_version", 0) + 1
 
@@ -138,9 +138,9 @@ class Optimizer:
                     continue
                 if set_to_none:
                     p.grad = None
-                    if dispatch.tracer is not None:
-                        dispatch.tracer.set_grad(p, None)
-                elif dispatch.tracer is not None:
+                    if dispatch.active_tracer() is not None:
+                        dispatch.active_tracer().set_grad(p, None)
+                elif dispatch.active_tracer() is not None:
                     g.zero_()  # recorded, so a compiled step zeroes it too
                 else:
                     if g.grad_fn is not None:

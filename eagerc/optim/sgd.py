@@ -30,7 +30,7 @@ class SGD(Optimizer):
 
     def step(self, closure=None):
         loss = self._closure_loss(closure)
-        if dispatch.tracer is not None and not (
+        if dispatch.active_tracer() is not None and not (
                 any(g["momentum"] for g in self.param_groups) and traced.needs_state(self, "momentum_buffer")):
             traced.sgd_step(self)
             return loss

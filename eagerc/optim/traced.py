@@ -23,7 +23,7 @@ def needs_state(opt, key):
     for group in opt.param_groups:
         for p in group["params"]:
             if p.grad is not None and key not in opt.state[p]:
-                dispatch.tracer.retry(f"{type(opt).__name__}.step creates its state on the first step")
+                dispatch.active_tracer().retry(f"{type(opt).__name__}.step creates its state on the first step")
                 return True
     return False
 
@@ -35,7 +35,7 @@ class _Options:
         self.opt = opt
         self.index = index
         self.group = opt.param_groups[index]
-        self.tracer = dispatch.tracer
+        self.tracer = dispatch.active_tracer()
 
     def __getitem__(self, key):
         """A numeric option as a 0-d float64 graph input."""
@@ -58,7 +58,7 @@ class _Options:
 
 
 def _groups(opt):
-    dispatch.tracer.stepped(opt)
+    dispatch.active_tracer().stepped(opt)
     return [(_Options(opt, i), group) for i, group in enumerate(opt.param_groups)]
 
 

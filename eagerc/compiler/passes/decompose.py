@@ -110,7 +110,7 @@ def _trace_template(n, fn):
     from ... import dispatch
     from ...autograd.grad_mode import no_grad
     from ..tracer import trace
-    if dispatch.tracer is not None:   # called while another trace runs: nested tracing is refused
+    if dispatch.active_tracer() is not None:   # called while another trace runs: nested tracing is refused
         return None
     tensors = [dispatch.wrap(np.zeros(tuple(x.shape), dtypes.as_dtype(x.dtype).np))
                for x in n.inputs if isinstance(x, Value)]

@@ -130,7 +130,7 @@ class Module:
         d["_forward_hooks_always_called"] = set()
         d["_state_dict_hooks"] = _Members()
         d["_load_state_dict_pre_hooks"] = _Members()
-        tracer = dispatch.tracer
+        tracer = dispatch.active_tracer()
         if tracer is not None:  # made while a compiled function is traced: its own to set up
             tracer.made_modules.add(id(self))
 
@@ -279,14 +279,12 @@ class Module:
 
     def __setattr__(self, name, value):
         d = self.__dict__
-        if name != "training" and _current(d, name) is not value:  # (`self.count += 1` on a buffer
-            state_epoch[0] += 1                                    # sets the same tensor again)
-            tracer = dispatch.tracer
+        if _current(d, name) is not value:  # (`self.count += 1` on a buffer sets the same tensor again)
+            if name != "training":
+                state_epoch[0] += 1
+            tracer = dispatch.active_tracer()
             if tracer is not None and id(self) not in tracer.made_modules:
                 tracer.side_effect(f"setting {type(self).__name__}.{name}")
-        elif name == "training" and dispatch.tracer is not None and d.get("training") is not value \
-                and id(self) not in dispatch.tracer.made_modules:
-            dispatch.tracer.side_effect(f"setting {type(self).__name__}.training")
         params = d.get("_parameters")
         if isinstance(value, Parameter):
             if params is None:
@@ -322,7 +320,7 @@ class Module:
     def __delattr__(self, name):
         d = self.__dict__
         state_epoch[0] += 1
-        tracer = dispatch.tracer
+        tracer = dispatch.active_tracer()
         if tracer is not None and id(self) not in tracer.made_modules:
             tracer.side_effect(f"deleting {type(self).__name__}.{name}")
         for key in ("_parameters", "_buffers", "_modules"):
