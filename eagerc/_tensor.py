@@ -33,6 +33,11 @@ class Tensor:
     def __init__(self, data=None, *, dtype=None, device=None, requires_grad=False):
         from .ops.creation import to_array
         self.data = to_array([] if data is None else data, dtype, device)
+        if isinstance(data, np.ndarray):
+            from . import dispatch
+            tracer = dispatch.active_tracer()
+            if tracer is not None:  # read again at every compiled call (see creation._from_data)
+                tracer.array_input(self, data, lambda a: to_array(a, dtype, device))
         self._requires_grad = False
         self._grad = None
         self.grad_fn = None

@@ -513,7 +513,7 @@ class CompiledFunction:
                     used.add(path)
                     names[id(t)] = path
                     owners[id(t)] = (m._parameters if attr in m._parameters else m._buffers, attr, t)
-                    g = t.grad
+                    g = t._grad
                     if g is not None and id(g) not in names:
                         names[id(g)] = path + ".grad"
                         used.add(path + ".grad")
@@ -1030,15 +1030,27 @@ class CompiledFunction:
         return [e.traced for e in self.entries.values() if e.traced is not None]
 
     def code(self):
-        """The generated source of every compiled specialisation."""
+        """The generated source of every compiled specialisation. Before anything is compiled
+        (no call yet, or every call ran eagerly) it says so, and why, as a comment."""
         out = []
         for e in self.entries.values():
-            progs = [e.program] if e.dynamic is None else list(e.dynamic.programs.values()) + \
-                ([e.dynamic.generic] if e.dynamic.generic is not None else [])
+            if e.joint is not None:
+                progs = [e.joint.fwd_program, e.joint.bwd_program]
+            elif e.dynamic is None:
+                progs = [e.program]
+            else:
+                progs = list(e.dynamic.programs.values()) + ([e.dynamic.generic] if e.dynamic.generic else [])
             for p in progs:
                 if p is not None:
                     out.append(getattr(p, "source", None) or str(e.graph))
-        return "\n\n".join(out)
+        if out:
+            return "\n\n".join(out)
+        if not self.entries and not self.log:
+            return (f"# {self.__name__} is not compiled yet: the first call traces it (and runs it eagerly),\n"
+                    "# then later calls run the generated program shown here.")
+        why = [f"#   {e.reason}" for e in self.entries.values() if e.eager and e.reason] or \
+            [f"#   {line}" for line in self.log[-3:]]
+        return f"# {self.__name__} has no compiled program: its calls ran eagerly.\n" + "\n".join(why)
 
     def explain(self, *args, **kwargs):
         return explain(self, *args, **kwargs)
@@ -1348,7 +1360,8 @@ def explain(fn, *args, **kwargs):
     c = c._compiled if isinstance(c, CompiledModule) else c
     c._refresh_roots(args)
     names, _ = c._external_index()
-    graph, _, tracer = trace(c.fn, args, kwargs, names, c._module_paths())
+    watch = c._watch(args)
+    graph, _, tracer = trace(c.fn, args, kwargs, names, c._module_paths(), watch=watch)
     for m in tracer.modules.values():
         c._add_guard_module(m, c._module_paths().get(id(m), type(m).__name__))
     key, leaves, _ = c._key(args, kwargs, masked=False)
@@ -1373,7 +1386,11 @@ def explain(fn, *args, **kwargs):
                zip(c._globs + [n for n, _ in c._cells], key[5])]
     if graph is not None:
         guards += [f"{name} is the same tensor, {t.data.dtype.name}{list(t.data.shape)}"
-                   for name, t in tracer.externals.items()]
+                   for name, t in tracer.externals.items() if name not in tracer.hyper_inputs
+                   and name not in tracer.array_inputs]
+        guards += [f"{name} is read at every call" for name in list(tracer.hyper_inputs) + list(tracer.array_inputs)]
+        if watch is not None:
+            guards += watch.guards(tracer, c._module_paths()).describe()
     lines.append("  guards:")
     lines += ["    " + g for g in guards]
     return ExplainOutput("\n".join(lines), graphs, breaks, guards)

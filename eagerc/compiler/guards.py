@@ -34,7 +34,6 @@ import logging
 import operator
 import os
 import sys
-import sysconfig
 import threading
 import types
 import weakref
@@ -46,8 +45,8 @@ from .._tensor import Tensor
 __all__ = ["Guards", "Watch", "freeze", "describe_value"]
 
 _EAGERC_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-_LIBRARY_DIRS = tuple({_EAGERC_DIR, os.path.dirname(os.path.abspath(np.__file__)) + os.sep}
-                      | {os.path.abspath(sysconfig.get_paths()[k]) + os.sep for k in ("stdlib", "platstdlib")})
+_LIBRARY_DIRS = (_EAGERC_DIR, os.path.dirname(os.path.abspath(np.__file__)) + os.sep,
+                 os.path.dirname(os.path.abspath(os.__file__)) + os.sep)   # eagerc, numpy, the stdlib
 _MAX_ITEMS = 256     # Python data bigger than this is guarded by identity only
 _MAX_CODES = 2000    # user code objects followed from one compiled function
 _MAX_ARRAY_BYTES = 65536  # numpy arrays up to this size are compared by value, larger by identity
@@ -146,6 +145,10 @@ def _freeze(x, b, depth):
         b.mutable = True
         return ("o", id(t)) + tuple(items)
     return ("id", id(x))
+
+
+def _where(frame):
+    return None if frame is None else f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
 
 
 def describe_value(x):
@@ -496,54 +499,97 @@ def _first_difference(old, new):
 
 class _OptimizerGuard:
     """An optimizer that stepped while traced: the same param groups and parameters, the
-    same non-numeric options, numeric options still numbers (and zero or not where the
-    rule branched on it). Numeric values themselves are graph inputs."""
+    same non-numeric options, the same state tensors, and each option the rule branched
+    on still zero or not. Numeric values themselves are graph inputs (compile._readers).
+    Checked per call with identity tests; values are compared only when those fail."""
     __slots__ = ("opt", "version", "groups", "zeros", "name", "state")
 
     def __init__(self, opt, name, numeric, zeros, state):
         self.opt = opt
         self.name = name
-        self.state = list(state)
         self.version = opt.__dict__.get("_version", 0)
-        self.zeros = dict(zeros)
-        self.groups = [(g["params"], len(g["params"]), _options_frozen(g), tuple(numeric.get(i, ())))
-                       for i, g in enumerate(opt.param_groups)]
+        self.zeros = [(i, k, e, nz) for (i, k, e), nz in zeros.items()]
+        self.groups = [self._group(g) for g in opt.param_groups]
+        by_param = {}
+        for p, k, t in state:
+            by_param.setdefault(id(p), (p, {}))[1][k] = t
+        # one itemgetter per parameter; a key list of one gets a second copy of it so the
+        # getter always returns a tuple
+        self.state = [(p, operator.itemgetter(*(list(kt) * (2 if len(kt) == 1 else 1))),
+                       tuple(kt.values()) * (2 if len(kt) == 1 else 1)) for p, kt in by_param.values()]
+
+    @staticmethod
+    def _group(g):
+        keys = tuple(k for k in g if k != "params" and not _is_option_number(g[k]))
+        return [g, g["params"], len(g["params"]), len(g), _Getter(keys), tuple(g[k] for k in keys),
+                _options_frozen(g)]
 
     def check(self):
         opt = self.opt
-        groups = opt.param_groups
         if opt.__dict__.get("_version", 0) != self.version:
-            if len(groups) != len(self.groups) or any(
-                    [id(p) for p in g["params"]] != [id(p) for p in old[0]] for g, old in zip(groups, self.groups)):
-                return f"{self.name}: its param groups changed (a new group, other parameters, load_state_dict)"
-            self.groups = [(g["params"],) + old[1:] for g, old in zip(groups, self.groups)]
-            self.version = opt.__dict__.get("_version", 0)
-        for i, (g, (params, n, other, numeric)) in enumerate(zip(groups, self.groups)):
+            why = self._revalidate()
+            if why is not None:
+                return why
+        is_ = operator.is_
+        for i, (g, params, n, nkeys, get, vals, frozen) in enumerate(self.groups):
             if g["params"] is not params or len(params) != n:
                 return f"{self.name}: the parameters of param group {i} changed"
-            for k in numeric:
-                v = g.get(k)
-                for x in (v if isinstance(v, (tuple, list)) else (v,)):
-                    if not _is_number(x):
-                        return f"{self.name}: param_groups[{i}][{k!r}] is no longer a number ({x!r})"
-            if _options_frozen(g) != other:
-                return f"{self.name}: a non-numeric option of param group {i} changed"
-        st = opt.state
-        for p, k, t in self.state:
-            s = st.get(p)
-            if s is None or s.get(k) is not t:
-                return f"{self.name}: its state {k!r} of a parameter was replaced (load_state_dict?)"
-        for (i, k, e), nonzero in self.zeros.items():
+            try:
+                cur = get(g)
+            except KeyError as e:
+                return f"{self.name}: param_groups[{i}] lost its option {e.args[0]!r}"
+            if len(g) != nkeys or not all(map(is_, cur, vals)):
+                if _options_frozen(g) != frozen:
+                    return f"{self.name}: a non-numeric option of param group {i} changed"
+                self.groups[i] = self._group(g)
+        groups = opt.param_groups
+        for i, k, e, nonzero in self.zeros:
             v = groups[i][k] if e is None else groups[i][k][e]
             if bool(float(v.data if isinstance(v, Tensor) else v)) != nonzero:
                 return f"{self.name}: param_groups[{i}][{k!r}] {'became zero' if nonzero else 'is no longer zero'}"
+        st = opt.state
+        for p, get, tensors in self.state:
+            s = st.get(p)
+            try:
+                if s is None or not all(map(is_, get(s), tensors)):
+                    return f"{self.name}: optimizer state of a parameter was replaced (load_state_dict?)"
+            except KeyError:
+                return f"{self.name}: optimizer state of a parameter was removed"
         return None
+
+    def _revalidate(self):
+        """The optimizer object itself changed (load_state_dict, add_param_group, assignments)."""
+        groups = self.opt.param_groups
+        if len(groups) != len(self.groups) or any(
+                [id(p) for p in g["params"]] != [id(p) for p in old[1]] for g, old in zip(groups, self.groups)):
+            return f"{self.name}: its param groups changed (a new group, other parameters, load_state_dict)"
+        for g, old in zip(groups, self.groups):
+            if _options_frozen(g) != old[6]:
+                return f"{self.name}: a non-numeric option of a param group changed"
+        self.groups = [self._group(g) for g in groups]
+        self.version = self.opt.__dict__.get("_version", 0)
+        return None
+
+
+class _Getter:
+    """itemgetter that always returns a tuple (itemgetter of one key returns the item)."""
+    __slots__ = ("get", "one")
+
+    def __init__(self, keys):
+        self.one = len(keys) == 1
+        self.get = operator.itemgetter(*keys) if keys else (lambda d: ())
+
+    def __call__(self, d):
+        return (self.get(d),) if self.one else self.get(d)
+
+
+def _is_option_number(v):
+    return _is_number(v) or isinstance(v, (tuple, list)) and bool(v) and all(_is_number(x) for x in v)
 
 
 def _options_frozen(group):
     """A param group's non-numeric options (numbers are graph inputs, or not read at all)."""
-    return freeze({k: v for k, v in group.items() if k != "params" and not _is_number(v) and not (
-        isinstance(v, (tuple, list)) and v and all(_is_number(x) for x in v))})
+    return freeze({k: v for k, v in group.items() if k != "params" and not _is_option_number(v)})
 
 
 def _is_number(x):
@@ -616,7 +662,9 @@ class _Stream:
         if w.active and s and threading.get_ident() == w.thread:
             f = sys._getframe(1)
             if not f.f_code.co_filename.endswith(("warnings.py", "traceback.py")):
-                w.effect(f"writing to sys.{self._name} (print)")
+                while f is not None and not is_user_file(f.f_code.co_filename):
+                    f = f.f_back
+                w.effect(f"writing to sys.{self._name} (print)", _where(f))
         return self._inner.write(s)
 
     def __getattr__(self, name):
@@ -643,9 +691,9 @@ class Watch:
         self._streams = None
         self._factory = None
 
-    def effect(self, what):
-        if what not in self.effects:
-            self.effects.append(what)
+    def effect(self, what, where=None, why=None):
+        if all(what != w for w, _, _ in self.effects):
+            self.effects.append((what, where, why))
 
     def before(self):
         r = self.reach = _Reach()
@@ -687,10 +735,10 @@ class Watch:
         old = self._factory = logging.getLogRecordFactory()
         watch = self
 
-        def factory(name, level, pathname, *a, **k):
+        def factory(name, level, pathname, lineno, *a, **k):
             if watch.active and threading.get_ident() == watch.thread and is_user_code_path(pathname):
-                watch.effect("logging")
-            return old(name, level, pathname, *a, **k)
+                watch.effect(f"logging to {name!r}", f"{os.path.basename(pathname)}:{lineno}")
+            return old(name, level, pathname, lineno, *a, **k)
         logging.setLogRecordFactory(factory)
 
     def uninstall(self):
@@ -736,18 +784,19 @@ class Watch:
             ran.setdefault(fn.__code__, fn.__globals__)
         for code, globs in ran.items():
             for c in (code,) + code_info(code).nested:
+                file = os.path.basename(c.co_filename)
                 for name, line in code_info(c).global_stores:
                     if (id(globs), name) not in self.before_data:
-                        self.effect(f"assigning global {name} (line {line})")
+                        self.effect(f"assigning global {name}", f"{file}:{line}")
                 for what, line in nondeterministic_reads(c, globs):
-                    self.effect(f"reading {what} (a value eagerc cannot replay"
-                                f"{f', line {line}' if line else ''})")
+                    self.effect(f"a value from {what}", f"{file}:{line or c.co_firstlineno}",
+                                "the clock and random numbers outside eagerc would be read once, when traced")
         for m, snap in self.before_modules.values():
             now = module_snapshot(m)[0]
             if now != snap:
                 self.effect(f"changing {type(m).__name__} ({_first_difference(snap, now)})")
-        for what in self.effects:
-            tracer.side_effect(what, deferred=True)
+        for what, where, why in self.effects:
+            tracer.side_effect(what, deferred=True, where=where, why=why)
 
     def guards(self, tracer, module_names, cell_snapshot=None):
         """The Guards of the graph this trace made."""

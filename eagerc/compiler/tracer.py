@@ -371,18 +371,18 @@ class Tracer:
             self.retryable = True
         dispatch.set_tracer(None)
 
-    def side_effect(self, what, deferred=False):
-        """The traced function changed Python state a compiled call would not change again
-        (a module attribute, a global, printed...): a graph break. `deferred`: found after
-        the function returned (guards.Watch), so there is no user line to name."""
+    def side_effect(self, what, deferred=False, where=None, why=None):
+        """The traced function did something a compiled call would not do again (set a module
+        attribute, assign a global, print...) or read a value it could not replay (the clock,
+        Python's random numbers): a graph break. `deferred`: found after the function
+        returned (guards.Watch), at `where` (file:line) if known."""
+        what = what if why else f"a Python side effect ({what})"
+        why = why or "cached calls do not run Python code, so it would not happen again"
         if deferred:
             if self.broken is None:
-                self.broken = GraphBreak(f"a Python side effect: {what}", "the traced call",
-                                         "cached calls do not run Python code, so it would not happen "
-                                         "again", self.fullgraph)
+                self.broken = GraphBreak(what, where or "some point of the traced call", why, self.fullgraph)
             return
-        self._break(f"a Python side effect ({what})",
-                    "cached calls do not run Python code, so it would not happen again")
+        self._break(what, why)
 
     def hyper(self, opt, group, key, element=None):
         """An optimizer option (lr, betas[0], weight_decay...) as a 0-d float64 tensor that is a

@@ -190,7 +190,7 @@ def attach_backward(outs, n_user, diff_indices, bwd_graph, bwd_program, saved_en
         node.hooks = None
         node.retained = None
         node.created_at = None
-        t.requires_grad = True
+        t._requires_grad = True  # (the slot: t may be an aliased non-leaf output)
         t.grad_fn = node
 
 
