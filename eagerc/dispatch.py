@@ -6,13 +6,12 @@ is active it records the call. Define-by-run, autograd and tracing are three
 consumers of this one event. This is the hot path of eager mode: no per-call
 dictionaries, no *args repacking beyond the inputs tuple, slots everywhere.
 """
-import traceback
-
 import numpy as np
 
 from .runtime.ops.meta import Spec
 from .runtime import dtypes
 from ._tensor import Tensor
+from .runtime.ownership import user_stack
 
 _ndarray = np.ndarray
 _new = object.__new__
@@ -206,8 +205,7 @@ def _make_node(op, args, attrs, out_tensor, out):
 
 def _user_stack():
     """The creation traceback for anomaly mode, without eagerc's own frames."""
-    frames = [f for f in traceback.extract_stack()[:-3] if "/eagerc/" not in f.filename.replace("\\", "/")]
-    return "".join(traceback.format_list(frames[-8:]))
+    return user_stack()
 
 
 def wrap(data, requires_grad=False):
