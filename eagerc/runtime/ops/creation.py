@@ -69,6 +69,11 @@ def _randperm(xp):
 
 def check_size(fn, size):
     """`size` as a tuple of Python ints, or PyTorch's error naming `fn` and the bad entry."""
+    for s in size:  # the common case, plain non-negative ints, costs one loop
+        if type(s) is not int or s < 0:
+            break
+    else:
+        return tuple(size)
     out = []
     for i, s in enumerate(size):
         if isinstance(s, float) or not hasattr(s, "__index__"):
@@ -93,7 +98,12 @@ def check_count(fn, name, n, what=None):
 
 def check_range(start, end, step):
     """arange's bounds, with PyTorch's messages: the number of elements it makes."""
-    a, b, d = float(start), float(end), float(step)  # floats: no guards on dynamic sizes
+    if type(start) is int and type(end) is int and type(step) is int:  # plain ints: exact, and quick
+        if step and (end - start) * step >= 0:
+            return max(0, -((start - end) // step))
+        a, b, d = start, end, step
+    else:
+        a, b, d = float(start), float(end), float(step)  # floats: no guards on dynamic sizes
     if d == 0:
         raise RuntimeError(f"arange: step must be nonzero (start={start}, end={end}, step={step})")
     if not (math.isfinite(a) and math.isfinite(b) and math.isfinite(d)):
