@@ -23,13 +23,13 @@ Any new mode state (autocast, a profiler hook...) follows the same rule: add a s
 and read it through `modes()` -- never a module global, which every thread would share.
 """
 import contextvars
-import traceback
 
 import numpy as np
 
 from .runtime.ops.meta import Spec
 from .runtime import dtypes
 from ._tensor import Tensor
+from .runtime.ownership import user_stack
 
 _ndarray = np.ndarray
 _new = object.__new__
@@ -249,14 +249,8 @@ def _make_node(op, args, attrs, out_tensor, out, anomaly):
     node.out_dtype = out.dtype
     node.hooks = None
     node.retained = None
-    node.created_at = _user_stack() if anomaly else None
+    node.created_at = user_stack() if anomaly else None  # where the op was made, for anomaly mode
     return node
-
-
-def _user_stack():
-    """The creation traceback for anomaly mode, without eagerc's own frames."""
-    frames = [f for f in traceback.extract_stack()[:-3] if "/eagerc/" not in f.filename.replace("\\", "/")]
-    return "".join(traceback.format_list(frames[-8:]))
 
 
 def wrap(data, requires_grad=False):

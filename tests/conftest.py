@@ -7,6 +7,13 @@ sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 
+def pytest_configure(config):
+    # what eagerc does for its users at import (numpy's floating-point warnings from its code are
+    # silent, like PyTorch), pytest would undo: it resets warning filters around every test
+    from eagerc.runtime.ownership import NUMERIC_WARNINGS_FILTER
+    config.addinivalue_line("filterwarnings", NUMERIC_WARNINGS_FILTER)
+
+
 def _cuda():
     try:
         import eagerc

@@ -1,6 +1,11 @@
 """Datasets, samplers, collation and the DataLoader (single- and multi-process)."""
 import collections
+import gc
+import os
 import random
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
@@ -11,6 +16,7 @@ from eagerc.utils.data import (BatchSampler, ConcatDataset, DataLoader, Dataset,
                                WeightedRandomSampler, default_collate, default_convert, get_worker_info,
                                random_split)
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 Point = collections.namedtuple("Point", ["x", "y"])
 
 
@@ -320,3 +326,76 @@ class Dying(Dataset):
 def test_a_dead_worker_is_reported():
     with pytest.raises(RuntimeError, match="exited unexpectedly"):
         list(DataLoader(Dying(), batch_size=2, num_workers=1))
+
+
+# ---------------------------------------------------------------- shutting workers down
+
+def _gone(pid):
+    """The process has exited (a zombie waiting for a parent to reap it counts as gone)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return False
+
+
+def _wait(cond, limit):
+    t0 = time.monotonic()
+    while not cond():
+        if time.monotonic() - t0 > limit:
+            return None
+        time.sleep(0.02)
+    return time.monotonic() - t0
+
+
+def _persistent_loader():
+    dl = DataLoader(_ds(12), batch_size=4, num_workers=2, persistent_workers=True)
+    for _ in range(2):
+        assert [b[1].tolist() for b in dl] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]]
+    return dl, list(dl._iterator._workers)
+
+
+def test_del_of_a_persistent_loader_stops_its_workers_at_once():
+    # before: the loader and its iterator held each other, so `del loader` left the workers running
+    # until the garbage collector came, and that collection then blocked for 5 s
+    gc.disable()
+    try:
+        dl, workers = _persistent_loader()
+        del dl
+        assert _wait(lambda: not any(w.is_alive() for w in workers), 2.0) is not None
+        dl, workers = _persistent_loader()
+        dl.cycle = dl                            # kept alive by a cycle: the collector stops them
+        del dl
+        t0 = time.monotonic()
+        gc.collect()
+        assert time.monotonic() - t0 < 2.0 and not any(w.is_alive() for w in workers)
+    finally:
+        gc.enable()
+
+
+_ORPHAN = """
+import sys, time
+import eagerc
+from eagerc.utils.data import DataLoader, TensorDataset
+dl = DataLoader(TensorDataset(eagerc.arange(12.0)), batch_size=4, num_workers=2, persistent_workers=True)
+assert sum(len(b[0]) for b in dl) == 12
+print(*[w.pid for w in dl._iterator._workers], flush=True)
+time.sleep(600)
+"""
+
+
+def test_workers_exit_at_once_when_the_main_process_dies():
+    # before: an idle worker looked at its parent every 5 s
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    parent = subprocess.Popen([sys.executable, "-c", _ORPHAN], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        pids = [int(p) for p in parent.stdout.readline().split()]
+        assert len(pids) == 2 and not any(_gone(p) for p in pids)
+    finally:
+        parent.kill()
+        parent.wait()
+    assert _wait(lambda: all(_gone(p) for p in pids), 2.0) is not None, "workers outlived their parent"

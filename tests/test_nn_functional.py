@@ -255,8 +255,41 @@ def test_cross_entropy_errors():
         F.cross_entropy(x, eagerc.tensor([0, 1, 2]), reduction="avg")
     with pytest.raises(TypeError, match="floating"):
         F.cross_entropy(eagerc.tensor([[1, 2]]), eagerc.tensor([0]))
-    with pytest.raises(ValueError, match="probability targets"):
+    with pytest.raises(RuntimeError, match="integer dtype as target.*only when it has the input's shape"):
         F.cross_entropy(x, eagerc.rand(3, 5))
+
+
+def test_cross_entropy_float_targets_follow_pytorch():
+    # PyTorch: a target shaped like the input holds class probabilities (and must be floating);
+    # any other shape holds class indices (and must be integers) -- a float is never rounded
+    x = eagerc.tensor(X)
+    with pytest.raises(RuntimeError, match="expected class indices of an integer dtype.*float64 of shape \\[4\\]"):
+        F.cross_entropy(x, eagerc.tensor([1.0, 0.0, 4.0, 2.0], dtype=eagerc.float64))
+    with pytest.raises(RuntimeError, match="found bool"):
+        F.cross_entropy(x, eagerc.tensor([True, False, True, False]))
+    with pytest.raises(RuntimeError, match="Expected floating point type for target with class probabilities, "
+                                           "got int64"):
+        F.cross_entropy(x, eagerc.zeros(4, 5, dtype=eagerc.int64))
+    p = np.full((4, 5), 0.2)
+    with pytest.raises(RuntimeError, match="ignore_index is not supported for floating point target"):
+        F.cross_entropy(x, eagerc.tensor(p), ignore_index=0)
+    # probabilities (with label smoothing): -sum(q * log_softmax(x)) averaged over rows, q mixed with 1/C
+    q = RNG.dirichlet(np.ones(5), size=4)
+    logp = X - X.max(1, keepdims=True)
+    logp = logp - np.log(np.exp(logp).sum(1, keepdims=True))
+    for eps in (0.0, 0.3):
+        qs = q * (1 - eps) + eps / 5
+        got = F.cross_entropy(x, eagerc.tensor(q), label_smoothing=eps).item()
+        assert got == pytest.approx(-(qs * logp).sum(1).mean(), rel=1e-12)
+    # unbatched: a (C,) input with a (C,) float target is one probability row
+    got = F.cross_entropy(eagerc.tensor(X[0]), eagerc.tensor(q[0])).item()
+    assert got == pytest.approx(-(q[0] * logp[0]).sum(), rel=1e-12)
+
+
+def test_nll_loss_refuses_float_targets():
+    # before: a float target was compared with the class numbers, so 1.5 silently picked nothing
+    with pytest.raises(RuntimeError, match="nll_loss: expected class indices of an integer dtype.*float32"):
+        F.nll_loss(eagerc.randn(3, 4), eagerc.tensor([1.5, 2.0, 0.0]))
 
 
 def test_cross_entropy_all_ignored_is_nan_like_pytorch():
@@ -363,6 +396,34 @@ def test_sdpa_dropout_and_mask_conflict():
     assert not np.allclose(a.numpy(), F.scaled_dot_product_attention(q, q, q).numpy())
     with pytest.raises(RuntimeError, match="either attn_mask or is_causal"):
         F.scaled_dot_product_attention(q, q, q, attn_mask=eagerc.ones(4, 4, dtype=eagerc.bool), is_causal=True)
+
+
+def test_batch_norm_channel_mismatch_names_batch_norm_and_both_counts():
+    x = eagerc.randn(4, 3, 5)
+    rm, rv = eagerc.zeros(4) + 0.5, eagerc.ones(4)
+    with pytest.raises(RuntimeError, match=r"batch_norm: running_mean should contain 3 elements not 4"):
+        F.batch_norm(x, rm, rv, training=True)
+    np.testing.assert_array_equal(rm.numpy(), 0.5)        # refused before the running stats moved
+    with pytest.raises(RuntimeError, match=r"batch_norm: running_var should contain 3 elements not 4"):
+        F.batch_norm(x, eagerc.zeros(3), rv)
+    with pytest.raises(RuntimeError, match=r"batch_norm: weight should contain 3 elements not 4"):
+        F.batch_norm(x, None, None, eagerc.ones(4), training=True)
+    with pytest.raises(RuntimeError, match=r"batch_norm: bias should contain 3 elements not 2"):
+        F.batch_norm(x, eagerc.zeros(3), eagerc.ones(3), None, eagerc.ones(2))
+
+
+def test_batch_norm_module_checks_num_features():
+    for bn, x in ((eagerc.nn.BatchNorm1d(4), eagerc.randn(4, 3, 5)), (eagerc.nn.BatchNorm2d(4), eagerc.randn(2, 3, 2, 2)),
+                  (eagerc.nn.BatchNorm1d(4, affine=False, track_running_stats=False), eagerc.randn(4, 3))):
+        for mode in (bn.train, bn.eval):
+            mode()
+            with pytest.raises(RuntimeError, match=rf"{type(bn).__name__}\(4\): expected an input with 4 "
+                                                   r"channels \(num_features\) in dim 1, got 3"):
+                bn(x)
+        if bn.track_running_stats:
+            assert bn.num_batches_tracked.item() == 0 and (bn.running_mean.numpy() == 0).all()
+    with pytest.raises(ValueError, match="BatchNorm2d: expected 4D input \\(got 3D input\\)"):
+        eagerc.nn.BatchNorm2d(3)(eagerc.randn(3, 4, 4))
 
 
 def test_batch_norm_functional_updates_running_stats():

@@ -343,3 +343,34 @@ def test_import_is_light():
     code = "import sys, eagerc.onnx; assert 'onnx' not in sys.modules, 'onnx imported eagerly'"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stderr
+
+
+def _doc_snippet(heading):
+    """The first ```python block after `heading` in docs/profiler_onnx.md."""
+    with open(os.path.join(ROOT, "docs", "profiler_onnx.md")) as f:
+        text = f.read()
+    return text[text.index(heading):].split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def test_the_documented_export_runs_as_written(ort, tmp_path, monkeypatch):
+    # before: a batch-1 example with a dynamic batch axis failed ("use an example of size >= 2")
+    monkeypatch.chdir(tmp_path)
+    ns = {}
+    exec(compile(_doc_snippet("## ONNX export"), "profiler_onnx.md", "exec"), ns)
+    model, images, logits = ns["model"], ns["images"], ns["logits"]
+    assert images.shape[0] == 16 and logits.shape == (16, 10)
+    np.testing.assert_allclose(logits, _eager(model, images)[0], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_dynamic_batch_from_a_batch_of_one(name, onnx, ort):
+    make, shape = MODELS[name]
+    m = make()
+    one = (1,) + shape[1:]
+    model = eagerc.onnx.export(m, (eagerc.randn(*one),), None, input_names=["x"], output_names=["y"],
+                               dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}})
+    onnx.checker.check_model(model, full_check=True)
+    assert _dims(model.graph.input[0]) == ["batch"] + list(shape[1:])
+    rng = np.random.default_rng(6)
+    for n in (1, 3, 8):
+        _compare(ort, model, m, rng.standard_normal((n,) + shape[1:]).astype(np.float32))

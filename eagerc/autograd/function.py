@@ -15,12 +15,12 @@
 forward runs with grad disabled on the real tensors; its outputs get one
 `FunctionNode` whose backward calls the user's `backward`.
 """
-import traceback
 import weakref
 
 from .. import dispatch
 from ..dispatch import Node
 from .._tensor import Tensor
+from ..runtime.ownership import user_stack
 
 __all__ = ["Function", "FunctionCtx"]
 
@@ -105,8 +105,7 @@ def _zeros(shape, dtype):
 
 def _user_site():
     """Where the user called Function.apply (for detect_anomaly), without eagerc's frames."""
-    frames = [f for f in traceback.extract_stack()[:-1] if "/eagerc/" not in f.filename.replace("\\", "/")]
-    return "".join(traceback.format_list(frames[-8:]))
+    return user_stack()
 
 
 class Function:

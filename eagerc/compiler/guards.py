@@ -41,11 +41,11 @@ import weakref
 import numpy as np
 
 from .._tensor import Tensor
+from ..runtime.ownership import PACKAGE_DIR, is_eagerc_file
 
 __all__ = ["Guards", "Watch", "freeze", "describe_value"]
 
-_EAGERC_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-_LIBRARY_DIRS = (_EAGERC_DIR, os.path.dirname(os.path.abspath(np.__file__)) + os.sep,
+_LIBRARY_DIRS = (PACKAGE_DIR, os.path.dirname(os.path.abspath(np.__file__)) + os.sep,
                  os.path.dirname(os.path.abspath(os.__file__)) + os.sep)   # eagerc, numpy, the stdlib
 _MAX_ITEMS = 256     # Python data bigger than this is guarded by identity only
 _MAX_CODES = 2000    # user code objects followed from one compiled function
@@ -60,7 +60,7 @@ def is_user_file(fn):
     r = _USER_FILES.get(fn)
     if r is None:
         if fn.startswith("<"):
-            r = not fn.startswith(("<frozen", "<eagerc"))
+            r = not fn.startswith("<frozen") and not is_eagerc_file(fn)
         else:
             r = not os.path.abspath(fn).startswith(_LIBRARY_DIRS)
         _USER_FILES[fn] = r

@@ -28,11 +28,11 @@ from .. import dispatch
 from .._tensor import Tensor
 from ..runtime.ir import Graph, Node, Value
 from ..runtime.pytree import flatten
+from ..runtime.ownership import is_eagerc_file
 from .guards import is_user_file
 
 __all__ = ["Tracer", "GraphBreak", "trace", "tracing", "user_location", "tensor_leaves"]
 
-_EAGERC_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
 class GraphBreak(RuntimeError):
@@ -52,7 +52,7 @@ class GraphBreak(RuntimeError):
 def _outside_eagerc(f):
     while f is not None:
         fn = f.f_code.co_filename
-        if not os.path.abspath(fn).startswith(_EAGERC_DIR) and not fn.startswith("<frozen"):
+        if not is_eagerc_file(fn) and not fn.startswith("<frozen"):
             return f
         f = f.f_back
     return None
@@ -70,7 +70,7 @@ def user_frame_info():
     level = 1
     while f is not None:
         fn = f.f_code.co_filename
-        if not os.path.abspath(fn).startswith(_EAGERC_DIR) and not fn.startswith("<frozen"):
+        if not is_eagerc_file(fn) and not fn.startswith("<frozen"):
             return fn, f.f_lineno, level
         f = f.f_back
         level += 1
@@ -85,7 +85,7 @@ def _data_dependent_size():
     api = None
     while f is not None:
         fn = f.f_code.co_filename
-        if not os.path.abspath(fn).startswith(_EAGERC_DIR):
+        if not is_eagerc_file(fn):
             break
         if f.f_code.co_name == "count_true":
             seen = True

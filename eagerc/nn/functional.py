@@ -582,8 +582,14 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
         raise ValueError(f"batch_norm: expected an input of shape (N, C, *), got {tuple(input.shape)}")
     if input.data.dtype.kind != "f":
         _float_input("batch_norm", input)
+    channels = input.shape[1]
+    for name, t in (("running_mean", running_mean), ("running_var", running_var), ("weight", weight),
+                    ("bias", bias)):
+        if t is not None and t.numel() != channels:  # checked first: no buffer is touched on error
+            raise RuntimeError(f"batch_norm: {name} should contain {channels} elements not {t.numel()} "
+                               f"(the input's dim 1 has {channels} channels; input shape {list(input.shape)})")
     if training:
-        count = input.numel() // input.shape[1]
+        count = input.numel() // channels
         if count <= 1:
             raise ValueError(f"Expected more than 1 value per channel when training, got input size "
                              f"{list(input.shape)}")
@@ -875,10 +881,24 @@ def _class_shape(input):
     return (-1,) + (1,) * (input.ndim - 2) if input.ndim > 1 else (-1,)
 
 
+def _index_target_shape(input):
+    """The shape of class-index targets for `input`: (N, d1, ...) for (N, C, d1, ...), () for (C,)."""
+    return () if input.ndim == 1 else (input.shape[0],) + tuple(input.shape[2:])
+
+
+def _check_index_dtype(name, input, target):
+    """Class indices are integers (PyTorch requires Long); a float target is refused, never rounded."""
+    if target.data.dtype.kind not in "iu":
+        raise RuntimeError(f"{name}: expected class indices of an integer dtype as target (PyTorch: scalar "
+                           f"type Long), but found {target.dtype.name} of shape {list(target.shape)}"
+                           + (f"; a float target holds class probabilities only when it has the input's "
+                              f"shape {list(input.shape)}" if name == "cross_entropy" else ""))
+
+
 def _check_targets(name, input, target, ignore_index):
     cd = _class_dim(input)
     C = input.shape[cd]
-    expected = () if input.ndim == 1 else (input.shape[0],) + tuple(input.shape[2:])
+    expected = _index_target_shape(input)
     if tuple(target.shape) != expected:
         raise ValueError(f"{name}: expected target of shape {expected} for input of shape {tuple(input.shape)}, "
                          f"got {tuple(target.shape)}")
@@ -892,6 +912,7 @@ def _check_targets(name, input, target, ignore_index):
 
 def _nll_terms(input, target, weight, ignore_index):
     """Per-element -weight[t] * input[..., t, ...] and the weights weight[t] * (t != ignore_index)."""
+    _check_index_dtype("nll_loss", input, target)
     cd, C = _check_targets("nll_loss", input, target, ignore_index)
     hit = target.unsqueeze(cd) == arange(C, device=input.device).reshape(_class_shape(input))
     wt = (target != ignore_index).to(input.dtype)
@@ -918,8 +939,17 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
         raise ValueError(f"{reduction} is not a valid value for reduction")
     if not 0.0 <= label_smoothing <= 1.0:
         raise ValueError(f"cross_entropy: label_smoothing must be between 0.0 and 1.0, got {label_smoothing}")
-    if target.data.dtype.kind == "f":
+    if tuple(target.shape) == tuple(input.shape):  # PyTorch's rule: the input's shape means probabilities
+        if target.data.dtype.kind != "f":
+            raise RuntimeError(f"cross_entropy: Expected floating point type for target with class "
+                               f"probabilities, got {target.dtype.name} (a target of the input's shape "
+                               f"{list(input.shape)} holds class probabilities; class indices have shape "
+                               f"{list(_index_target_shape(input))})")
+        if ignore_index >= 0:
+            raise RuntimeError(f"cross_entropy: ignore_index is not supported for floating point target "
+                               f"(class probabilities), got ignore_index={ignore_index}")
         return _cross_entropy_probs(input, target, weight, reduction, label_smoothing)
+    _check_index_dtype("cross_entropy", input, target)
     if input.data.dtype.kind != "f":
         _float_input("cross_entropy", input)
     if weight is not None and weight.data.dtype is not input.data.dtype:
@@ -930,9 +960,6 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
 
 
 def _cross_entropy_probs(input, target, weight, reduction, label_smoothing):
-    if tuple(target.shape) != tuple(input.shape):
-        raise ValueError(f"cross_entropy: probability targets must have the input's shape {tuple(input.shape)}, "
-                         f"got {tuple(target.shape)}")
     cd = _class_dim(input)
     C = input.shape[cd]
     logp = log_softmax(input, cd)

@@ -41,6 +41,23 @@ def _trace(fn, example_args, dynamic_shapes=None):
         raise OnnxExportError(f"eagerc.onnx.export: tracing failed: {e}") from None
 
 
+def _widened(args, shapes):
+    """The example arguments with every dynamic axis of size 1 doubled.
+
+    torch.onnx.export users trace with a batch of one; eagerc's dynamic shapes need an example
+    size >= 2 on a dynamic axis (a size-1 trace cannot tell a batch from a broadcast). The ONNX
+    graph is symbolic in those axes, so which size the trace saw does not show in the model;
+    only the static axes keep their example sizes."""
+    import eagerc
+    out = []
+    for a, axes in zip(args, shapes):
+        for ax in axes or ():
+            if a.shape[ax] == 1:
+                a = eagerc.cat([a.detach(), a.detach()], dim=ax)
+        out.append(a)
+    return tuple(out)
+
+
 def _default_input_names(specs):
     names, seen = [], set()
     for i, s in enumerate(specs):
@@ -117,7 +134,7 @@ def export(fn_or_module_or_program, example_args=None, path=None, opset=MIN_OPSE
                                       "for other argument structures export with eagerc.export(..., "
                                       "dynamic_shapes=...) and pass the Program")
             shapes = tuple(_axes_spec(dyn_in[n], "input", n) if n in dyn_in else None for n in in_names)
-            program = _trace(fn, example_args, dynamic_shapes=shapes)
+            program = _trace(fn, _widened(args, shapes), dynamic_shapes=shapes)
         prog = _as_program(program)
     graph, weights, specs, dims, patches = prog
     in_names = list(input_names) if input_names is not None else _default_input_names(specs)

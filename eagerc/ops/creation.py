@@ -8,6 +8,7 @@ from ..dispatch import create, wrap
 from ..runtime import dtypes, random as rng
 from ..runtime.device import CPU, device as as_device, device_of_array, xp_for
 from ..runtime.ops import OPS
+from ..runtime.ops.creation import check_count, check_range, check_size
 from .._tensor import Tensor
 
 __all__ = ["tensor", "as_tensor", "from_numpy", "from_dlpack", "zeros", "ones", "full", "empty",
@@ -170,10 +171,11 @@ def from_dlpack(ext):
     raise TypeError(f"from_dlpack: {type(ext).__name__} does not support DLPack")
 
 
-def _shape(size):
+def _shape(size, fn):
+    """The size arguments of `fn` (`zeros(2, 3)` or `zeros((2, 3))`) as a tuple of ints."""
     if len(size) == 1 and isinstance(size[0], (tuple, list)):
         size = size[0]
-    return tuple(int(s) for s in size)
+    return check_size(fn, size)
 
 
 def _dev(device):
@@ -188,22 +190,23 @@ def _finish(t, requires_grad):
 
 def full(size, fill_value, *, dtype=None, device=None, requires_grad=False):
     dtype = dtypes.as_dtype(dtype) or _infer_dtype(fill_value) or dtypes.get_default_dtype()
-    t = create(OPS["full"], {"shape": tuple(size), "value": fill_value, "dtype": dtype.name}, _dev(device))
+    shape = _shape((size,), "full")  # full((2, 3), v), or full(3, v) for one dimension
+    t = create(OPS["full"], {"shape": shape, "value": fill_value, "dtype": dtype.name}, _dev(device))
     return _finish(t, requires_grad)
 
 
 def zeros(*size, dtype=None, device=None, requires_grad=False):
-    return full(_shape(size), 0, dtype=dtype or dtypes.get_default_dtype(), device=device,
+    return full(_shape(size, "zeros"), 0, dtype=dtype or dtypes.get_default_dtype(), device=device,
                 requires_grad=requires_grad)
 
 
 def ones(*size, dtype=None, device=None, requires_grad=False):
-    return full(_shape(size), 1, dtype=dtype or dtypes.get_default_dtype(), device=device,
+    return full(_shape(size, "ones"), 1, dtype=dtype or dtypes.get_default_dtype(), device=device,
                 requires_grad=requires_grad)
 
 
 def empty(*size, dtype=None, device=None, requires_grad=False):
-    return zeros(*size, dtype=dtype, device=device, requires_grad=requires_grad)
+    return zeros(_shape(size, "empty"), dtype=dtype, device=device, requires_grad=requires_grad)
 
 
 def zeros_like(x, *, dtype=None, device=None, requires_grad=False):
@@ -247,20 +250,24 @@ def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=Fa
         dtype = dtypes.int64 if all(isinstance(v, numbers.Integral) for v in (start, end, step)) \
             else dtypes.get_default_dtype()
     dtype = dtypes.as_dtype(dtype)
+    check_range(start, end, step)
     t = create(OPS["arange"], {"start": start, "end": end, "step": step, "dtype": dtype.name}, _dev(device))
     return _finish(t, requires_grad)
 
 
 def linspace(start, end, steps, *, dtype=None, device=None, requires_grad=False):
     dtype = dtypes.as_dtype(dtype) or dtypes.get_default_dtype()
-    t = create(OPS["linspace"], {"start": start, "end": end, "steps": int(steps), "dtype": dtype.name},
+    steps = check_count("linspace", "steps", steps, "number of steps must be non-negative")
+    t = create(OPS["linspace"], {"start": start, "end": end, "steps": steps, "dtype": dtype.name},
                _dev(device))
     return _finish(t, requires_grad)
 
 
 def eye(n, m=None, *, dtype=None, device=None, requires_grad=False):
     dtype = dtypes.as_dtype(dtype) or dtypes.get_default_dtype()
-    t = create(OPS["eye"], {"n": int(n), "m": int(n if m is None else m), "dtype": dtype.name}, _dev(device))
+    n = check_count("eye", "n", n, "n must be greater or equal to 0")
+    m = n if m is None else check_count("eye", "m", m, "m must be greater or equal to 0")
+    t = create(OPS["eye"], {"n": n, "m": m, "dtype": dtype.name}, _dev(device))
     return _finish(t, requires_grad)
 
 
@@ -287,13 +294,13 @@ def _float_dtype(dtype, fn):
 
 def rand(*size, generator=None, dtype=None, device=None, requires_grad=False):
     """Uniform [0, 1) from the counter-based stream (see docs/random.md)."""
-    t = _draw("uniform", _shape(size), _float_dtype(dtype, "rand"), device, generator,
+    t = _draw("uniform", _shape(size, "rand"), _float_dtype(dtype, "rand"), device, generator,
               lambda n: rng.words_used("uniform", n))
     return _finish(t, requires_grad)
 
 
 def randn(*size, generator=None, dtype=None, device=None, requires_grad=False):
-    t = _draw("normal", _shape(size), _float_dtype(dtype, "randn"), device, generator,
+    t = _draw("normal", _shape(size, "randn"), _float_dtype(dtype, "randn"), device, generator,
               lambda n: rng.words_used("normal", n))
     return _finish(t, requires_grad)
 
@@ -306,16 +313,17 @@ def randint(low, high=None, size=None, *, generator=None, dtype=None, device=Non
     if high <= low:
         raise RuntimeError(f"randint: expected low < high, got low={low}, high={high}")
     dtype = dtypes.as_dtype(dtype) or dtypes.int64
-    return _draw("randint", _shape((size,) if isinstance(size, int) else size), dtype, device, generator,
+    return _draw("randint", _shape((size,) if isinstance(size, int) else size, "randint"), dtype, device, generator,
                  lambda n: rng.words_used("integers", n), low=int(low), high=int(high))
 
 
 def randperm(n, *, generator=None, dtype=None, device=None):
     gen = generator or default_generator
     dtype = dtypes.as_dtype(dtype) or dtypes.int64
+    n = check_count("randperm", "n", n)
     offset = gen.next_offset(rng.words_used("permutation", n))
     tracer = dispatch.active_tracer()
     if tracer is not None:
         tracer.rng_source = (gen, rng.words_used("permutation", n))
-    return create(OPS["randperm"], {"n": int(n), "dtype": dtype.name, "seed": gen.initial_seed(),
+    return create(OPS["randperm"], {"n": n, "dtype": dtype.name, "seed": gen.initial_seed(),
                                     "offset": offset}, _dev(device))

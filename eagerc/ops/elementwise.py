@@ -5,6 +5,7 @@ other dtypes are cast with the `cast` op first, so kernels see one dtype and tra
 graphs show every conversion.
 """
 import math
+import warnings
 
 import numpy as _np
 
@@ -120,8 +121,10 @@ def div(input, other, *, rounding_mode=None):
     if rounding_mode == "trunc":
         if result_dtype(input, other).is_floating_point:
             return trunc(div(input, other))
-        q = _float_binary(OPS["div"], input, other)
-        return cast(trunc(q), result_dtype(input, other))
+        # integers stay integers (no float round trip: exact for every int64, and a zero divisor
+        # raises in floor_divide): the floor quotient, one up where it is negative and inexact
+        q = floor_divide(input, other)
+        return q + logical_and(ne(remainder(input, other), 0), lt(q, 0))  # noqa: F821
     raise ValueError(f"div: expected rounding_mode None, 'trunc' or 'floor', got {rounding_mode!r}")
 
 
@@ -149,8 +152,15 @@ def where(condition, input=None, other=None):
     if input is None and other is None:
         from .indexing import nonzero
         return nonzero(condition, as_tuple=True)
-    if not isinstance(condition, Tensor) or condition.data.dtype.kind != "b":
-        condition = cast(condition if isinstance(condition, Tensor) else _tensor(condition), dtypes.bool)
+    if not isinstance(condition, Tensor):
+        condition = _tensor(condition)
+    if condition.data.dtype.kind != "b":  # PyTorch: bool, or uint8 with a deprecation warning; never a cast
+        if condition.data.dtype != _np.uint8:
+            raise RuntimeError(f"where expected condition to be a boolean tensor, but got a tensor with dtype "
+                               f"{condition.dtype.name} (compare it first, e.g. `x > 0`, or cast with .bool())")
+        warnings.warn("where received a uint8 condition tensor. This behavior is deprecated (as in PyTorch); "
+                      "use a boolean condition instead", UserWarning, stacklevel=2)
+        condition = cast(condition, dtypes.bool)
     a, b = _promote((_check_operand("where", input), _check_operand("where", other)))
     return apply(OPS["where"], (condition, a, b))
 
@@ -378,7 +388,7 @@ _METHODS = {
     "pow": pow, "maximum": maximum, "minimum": minimum, "clamp": clamp, "clip": clamp,
     "clamp_min": clamp_min, "clamp_max": clamp_max, "lerp": lerp, "nan_to_num": nan_to_num,
     "clone": clone, "square": square, "round": round, "where": lambda self, cond, other: where(cond, self, other),
-    "fmod": lambda self, other: self - trunc(self / other) * other,  # noqa: F821
+    "fmod": lambda self, other: self - div(self, other, rounding_mode="trunc") * other,
 }
 for _n in _FLOAT_UNARY + _SAME_UNARY + ("negative", "absolute", "fix", "eq", "ne", "lt", "le", "gt",
                                        "ge", "greater", "greater_equal", "less", "less_equal",

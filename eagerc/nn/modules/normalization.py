@@ -129,9 +129,14 @@ class _BatchNorm(Module):
         _reset_affine(self)
 
     def _check_input_dim(self, input):
+        name = type(self).__name__
         if input.ndim not in self._expected_dims:
-            raise ValueError(f"expected {' or '.join(f'{d}D' for d in self._expected_dims)} input "
+            raise ValueError(f"{name}: expected {' or '.join(f'{d}D' for d in self._expected_dims)} input "
                              f"(got {input.ndim}D input)")
+        if input.shape[1] != self.num_features:  # also without affine parameters or running stats
+            raise RuntimeError(f"{name}({self.num_features}): expected an input with {self.num_features} "
+                               f"channels (num_features) in dim 1, got {input.shape[1]} "
+                               f"(input shape {list(input.shape)})")
 
     def forward(self, input):
         self._check_input_dim(input)

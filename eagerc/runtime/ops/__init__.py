@@ -7,12 +7,19 @@ shape/dtype rule (`meta`). The other layers attach their parts to the same
 Kernels are xp-generic: `impl(xp)` returns a callable over arrays of module `xp`
 (numpy or cupy). The numpy specialisation is built once at declaration time and
 stored in `cpu`, so the eager hot path calls it directly.
+
+Kernels do not warn: numpy's floating-point RuntimeWarnings (log(0), 0/0, overflow) are
+silenced by one warnings filter installed here, as PyTorch is silent there (see
+runtime/ownership.py for why a filter and not `np.errstate` per op).
 """
 import numpy as np
+
+from ..ownership import silence_numeric_warnings
 
 __all__ = ["OpDef", "OPS", "declare", "get"]
 
 OPS = {}
+silence_numeric_warnings()
 
 
 class OpDef:

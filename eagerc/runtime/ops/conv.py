@@ -44,6 +44,7 @@ import numpy as np
 from ...runtime import dtypes
 from . import declare
 from .meta import Spec, fail, fmt_shape
+from .reduction import array_sum
 
 __all__ = ["conv_output_size", "pool_output_size"]
 
@@ -664,7 +665,7 @@ def _upsample_nearest2d_backward(xp):
         n, c = gy.shape[:2]
         if oh % H == 0 and ow % W == 0 and (ih == np.arange(oh) // (oh // H)).all() and \
                 (iw == np.arange(ow) // (ow // W)).all():  # integer factors: a reshape-sum
-            return gy.reshape(n, c, H, oh // H, W, ow // W).sum(axis=(3, 5))
+            return array_sum(gy.reshape(n, c, H, oh // H, W, ow // W), (3, 5))
         return _sum_groups(xp, _sum_groups(xp, gy, ih, H, 2), iw, W, 3)
     return upsample_nearest2d_backward
 

@@ -3,7 +3,15 @@
 They are ops so that a traced function that builds `zeros` or draws `randn`
 records a node (with the generator's seed and offset as attributes) instead of a
 baked-in constant.
+
+The checks of their arguments live here once, with PyTorch's wording and the op's name:
+the shape rules (which validate loaded programs) and the frontend's eager functions (which
+must refuse before drawing random numbers, so a bad call never moves the generator) call
+the same functions.
 """
+import math
+import operator
+
 from ...runtime import dtypes, random
 from . import declare
 from .meta import Spec
@@ -57,32 +65,87 @@ def _randperm(xp):
     return randperm
 
 
-def _shape_rule(shape, dtype, **attrs):
-    if any((not isinstance(s, int)) or s < 0 for s in shape):
-        raise RuntimeError(f"creation: invalid shape {tuple(shape)}: sizes must be non-negative ints")
-    return Spec(tuple(shape), dtypes.as_dtype(dtype))
+# ---------------------------------------------------------------- argument checks
+
+def check_size(fn, size):
+    """`size` as a tuple of Python ints, or PyTorch's error naming `fn` and the bad entry."""
+    for s in size:  # the common case, plain non-negative ints, costs one loop
+        if type(s) is not int or s < 0:
+            break
+    else:
+        return tuple(size)
+    out = []
+    for i, s in enumerate(size):
+        if isinstance(s, float) or not hasattr(s, "__index__"):
+            raise TypeError(f"{fn}(): argument 'size' must be a tuple of ints, but found element of "
+                            f"type {type(s).__name__} at pos {i}")
+        out.append(operator.index(s))  # a plain int: no size-comparison guards are recorded
+    for n in out:
+        if n < 0:
+            raise RuntimeError(f"{fn}: Trying to create tensor with negative dimension {n}: {out}")
+    return tuple(out)
+
+
+def check_count(fn, name, n, what=None):
+    """An int count argument (linspace's steps, randperm's n, eye's n and m)."""
+    if isinstance(n, float) or not hasattr(n, "__index__"):
+        raise TypeError(f"{fn}(): argument '{name}' must be int, not {type(n).__name__}")
+    n = operator.index(n)
+    if n < 0:
+        raise RuntimeError(f"{fn}: {what or name + ' must be non-negative'}, got {name}={n}")
+    return n
+
+
+def check_range(start, end, step):
+    """arange's bounds, with PyTorch's messages: the number of elements it makes."""
+    if type(start) is int and type(end) is int and type(step) is int:  # plain ints: exact, and quick
+        if step and (end - start) * step >= 0:
+            return max(0, -((start - end) // step))
+        a, b, d = start, end, step
+    else:
+        a, b, d = float(start), float(end), float(step)  # floats: no guards on dynamic sizes
+    if d == 0:
+        raise RuntimeError(f"arange: step must be nonzero (start={start}, end={end}, step={step})")
+    if not (math.isfinite(a) and math.isfinite(b) and math.isfinite(d)):
+        raise RuntimeError(f"arange: unsupported range: {start} -> {end} (step={step})")
+    if (d > 0 and b < a) or (d < 0 and b > a):
+        raise RuntimeError(f"arange: upper bound and larger bound inconsistent with step sign "
+                           f"(start={start}, end={end}, step={step})")
+    return max(0, math.ceil((b - a) / d))
+
+
+def _shape_rule(fn):
+    def rule(shape, dtype, **attrs):
+        return Spec(check_size(fn, shape), dtypes.as_dtype(dtype))
+    return rule
 
 
 def _arange_rule(start, end, step, dtype):
-    import math
-    if step == 0:
-        raise RuntimeError("arange: step must be nonzero")
-    n = max(0, math.ceil((end - start) / step))
-    return Spec((n,), dtypes.as_dtype(dtype))
+    return Spec((check_range(start, end, step),), dtypes.as_dtype(dtype))
 
 
-declare("full", (), _full, _shape_rule, attrs=("shape", "value", "dtype"), differentiable=False)
+def _linspace_rule(start, end, steps, dtype):
+    return Spec((check_count("linspace", "steps", steps, "number of steps must be non-negative"),),
+                dtypes.as_dtype(dtype))
+
+
+def _eye_rule(n, m, dtype):
+    n = check_count("eye", "n", n, "n must be greater or equal to 0")
+    return Spec((n, check_count("eye", "m", m, "m must be greater or equal to 0")), dtypes.as_dtype(dtype))
+
+
+def _randperm_rule(n, dtype, **attrs):
+    return Spec((check_count("randperm", "n", n),), dtypes.as_dtype(dtype))
+
+
+declare("full", (), _full, _shape_rule("full"), attrs=("shape", "value", "dtype"), differentiable=False)
 declare("arange", (), _arange, _arange_rule, attrs=("start", "end", "step", "dtype"), differentiable=False)
-declare("linspace", (), _linspace,
-        lambda start, end, steps, dtype: Spec((steps,), dtypes.as_dtype(dtype)),
-        attrs=("start", "end", "steps", "dtype"), differentiable=False)
-declare("eye", (), _eye, lambda n, m, dtype: Spec((n, m), dtypes.as_dtype(dtype)),
-        attrs=("n", "m", "dtype"), differentiable=False)
-declare("uniform", (), _draw(random.uniform), _shape_rule,
+declare("linspace", (), _linspace, _linspace_rule, attrs=("start", "end", "steps", "dtype"), differentiable=False)
+declare("eye", (), _eye, _eye_rule, attrs=("n", "m", "dtype"), differentiable=False)
+declare("uniform", (), _draw(random.uniform), _shape_rule("uniform"),
         attrs=("shape", "dtype", "seed", "offset"), differentiable=False)
-declare("normal", (), _draw(random.normal), _shape_rule,
+declare("normal", (), _draw(random.normal), _shape_rule("normal"),
         attrs=("shape", "dtype", "seed", "offset"), differentiable=False)
-declare("randint", (), _randint, _shape_rule,
+declare("randint", (), _randint, _shape_rule("randint"),
         attrs=("shape", "low", "high", "dtype", "seed", "offset"), differentiable=False)
-declare("randperm", (), _randperm, lambda n, dtype, **a: Spec((n,), dtypes.as_dtype(dtype)),
-        attrs=("n", "dtype", "seed", "offset"), differentiable=False)
+declare("randperm", (), _randperm, _randperm_rule, attrs=("n", "dtype", "seed", "offset"), differentiable=False)

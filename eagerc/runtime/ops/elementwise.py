@@ -145,15 +145,36 @@ def _nan_to_num(xp):
     return nan_to_num
 
 
-def _floor_divide(xp):
-    def floor_divide(a, b):
-        return xp.floor_divide(a, b)
-    return floor_divide
+class IntegerDivisionByZero(RuntimeError, ZeroDivisionError):
+    """An integer tensor divided by zero (`//`, `%`): PyTorch's `RuntimeError: ZeroDivisionError`,
+    also catchable as Python's ZeroDivisionError. Integers hold no inf or nan to answer with."""
 
 
-def _remainder(xp):
+def _checked_int_division(xp, name, ufunc):
+    """`ufunc` (floor_divide, remainder) that raises for an integer divisor of 0, as PyTorch
+    does on CPU (its CUDA kernels return garbage; eagerc checks on every device). Only integer
+    operands pay for the scan of the divisor; floats give inf/nan. The factory is not named
+    after the op, so the numpy backend calls this kernel rather than the bare ufunc."""
+    def division(a, b):
+        if hasattr(b, "dtype"):
+            zero = b.dtype.kind in "biu" and xp.count_nonzero(b) != b.size
+        else:
+            zero = b == 0 and a.dtype.kind in "biu"
+        if zero:
+            raise IntegerDivisionByZero(f"{name}: ZeroDivisionError: integer division by zero (integer "
+                                        "tensors hold no inf or nan; divide floating-point tensors for those)")
+        return ufunc(a, b)
+    division.__name__ = name
+    return division
+
+
+def _checked_floor_divide(xp):
+    return _checked_int_division(xp, "floor_divide", xp.floor_divide)
+
+
+def _checked_remainder(xp):
     # Python/PyTorch semantics: the result has the sign of the divisor
-    return lambda a, b: xp.remainder(a, b)
+    return _checked_int_division(xp, "remainder", xp.remainder)
 
 
 # ---------------------------------------------------------------- declarations
@@ -176,7 +197,7 @@ BOOL_UNARY = {
 SAME_BINARY = {
     "add": _ufunc("add"), "sub": _ufunc("subtract"), "mul": _ufunc("multiply"),
     "maximum": _ufunc("maximum"), "minimum": _ufunc("minimum"), "pow": _pow,
-    "floor_divide": _floor_divide, "remainder": _remainder,
+    "floor_divide": _checked_floor_divide, "remainder": _checked_remainder,
 }
 COMPARE = {
     "eq": _ufunc("equal"), "ne": _ufunc("not_equal"), "lt": _ufunc("less"),

@@ -18,6 +18,8 @@ here expect operands of one numeric dtype.
 """
 import string
 
+import numpy as np
+
 from ...runtime import dtypes
 from . import declare
 from .meta import Spec, fmt_shape
@@ -246,10 +248,14 @@ def einsum_rule(*specs, equation):
 
 def _einsum(xp):
     def einsum(*operands, equation):
-        if len(operands) > 1:
-            # optimize=True contracts pairs with BLAS (tensordot) instead of nested loops
-            return xp.einsum(equation, *operands, optimize=True)
-        out = xp.einsum(equation, operands[0])
+        # numpy's einsum is Python code: a floating-point warning (overflow in its matmul)
+        # would name numpy's module, which eagerc's filter leaves alone (runtime/ownership.py),
+        # so this kernel -- never a cheap one -- quiets them itself
+        with np.errstate(all="ignore"):
+            if len(operands) > 1:
+                # optimize=True contracts pairs with BLAS (tensordot) instead of nested loops
+                return xp.einsum(equation, *operands, optimize=True)
+            out = xp.einsum(equation, operands[0])
         # one operand and no sum ('ij->ji'): numpy returns a view, but einsum's output owns its memory
         return out.copy() if xp.may_share_memory(out, operands[0]) else out
     return einsum

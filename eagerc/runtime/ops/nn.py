@@ -35,6 +35,7 @@ are attributes, so the shape rules below work on shapes alone.
 from ...runtime import dtypes
 from . import declare
 from .meta import Spec, fail, fmt_shape, normalize_dim
+from .reduction import array_mean, array_sum
 
 
 def _numel(shape):
@@ -153,8 +154,8 @@ declare("log_softmax_backward", ("g", "out"), _log_softmax_backward, _softmax_ba
 def _normalized(xp, x, normalized_shape, eps):
     """x as (rows, features), normalised per row, and 1/std per row."""
     x2 = x.reshape(-1, _numel(normalized_shape)) if x.size else x.reshape(0, _numel(normalized_shape))
-    xc = x2 - x2.mean(axis=1, keepdims=True)
-    rstd = 1.0 / xp.sqrt((xc * xc).mean(axis=1, keepdims=True) + eps)
+    xc = x2 - array_mean(x2, 1, True)
+    rstd = 1.0 / xp.sqrt(array_mean(xc * xc, 1, True) + eps)
     xc *= rstd
     return xc, rstd
 
@@ -190,8 +191,8 @@ def _layer_norm_backward(xp):
         gy = g.reshape(xhat.shape)
         if weight is not None:
             gy = gy * weight.reshape(1, -1)
-        gx = gy - gy.mean(axis=1, keepdims=True)
-        gx -= xhat * (gy * xhat).mean(axis=1, keepdims=True)
+        gx = gy - array_mean(gy, 1, True)
+        gx -= xhat * array_mean(gy * xhat, 1, True)
         gx *= rstd
         return gx.reshape(x.shape)
     return layer_norm_backward
@@ -201,7 +202,7 @@ def _layer_norm_weight_backward(xp):
     def layer_norm_weight_backward(g, x, normalized_shape, eps):
         xhat, _ = _normalized(xp, x, normalized_shape, eps)
         xhat *= g.reshape(xhat.shape)
-        return xhat.sum(axis=0).reshape(tuple(normalized_shape))
+        return array_sum(xhat, 0).reshape(tuple(normalized_shape))
     return layer_norm_weight_backward
 
 
@@ -237,8 +238,8 @@ def _bn_shape(x):
 
 def _bn_normalized(xp, x, eps):
     axes = _bn_axes(x)
-    xc = x - x.mean(axis=axes, keepdims=True)
-    rstd = 1.0 / xp.sqrt((xc * xc).mean(axis=axes, keepdims=True) + eps)
+    xc = x - array_mean(x, axes, True)
+    rstd = 1.0 / xp.sqrt(array_mean(xc * xc, axes, True) + eps)
     xc *= rstd
     return xc, rstd
 
@@ -259,8 +260,8 @@ def _batch_norm_backward(xp):
         axes = _bn_axes(x)
         xhat, rstd = _bn_normalized(xp, x, eps)
         gy = g * weight.reshape(_bn_shape(x)) if weight is not None else g
-        gx = gy - gy.mean(axis=axes, keepdims=True)
-        gx -= xhat * (gy * xhat).mean(axis=axes, keepdims=True)
+        gx = gy - array_mean(gy, axes, True)
+        gx -= xhat * array_mean(gy * xhat, axes, True)
         gx *= rstd
         return gx
     return batch_norm_backward
@@ -270,16 +271,16 @@ def _batch_norm_weight_backward(xp):
     def batch_norm_weight_backward(g, x, eps):
         xhat, _ = _bn_normalized(xp, x, eps)
         xhat *= g
-        return xhat.sum(axis=_bn_axes(x))
+        return array_sum(xhat, _bn_axes(x))
     return batch_norm_weight_backward
 
 
 def _batch_norm_stats(xp):
     def batch_norm_stats(x):
         axes = _bn_axes(x)
-        mean = x.mean(axis=axes)
+        mean = array_mean(x, axes)
         xc = x - mean.reshape(_bn_shape(x))
-        return xp.stack([mean, (xc * xc).mean(axis=axes)])
+        return xp.stack([mean, array_mean(xc * xc, axes)])
     return batch_norm_stats
 
 
@@ -474,7 +475,7 @@ def _cross_entropy(xp):
             loss = (1 - label_smoothing) * loss + (label_smoothing / C) * smooth
         if reduction == "none":
             return loss.reshape(target.shape).astype(x.dtype, copy=False)
-        total = loss.sum()
+        total = array_sum(loss)
         if reduction == "mean":
             denom = n if wt is None else wt.sum()
             total = total / denom if denom != 0 else xp.nan  # all targets ignored: nan, like PyTorch

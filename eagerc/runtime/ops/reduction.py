@@ -16,32 +16,48 @@ def _axes(dim, ndim):
     return axes if ndim else None
 
 
+# On numpy the kernels call the ufunc reductions themselves (np.add.reduce, not x.sum()):
+# no Python frame of numpy's own then sits between the kernel and the loop, so numpy
+# attributes a floating-point warning (an overflowing float16 sum) to eagerc, whose filter
+# silences it (runtime/ownership.py); it also skips a Python call. cupy never warns.
+
+def array_sum(x, axis=None, keepdims=False, dtype=None):
+    """x.sum(axis, keepdims, dtype) for a numpy or cupy array."""
+    if isinstance(x, np.ndarray):
+        return np.add.reduce(x, axis=axis, keepdims=keepdims, dtype=dtype)
+    return x.sum(axis=axis, keepdims=keepdims, dtype=dtype)
+
+
+def array_mean(x, axis=None, keepdims=False):
+    """x.mean(axis, keepdims) for a floating numpy or cupy array, numpy's numbers exactly
+    (float16 accumulates in float32); nan where nothing is averaged."""
+    if not isinstance(x, np.ndarray):
+        if x.size == 0:  # no "Mean of empty slice" warning
+            return x.sum(axis=axis, keepdims=keepdims) * np.nan
+        return x.mean(axis=axis, keepdims=keepdims)
+    s = np.add.reduce(x, axis=axis, keepdims=keepdims, dtype=np.float32 if x.dtype == np.float16 else None)
+    n = x.size // s.size if s.size else 1
+    return np.asarray(s / n if n else s * np.nan).astype(x.dtype, copy=False)
+
+
 def _sum(xp):
     def sum_(x, dim=None, keepdim=False):
-        # the array method (no __array_function__ dispatch) is the fast path; apply turns a
-        # numpy scalar result back into a 0-d array
-        if dim is None and not keepdim and x.dtype.kind in "fc":
-            return x.sum()
         axis = None if dim is None else _axes(dim, x.ndim)
-        if x.dtype.kind in "biu":
-            return x.sum(axis=axis, keepdims=keepdim, dtype=np.int64)
-        return x.sum(axis=axis, keepdims=keepdim)
+        return array_sum(x, axis, keepdim, np.int64 if x.dtype.kind in "biu" else None)
     return sum_
 
 
 def _mean(xp):
     def mean(x, dim=None, keepdim=False):
-        axes = _axes(dim, x.ndim)
-        if x.size == 0:  # the mean of nothing is nan, quietly (numpy warns "Mean of empty slice")
-            return xp.full_like(xp.asarray(xp.sum(x, axis=axes, keepdims=keepdim)), xp.nan)
-        return xp.asarray(xp.mean(x, axis=axes, keepdims=keepdim)).astype(x.dtype, copy=False)
+        return array_mean(x, _axes(dim, x.ndim), keepdim)
     return mean
 
 
 def _prod(xp):
     def prod(x, dim=None, keepdim=False):
         dt = np.int64 if x.dtype.kind in "biu" else None
-        return xp.asarray(xp.prod(x, axis=_axes(dim, x.ndim), keepdims=keepdim, dtype=dt))
+        f = np.multiply.reduce if xp is np else xp.prod
+        return xp.asarray(f(x, axis=_axes(dim, x.ndim), keepdims=keepdim, dtype=dt))
     return prod
 
 
@@ -74,6 +90,8 @@ def _arg(name):
 def _cum(name):
     def impl(xp):
         f = getattr(xp, name)
+        if xp is np:
+            f = {"cumsum": np.add, "cumprod": np.multiply}[name].accumulate
 
         def cum(x, dim):
             dt = np.int64 if x.dtype.kind in "biu" else None

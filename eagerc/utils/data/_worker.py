@@ -2,12 +2,18 @@
 
 A worker reads tasks `(epoch, index, batch_indices)` from its own index queue,
 fetches and collates the samples, and puts `(epoch, index, batch)` on the shared
-result queue; batches travel pickled (a Tensor pickles as its numpy array). `None`
-tells it to exit. The epoch tag lets persistent workers serve several epochs: an
-iterable dataset's iterator restarts when a task of a new epoch arrives, and the
-main process drops results of epochs it has abandoned.
+result queue; batches travel pickled (a Tensor pickles as its numpy array). The epoch
+tag lets persistent workers serve several epochs: an iterable dataset's iterator
+restarts when a task of a new epoch arrives, and the main process drops results of
+epochs it has abandoned.
+
+A worker exits on `None` from its index queue, when the loader's `done` event is set
+(which needs no queue feeder thread, so it also works while the garbage collector tears
+the loader down), and when the main process dies: between tasks it waits at most
+_STATUS_CHECK_INTERVAL and then asks the parent's sentinel (multiprocessing's own
+handle, closed by the OS when the parent exits, on every platform and start method).
 """
-import os
+import multiprocessing
 import queue
 import random
 import sys
@@ -18,7 +24,7 @@ import numpy as np
 __all__ = ["WorkerInfo", "get_worker_info"]
 
 _worker_info = None
-_STATUS_CHECK_INTERVAL = 5.0  # seconds between checks that the parent is still alive
+_STATUS_CHECK_INTERVAL = 0.1  # seconds an idle worker waits before checking its parent and `done`
 
 
 class WorkerInfo:
@@ -142,10 +148,10 @@ def make_fetcher(iterable, dataset, auto_collation, collate_fn, drop_last, batch
     return MapFetcher(dataset, auto_collation, collate_fn, drop_last)
 
 
-def worker_loop(iterable, dataset, index_queue, result_queue, auto_collation, collate_fn, drop_last,
+def worker_loop(iterable, dataset, index_queue, result_queue, done, auto_collation, collate_fn, drop_last,
                 batch_size, seed, init_fn, worker_id, num_workers):
     global _worker_info
-    parent = os.getppid()
+    parent = multiprocessing.parent_process()
     seed_worker(seed)
     _worker_info = WorkerInfo(id=worker_id, num_workers=num_workers, seed=seed, dataset=dataset)
     init_error = None
@@ -161,7 +167,7 @@ def worker_loop(iterable, dataset, index_queue, result_queue, auto_collation, co
             try:
                 task = index_queue.get(timeout=_STATUS_CHECK_INTERVAL)
             except queue.Empty:
-                if os.getppid() != parent:  # the main process died
+                if done.is_set() or not parent.is_alive():  # shut down, or the main process died
                     break
                 continue
             if task is None:

@@ -26,6 +26,7 @@ from .sampler import BatchSampler, RandomSampler, Sampler, SequentialSampler, _d
 __all__ = ["DataLoader", "get_worker_info", "default_collate", "default_convert"]
 
 get_worker_info = _worker.get_worker_info
+_SHUTDOWN_GRACE = 0.3  # seconds the workers get to exit on their own before they are terminated
 
 
 class _InfiniteConstantSampler(Sampler):
@@ -137,17 +138,23 @@ class DataLoader:
         return self._get_iterator()
 
     def __len__(self):
-        if self._iterable:
-            n = len(self.dataset)  # TypeError when the dataset has no length, as in PyTorch
-            if self.batch_size is not None:
-                n = n // self.batch_size if self.drop_last else -(-n // self.batch_size)
-            return n
-        return len(self._index_sampler)
+        return _num_batches(self.dataset, self._iterable, self.batch_size, self.drop_last, self._index_sampler)
+
+
+def _num_batches(dataset, iterable, batch_size, drop_last, index_sampler):
+    if iterable:
+        n = len(dataset)  # TypeError when the dataset has no length, as in PyTorch
+        if batch_size is not None:
+            n = n // batch_size if drop_last else -(-n // batch_size)
+        return n
+    return len(index_sampler)
 
 
 class _BaseIter:
+    # An iterator keeps what it needs, never the loader: a persistent loader owns its
+    # iterator, and a cycle between them would leave shutting the workers down to the
+    # garbage collector (`del loader` must stop them at once).
     def __init__(self, loader):
-        self._loader = loader
         self._dataset = loader.dataset
         self._iterable = loader._iterable
         self._auto_collation = loader._auto_collation
@@ -157,7 +164,8 @@ class _BaseIter:
         self._reset(loader, first=True)
 
     def _reset(self, loader, first=False):
-        self._sampler_iter = iter(loader._index_sampler)
+        self._index_sampler = loader._index_sampler
+        self._sampler_iter = iter(self._index_sampler)
         self._base_seed = _draw_seed(loader.generator or rng.default_generator)
         self._num_yielded = 0
 
@@ -165,7 +173,7 @@ class _BaseIter:
         return self
 
     def __len__(self):
-        return len(self._loader)
+        return _num_batches(self._dataset, self._iterable, self._batch_size, self._drop_last, self._index_sampler)
 
     def __next__(self):
         data = self._next_data()
@@ -199,7 +207,7 @@ class _MultiProcessIter(_BaseIter):
         self._persistent = loader.persistent_workers
         self._epoch = -1
         self._shutdown = True
-        self._result_queue = None
+        self._result_queue = self._done = None
         self._index_queues, self._workers = [], []
         self._ctx = ctx
         super().__init__(loader)
@@ -207,12 +215,13 @@ class _MultiProcessIter(_BaseIter):
     def _start_workers(self, loader):
         self._shutdown = False
         self._result_queue = self._ctx.Queue()
+        self._done = self._ctx.Event()
         for i in range(self._num_workers):
             iq = self._ctx.Queue()
             iq.cancel_join_thread()
             w = self._ctx.Process(
                 target=_worker.worker_loop,
-                args=(self._iterable, self._dataset, iq, self._result_queue, self._auto_collation,
+                args=(self._iterable, self._dataset, iq, self._result_queue, self._done, self._auto_collation,
                       self._collate_fn, self._drop_last, self._batch_size, self._base_seed + i,
                       loader.worker_init_fn, i, self._num_workers),
                 daemon=True)
@@ -314,12 +323,15 @@ class _MultiProcessIter(_BaseIter):
         if self._shutdown:
             return
         self._shutdown = True
+        self._done.set()
         for iq in self._index_queues:
             try:
                 iq.put(None)
             except (OSError, ValueError):
                 pass
-        deadline = time.monotonic() + 5.0  # for all workers together, then terminate the rest
+        # an idle worker sees `done` within _STATUS_CHECK_INTERVAL; one still busy in a dataset's
+        # __getitem__ is terminated after this grace (its batch would be dropped anyway)
+        deadline = time.monotonic() + _SHUTDOWN_GRACE  # for all workers together
         for w in self._workers:
             w.join(timeout=max(0.0, deadline - time.monotonic()))
             if w.is_alive():
