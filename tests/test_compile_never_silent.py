@@ -564,6 +564,10 @@ def _helper_scale(x):
     return x * SCALE
 
 
+def _helper_weight(x):
+    return x * W_GLOBAL
+
+
 def _x_calls(c, n=4, between=None, seed=0):
     out = []
     for i in range(n):
@@ -619,6 +623,18 @@ def global_tensor_rebound(w):
         global W_GLOBAL
         W_GLOBAL = eagerc.full((6,), float(i + 2), dtype=F64)
     return _x_calls(c, 4, between)
+
+
+@program
+def global_tensor_rebound_in_helper(w):
+    global W_GLOBAL
+    W_GLOBAL = eagerc.ones(6, dtype=F64)
+    c = w.compile(lambda x: _helper_weight(x).sum(0))
+
+    def between(i):
+        global W_GLOBAL
+        W_GLOBAL = eagerc.full((6,), float(i + 2), dtype=F64)
+    return _x_calls(c, 3, between)
 
 
 @program
@@ -802,6 +818,20 @@ def numpy_large_global_changed_in_place(w):
     BIG[:] = 1.0
     c = w.compile(lambda x: eagerc.tensor(BIG).sum() * x)
     return _x_calls(c, 3, lambda i: BIG.__setitem__((0, 0), float(i + 5)))
+
+
+@program
+def tensor_constructor_of_a_global_array(w):
+    ARR[:] = 1.0
+    c = w.compile(lambda x: x * eagerc.Tensor(ARR).double())
+    return _x_calls(c, 3, lambda i: ARR.__setitem__(1, float(i - 3)))
+
+
+@program
+def array_operand_changed_in_place(w):
+    ARR[:] = 1.0
+    c = w.compile(lambda x: x - ARR)
+    return _x_calls(c, 3, lambda i: ARR.__setitem__(2, float(i * 4)))
 
 
 @program
@@ -1210,6 +1240,106 @@ def training_step_with_dropout_and_lr_schedule(w):
     if w.is_compiled:
         assert w.traces(c) == 2, w.log(c)
     return obs
+
+
+# ---------------------------------------------------------------- the mechanisms, one by one
+
+def test_a_value_that_changes_every_call_ends_in_eager_mode_with_one_warning():
+    global SCALE
+    SCALE = 1.0
+    c = eagerc.compile(lambda x: _helper_scale(x))
+    x = eagerc.ones(3)
+    with pytest.warns(UserWarning, match="keeps changing.*global.*SCALE: 8.0 -> 9.0"):
+        for i in range(12):
+            SCALE = float(i)
+            np.testing.assert_array_equal(c(x).numpy(), np.full(3, float(i), np.float32))
+    assert c.traces == 9  # the first trace and 8 retraces; then eager mode for this key
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no second warning
+        SCALE = 99.0
+        np.testing.assert_array_equal(c(x).numpy(), np.full(3, 99.0, np.float32))
+
+
+def test_retrace_reasons_name_the_object_and_its_values():
+    global SCALE
+    SCALE = 2.0
+    c = eagerc.compile(lambda x: _helper_scale(x))
+    c(eagerc.ones(2))
+    SCALE = 3.0
+    c(eagerc.ones(2))
+    assert "global (test_compile_never_silent) SCALE: 2.0 -> 3.0" in c.log[-1], c.log
+
+
+def test_code_says_why_there_is_no_program():
+    c = eagerc.compile(lambda x: x * 2)
+    assert "not compiled yet" in c.code() and "first call traces" in c.code()
+    c(eagerc.ones(2))
+    assert "def program(env" in c.code()
+
+    def noisy(x):
+        print("hello")
+        return x + 1
+    n = eagerc.compile(noisy)
+    with redirect_stdout(io.StringIO()), pytest.warns(UserWarning, match="graph break"):
+        n(eagerc.ones(2))
+    assert "ran eagerly" in n.code() and "print" in n.code()
+
+
+def test_explain_lists_the_python_guards_and_call_time_inputs():
+    m = _mlp()
+    opt = eagerc.optim.SGD(m.parameters(), lr=0.1)
+
+    def step(x, y):
+        loss = F.cross_entropy(m(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss.detach()
+    report = eagerc.compiler.explain(step, *_data())
+    text = "\n".join(report.guards)
+    assert "optimizer0.param_groups.0.lr is read at every call" in text
+    assert "closure variable of" in text and "modules unchanged" in text and "default dtype" in text
+
+
+def test_the_inspecting_block_of_the_docs_runs_as_written():
+    import os
+    doc = open(os.path.join(os.path.dirname(__file__), "..", "docs", "compile.md")).read()
+    block = doc.split("## Inspecting", 1)[1].split("```python", 1)[1].split("```", 1)[0]
+    model = _mlp().eval()
+    x = _data()[0]
+    out = io.StringIO()
+    with redirect_stdout(out), eagerc.no_grad():
+        exec(block, {"eagerc": eagerc, "model": model, "x": x})
+    assert "graph(" in out.getvalue() and "def program" in out.getvalue()
+
+
+def test_two_threads_first_calling_one_compiled_function_get_eager_results():
+    import threading
+    m = _mlp().eval()
+    c = eagerc.compile(m)
+    xs = [_data(seed=i)[0] for i in range(2)]
+    with eagerc.no_grad():
+        want = [m(x).numpy() for x in xs]
+    got, errors = {}, []
+    start = threading.Barrier(2)
+
+    def run(i):
+        try:
+            start.wait()
+            with eagerc.no_grad():
+                for _ in range(5):
+                    got[i] = c(xs[i]).numpy()
+        except BaseException as e:  # pragma: no cover - reported below
+            errors.append(e)
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    for i in range(2):
+        np.testing.assert_array_equal(got[i], want[i])
+    assert c._compiled.traces <= 2
 
 
 # ---------------------------------------------------------------- the harness

@@ -24,6 +24,7 @@ import functools
 import logging
 import math
 import operator
+import threading
 import types
 import warnings
 
@@ -148,7 +149,7 @@ class Entry:
             t, owner, attr, arr, shape, dtype, rg, name = g
             if owner is not None and owner.get(attr) is not t:
                 return f"{name} was replaced by another tensor"
-            if t.requires_grad is not rg:
+            if t._requires_grad is not rg:
                 return f"{name}.requires_grad changed: {rg} -> {t.requires_grad}"
             d = t.data
             if d is not arr:
@@ -270,6 +271,7 @@ class CompiledFunction:
         self._retries = {}            # key -> calls that asked to be traced again (tracer.retry)
         self._guard_fails = {}        # key -> retraces because a guard of its entry failed
         self._method = False          # bound through __get__ (a compiled method)
+        self._lock = threading.RLock()  # held while tracing: calls from several threads
         functools.update_wrapper(self, fn, updated=())
 
     @property
@@ -301,7 +303,7 @@ class CompiledFunction:
         dynd = self._dyn if masked else None
         env = None
         if dynd is None:
-            specs = tuple([(d.shape, d.dtype, "cpu" if type(d) is _ndarray else str(t.device), t.requires_grad)
+            specs = tuple([(d.shape, d.dtype, "cpu" if type(d) is _ndarray else str(t.device), t._requires_grad)
                            for t, d in [(t, t.data) for t in leaves]])
         else:
             specs = []
@@ -315,7 +317,7 @@ class CompiledFunction:
                     shape, env = _mask(shape, dims, env)
                     if env is False:  # symbols bound inconsistently: this call can only be static
                         return self._key(args, kwargs, masked=False)
-                specs.append((shape, d.dtype, "cpu" if type(d) is _ndarray else str(t.device), t.requires_grad))
+                specs.append((shape, d.dtype, "cpu" if type(d) is _ndarray else str(t.device), t._requires_grad))
             specs = tuple(specs)
         alias = ()
         if len(leaves) > 1:
@@ -423,12 +425,17 @@ class CompiledFunction:
                     return self._guard_failed(key, leaves, env, args, kwargs, why)
             entry.calls += 1
             return self._run(entry, leaves, env)
-        return self._miss(key, leaves, env, args, kwargs, guard_miss=guard_miss)
+        with self._lock:  # one thread at a time traces and installs entries
+            return self._miss(key, leaves, env, args, kwargs, guard_miss=guard_miss)
 
     def _guard_failed(self, key, leaves, env, args, kwargs, why):
         """Something the entry's program was traced with changed: trace again, unless this key
         keeps changing (then run eagerly from now on, saying so)."""
-        del self.entries[key]
+        with self._lock:
+            return self._retrace(key, leaves, env, args, kwargs, why)
+
+    def _retrace(self, key, leaves, env, args, kwargs, why):
+        self.entries.pop(key, None)
         n = self._guard_fails[key] = self._guard_fails.get(key, 0) + 1
         if n > MAX_GUARD_RETRACES:
             file, line, level = user_frame_info()

@@ -41,6 +41,7 @@ import weakref
 import numpy as np
 
 from .._tensor import Tensor
+from ..runtime import dtypes as _dtypes
 from ..runtime.ownership import PACKAGE_DIR, is_eagerc_file
 
 __all__ = ["Guards", "Watch", "freeze", "describe_value"]
@@ -607,9 +608,8 @@ class Guards:
 
     def check(self):
         """None while every guard holds; else the reason, in words."""
-        from ..runtime import dtypes
-        if dtypes.get_default_dtype() is not self.dtype:
-            return f"default dtype: {self.dtype.name} -> {dtypes.get_default_dtype().name}"
+        if _dtypes.get_default_dtype() is not self.dtype:
+            return f"default dtype: {self.dtype.name} -> {_dtypes.get_default_dtype().name}"
         for p in self.parts:
             why = p.check()
             if why is not None:

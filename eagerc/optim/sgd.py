@@ -31,7 +31,7 @@ class SGD(Optimizer):
     def step(self, closure=None):
         loss = self._closure_loss(closure)
         if dispatch.active_tracer() is not None and not (
-                any(g["momentum"] for g in self.param_groups) and traced.needs_state(self, "momentum_buffer")):
+                traced.needs_state(self, "momentum_buffer", where=lambda g: g["momentum"])):
             traced.sgd_step(self)
             return loss
         for group in self.param_groups:

@@ -18,9 +18,12 @@ from .. import dispatch
 from ..autograd.grad_mode import no_grad
 
 
-def needs_state(opt, key):
-    """True (after asking the tracer to retry later) if some parameter has no state yet."""
+def needs_state(opt, key, where=None):
+    """True (after asking the tracer to retry later) if some parameter has no state yet
+    (only the groups `where(group)` selects keep that state)."""
     for group in opt.param_groups:
+        if where is not None and not where(group):
+            continue
         for p in group["params"]:
             if p.grad is not None and key not in opt.state[p]:
                 dispatch.active_tracer().retry(f"{type(opt).__name__}.step creates its state on the first step")
