@@ -342,17 +342,16 @@ def nondeterministic_reads(code, globs):
 
 # ---------------------------------------------------------------- the guards
 
-class _GlobalsGuard:
-    """The values of some names in one globals dict (or a closure's cells)."""
+class _ValuesGuard:
+    """The values of some names: in one globals dict, or in a function's closure cells."""
     __slots__ = ("d", "names", "get", "expect", "frozen", "mutable", "what")
 
-    def __init__(self, d, names, what):
+    def __init__(self, d, names, what, get):
         self.d = d
         self.names = tuple(names)
         self.what = what
-        self.get = operator.itemgetter(*self.names) if len(self.names) > 1 else \
-            (lambda dd, n=self.names[0]: (dd[n],))
-        self.expect = list(self.get(d))
+        self.get = get
+        self.expect = list(get(d))
         self.frozen = []
         self.mutable = []
         for i, v in enumerate(self.expect):
@@ -362,11 +361,23 @@ class _GlobalsGuard:
             if b.mutable:
                 self.mutable.append(i)
 
+    @classmethod
+    def of_globals(cls, globs, names, what):
+        names = tuple(names)
+        get = operator.itemgetter(*names) if len(names) > 1 else (lambda dd, n=names[0]: (dd[n],))
+        return cls(globs, names, what, get)
+
+    @classmethod
+    def of_cells(cls, cells, names, what):
+        return cls(tuple(cells), names, what, lambda cs: tuple([c.cell_contents for c in cs]))
+
     def check(self):
         try:
             cur = self.get(self.d)
         except KeyError as e:
             return f"{self.what} {e.args[0]} was deleted"
+        except ValueError:
+            return f"{self.what}: a closure cell was emptied"
         exp = self.expect
         if not all(map(operator.is_, cur, exp)):
             for i, (a, b) in enumerate(zip(cur, exp)):
@@ -381,32 +392,6 @@ class _GlobalsGuard:
             if freeze(cur[i]) != self.frozen[i]:
                 return f"{self.what} {self.names[i]} changed in place: now {describe_value(cur[i])}"
         return None
-
-
-class _CellsGuard(_GlobalsGuard):
-    """Closure cells: the same checks, reading cell_contents."""
-    __slots__ = ()
-
-    def __init__(self, cells, names, what):
-        d = dict(zip(names, cells))
-        self.d = d
-        self.names = tuple(names)
-        self.what = what
-        self.get = lambda dd: tuple([c.cell_contents for c in dd.values()])
-        self.expect = list(self.get(d))
-        self.frozen, self.mutable = [], []
-        for i, v in enumerate(self.expect):
-            b = _Budget()
-            f = _freeze(v, b, 0)
-            self.frozen.append(f if f[0] != "id" else None)
-            if b.mutable:
-                self.mutable.append(i)
-
-    def check(self):
-        try:
-            return _GlobalsGuard.check(self)
-        except ValueError:
-            return f"{self.what}: a closure cell was emptied"
 
 
 _MEMBER_KEYS = ("_parameters", "_buffers", "_modules", "_forward_pre_hooks", "_forward_hooks",
@@ -620,7 +605,7 @@ class Guards:
         """The guards in words (for explain)."""
         out = [f"default dtype == {self.dtype.name}"]
         for p in self.parts:
-            if isinstance(p, _GlobalsGuard):
+            if isinstance(p, _ValuesGuard):
                 out += [f"{p.what} {n} is {describe_value(v)}" for n, v in zip(p.names, p.expect)]
             elif isinstance(p, _ModulesGuard):
                 out.append(f"{len(p.mods)} modules unchanged (attributes, members, hooks)")
@@ -813,10 +798,11 @@ class Watch:
             mod = globs.get("__name__")
             if mod and mod != "__main__":
                 label = f"global ({mod})"
-            parts.append(_GlobalsGuard(globs, list(names), label))
+            parts.append(_ValuesGuard.of_globals(globs, list(names), label))
         for code, fn in r.functions.items():
             if fn.__closure__:
-                parts.append(_CellsGuard(fn.__closure__, code.co_freevars, f"closure variable of {fn.__qualname__}"))
+                parts.append(_ValuesGuard.of_cells(fn.__closure__, code.co_freevars,
+                                                   f"closure variable of {fn.__qualname__}"))
             if fn.__defaults__ or fn.__kwdefaults__:
                 parts.append(_DefaultsGuard(fn))
         seen = {}
