@@ -77,7 +77,7 @@ def _base_files():
     for p in files:
         tensors, metadata = p.parts()
         buf = io.BytesIO()
-        safetensors_io.write(buf, tensors, metadata)
+        safetensors_io.write(buf, tensors, metadata, checksum_key="checksum")
         out.append(buf.getvalue())
     return out
 

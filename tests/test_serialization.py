@@ -1,17 +1,23 @@
-"""Checkpoints: eagerc.save / eagerc.load round trips, bad files, atomic writes."""
+"""Checkpoints: eagerc.save / eagerc.load round trips, bad files, checksums, atomic writes."""
 import collections
 import io
 import json
 import os
+import struct
+import subprocess
+import sys
+import textwrap
+import zlib
 
 import numpy as np
 import pytest
 
 import eagerc
-from eagerc import optim, serialization
+from eagerc import optim
+from eagerc.runtime import atomic, safetensors_io
 from eagerc.serialization import CheckpointError, load, save
 
-pytest.importorskip("safetensors")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _state():
@@ -72,10 +78,44 @@ def test_file_objects_and_requires_grad():
 
 
 def test_it_is_a_real_safetensors_file(tmp_path):
-    from safetensors.numpy import load_file
-    save({"model": {"w": eagerc.ones(2, 2)}, "step": 5}, tmp_path / "a.safetensors")
-    arrays = load_file(tmp_path / "a.safetensors")
-    assert list(arrays) == ["model.w"] and arrays["model.w"].shape == (2, 2)
+    """The safetensors package reads what eagerc wrote (and the checksum is just a string to it)."""
+    stn = pytest.importorskip("safetensors.numpy")
+    from safetensors import safe_open
+    save({"model": {"w": eagerc.arange(4, dtype=eagerc.float32).reshape(2, 2)}, "step": 5},
+         tmp_path / "a.safetensors")
+    arrays = stn.load_file(tmp_path / "a.safetensors")
+    assert list(arrays) == ["model.w"]
+    np.testing.assert_array_equal(arrays["model.w"], [[0, 1], [2, 3]])
+    with safe_open(tmp_path / "a.safetensors", "numpy") as f:
+        meta = f.metadata()
+    assert meta["eagerc.version"] == "2" and meta["eagerc.checksum"].startswith("sha256:")
+
+
+def _v1_file(arrays, structure, writer):
+    """A format-1 checkpoint as eagerc 0.1 wrote it: a CRC32 per tensor, no file checksum."""
+    meta = {"eagerc.format": "eagerc.checkpoint", "eagerc.version": "1",
+            "eagerc.structure": json.dumps(structure)}
+    if writer == "safetensors":  # eagerc 0.1 wrote checkpoints with the safetensors package
+        return pytest.importorskip("safetensors.numpy").save(arrays, metadata=meta)
+    buf = io.BytesIO()
+    safetensors_io.write(buf, arrays, meta)
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("writer", ["safetensors", "eagerc"])
+def test_format_1_files_without_checksum_still_load(tmp_path, writer):
+    w = np.arange(6, dtype=np.float32).reshape(2, 3)
+    structure = {"w": {"$type": "tensor", "key": "w", "dtype": "float32", "shape": [2, 3], "device": "cpu",
+                       "requires_grad": False, "crc32": zlib.crc32(w.tobytes())}, "lr": 0.001}
+    path = tmp_path / "old.safetensors"
+    path.write_bytes(_v1_file({"w": w}, structure, writer))
+    ck = load(path)
+    np.testing.assert_array_equal(ck["w"].numpy(), w)
+    assert ck["lr"] == 0.001
+    structure["w"]["crc32"] ^= 1  # format 1 still checks its per-tensor CRC32
+    path.write_bytes(_v1_file({"w": w}, structure, writer))
+    with pytest.raises(CheckpointError, match="old.safetensors.*does not match its checksum"):
+        load(path)
 
 
 def test_module_and_optimizer_state_dicts_round_trip(tmp_path):
@@ -160,29 +200,53 @@ def test_corrupted_bytes(tmp_path):
 
 
 def test_files_that_are_not_checkpoints(tmp_path):
-    from safetensors.numpy import save as st_save
+    buf = io.BytesIO()
+    safetensors_io.write(buf, {"w": np.ones(2)})
     with pytest.raises(CheckpointError, match="not an eagerc checkpoint.*without eagerc's metadata"):
-        _load_bytes(tmp_path, st_save({"w": np.ones(2)}))
-    with pytest.raises(CheckpointError, match="pickle"):
+        _load_bytes(tmp_path, buf.getvalue())
+    with pytest.raises(CheckpointError, match="not an eagerc checkpoint: it is a pickle file"):
         _load_bytes(tmp_path, b"\x80\x04\x95" + b"\x00" * 40)
-    with pytest.raises(CheckpointError, match="zip or pickle"):
+    with pytest.raises(CheckpointError, match="not an eagerc checkpoint: it is a zip file"):
         _load_bytes(tmp_path, b"PK\x03\x04" + b"\x00" * 40)
-    with pytest.raises(CheckpointError, match="not an eagerc checkpoint"):
+    with pytest.raises(CheckpointError, match="not an eagerc checkpoint: it is a numpy .npy file"):
+        np.save(tmp_path / "x.npy", np.ones(3))
+        load(tmp_path / "x.npy")
+    with pytest.raises(CheckpointError, match="not an eagerc checkpoint: it is not a safetensors file"):
         _load_bytes(tmp_path, b"hello world, this is just text\n" * 3)
-    with pytest.raises(FileNotFoundError):
+    prog = eagerc.export(lambda x: x + 1, (eagerc.ones(2),))
+    with pytest.raises(CheckpointError, match="it is an eagerc program: load it with eagerc.runtime.load"):
+        load(prog.save(tmp_path / "p.eagerc"))
+    with pytest.raises(FileNotFoundError):  # as in PyTorch: "no checkpoint yet" is easy to catch
         load(tmp_path / "missing.safetensors")
 
 
+def test_header_length_of_128_mod_256_is_not_taken_for_a_pickle(tmp_path):
+    """Before, a checkpoint whose header length ends in byte 0x80 (1 in 32 of them) was refused
+    as "a zip or pickle file"."""
+    for n in range(300):
+        buf = io.BytesIO()
+        save({"x" * n: 1}, buf)
+        data = buf.getvalue()
+        if data[0] == 0x80:
+            assert _load_bytes(tmp_path, data) == {"x" * n: 1}
+            break
+    else:
+        pytest.fail("no key length gave a header length of 128 mod 256")
+
+
 def _rewrite(data, edit):
-    """Re-encode a checkpoint with its metadata structure edited by `edit`."""
-    import safetensors.numpy as stn
-    n = int.from_bytes(data[:8], "little")
-    meta = json.loads(data[8:8 + n])["__metadata__"]
-    arrays = stn.load(data)
+    """Re-encode a checkpoint with its metadata structure edited by `edit` (and re-sealed, so
+    the checks behind the checksum are what is tested)."""
+    f = io.BytesIO(data)
+    header = safetensors_io.read_header(f, len(data), checksum_key="eagerc.checksum")
+    arrays = safetensors_io.read_tensors(f, header)
+    meta = dict(header.metadata)
     structure = json.loads(meta["eagerc.structure"])
     arrays = edit(structure, arrays) or arrays
     meta["eagerc.structure"] = json.dumps(structure)
-    return stn.save(arrays, metadata=meta)
+    buf = io.BytesIO()
+    safetensors_io.write(buf, arrays, meta, checksum_key="eagerc.checksum")
+    return buf.getvalue()
 
 
 def test_metadata_and_tensors_must_agree(tmp_path):
@@ -210,10 +274,11 @@ def test_metadata_and_tensors_must_agree(tmp_path):
 
 
 def test_newer_format_version_is_refused(tmp_path):
-    import safetensors.numpy as stn
     meta = {"eagerc.format": "eagerc.checkpoint", "eagerc.version": "99", "eagerc.structure": "{}"}
+    buf = io.BytesIO()
+    safetensors_io.write(buf, {}, meta, checksum_key="eagerc.checksum")
     with pytest.raises(CheckpointError, match="newer eagerc"):
-        _load_bytes(tmp_path, stn.save({}, metadata=meta))
+        _load_bytes(tmp_path, buf.getvalue())
 
 
 # ---------------------------------------------------------------- atomic writes
@@ -223,22 +288,22 @@ def test_a_failed_write_leaves_the_old_file_intact(tmp_path, monkeypatch):
     save({"w": eagerc.ones(3), "step": 1}, path)
     before = path.read_bytes()
 
-    def crash(fh, data):  # write half of the new file, then die
-        fh.write(data[: len(data) // 2])
+    def crash(fh, arr):  # write half of the new file, then die
+        fh.write(arr.reshape(-1).view(np.uint8).data[: arr.nbytes // 2])
         raise OSError("disk full (simulated)")
-    monkeypatch.setattr(serialization, "_write_all", crash)
+    monkeypatch.setattr(safetensors_io, "_write_array", crash)
     with pytest.raises(OSError, match="simulated"):
         save({"w": eagerc.zeros(1000), "step": 2}, path)
     assert path.read_bytes() == before
     assert load(path)["step"] == 1
     assert os.listdir(tmp_path) == ["ck.safetensors"]  # no temp file left behind
 
-    def interrupt(fh, data):
-        fh.write(data[:10])
+    def interrupt(fh, arr):
+        fh.write(b"0123456789")
         raise KeyboardInterrupt
-    monkeypatch.setattr(serialization, "_write_all", interrupt)
+    monkeypatch.setattr(safetensors_io, "_write_array", interrupt)
     with pytest.raises(KeyboardInterrupt):
-        save({"step": 3}, path)
+        save({"step": 3, "w": eagerc.ones(2)}, path)
     assert load(path)["step"] == 1 and os.listdir(tmp_path) == ["ck.safetensors"]
 
 

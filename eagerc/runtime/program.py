@@ -5,8 +5,10 @@ the tensors are the program's weights (named by module path, e.g. `layers.0.weig
 and, optionally, example inputs `__example__.N` and outputs `__example_output__.N`;
 the string metadata holds
 
+    checksum        "sha256:<hex>": a SHA-256 of every byte of the file, the first entry of the
+                    metadata (see safetensors_io); checked before anything in the file is used
     format          "eagerc.program"
-    format_version  "1"
+    format_version  "2" (version 1: the same, without the checksum; still loaded)
     eagerc_version  the eagerc that wrote the file
     graph           the graph IR as JSON (Graph.dumps()), specialised to the example sizes
     inputs          JSON list, one spec per argument: {"name", "path", "shape", "dtype"};
@@ -16,8 +18,8 @@ the string metadata holds
                     every integer of the graph that depends on dynamic sizes, as
                     c0 + k * product(dims)
 
-`load(path)` trusts nothing in the file. Before anything runs it checks the byte
-layout, the metadata, the graph's JSON schema (sizes and nesting bounded), every op
+`load(path)` trusts nothing in the file. Before anything runs it checks that the path
+is a regular file, the byte layout, the checksum, the metadata, the graph's JSON schema (sizes and nesting bounded), every op
 and attribute with the op's own shape/dtype rule (eagerc.runtime.verify), the weights
 against the graph's external inputs, the input specs against the graph's arguments,
 and the dynamic-size table against the graph. Nothing from the file is executed: ops
@@ -31,7 +33,6 @@ import copy
 import io
 import json
 import os
-import stat
 
 import numpy as np
 
@@ -46,7 +47,8 @@ __all__ = ["load", "loads", "from_parts", "encode", "LoadedProgram", "ProgramLoa
            "ProgramInputError", "ProgramRunError", "FORMAT", "FORMAT_VERSION"]
 
 FORMAT = "eagerc.program"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+CHECKSUM_KEY = "checksum"
 EXAMPLE_IN = "__example__."
 EXAMPLE_OUT = "__example_output__."
 
@@ -108,8 +110,8 @@ def encode(graph_json, input_specs, dynamic, weights, producer, examples=None):
 
 
 def save(path, tensors, metadata):
-    """Write a program file atomically (temporary file + fsync + rename)."""
-    st.save_file(path, tensors, metadata)
+    """Write a program file atomically (temporary file + fsync + rename), sealed with its checksum."""
+    st.save_file(path, tensors, metadata, checksum_key=CHECKSUM_KEY)
 
 
 # ================================================================ loading
@@ -123,14 +125,13 @@ def load(path, *, max_value_bytes=MAX_VALUE_BYTES, max_header=st.MAX_HEADER, sel
     """
     where = os.fspath(path)
     try:
-        f = open(where, "rb")
+        f, size = st.open_regular(where)
+    except st.FormatError as e:  # a FIFO, a device, a directory: refused before open() could block
+        raise ProgramLoadError(f"{where}: {e}") from None
     except OSError as e:
         raise ProgramLoadError(f"{where}: cannot open: {e.strerror or e}") from None
     with f:
-        info = os.fstat(f.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise ProgramLoadError(f"{where}: not a regular file")
-        return _load_file(f, info.st_size, where, max_value_bytes, max_header, self_check)
+        return _load_file(f, size, where, max_value_bytes, max_header, self_check)
 
 
 def loads(data, *, where="<bytes>", max_value_bytes=MAX_VALUE_BYTES, max_header=st.MAX_HEADER,
@@ -144,15 +145,23 @@ def loads(data, *, where="<bytes>", max_value_bytes=MAX_VALUE_BYTES, max_header=
 
 def _load_file(f, size, where, max_value_bytes, max_header, self_check):
     try:
-        table, metadata, _ = st.read_header(f, size, max_header)
-        spec = _validate(metadata, {k: (dt, shape) for k, (dt, shape, _, _) in table.items()},
-                         max_value_bytes)
-        arrays = st.read_tensors(f, table)
-    except st.FormatError as e:
+        with st.gc_paused():
+            header = st.read_header(f, size, max_header, checksum_key=CHECKSUM_KEY)
+            arrays = st.read_tensors(f, header) if header.checksum else None  # verified before any use
+            spec = _validate(header.metadata, {k: (dt, shape) for k, (dt, shape, _, _) in header.tensors.items()},
+                             max_value_bytes, checksum=header.checksum, in_file=True)
+            if arrays is None:
+                arrays = st.read_tensors(f, header)
+            prog = LoadedProgram(spec, arrays, where, max_value_bytes)
+    except st.NotSafetensors as e:
+        raise ProgramLoadError(f"{where}: not an eagerc program: it {e}") from None
+    except (st.FormatError, _Invalid) as e:
         raise ProgramLoadError(f"{where}: {e}") from None
-    except _Invalid as e:
-        raise ProgramLoadError(f"{where}: {e}") from None
-    return _finish(spec, arrays, where, max_value_bytes, self_check)
+    except OSError as e:
+        raise ProgramLoadError(f"{where}: cannot read: {e.strerror or e}") from None
+    if self_check:
+        prog.self_check()
+    return prog
 
 
 def from_parts(tensors, metadata, *, where="<program>", max_value_bytes=MAX_VALUE_BYTES, self_check=False):
@@ -165,7 +174,7 @@ def from_parts(tensors, metadata, *, where="<program>", max_value_bytes=MAX_VALU
             if not isinstance(a, np.ndarray) or a.dtype not in st.DTYPES.values():
                 _fail(f"tensor {name!r} is not a numpy array of a supported dtype")
             table[name] = (a.dtype, a.shape)
-        spec = _validate(metadata, table, max_value_bytes)
+        spec = _validate(metadata, table, max_value_bytes, checksum=None, in_file=False)
     except _Invalid as e:
         raise ProgramLoadError(f"{where}: {e}") from None
     arrays = {k: np.array(a, copy=True, order="C") for k, a in tensors.items()}
@@ -181,12 +190,15 @@ def _finish(spec, arrays, where, max_value_bytes, self_check):
 
 # ---------------------------------------------------------------- metadata
 
-def _validate(metadata, table, max_value_bytes):
+def _validate(metadata, table, max_value_bytes, checksum, in_file):
     """Check the metadata and the tensor table (name -> (numpy dtype, shape)); return the parsed
-    program description. Raises _Invalid."""
+    program description. `checksum`: the file's verified checksum or None; a file (`in_file`) of
+    format 2 must have one. Raises _Invalid."""
     fmt = metadata.get("format")
     if fmt != FORMAT:
-        _fail(f"not an eagerc program: metadata 'format' is {_short(fmt)} (expected {FORMAT!r})")
+        hint = " (it is an eagerc checkpoint: load it with eagerc.load)" \
+            if metadata.get("eagerc.format") == "eagerc.checkpoint" else ""
+        _fail(f"not an eagerc program: metadata 'format' is {_short(fmt)} (expected {FORMAT!r}){hint}")
     version = metadata.get("format_version")
     if version is None:
         _fail("metadata lacks 'format_version'")
@@ -199,10 +211,14 @@ def _validate(metadata, table, max_value_bytes):
               f"{FORMAT_VERSION} -- upgrade eagerc{by}")
     if int(version) < 1:
         _fail(f"format version {int(version)} does not exist (versions start at 1)")
+    if in_file and int(version) >= 2 and checksum is None:
+        _fail(f"format version {int(version)} carries a checksum as the first metadata entry, and this file "
+              "has none there (damaged, or rewritten by another tool: re-export it, or see "
+              "safetensors_io.seal)")
     missing = _META_KEYS - set(metadata)
     if missing:
         _fail(f"metadata lacks {sorted(missing)}")
-    extra = set(metadata) - _META_KEYS
+    extra = set(metadata) - _META_KEYS - ({CHECKSUM_KEY} if checksum is not None else set())
     if extra:
         _fail(f"metadata has unknown keys {sorted(extra)[:5]}")
     if len(producer) > 64:
@@ -238,7 +254,7 @@ def _validate(metadata, table, max_value_bytes):
         _probe_dynamic(gj, dims, patches, max_value_bytes)
     examples = _check_examples(table, specs, graph)
     return {"graph": graph, "graph_json": gj, "specs": specs, "dims": dims, "patches": patches,
-            "producer": producer, "version": int(version), "examples": examples}
+            "producer": producer, "version": int(version), "examples": examples, "checksum": checksum}
 
 
 def _graph_from_json(gj):
@@ -254,12 +270,12 @@ def _short(x, n=60):
 
 
 def _parse_json(text, what):
+    """Strict JSON (no repeated keys; NaN and Infinity allowed: attributes hold them). Nesting
+    is bounded by the schema checks that follow, and the parser's own recursion limit."""
     try:
-        return json.loads(text)
-    except RecursionError:
-        _fail(f"metadata {what!r} is nested too deeply")
-    except (ValueError, MemoryError) as e:
-        _fail(f"metadata {what!r} is not valid JSON: {str(e)[:200]}")
+        return st.loads_json(text, f"metadata {what!r}", constants=True)
+    except st.FormatError as e:
+        _fail(str(e))
 
 
 def _verify(graph):
@@ -718,6 +734,7 @@ class LoadedProgram:
     Attributes: graph (the IR, at the example sizes), weights (name -> read-only array),
     input_specs (list of {"name", "path", "shape", "dtype"}), dynamic_dims
     (name -> {"example", "min", "max"}), eagerc_version (the producer), format_version,
+    checksum ("sha256:<hex>", verified; None for a format-1 file or in-memory parts),
     example_inputs / example_outputs (lists of arrays, or None), path.
     """
 
@@ -726,6 +743,7 @@ class LoadedProgram:
         self.graph = spec["graph"]
         self.eagerc_version = spec["producer"]
         self.format_version = spec["version"]
+        self.checksum = spec.get("checksum")
         self._specs = spec["specs"]
         self._dims = spec["dims"]
         self._patches = spec["patches"]
