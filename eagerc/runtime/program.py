@@ -37,13 +37,13 @@ import os
 import numpy as np
 
 from . import safetensors_io as st
-from .ir import Graph, FORMAT_VERSION as GRAPH_FORMAT_VERSION
+from .ir import Graph, Value, spec_of, FORMAT_VERSION as GRAPH_FORMAT_VERSION
 from .ops import OPS
 from .pytree import unflatten
 from .verify import arity as _arity, verify
 from .executor import last_uses
 
-__all__ = ["load", "loads", "from_parts", "encode", "LoadedProgram", "ProgramLoadError",
+__all__ = ["load", "loads", "from_parts", "encode", "LoadedProgram", "ProgramLoadError", "NotAProgram",
            "ProgramInputError", "ProgramRunError", "FORMAT", "FORMAT_VERSION"]
 
 FORMAT = "eagerc.program"
@@ -74,6 +74,11 @@ class ProgramLoadError(ValueError):
     """A file that is not a valid eagerc program; the message names the file and the problem."""
 
 
+class NotAProgram(ProgramLoadError):
+    """The file is something else: not safetensors at all (a .npy, a pickle), or a safetensors
+    file without eagerc's program metadata (a checkpoint, plain weights)."""
+
+
 class ProgramInputError(ValueError):
     """Arguments that do not match the program's input specs."""
 
@@ -84,6 +89,10 @@ class ProgramRunError(ValueError):
 
 class _Invalid(Exception):
     """Internal: a validation failure, turned into ProgramLoadError with the file's name."""
+
+
+class _Other(_Invalid):
+    """Internal: the file is not an eagerc program at all (-> NotAProgram)."""
 
 
 def _fail(msg):
@@ -154,7 +163,9 @@ def _load_file(f, size, where, max_value_bytes, max_header, self_check):
                 arrays = st.read_tensors(f, header)
             prog = LoadedProgram(spec, arrays, where, max_value_bytes)
     except st.NotSafetensors as e:
-        raise ProgramLoadError(f"{where}: not an eagerc program: it {e}") from None
+        raise NotAProgram(f"{where}: not an eagerc program: it {e}") from None
+    except _Other as e:
+        raise NotAProgram(f"{where}: {e}") from None
     except (st.FormatError, _Invalid) as e:
         raise ProgramLoadError(f"{where}: {e}") from None
     except OSError as e:
@@ -175,6 +186,8 @@ def from_parts(tensors, metadata, *, where="<program>", max_value_bytes=MAX_VALU
                 _fail(f"tensor {name!r} is not a numpy array of a supported dtype")
             table[name] = (a.dtype, a.shape)
         spec = _validate(metadata, table, max_value_bytes, checksum=None, in_file=False)
+    except _Other as e:
+        raise NotAProgram(f"{where}: {e}") from None
     except _Invalid as e:
         raise ProgramLoadError(f"{where}: {e}") from None
     arrays = {k: np.array(a, copy=True, order="C") for k, a in tensors.items()}
@@ -198,7 +211,7 @@ def _validate(metadata, table, max_value_bytes, checksum, in_file):
     if fmt != FORMAT:
         hint = " (it is an eagerc checkpoint: load it with eagerc.load)" \
             if metadata.get("eagerc.format") == "eagerc.checkpoint" else ""
-        _fail(f"not an eagerc program: metadata 'format' is {_short(fmt)} (expected {FORMAT!r}){hint}")
+        raise _Other(f"not an eagerc program: metadata 'format' is {_short(fmt)} (expected {FORMAT!r}){hint}")
     version = metadata.get("format_version")
     if version is None:
         _fail("metadata lacks 'format_version'")
@@ -232,6 +245,7 @@ def _validate(metadata, table, max_value_bytes, checksum, in_file):
             _fail(f"graph: node {n.out.name} uses op {n.op!r}, which programs may not contain")
     _check_sizes(graph, max_value_bytes)  # before the shape rules run on declared sizes
     _verify(graph)
+    _check_scratch(graph, max_value_bytes)  # after them: the attributes are checked
     for target, _ in graph.mutations:
         if target.endswith(".grad"):
             _fail(f"graph: mutation target {target!r}: programs do not update gradients")
@@ -303,6 +317,22 @@ def _check_sizes(graph, max_value_bytes):
         if _nbytes(n.out.shape, n.out.dtype) > max_value_bytes:
             _fail(f"graph: {n.op} -> {n.out.name} ({n.out.dtype}{list(n.out.shape)}) is larger than the "
                   f"limit of {max_value_bytes} bytes (load(..., max_value_bytes=) raises it)")
+
+
+def _check_scratch(graph, max_value_bytes):
+    """The temporary buffers of kernels that allocate far more than their inputs and output
+    (im2col, padding, window masks: the ops' `scratch` rules) are bounded like values."""
+    for n in graph.nodes:
+        rule = OPS[n.op].scratch
+        if rule is None:
+            continue
+        try:
+            need = rule(*[spec_of(x) if isinstance(x, Value) else x for x in n.inputs], **n.attrs)
+        except Exception as e:  # the shape rule accepted the node; a hostile one may still choke this
+            _fail(f"graph: {_node_str(n)}: cannot size its temporary buffers ({type(e).__name__}: {str(e)[:200]})")
+        if need > max_value_bytes:
+            _fail(f"graph: {_node_str(n)} needs {need} bytes of temporary buffers, more than the limit of "
+                  f"{max_value_bytes} bytes (load(..., max_value_bytes=) raises it)")
 
 
 # ---------------------------------------------------------------- graph schema
@@ -582,6 +612,7 @@ def _specialise(gj, patches, binding, max_value_bytes):
     graph = _graph_from_json(g)
     _check_sizes(graph, max_value_bytes)
     _verify(graph)
+    _check_scratch(graph, max_value_bytes)
     return graph
 
 

@@ -41,7 +41,7 @@ import numpy as np
 from .atomic import atomic_write
 
 __all__ = ["FormatError", "NotSafetensors", "Header", "DTYPES", "MAX_HEADER", "open_regular", "loads_json",
-           "gc_paused", "sniff", "read_header", "read_tensors", "write", "save_file", "seal"]
+           "gc_paused", "sniff", "read_header", "read_tensors", "verify", "write", "save_file", "seal"]
 
 MAX_HEADER = 100_000_000  # bytes of JSON header; the safetensors package's own limit
 MAX_NDIM = 64
@@ -361,15 +361,36 @@ def read_tensors(f, header, names=None):
             if hasher is not None:
                 hasher.update(buf)
         out[name] = arr
-    if hasher is not None and f"{ALGORITHM}:{hasher.hexdigest()}" != header.checksum:
-        raise FormatError(f"checksum mismatch: the file's bytes are not the bytes eagerc wrote (corrupted, "
-                          f"or edited); it records {header.checksum[:len(ALGORITHM) + 13]}..., its content "
-                          f"hashes to {ALGORITHM}:{hasher.hexdigest()[:12]}...")
+    if hasher is not None:
+        _compare(hasher, header)
     if sys.byteorder == "big":
         for arr in out.values():
             if arr.dtype.itemsize > 1:
                 arr.byteswap(inplace=True)
     return {name: out[name] for name in (tensors if names is None else names)}
+
+
+def _compare(hasher, header):
+    if f"{ALGORITHM}:{hasher.hexdigest()}" != header.checksum:
+        raise FormatError(f"checksum mismatch: the file's bytes are not the bytes eagerc wrote (corrupted, "
+                          f"or edited); it records {header.checksum[:len(ALGORITHM) + 13]}..., its content "
+                          f"hashes to {ALGORITHM}:{hasher.hexdigest()[:12]}...")
+
+
+def verify(f, header, chunk=16 << 20):
+    """Check a sealed file's checksum reading its data in chunks (no arrays); True when sealed
+    and intact, False for a file without a checksum; FormatError on a mismatch."""
+    if header._hash is None:
+        return False
+    hasher = header._hash.copy()
+    f.seek(header.data_start)
+    while True:
+        block = f.read(chunk)
+        if not block:
+            break
+        hasher.update(block)
+    _compare(hasher, header)
+    return True
 
 
 # ---------------------------------------------------------------- writing
