@@ -145,14 +145,17 @@ def _no_constant(name):
 
 
 def _too_deep(obj, max_depth):
-    """Whether `obj` (parsed JSON) nests containers more than max_depth deep (iterative)."""
-    stack = [(obj, 1)]
-    while stack:
-        v, depth = stack.pop()
-        items = v.values() if type(v) is dict else v
+    """Whether `obj` (parsed JSON) nests containers more than max_depth deep (level by level)."""
+    level, depth = [obj], 1
+    while level:
         if depth > max_depth:
             return True
-        stack.extend((x, depth + 1) for x in items if type(x) in (dict, list))
+        below = []
+        for v in level:
+            for x in (v.values() if type(v) is dict else v):
+                if type(x) is dict or type(x) is list:
+                    below.append(x)
+        level, depth = below, depth + 1
     return False
 
 
