@@ -49,7 +49,7 @@ FORMAT = "eagerc.checkpoint"
 VERSION = 2
 CHECKSUM_KEY = "eagerc.checksum"
 MAX_DEPTH = 64             # containers (dicts, lists, tuples) nested in one checkpoint
-_MAX_JSON_DEPTH = 3 * MAX_DEPTH + 8   # a tagged dict is three JSON levels: tag, items, pair
+_MAX_JSON_DEPTH = 3 * MAX_DEPTH + 8   # JSON levels: a tagged dict is three (tag, items, pair)
 
 
 class CheckpointError(RuntimeError):
@@ -57,7 +57,8 @@ class CheckpointError(RuntimeError):
 
 
 _STORABLE = set(st.DTYPES.values())
-_DTYPE_NAMES = {d.name for d in _STORABLE}
+_DTYPE_NAME = {d: d.name for d in _STORABLE}   # (dtype.name costs microseconds per call)
+_DTYPE_NAMES = set(_DTYPE_NAME.values())
 
 
 # ---------------------------------------------------------------- encoding
@@ -201,20 +202,25 @@ def load(f, map_location=None, *, weights_only=True, mmap=None):
 
 
 def _load(f, size, where, map_location):
-    try:
-        header = st.read_header(f, size, checksum_key=CHECKSUM_KEY)
-        arrays = st.read_tensors(f, header) if header.checksum else None  # verified before any use
-        version, structure = _check_metadata(header, where)
-        if arrays is None:
-            arrays = st.read_tensors(f, header)
-    except st.NotSafetensors as e:
-        raise CheckpointError(f"{where}: not an eagerc checkpoint: it {e}") from None
-    except st.FormatError as e:
-        raise CheckpointError(f"{where}: corrupted or truncated checkpoint: {e}") from None
-    except OSError as e:
-        raise CheckpointError(f"{where}: cannot read: {e.strerror or e}") from None
-    dec = _Decoder(arrays, where, map_location, version)
-    obj = dec.decode(structure)
+    with st.gc_paused():
+        try:
+            header = st.read_header(f, size, checksum_key=CHECKSUM_KEY)
+            arrays = st.read_tensors(f, header) if header.checksum else None  # verified before any use
+            version, structure = _check_metadata(header, where)
+            if arrays is None:
+                arrays = st.read_tensors(f, header)
+        except st.NotSafetensors as e:
+            raise CheckpointError(f"{where}: not an eagerc checkpoint: it {e}") from None
+        except st.FormatError as e:
+            raise CheckpointError(f"{where}: corrupted or truncated checkpoint: {e}") from None
+        except OSError as e:
+            raise CheckpointError(f"{where}: cannot read: {e.strerror or e}") from None
+        dec = _Decoder(arrays, where, map_location, version)
+        try:
+            obj = dec.decode(structure)
+        except RecursionError:  # (only when load itself is called very deep in the stack)
+            raise CheckpointError(f"{where}: its structure metadata is nested too deeply for the "
+                                  "interpreter's stack") from None
     extra = sorted(set(arrays) - dec.used)
     if extra:
         raise CheckpointError(f"{where}: corrupted checkpoint: it holds tensors the metadata does not "
@@ -245,7 +251,7 @@ def _check_metadata(header, where):
     if "eagerc.structure" not in meta:
         raise CheckpointError(f"{where}: corrupted checkpoint: its metadata lacks 'eagerc.structure'")
     try:
-        structure = st.loads_json(meta["eagerc.structure"], "its structure metadata", max_depth=_MAX_JSON_DEPTH)
+        structure = st.loads_json(meta["eagerc.structure"], "its structure metadata")  # (decode bounds depth)
     except st.FormatError as e:
         raise CheckpointError(f"{where}: corrupted checkpoint: {e}") from None
     return version, structure
@@ -263,6 +269,7 @@ class _Decoder:
         self.version = version
         self.used = set()
         self.cache = {}
+        self.devices = {}   # saved device name -> target device
 
     def fail(self, what):
         return CheckpointError(f"{self.where}: {what}")
@@ -271,24 +278,28 @@ class _Decoder:
         return self.fail(f"corrupted checkpoint: malformed {st._clip(kind, 40)} entry in the structure metadata "
                          f"({type(e).__name__}: {str(e)[:200]})")
 
-    def decode(self, node):
+    def decode(self, node, depth=0):
         if node is None or isinstance(node, (bool, int, float, str)):
             return node
+        if depth >= _MAX_JSON_DEPTH:
+            raise self.fail(f"corrupted checkpoint: its structure metadata is nested more than {_MAX_JSON_DEPTH} "
+                            "levels deep")
+        depth += 1
         if isinstance(node, list):
-            return [self.decode(v) for v in node]
+            return [self.decode(v, depth) for v in node]
         kind = node.get("$type")  # (JSON has only lists, dicts and scalars)
         if kind is None:
-            return {k: self.decode(v) for k, v in node.items()}
+            return {k: self.decode(v, depth) for k, v in node.items()}
         if kind in ("tensor", "ndarray"):
             return self.tensor(node, kind)
         try:
             if kind == "dict":
                 d = OrderedDict() if node.get("ordered") else {}
                 for k, v in _items(node):
-                    d[self.key(k)] = self.decode(v)
+                    d[self.key(k, depth)] = self.decode(v, depth + 2)   # (items, pair)
                 return d
             if kind == "tuple":
-                return tuple(self.decode(v) for v in _items(node))
+                return tuple([self.decode(v, depth + 1) for v in _items(node)])
             if kind == "float":
                 if not isinstance(node["value"], str):
                     raise TypeError("value is not a string")
@@ -305,9 +316,9 @@ class _Decoder:
             raise self.malformed(kind, e) from None
         raise self.fail(f"corrupted checkpoint: unknown entry type {st._clip(kind, 40)} in the structure metadata")
 
-    def key(self, k):
+    def key(self, k, depth):
         if isinstance(k, dict):
-            k = self.decode(k)
+            k = self.decode(k, depth + 2)
         if isinstance(k, list):
             k = tuple(k)
         hash(k)  # TypeError (a malformed entry) for a dict key
@@ -315,7 +326,9 @@ class _Decoder:
 
     def tensor(self, node, kind):
         try:
-            name, dtype, shape = node["key"], node["dtype"], list(node["shape"])
+            name, dtype, shape = node["key"], node["dtype"], node["shape"]
+            if not isinstance(shape, list):
+                raise TypeError("shape is not a list")
             crc = int(node["crc32"]) if self.version < 2 else None  # format 1: one CRC32 per tensor
             if not isinstance(name, str):
                 raise TypeError("key is not a string")
@@ -328,7 +341,7 @@ class _Decoder:
         if arr is None:
             raise self.fail(f"corrupted checkpoint: tensor {st._clip(name)} listed in the metadata is missing "
                             f"from the file")
-        if arr.dtype.name != dtype or list(arr.shape) != shape:
+        if _DTYPE_NAME[arr.dtype] != dtype or arr.shape != tuple(shape):
             said = dtype if isinstance(dtype, str) and dtype in _DTYPE_NAMES else st._clip(dtype, 20)
             raise self.fail(f"corrupted checkpoint: tensor {st._clip(name)} is {arr.dtype.name}{list(arr.shape)} "
                             f"in the file but {said}{st._clip(shape, 60)} in the metadata")
@@ -364,13 +377,13 @@ class _Decoder:
         return t
 
     def target_device(self, saved):
-        from .runtime.device import device
-        m = self.map_location
-        if m is None:
-            return device(saved)
-        if isinstance(m, dict):
-            return device(m.get(saved, saved))
-        return device(m)
+        d = self.devices.get(saved)
+        if d is None:
+            from .runtime.device import device
+            m = self.map_location
+            d = device(saved if m is None else m.get(saved, saved) if isinstance(m, dict) else m)
+            self.devices[saved] = d
+        return d
 
 
 def _items(node):

@@ -110,14 +110,20 @@ def open_regular(path):
 @contextlib.contextmanager
 def gc_paused():
     """Pause the cyclic garbage collector while a loader builds many small objects (a large
-    header's JSON, a graph): its collections, each walking every live container, cost loading
-    a 40 MB header more than a third of its time. (JSON values hold no cycles.)"""
+    header's JSON, a graph, a checkpoint's structure): its collections, each walking every
+    live young container, cost loading a 40 MB header more than a third of its time (JSON
+    values hold no cycles). On the way out what survived is moved to the oldest generation
+    (freeze + unfreeze, unless the process froze objects itself), so that the first
+    collection after the pause does not walk it all at once."""
     was = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
         if was:
+            if gc.get_freeze_count() == 0:
+                gc.freeze()
+                gc.unfreeze()
             gc.enable()
 
 
@@ -144,25 +150,10 @@ def _no_constant(name):
     raise _Constant(name)
 
 
-def _too_deep(obj, max_depth):
-    """Whether `obj` (parsed JSON) nests containers more than max_depth deep (level by level)."""
-    level, depth = [obj], 1
-    while level:
-        if depth > max_depth:
-            return True
-        below = []
-        for v in level:
-            for x in (v.values() if type(v) is dict else v):
-                if type(x) is dict or type(x) is list:
-                    below.append(x)
-        level, depth = below, depth + 1
-    return False
-
-
-def loads_json(text, what, *, constants=False, max_depth=None):
+def loads_json(text, what, *, constants=False):
     """Parse JSON from a file strictly: a repeated key anywhere, NaN/Infinity (unless
-    `constants`), nesting deeper than `max_depth` (containers) or too deep for the parser
-    are FormatErrors whose message starts with `what`."""
+    `constants`) or nesting too deep for the parser (Python's json recurses) are FormatErrors
+    whose message starts with `what`. Callers bound the nesting they walk themselves."""
     try:
         obj = json.loads(text, object_pairs_hook=_no_duplicates,
                          **({} if constants else {"parse_constant": _no_constant}))
@@ -174,8 +165,6 @@ def loads_json(text, what, *, constants=False, max_depth=None):
         raise FormatError(f"{what} is nested too deeply") from None
     except (ValueError, MemoryError) as e:  # json.JSONDecodeError is a ValueError
         raise FormatError(f"{what} is not valid JSON: {str(e)[:200]}") from None
-    if max_depth is not None and type(obj) in (dict, list) and _too_deep(obj, max_depth):
-        raise FormatError(f"{what} is nested more than {max_depth} levels deep")
     return obj
 
 
@@ -300,40 +289,43 @@ def read_header(f, size, max_header=MAX_HEADER, checksum_key=None):
     return Header(table, metadata, data_start, checksum, hasher)
 
 
+_ENTRY_KEYS = frozenset(("dtype", "shape", "data_offsets"))
+
+
 def _check_entry(name, entry, data_size):
+    """(dtype, shape, begin, end) of one header entry, checked (the common case fast: a large
+    header holds hundreds of thousands of these)."""
     if not name or len(name) > MAX_NAME:
         raise FormatError(f"tensor name {name[:80]!r} is empty or longer than {MAX_NAME} characters")
-    what = f"tensor {_clip(name)}"
-    if not isinstance(entry, dict):
-        raise FormatError(f"{what}: entry is a {type(entry).__name__}, not an object")
-    keys = set(entry)
-    if keys != {"dtype", "shape", "data_offsets"}:
-        missing, extra = {"dtype", "shape", "data_offsets"} - keys, keys - {"dtype", "shape", "data_offsets"}
+    if type(entry) is not dict or entry.keys() != _ENTRY_KEYS:
+        what = f"tensor {_clip(name)}"
+        if not isinstance(entry, dict):
+            raise FormatError(f"{what}: entry is a {type(entry).__name__}, not an object")
+        missing, extra = _ENTRY_KEYS - set(entry), set(entry) - _ENTRY_KEYS
         raise FormatError(f"{what}: entry " + (f"lacks {sorted(missing)}" if missing else
                                                f"has unknown keys {[_clip(k, 40) for k in sorted(extra)[:5]]}"))
     code, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
-    if not isinstance(code, str) or code not in DTYPES:
-        raise FormatError(f"{what}: unsupported dtype {str(code)[:40]!r} (supported: {', '.join(DTYPES)})")
-    if not isinstance(shape, list) or len(shape) > MAX_NDIM:
-        raise FormatError(f"{what}: shape is not a list of at most {MAX_NDIM} sizes")
-    for s in shape:
-        if not _is_int(s) or not 0 <= s < MAX_DIM:
-            raise FormatError(f"{what}: invalid size {str(s)[:40]} in shape")
-    if (not isinstance(offsets, list) or len(offsets) != 2
-            or not all(_is_int(o) for o in offsets)):
-        raise FormatError(f"{what}: data_offsets is not a pair of integers")
-    b, e = offsets
-    if not 0 <= b <= e:
-        raise FormatError(f"{what}: data_offsets {offsets} are not 0 <= begin <= end")
-    if e > data_size:
-        raise FormatError(f"{what}: data_offsets end {e} is past the end of the data ({data_size} bytes): "
-                          "file is truncated")
-    dtype = DTYPES[code]
+    dtype = DTYPES.get(code) if type(code) is str else None
+    if dtype is None:
+        raise FormatError(f"tensor {_clip(name)}: unsupported dtype {str(code)[:40]!r} "
+                          f"(supported: {', '.join(DTYPES)})")
+    if type(shape) is not list or len(shape) > MAX_NDIM:
+        raise FormatError(f"tensor {_clip(name)}: shape is not a list of at most {MAX_NDIM} sizes")
     nbytes = dtype.itemsize
     for s in shape:
+        if type(s) is not int or not 0 <= s < MAX_DIM:
+            raise FormatError(f"tensor {_clip(name)}: invalid size {str(s)[:40]} in shape")
         nbytes *= s
+    if type(offsets) is not list or len(offsets) != 2 or type(offsets[0]) is not int or type(offsets[1]) is not int:
+        raise FormatError(f"tensor {_clip(name)}: data_offsets is not a pair of integers")
+    b, e = offsets
+    if not 0 <= b <= e:
+        raise FormatError(f"tensor {_clip(name)}: data_offsets {offsets} are not 0 <= begin <= end")
+    if e > data_size:
+        raise FormatError(f"tensor {_clip(name)}: data_offsets end {e} is past the end of the data "
+                          f"({data_size} bytes): file is truncated")
     if e - b != nbytes:
-        raise FormatError(f"{what}: {code}{shape} needs {nbytes} bytes but data_offsets {offsets} "
+        raise FormatError(f"tensor {_clip(name)}: {code}{shape} needs {nbytes} bytes but data_offsets {offsets} "
                           f"span {e - b}")
     return dtype, tuple(shape), b, e
 
@@ -345,25 +337,53 @@ def _read_exactly(f, n):
     return data
 
 
+_SMALL = 1 << 16   # tensors below this many bytes are read in runs of up to _RUN bytes
+_RUN = 1 << 22
+
+
 def read_tensors(f, header, names=None):
     """Read the tensors `names` (default: all) of a Header into fresh, aligned, native-byte-order
     numpy arrays. Reading all tensors of a sealed file hashes every byte and raises FormatError
-    on a checksum mismatch, before any array is returned."""
+    on a checksum mismatch, before any array is returned. Large tensors are read straight into
+    their arrays; runs of small ones with one read each (a checkpoint may hold 100,000 of them)."""
     tensors = header.tensors
     hasher = header._hash.copy() if names is None and header._hash is not None else None
+    order = sorted(tensors, key=lambda k: tensors[k][2]) if names is None else list(names)
     out = {}
-    for name in (sorted(tensors, key=lambda k: tensors[k][2]) if names is None else names):
-        dtype, shape, b, e = tensors[name]
-        arr = np.empty(shape, dtype)
-        if e > b:
+    i = 0
+    while i < len(order):
+        dtype, shape, b, e = tensors[order[i]]
+        if e - b >= _SMALL:
+            arr = np.empty(shape, dtype)
             f.seek(b)
             buf = memoryview(arr.reshape(-1).view(np.uint8))
             got = f.readinto(buf)
             if got != e - b:
-                raise FormatError(f"tensor {_clip(name)}: file is truncated (read {got} of {e - b} bytes)")
+                raise FormatError(f"tensor {_clip(order[i])}: file is truncated (read {got} of {e - b} bytes)")
             if hasher is not None:
                 hasher.update(buf)
-        out[name] = arr
+            out[order[i]] = arr
+            i += 1
+            continue
+        j, end = i, b
+        while j < len(order):
+            _, _, tb, te = tensors[order[j]]
+            if tb != end or te - tb >= _SMALL or te - b > _RUN:
+                break
+            end, j = te, j + 1
+        j = max(j, i + 1)
+        end = max(end, e)
+        f.seek(b)
+        chunk = f.read(end - b)
+        if len(chunk) != end - b:
+            raise FormatError(f"file is truncated: wanted {end - b} bytes at offset {b}, got {len(chunk)}")
+        if hasher is not None:
+            hasher.update(chunk)
+        for name in order[i:j]:
+            dtype, shape, tb, te = tensors[name]
+            count = (te - tb) // dtype.itemsize
+            out[name] = np.frombuffer(chunk, dtype, count, tb - b).reshape(shape).copy()
+        i = j
     if hasher is not None:
         _compare(hasher, header)
     if sys.byteorder == "big":
