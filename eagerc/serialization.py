@@ -363,12 +363,12 @@ class _Decoder:
         if target.type != "cpu":
             from .runtime.device import cuda_available
             if not cuda_available():
-                raise self.fail(f"tensor {st._clip(node['key'])} was saved on {st._clip(saved, 40)}, but CUDA is "
+                raise self.fail(f"tensor {st._clip(node['key'])} was saved on {target}, but CUDA is "
                                 "not available here; pass map_location='cpu' to load it on the CPU")
             t = t.to(target)
         try:
             if node.get("requires_grad"):
-                t.requires_grad = True
+                t.requires_grad_(True)   # (checks the dtype, as PyTorch does)
             if node.get("parameter"):
                 from .nn.parameter import Parameter
                 t = Parameter(t, requires_grad=bool(node.get("requires_grad")))

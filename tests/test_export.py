@@ -827,3 +827,74 @@ def test_cupy_inputs_run_on_the_gpu(exported, tmp_path):
     np.testing.assert_allclose(out.get(), _eager(model, x), rtol=1e-5, atol=1e-6)
     with pytest.raises(ProgramInputError, match="mix numpy and cupy"):
         exported["multi"][1](*[cupy.asarray(a) for a in _multi_inputs()[:3]], _multi_inputs()[3])
+
+
+# ---------------------------------------------------------------- never silently wrong
+
+def test_a_flipped_weight_bit_is_refused(mlp_file):
+    """Before: most single-bit flips in a program's weights changed its outputs, no error."""
+    data = bytearray(open(mlp_file, "rb").read())
+    data[-7] ^= 0x08
+    open(mlp_file, "wb").write(bytes(data))
+    _expect(mlp_file, "checksum mismatch")
+
+
+def test_non_regular_files_are_refused_before_open_can_block(tmp_path):
+    """Before: eagerc.runtime.load of a FIFO blocked forever in open()."""
+    _expect(str(tmp_path), "is a directory, not a regular file")
+    if os.path.exists("/dev/zero"):
+        with pytest.raises(ProgramLoadError, match="/dev/zero: is a character device, not a regular file"):
+            eagerc.runtime.load("/dev/zero")
+    if not hasattr(os, "mkfifo"):
+        return
+    os.mkfifo(tmp_path / "pipe")
+    code = f"import eagerc.runtime; eagerc.runtime.load({str(tmp_path / 'pipe')!r})"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                       env=dict(os.environ, PYTHONPATH=ROOT))
+    assert r.returncode == 1 and "ProgramLoadError" in r.stderr and "is a FIFO (named pipe)" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("depth", [600, 100_000])
+def test_deeply_nested_graph_json_is_a_load_error(mlp_file, depth):
+    header, body = _parts(mlp_file)
+    g = json.loads(header["__metadata__"]["graph"])
+    _node(g, "relu")["attrs"]["x"] = 0
+    text = json.dumps(g).replace('"x": 0', '"x": ' + "[" * depth + "]" * depth)
+    header["__metadata__"]["graph"] = text
+    _expect(_write(mlp_file, header, body), "graph", "nested")
+    header["__metadata__"]["graph"] = "[" * depth + "]" * depth
+    _expect(_write(mlp_file, header, body), "graph")
+
+
+def test_duplicate_keys_in_the_graph_are_refused(mlp_file):
+    header, body = _parts(mlp_file)
+    text = header["__metadata__"]["graph"]
+    i = text.index('"attrs": {}')
+    header["__metadata__"]["graph"] = text[:i] + '"attrs": {}, "attrs": {"inplace": true}' + text[i + 11:]
+    _expect(_write(mlp_file, header, body), "metadata 'graph' repeats the key 'attrs'")
+    header, body = _parts(mlp_file)
+    header["__metadata__"]["inputs"] = '[{"name": "arg0", "name": "arg1"}]'
+    _expect(_write(mlp_file, header, body), "metadata 'inputs' repeats the key 'name'")
+
+
+def test_format_1_programs_without_checksum_still_load(mlp_file, exported, tmp_path):
+    loaded = eagerc.runtime.load(mlp_file)
+    tensors, metadata = exported["mlp"][1].parts()
+    path = str(tmp_path / "old.eagerc")
+    safetensors_io.save_file(path, tensors, dict(metadata, format_version="1"))
+    old = eagerc.runtime.load(path)
+    assert old.format_version == 1 and old.checksum is None and loaded.checksum.startswith("sha256:")
+    x = np.random.default_rng(3).standard_normal((5, 6)).astype(np.float32)
+    np.testing.assert_array_equal(old(x), loaded(x))
+    safetensors_io.save_file(path, tensors, dict(metadata, format_version="1", checksum=loaded.checksum),
+                             checksum_key=None)
+    _expect(path, "checksum")   # a stale checksum (not where eagerc writes it) is refused, not ignored
+
+
+def test_the_checkpoint_loader_is_named_for_a_checkpoint(tmp_path):
+    eagerc.save({"w": eagerc.ones(2)}, tmp_path / "ck.safetensors")
+    with pytest.raises(rp.NotAProgram, match="it is an eagerc checkpoint: load it with eagerc.load"):
+        eagerc.runtime.load(tmp_path / "ck.safetensors")
+    np.save(tmp_path / "x.npy", np.ones(2))
+    with pytest.raises(rp.NotAProgram, match="x.npy: not an eagerc program: it is a numpy .npy file"):
+        eagerc.runtime.load(tmp_path / "x.npy")

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import eagerc
-from eagerc import optim
+from eagerc import optim, serialization
 from eagerc.runtime import atomic, safetensors_io
 from eagerc.serialization import CheckpointError, load, save
 
@@ -371,3 +371,192 @@ def test_resume_training_from_a_checkpoint(tmp_path):
     for (k, a), (_, b) in zip(model.state_dict().items(), model2.state_dict().items()):
         np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=k)
     assert opt.param_groups[0]["lr"] == opt2.param_groups[0]["lr"]
+
+
+# ---------------------------------------------------------------- never silently wrong
+
+def test_one_flipped_bit_is_an_error_naming_the_file(tmp_path):
+    """Before: flipping one bit of "0.001" in the header gave lr = 0.201, silently."""
+    path = tmp_path / "ck.safetensors"
+    save({"lr": 0.001, "w": eagerc.ones(3)}, path)
+    data = bytearray(path.read_bytes())
+    i = data.index(b"0.001")
+    data[i + 2] ^= 0x02   # '0' -> '2': 0.001 -> 0.201
+    assert b"0.201" in data
+    path.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match=r"ck\.safetensors: corrupted or truncated checkpoint: checksum "
+                                              r"mismatch"):
+        load(path)
+    data[i + 2] ^= 0x02
+    data[-3] ^= 0x40      # a bit of the tensor data
+    path.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match="checksum mismatch"):
+        load(path)
+
+
+def test_the_checksum_covers_every_byte_and_is_sha256(tmp_path):
+    """An independent recomputation: SHA-256 of the file with the 64 digest digits as '0'."""
+    import hashlib
+    path = tmp_path / "ck.safetensors"
+    save({"w": eagerc.arange(5, dtype=eagerc.float32), "step": 3}, path)
+    data = path.read_bytes()
+    n = struct.unpack("<Q", data[:8])[0]
+    meta = json.loads(data[8:8 + n])["__metadata__"]
+    digest = meta["eagerc.checksum"][len("sha256:"):]
+    assert data[8:].startswith(b'{"__metadata__":{"eagerc.checksum":"sha256:' + digest.encode())
+    zeroed = data.replace(digest.encode(), b"0" * 64, 1)
+    assert hashlib.sha256(zeroed).hexdigest() == digest
+
+
+def test_a_format_2_file_without_its_checksum_is_refused(tmp_path):
+    buf = io.BytesIO()
+    save({"w": eagerc.ones(2)}, buf)
+    f = io.BytesIO(buf.getvalue())
+    header = safetensors_io.read_header(f, len(buf.getvalue()), checksum_key="eagerc.checksum")
+    arrays = safetensors_io.read_tensors(f, header)
+    meta = {k: v for k, v in header.metadata.items() if k != "eagerc.checksum"}
+    out = io.BytesIO()
+    safetensors_io.write(out, arrays, meta)    # the checksum dropped, as another tool might
+    with pytest.raises(CheckpointError, match="format 2 carries a checksum"):
+        _load_bytes(tmp_path, out.getvalue())
+
+
+def test_non_regular_files_are_refused_before_open_can_block(tmp_path):
+    """Before: eagerc.load of a FIFO blocked forever in open()."""
+    with pytest.raises(CheckpointError, match=r"is a directory, not a regular file"):
+        load(tmp_path)
+    if os.path.exists("/dev/zero"):
+        with pytest.raises(CheckpointError, match=r"/dev/zero: not an eagerc checkpoint: it is a character device"):
+            load("/dev/zero")
+    if not hasattr(os, "mkfifo"):
+        return
+    os.mkfifo(tmp_path / "pipe")
+    code = f"import eagerc; eagerc.load({str(tmp_path / 'pipe')!r})"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                       env=dict(os.environ, PYTHONPATH=ROOT))
+    assert r.returncode == 1 and "is a FIFO (named pipe), not a regular file" in r.stderr, r.stderr
+    assert "CheckpointError" in r.stderr
+
+
+def _structure_file(structure_text):
+    meta = {"eagerc.format": "eagerc.checkpoint", "eagerc.version": "2", "eagerc.structure": structure_text}
+    buf = io.BytesIO()
+    safetensors_io.write(buf, {}, meta, checksum_key="eagerc.checksum")
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("depth", [600, 5000, 100_000])
+def test_deep_nesting_is_a_checkpoint_error(tmp_path, depth):
+    """Before: a 1 kB checkpoint nested 600 deep raised RecursionError."""
+    data = _structure_file("[" * depth + "]" * depth)
+    assert len(data) < 2 * depth + 400
+    with pytest.raises(CheckpointError, match="nested"):
+        _load_bytes(tmp_path, data)
+
+
+def test_nesting_up_to_the_limit_round_trips_and_beyond_it_is_refused_on_save(tmp_path):
+    obj = 1
+    for i in range(serialization.MAX_DEPTH):
+        obj = {"k": obj} if i % 3 == 0 else (obj,) if i % 3 == 1 else {i: obj}
+    assert load(_saved(tmp_path, obj)) == obj
+    with pytest.raises(ValueError, match=f"nested more than {serialization.MAX_DEPTH} containers deep"):
+        save([obj], tmp_path / "deep.safetensors")
+    deep = 0
+    for _ in range(600):   # before: RecursionError from the encoder
+        deep = [deep]
+    with pytest.raises(ValueError, match="nested more than"):
+        save({"x": deep}, tmp_path / "deep.safetensors")
+    assert not os.path.exists(tmp_path / "deep.safetensors")
+
+
+def _saved(tmp_path, obj):
+    save(obj, tmp_path / "ok.safetensors")
+    return tmp_path / "ok.safetensors"
+
+
+def test_duplicate_keys_in_the_structure_are_refused(tmp_path):
+    with pytest.raises(CheckpointError, match="structure metadata repeats the key 'lr'"):
+        _load_bytes(tmp_path, _structure_file('{"lr": 0.1, "lr": 0.2}'))
+    with pytest.raises(CheckpointError, match="contains NaN"):
+        _load_bytes(tmp_path, _structure_file('{"lr": NaN}'))
+
+
+def test_every_failure_is_a_checkpoint_error(tmp_path):
+    """Malformed but checksummed structures: the decoder's own error, never TypeError & co."""
+    for text in ['{"a": {"$type": "tensor"}}', '{"a": {"$type": "tensor", "key": [1], "dtype": "f", "shape": 1}}',
+                 '{"a": {"$type": "dict", "items": [[[1], 2], [{}, 3]]}}', '{"a": {"$type": "tuple", "items": 5}}',
+                 '{"a": {"$type": "float", "value": []}}', '{"a": {"$type": "device", "name": "tpu:x"}}',
+                 '{"a": {"$type": "dtype", "name": "complex64"}}', '{"a": {"$type": ["x"]}}']:
+        with pytest.raises(CheckpointError):
+            _load_bytes(tmp_path, _structure_file(text))
+    data = _bytes({"w": eagerc.ones(2, dtype=eagerc.int64)})
+    with pytest.raises(CheckpointError, match="malformed 'tensor' entry"):   # an int tensor "requiring" grad
+        _load_bytes(tmp_path, _rewrite(data, lambda s, a: s["w"].update(requires_grad=True)))
+
+
+@pytest.mark.skipif(eagerc.cuda.is_available(), reason="checks the message without CUDA")
+def test_a_cuda_tensor_without_cuda_is_a_checkpoint_error(tmp_path):
+    data = _rewrite(_bytes({"w": eagerc.ones(2)}), lambda s, a: s["w"].update(device="cuda:0"))
+    with pytest.raises(CheckpointError, match="tensor 'w' was saved on cuda:0, but CUDA is not available here; pass "
+                                              "map_location='cpu'"):
+        _load_bytes(tmp_path, data)
+    (tmp_path / "c.safetensors").write_bytes(data)
+    np.testing.assert_array_equal(load(tmp_path / "c.safetensors", map_location="cpu")["w"].numpy(), [1, 1])
+
+
+# ---------------------------------------------------------------- killed saves
+
+_SLOW_SAVE = textwrap.dedent("""
+    import sys, time
+    import eagerc
+    from eagerc.runtime import safetensors_io
+    def stall(fh, arr):   # write part of the file, say so, then hang until killed
+        fh.write(arr.reshape(-1).view("uint8").data[:100])
+        fh.flush()
+        print("writing", flush=True)
+        time.sleep(600)
+    safetensors_io._write_array = stall
+    eagerc.save({"w": eagerc.ones(1000)}, sys.argv[1])
+""")
+
+
+def _start_save(path):
+    p = subprocess.Popen([sys.executable, "-c", _SLOW_SAVE, str(path)], stdout=subprocess.PIPE, text=True,
+                         env=dict(os.environ, PYTHONPATH=ROOT))
+    assert p.stdout.readline().strip() == "writing"
+    return p
+
+
+def _temporaries(d):
+    return sorted(n for n in os.listdir(d) if n.endswith(".tmp"))
+
+
+@pytest.mark.skipif(os.name != "posix", reason="kills a writer with SIGKILL")
+def test_the_next_save_sweeps_temp_files_of_killed_saves_but_not_a_live_writers(tmp_path):
+    """Before: every save killed mid-write left a .ck.safetensors.*.tmp behind for good."""
+    path = tmp_path / "ck.safetensors"
+    for _ in range(2):   # the second killed save already sweeps the first one's file
+        p = _start_save(path)
+        p.kill()
+        p.wait()
+        assert [f"-{p.pid}." in n for n in _temporaries(tmp_path)] == [True]
+    live = _start_save(path)   # a concurrent writer, still at work
+    try:
+        mine = [n for n in _temporaries(tmp_path) if f"-{live.pid}." in n]
+        assert len(mine) == 1 and _temporaries(tmp_path) == mine
+        old = tmp_path / ".ck.safetensors.k2j3h4l5.tmp"   # an older eagerc's name: swept by age only
+        old.write_bytes(b"x")
+        other = tmp_path / ".ck.safetensors.bak.othernode-1.abcdefgh.tmp"   # another file's
+        other.write_bytes(b"x")
+        save({"w": eagerc.zeros(2)}, path)
+        assert _temporaries(tmp_path) == sorted([mine[0], old.name, other.name])
+        os.utime(old, (0, 0))                       # untouched for an hour: its writer is gone
+        save({"w": eagerc.zeros(2)}, path)
+        assert _temporaries(tmp_path) == sorted([mine[0], other.name])
+    finally:
+        live.kill()
+        live.wait()
+    save({"w": eagerc.zeros(2)}, path)
+    assert _temporaries(tmp_path) == [other.name]
+    np.testing.assert_array_equal(load(path)["w"].numpy(), [0, 0])
+    assert atomic.remove_stale_temporaries(path) == []
