@@ -479,6 +479,9 @@ def test_no_control_character_from_a_file_reaches_the_terminal(work, tmp_path):
         assert rc == 0, (args, err)
         assert not re.search("[\x00-\x08\x0b-\x1f\x7f]", out + err), (args, out)
         assert not any(line.startswith("FAKE") for line in out.splitlines()), args   # no faked line
+    rc, out, err = cli(tmp_path, "viz", "evil.eagerc", "-o", "evil.dot")
+    dot = (tmp_path / "evil.dot").read_text()
+    assert rc == 0 and "\x1b" not in dot and "\\x1b]0;owned" in dot
     rc, out, err = cli(tmp_path, "inspect", "evil.eagerc")
     assert "# \\x1b]0;owned\\x07 (evil\\x1b[2J\\x0aFAKE LINE)" in out
     assert "written by eagerc 0.1\\x1b[5m" in out

@@ -105,6 +105,8 @@ def run(args, out):
     dot = viz.program_graph(graph, depth=args.depth, repeats=args.repeats, times=times,
                             show_params=False if args.no_params else None,
                             title=f"{name} ({stage})", **opts)
+    # labels quote the file's strings: neither the DOT text nor the SVG may carry a raw escape
+    dot.source = printable(dot.source, lines=True)
     output = args.output or name + ".svg"
     if output == "-":
         out.write(dot.source)

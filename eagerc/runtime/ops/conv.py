@@ -897,9 +897,11 @@ declare("max_pool2d_backward", ("gy", "x"), _max_pool2d_backward, _max_pool2d_ba
         scratch=_max_pool2d_backward_scratch,
         doc="the gradient of max_pool2d: gy routed to each window's first argmax in x")
 declare("max_pool2d_select", ("v", "x"), _max_pool2d_select, _max_pool2d_select_rule, attrs=_WINDOW,
-        scratch=_max_pool2d_select_scratch, doc="v read at each window's first argmax of x (the adjoint of max_pool2d_backward)")
+        scratch=_max_pool2d_select_scratch,
+        doc="v read at each window's first argmax of x (the adjoint of max_pool2d_backward)")
 declare("max_pool2d_indices", ("x",), _max_pool2d_indices, _max_pool2d_indices_rule, attrs=_WINDOW,
-        scratch=_window_mask_scratch, differentiable=False, doc="flat H*W index of each window's first max (return_indices)")
+        scratch=_window_mask_scratch, differentiable=False,
+        doc="flat H*W index of each window's first max (return_indices)")
 declare("avg_pool2d", ("x",), _avg_pool2d, _avg_pool2d_rule, attrs=_AVG, scratch=_avg_pool2d_scratch)
 declare("avg_pool2d_backward", ("gy",), _avg_pool2d_backward, _avg_pool2d_backward_rule,
         attrs=("input_size",) + _AVG, scratch=_avg_pool2d_backward_scratch)
