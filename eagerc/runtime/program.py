@@ -23,9 +23,9 @@ is a regular file, the byte layout, the checksum, the metadata, the graph's JSON
 (sizes and nesting bounded), every op and attribute with the op's own shape/dtype rule
 (eagerc.runtime.verify), the temporary buffers of kernels that need large ones (the ops'
 scratch rules) against max_value_bytes, the weights against the graph's external inputs,
-the input specs against the graph's arguments, and the dynamic-size table against the graph. Nothing from the file is executed: ops
-are looked up by name in the registry, attributes are plain JSON, no pickle. Every
-problem raises `ProgramLoadError` (a ValueError) naming the file and what is wrong.
+the input specs against the graph's arguments, and the dynamic-size table against the
+graph. Nothing from the file is executed: ops are looked up by name in the registry,
+attributes are plain JSON, no pickle. Every problem raises `ProgramLoadError` (a ValueError) naming the file and what is wrong.
 
 This module imports only the runtime layer (and numpy), so a deployed model needs
 neither the frontend nor the compiler.
