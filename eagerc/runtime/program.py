@@ -25,7 +25,8 @@ is a regular file, the byte layout, the checksum, the metadata, the graph's JSON
 scratch rules) against max_value_bytes, the weights against the graph's external inputs,
 the input specs against the graph's arguments, and the dynamic-size table against the
 graph. Nothing from the file is executed: ops are looked up by name in the registry,
-attributes are plain JSON, no pickle. Every problem raises `ProgramLoadError` (a ValueError) naming the file and what is wrong.
+attributes are plain JSON, no pickle. Every problem raises `ProgramLoadError` (a
+ValueError) naming the file and what is wrong.
 
 This module imports only the runtime layer (and numpy), so a deployed model needs
 neither the frontend nor the compiler.
