@@ -1,57 +1,64 @@
 """Checkpoints: `eagerc.save(obj, path)` and `eagerc.load(path, map_location=None)`.
 
-A checkpoint is one safetensors file. Its tensors are the tensors of `obj`, named
-by where they sit in it ("model.fc.weight", "optimizer.state.0.exp_avg"); the rest
-of `obj` -- nested dicts, lists and tuples of int / float / str / bool / None -- is
-JSON in the file's metadata, where each tensor appears as a reference:
+A checkpoint is one safetensors file, written and read by eagerc's own numpy-only
+reader/writer (eagerc/runtime/safetensors_io.py; other safetensors tools read it too).
+Its tensors are the tensors of `obj`, named by where they sit in it ("model.fc.weight",
+"optimizer.state.0.exp_avg"); the rest of `obj` -- nested dicts, lists and tuples of
+int / float / str / bool / None -- is JSON in the file's metadata, where each tensor
+appears as a reference:
 
     {"$type": "tensor", "key": "optimizer.state.0.exp_avg", "dtype": "float32",
-     "shape": [256, 10], "device": "cpu", "requires_grad": false, "crc32": 1234567}
+     "shape": [256, 10], "device": "cpu", "requires_grad": false}
 
 Dicts whose keys are all strings (not starting with "$") are plain JSON objects;
 others (an optimizer's int keys, an OrderedDict) are {"$type": "dict", "items":
 [[key, value], ...]}, so keys keep their types. Tuples, non-finite floats, numpy
 arrays, dtypes and devices are tagged the same way. Nothing is pickled and nothing
-in the file is ever executed.
+in the file is ever executed. Containers nest at most MAX_DEPTH deep.
 
-Loading checks everything against the metadata -- that the file is a complete
-safetensors file, that it is an eagerc checkpoint, and that every tensor is there
-with the dtype, shape and checksum recorded -- and fails with a CheckpointError (a
-RuntimeError) naming the file and what is wrong.
+Format version 2 (this one) seals the file: the metadata entry "eagerc.checksum" is a
+SHA-256 of every byte of the file (see safetensors_io), checked before anything in it
+is used. Version 1 files (no checksum; a CRC32 per tensor instead) still load.
+
+Loading checks everything -- that the path is a regular file, that the bytes are a
+complete safetensors file whose checksum matches, that it is an eagerc checkpoint, and
+that every tensor is there with the dtype and shape recorded -- and fails with a
+CheckpointError (a RuntimeError) naming the file and what is wrong. (A missing file
+raises FileNotFoundError, as in PyTorch.)
 
 Writes are atomic: the bytes go to a temporary file in the target's directory,
 which is fsync'ed and then renamed over the target (os.replace), so a crash or an
-error mid-write leaves any previous checkpoint intact.
+error mid-write leaves any previous checkpoint intact (eagerc/runtime/atomic.py;
+the next save sweeps a killed writer's temporary file).
 """
+import io
 import json
 import math
 import os
-
-from .runtime.atomic import atomic_write
 import zlib
 from collections import OrderedDict
 
 import numpy as np
 
+from .runtime import safetensors_io as st
+from .runtime.atomic import atomic_write
+
 __all__ = ["save", "load", "CheckpointError"]
 
 FORMAT = "eagerc.checkpoint"
-VERSION = 1
-_MAX_HEADER = 100_000_000  # safetensors' own limit on the JSON header
+VERSION = 2
+CHECKSUM_KEY = "eagerc.checksum"
+MAX_DEPTH = 64             # containers (dicts, lists, tuples) nested in one checkpoint
+_MAX_JSON_DEPTH = 3 * MAX_DEPTH + 8   # JSON levels: a tagged dict is three (tag, items, pair)
 
 
 class CheckpointError(RuntimeError):
     """A file that cannot be loaded as an eagerc checkpoint; the message says why."""
 
 
-def _safetensors():
-    try:
-        import safetensors.numpy
-    except ImportError:
-        raise ImportError("eagerc.save/eagerc.load store tensors in the safetensors format and need the "
-                          "`safetensors` package: pip install safetensors (or pip install -e \".[data]\")"
-                          ) from None
-    return safetensors
+_STORABLE = set(st.DTYPES.values())
+_DTYPE_NAME = {d: d.name for d in _STORABLE}   # (dtype.name costs microseconds per call)
+_DTYPE_NAMES = set(_DTYPE_NAME.values())
 
 
 # ---------------------------------------------------------------- encoding
@@ -84,16 +91,14 @@ class _Encoder:
             host = data if type(data) is np.ndarray else data.get()
         else:
             host, device = obj, "cpu"
-        if host.dtype.kind not in "biuf":
-            raise TypeError(f"eagerc.save can't store an array of dtype {host.dtype} at {_path_str(path)}")
+        if host.dtype.newbyteorder("=") not in _STORABLE:
+            raise TypeError(f"eagerc.save can't store an array of dtype {host.dtype} at {_path_str(path)} "
+                            f"(checkpoints hold {', '.join(sorted(d.name for d in _STORABLE))})")
         if not host.flags.c_contiguous:
             host = host.copy(order="C")  # (np.ascontiguousarray would turn 0-d into 1-d)
-        if host.dtype.byteorder == ">":
-            host = host.astype(host.dtype.newbyteorder("<"))
         name = self.name_for(path)
         self.arrays[name] = host
-        tag = {"$type": kind, "key": name, "dtype": host.dtype.name, "shape": list(host.shape),
-               "crc32": zlib.crc32(memoryview(host).cast("B")) if host.size else 0}
+        tag = {"$type": kind, "key": name, "dtype": host.dtype.newbyteorder("=").name, "shape": list(host.shape)}
         if kind == "tensor":
             tag["device"] = device
             tag["requires_grad"] = bool(obj.requires_grad)
@@ -104,6 +109,9 @@ class _Encoder:
         return tag
 
     def encode(self, obj, path):
+        if len(path) > MAX_DEPTH:
+            raise ValueError(f"eagerc.save: {_path_str(path[:4])}... is nested more than {MAX_DEPTH} containers "
+                             "deep (a checkpoint holds state dicts, not arbitrarily deep structures)")
         from ._tensor import Tensor
         from .runtime.dtypes import DType
         from .runtime.device import Device
@@ -137,13 +145,16 @@ class _Encoder:
                         "checkpoints hold tensors, numpy arrays, dicts, lists, tuples and int / float / str / "
                         "bool / None values (eagerc never pickles)")
 
-    def key(self, k, path):
+    def key(self, k, path, depth=0):
         if k is None or isinstance(k, (bool, int, str)):
             return k
         if isinstance(k, float):
             return self.encode(k, path)
         if isinstance(k, tuple):
-            return {"$type": "tuple", "items": [self.key(v, path) for v in k]}
+            if depth + len(path) >= MAX_DEPTH:
+                raise ValueError(f"eagerc.save: a dict key in {_path_str(path[:4])} is a tuple nested more than "
+                                 f"{MAX_DEPTH} levels deep")
+            return {"$type": "tuple", "items": [self.key(v, path, depth + 1) for v in k]}
         raise TypeError(f"eagerc.save can't store a dict key of type {type(k).__name__} in {_path_str(path)}")
 
 
@@ -152,29 +163,14 @@ class _Encoder:
 def save(obj, f):
     """Save `obj` (a state dict: nested dicts / lists / tuples of tensors and plain
     values) to the path or binary file object `f`, atomically for paths."""
-    st = _safetensors()
     enc = _Encoder()
     structure = enc.encode(obj, [])
     metadata = {"eagerc.format": FORMAT, "eagerc.version": str(VERSION),
                 "eagerc.structure": json.dumps(structure, separators=(",", ":"), allow_nan=False)}
-    data = st.numpy.save(enc.arrays, metadata=metadata)
     if hasattr(f, "write"):
-        f.write(data)
+        st.write(f, enc.arrays, metadata, CHECKSUM_KEY)
         return
-    _atomic_write(os.fspath(f), data)
-
-
-def _write_all(fh, data):
-    """Write `data` in chunks (a seam the tests use to simulate a crash mid-write)."""
-    view = memoryview(data)
-    chunk = 64 << 20
-    for start in range(0, len(view), chunk):
-        fh.write(view[start:start + chunk])
-
-
-def _atomic_write(path, data):
-    atomic_write(path, lambda fh: _write_all(fh, data), "eagerc.save")
-
+    atomic_write(os.fspath(f), lambda fh: st.write(fh, enc.arrays, metadata, CHECKSUM_KEY), "eagerc.save")
 
 
 # ---------------------------------------------------------------- load
@@ -184,191 +180,217 @@ def load(f, map_location=None, *, weights_only=True, mmap=None):
     device ('cpu', 'cuda', 'cuda:1', an eagerc.device), or a dict mapping saved
     device names to devices ({'cuda:0': 'cpu'}). weights_only and mmap are accepted
     for PyTorch compatibility (loading never runs code anyway)."""
-    st = _safetensors()
     _check_map_location(map_location)
     if hasattr(f, "read"):
-        where = getattr(f, "name", None) or "<file object>"
+        where = str(getattr(f, "name", None) or "<file object>")
         data = f.read()
-        structure = _read_metadata(data[:8], len(data), lambda n: data[8:8 + n], where)
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise CheckpointError(f"{where}: read() returned {type(data).__name__}, not bytes: open the file "
+                                  "in binary mode ('rb')")
+        return _load(io.BytesIO(data), len(data), where, map_location)
+    where = os.fspath(f)
+    try:
+        fh, size = st.open_regular(where)
+    except FileNotFoundError:
+        raise
+    except st.FormatError as e:
+        raise CheckpointError(f"{where}: not an eagerc checkpoint: it {e}") from None
+    except OSError as e:
+        raise CheckpointError(f"{where}: cannot open: {e.strerror or e}") from None
+    with fh:
+        return _load(fh, size, where, map_location)
+
+
+def _load(f, size, where, map_location):
+    with st.gc_paused():
         try:
-            arrays = st.numpy.load(data)
-        except Exception as e:  # SafetensorError and friends
-            raise _bad_data(where, e) from None
-    else:
-        where = os.fspath(f)
-        size = os.path.getsize(where)
-        with open(where, "rb") as fh:  # only the header is read here; safetensors reads the rest
-            structure = _read_metadata(fh.read(8), size, fh.read, where)
+            header = st.read_header(f, size, checksum_key=CHECKSUM_KEY)
+            arrays = st.read_tensors(f, header) if header.checksum else None  # verified before any use
+            version, structure = _check_metadata(header, where)
+            if arrays is None:
+                arrays = st.read_tensors(f, header)
+        except st.NotSafetensors as e:
+            raise CheckpointError(f"{where}: not an eagerc checkpoint: it {e}") from None
+        except st.FormatError as e:
+            raise CheckpointError(f"{where}: corrupted or truncated checkpoint: {e}") from None
+        except OSError as e:
+            raise CheckpointError(f"{where}: cannot read: {e.strerror or e}") from None
+        dec = _Decoder(arrays, where, map_location, version)
         try:
-            with st.safe_open(where, framework="numpy") as sf:
-                arrays = {k: sf.get_tensor(k) for k in sf.keys()}
-        except Exception as e:
-            raise _bad_data(where, e) from None
-    dec = _Decoder(arrays, where, map_location)
-    obj = dec.decode(structure)
+            obj = dec.decode(structure)
+        except RecursionError:  # (only when load itself is called very deep in the stack)
+            raise CheckpointError(f"{where}: its structure metadata is nested too deeply for the "
+                                  "interpreter's stack") from None
     extra = sorted(set(arrays) - dec.used)
     if extra:
         raise CheckpointError(f"{where}: corrupted checkpoint: it holds tensors the metadata does not "
-                              f"mention: {extra[:5]}")
+                              f"mention: {[st._clip(k, 60) for k in extra[:5]]}")
     return obj
 
 
-def _bad_data(where, e):
-    return CheckpointError(f"{where}: corrupted or truncated checkpoint: the tensor data could not be read ({e})")
-
-
-def _read_metadata(first8, size, read_header, where):
-    """Validate the safetensors header (read_header(n) returns its n bytes) and return
-    the checkpoint's structure."""
-    data = first8
-    if size < 8:
-        raise CheckpointError(f"{where}: not an eagerc checkpoint: the file is {size} bytes long, too short "
-                              "to be a safetensors file (empty or truncated?)")
-    if data[:4] == b"PK\x03\x04" or data[:1] == b"\x80":
-        raise CheckpointError(f"{where}: not an eagerc checkpoint: it looks like a zip or pickle file (a "
-                              "PyTorch .pt file?); eagerc only reads safetensors checkpoints and never unpickles")
-    n = int.from_bytes(data[:8], "little")
-    if n > _MAX_HEADER:
-        raise CheckpointError(f"{where}: not an eagerc checkpoint: the first 8 bytes do not hold a valid "
-                              "safetensors header length")
-    if 8 + n > size:
-        raise CheckpointError(f"{where}: truncated checkpoint: its header needs {8 + n} bytes but the file has "
-                              f"only {size}")
-    try:
-        header = json.loads(bytes(read_header(n)).decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise CheckpointError(f"{where}: corrupted checkpoint or not a safetensors file: its header is not "
-                              f"valid JSON ({e})") from None
-    meta = header.get("__metadata__") if isinstance(header, dict) else None
-    if not isinstance(meta, dict) or meta.get("eagerc.format") != FORMAT:
+def _check_metadata(header, where):
+    """(format version, structure) from a checkpoint's metadata."""
+    meta = header.metadata
+    if meta.get("eagerc.format") != FORMAT:
+        hint = " (it is an eagerc program: load it with eagerc.runtime.load)" \
+            if meta.get("format") == "eagerc.program" else " (read plain safetensors files with safetensors_io " \
+            "or safetensors.numpy.load_file)"
         raise CheckpointError(f"{where}: not an eagerc checkpoint: a safetensors file without eagerc's "
-                              "metadata (read plain safetensors files with safetensors.numpy.load_file)")
-    try:
-        version = int(meta.get("eagerc.version", ""))
-    except ValueError:
-        raise CheckpointError(f"{where}: corrupted checkpoint: bad format version "
-                              f"{meta.get('eagerc.version')!r}") from None
+                              f"metadata{hint}")
+    text = meta.get("eagerc.version", "")
+    if not (text.isascii() and text.isdigit() and len(text) <= 6) or int(text) < 1:
+        raise CheckpointError(f"{where}: corrupted checkpoint: bad format version {st._clip(text)}")
+    version = int(text)
     if version > VERSION:
         raise CheckpointError(f"{where}: written by a newer eagerc (checkpoint format {version}; this "
                               f"version reads up to {VERSION})")
+    if version >= 2 and header.checksum is None:
+        raise CheckpointError(f"{where}: corrupted checkpoint: format {version} carries a checksum as its first "
+                              f"metadata entry, and this file has none there (damaged, or rewritten by another "
+                              f"tool)")
+    if "eagerc.structure" not in meta:
+        raise CheckpointError(f"{where}: corrupted checkpoint: its metadata lacks 'eagerc.structure'")
     try:
-        return json.loads(meta["eagerc.structure"])
-    except (KeyError, TypeError, json.JSONDecodeError) as e:
-        raise CheckpointError(f"{where}: corrupted checkpoint: its structure metadata is unreadable "
-                              f"({type(e).__name__}: {e})") from None
+        structure = st.loads_json(meta["eagerc.structure"], "its structure metadata")  # (decode bounds depth)
+    except st.FormatError as e:
+        raise CheckpointError(f"{where}: corrupted checkpoint: {e}") from None
+    return version, structure
 
 
 class _Decoder:
-    def __init__(self, arrays, where, map_location):
+    """Rebuild the saved object from the structure JSON (nesting already bounded) and the
+    arrays (already checked against the file's checksum); any inconsistency is a
+    CheckpointError naming the file."""
+
+    def __init__(self, arrays, where, map_location, version):
         self.arrays = arrays
         self.where = where
         self.map_location = map_location
+        self.version = version
         self.used = set()
         self.cache = {}
+        self.devices = {}   # saved device name -> target device
 
     def fail(self, what):
         return CheckpointError(f"{self.where}: {what}")
 
-    def decode(self, node):
+    def malformed(self, kind, e):
+        return self.fail(f"corrupted checkpoint: malformed {st._clip(kind, 40)} entry in the structure metadata "
+                         f"({type(e).__name__}: {str(e)[:200]})")
+
+    def decode(self, node, depth=0):
         if node is None or isinstance(node, (bool, int, float, str)):
             return node
+        if depth >= _MAX_JSON_DEPTH:
+            raise self.fail(f"corrupted checkpoint: its structure metadata is nested more than {_MAX_JSON_DEPTH} "
+                            "levels deep")
+        depth += 1
         if isinstance(node, list):
-            return [self.decode(v) for v in node]
-        if not isinstance(node, dict):
-            raise self.fail(f"corrupted checkpoint: unexpected {type(node).__name__} in the structure metadata")
-        kind = node.get("$type")
+            return [self.decode(v, depth) for v in node]
+        kind = node.get("$type")  # (JSON has only lists, dicts and scalars)
         if kind is None:
-            return {k: self.decode(v) for k, v in node.items()}
+            return {k: self.decode(v, depth) for k, v in node.items()}
         if kind in ("tensor", "ndarray"):
             return self.tensor(node, kind)
         try:
             if kind == "dict":
                 d = OrderedDict() if node.get("ordered") else {}
-                for k, v in node["items"]:
-                    d[self.key(k)] = self.decode(v)
+                for k, v in _items(node):
+                    d[self.key(k, depth)] = self.decode(v, depth + 2)   # (items, pair)
                 return d
             if kind == "tuple":
-                return tuple(self.decode(v) for v in node["items"])
+                return tuple([self.decode(v, depth + 1) for v in _items(node)])
             if kind == "float":
+                if not isinstance(node["value"], str):
+                    raise TypeError("value is not a string")
                 return float(node["value"])
             if kind == "dtype":
                 from .runtime import dtypes
-                return dtypes.as_dtype(node["name"])
+                return dtypes.as_dtype(str(node["name"]))
             if kind == "device":
                 from .runtime.device import device
-                return device(node["name"])
+                return device(str(node["name"]))
         except CheckpointError:
             raise
-        except (KeyError, TypeError, ValueError) as e:
-            raise self.fail(f"corrupted checkpoint: malformed {kind!r} entry in the structure metadata "
-                            f"({type(e).__name__}: {e})") from None
-        raise self.fail(f"corrupted checkpoint: unknown entry type {kind!r} in the structure metadata")
+        except (KeyError, TypeError, ValueError, RuntimeError) as e:  # RuntimeError: device()'s parse error
+            raise self.malformed(kind, e) from None
+        raise self.fail(f"corrupted checkpoint: unknown entry type {st._clip(kind, 40)} in the structure metadata")
 
-    def key(self, k):
+    def key(self, k, depth):
         if isinstance(k, dict):
-            k = self.decode(k)
-            if isinstance(k, list):
-                k = tuple(k)
+            k = self.decode(k, depth + 2)
+        if isinstance(k, list):
+            k = tuple(k)
+        hash(k)  # TypeError (a malformed entry) for a dict key
         return k
 
     def tensor(self, node, kind):
         try:
-            name, dtype, shape, crc = node["key"], node["dtype"], list(node["shape"]), int(node["crc32"])
+            name, dtype, shape = node["key"], node["dtype"], node["shape"]
+            if not isinstance(shape, list):
+                raise TypeError("shape is not a list")
+            crc = int(node["crc32"]) if self.version < 2 else None  # format 1: one CRC32 per tensor
+            if not isinstance(name, str):
+                raise TypeError("key is not a string")
         except (KeyError, TypeError, ValueError) as e:
-            raise self.fail(f"corrupted checkpoint: malformed {kind!r} entry in the structure metadata "
-                            f"({type(e).__name__}: {e})") from None
-        cached = self.cache.get(name)
+            raise self.malformed(kind, e) from None
+        cached = self.cache.get((name, kind))
         if cached is not None:
             return cached
         arr = self.arrays.get(name)
         if arr is None:
-            raise self.fail(f"corrupted checkpoint: tensor {name!r} listed in the metadata is missing from the file")
-        if arr.dtype.name != dtype or list(arr.shape) != shape:
-            raise self.fail(f"corrupted checkpoint: tensor {name!r} is {arr.dtype.name}{list(arr.shape)} in "
-                            f"the file but {dtype}{shape} in the metadata")
-        actual = zlib.crc32(memoryview(arr if arr.flags.c_contiguous else arr.copy(order="C")).cast("B")) \
-            if arr.size else 0
-        if actual != crc:
-            raise self.fail(f"corrupted checkpoint: the data of tensor {name!r} does not match its checksum")
+            raise self.fail(f"corrupted checkpoint: tensor {st._clip(name)} listed in the metadata is missing "
+                            f"from the file")
+        if _DTYPE_NAME[arr.dtype] != dtype or arr.shape != tuple(shape):
+            said = dtype if isinstance(dtype, str) and dtype in _DTYPE_NAMES else st._clip(dtype, 20)
+            raise self.fail(f"corrupted checkpoint: tensor {st._clip(name)} is {arr.dtype.name}{list(arr.shape)} "
+                            f"in the file but {said}{st._clip(shape, 60)} in the metadata")
+        if crc is not None and (zlib.crc32(memoryview(arr).cast("B")) if arr.size else 0) != crc:
+            raise self.fail(f"corrupted checkpoint: the data of tensor {st._clip(name)} does not match its checksum")
         self.used.add(name)
-        if not (arr.flags.writeable and arr.flags.aligned):
-            arr = arr.copy()
-        if kind == "ndarray":
-            out = arr
-        else:
-            out = self.make_tensor(arr, node)
-        self.cache[name] = out
+        out = arr if kind == "ndarray" else self.make_tensor(arr, node)
+        self.cache[(name, kind)] = out
         return out
 
     def make_tensor(self, arr, node):
         from .dispatch import wrap
-        t = wrap(arr)
         saved = node.get("device", "cpu")
-        target = self.target_device(saved)
+        try:
+            target = self.target_device(str(saved))
+            t = wrap(arr)
+        except (TypeError, ValueError, RuntimeError) as e:
+            raise self.malformed("tensor", e) from None
         if target.type != "cpu":
             from .runtime.device import cuda_available
             if not cuda_available():
-                raise RuntimeError(f"{self.where}: tensor {node['key']!r} was saved on {saved}, but CUDA is not "
-                                   "available here; pass map_location='cpu' to load it on the CPU")
+                raise self.fail(f"tensor {st._clip(node['key'])} was saved on {target}, but CUDA is "
+                                "not available here; pass map_location='cpu' to load it on the CPU")
             t = t.to(target)
-        if node.get("requires_grad"):
-            t.requires_grad = True
-        if node.get("parameter"):
-            try:
+        try:
+            if node.get("requires_grad"):
+                t.requires_grad_(True)   # (checks the dtype, as PyTorch does)
+            if node.get("parameter"):
                 from .nn.parameter import Parameter
                 t = Parameter(t, requires_grad=bool(node.get("requires_grad")))
-            except (ImportError, TypeError):
-                pass
+        except (TypeError, ValueError, RuntimeError) as e:  # e.g. an integer tensor that "requires grad"
+            raise self.malformed("tensor", e) from None
         return t
 
     def target_device(self, saved):
-        from .runtime.device import device
-        m = self.map_location
-        if m is None:
-            return device(saved)
-        if isinstance(m, dict):
-            return device(m.get(saved, saved))
-        return device(m)
+        d = self.devices.get(saved)
+        if d is None:
+            from .runtime.device import device
+            m = self.map_location
+            d = device(saved if m is None else m.get(saved, saved) if isinstance(m, dict) else m)
+            self.devices[saved] = d
+        return d
+
+
+def _items(node):
+    items = node["items"]
+    if not isinstance(items, list):
+        raise TypeError("items is not a list")
+    return items
 
 
 def _check_map_location(m):

@@ -150,7 +150,8 @@ def test_console_script_when_installed(work):
 def test_inspect_text(work):
     rc, out, err = cli(work, "inspect", "cnn.eagerc")
     assert rc == 0, err
-    assert "eagerc program, format 1, written by eagerc " + eagerc.__version__ in out
+    assert "eagerc program, format 2, written by eagerc " + eagerc.__version__ in out
+    assert re.search(r"checksum: sha256:[0-9a-f]{16}\.\.\. verified", out)
     assert re.search(r"x\s+f32\[batch,3,8,8\]", out)
     assert "dynamic size batch: 1..inf (exported at 2)" in out
     assert re.search(r"output\s+f32\[batch,10\]", out)
@@ -163,7 +164,8 @@ def test_inspect_json(work):
     assert rc == 0, err
     info = json.loads(out)
     prog = load(work / "cnn.eagerc")
-    assert info["format_version"] == 1 and info["eagerc_version"] == eagerc.__version__
+    assert info["format_version"] == 2 and info["eagerc_version"] == eagerc.__version__
+    assert info["checksum"] == prog.checksum and re.fullmatch(r"sha256:[0-9a-f]{64}", info["checksum"])
     assert info["inputs"][0]["shape"] == ["batch", 3, 8, 8]
     assert info["outputs"] == [{"path": "output", "name": prog.graph.outputs[0].name, "shape": ["batch", 10],
                                 "dtype": "float32"}]
@@ -183,7 +185,13 @@ def test_inspect_json(work):
 def test_inspect_errors(work):
     assert_one_line_error(*cli(work, "inspect", "missing.eagerc")[::2], 1, "missing.eagerc: no such file")
     assert_one_line_error(*cli(work, "inspect", "junk.eagerc")[::2], 1, "not a valid eagerc program")
-    assert_one_line_error(*cli(work, "inspect", "x.npy")[::2], 1, "x.npy")
+    # before: "header length 379676406402707 exceeds the limit of 100000000 bytes"
+    assert_one_line_error(*cli(work, "inspect", "x.npy")[::2], 1,
+                          "x.npy: not an eagerc program: it is a numpy .npy file, not a safetensors file")
+    data = bytearray((work / "cnn.eagerc").read_bytes())
+    data[-5] ^= 0x10   # one bit of a weight
+    (work / "flipped.eagerc").write_bytes(bytes(data))
+    assert_one_line_error(*cli(work, "inspect", "flipped.eagerc")[::2], 1, "flipped.eagerc: checksum mismatch")
     rc, _, err = cli(work, "inspect", "junk.eagerc", "--debug")
     assert rc == 1 and "Traceback" in err
 
@@ -404,3 +412,101 @@ def test_viz_2000_ops_renders_in_seconds(work):
     assert elapsed < 30, f"{n} ops: {elapsed:.1f} s"
     svg = (work / "big.svg").read_text()
     assert re.search(r"layers\.0 … 124(\s|&#160;)+×125", svg)
+
+
+# ---------------------------------------------------------------- files: formats, checksums, hostile strings
+
+def test_inspect_a_format_1_program_says_it_has_no_checksum(work, tmp_path):
+    from eagerc.runtime import safetensors_io
+    prog = load(work / "cnn.eagerc")
+    f = open(work / "cnn.eagerc", "rb")
+    header = safetensors_io.read_header(f, os.path.getsize(work / "cnn.eagerc"), checksum_key="checksum")
+    meta = {k: v for k, v in header.metadata.items() if k != "checksum"}
+    meta["format_version"] = "1"
+    safetensors_io.save_file(tmp_path / "v1.eagerc", safetensors_io.read_tensors(f, header), meta)
+    f.close()
+    rc, out, err = cli(tmp_path, "inspect", "v1.eagerc", "--no-program")
+    assert rc == 0, err
+    assert "eagerc program, format 1" in out and "checksum: no checksum (a format-1 file" in out
+    rc, out, err = cli(tmp_path, "inspect", "v1.eagerc", "--json")
+    assert json.loads(out)["checksum"] is None and json.loads(out)["format_version"] == 1
+    np.testing.assert_array_equal(load(tmp_path / "v1.eagerc")(np.ones((2, 3, 8, 8), np.float32)),
+                                  prog(np.ones((2, 3, 8, 8), np.float32)))
+
+
+def test_inspect_a_checkpoint(work, tmp_path):
+    eagerc.save({"model": {"w": eagerc.ones(2, 3), "b": eagerc.zeros(3, dtype=eagerc.float64)}, "epoch": 4},
+                tmp_path / "ck.safetensors")
+    rc, out, err = cli(tmp_path, "inspect", "ck.safetensors")
+    assert rc == 0, err
+    lines = out.splitlines()
+    assert re.fullmatch(r"ck.safetensors: eagerc checkpoint, format 2, sha256:[0-9a-f]{16}\.\.\. verified",
+                        lines[0])
+    assert lines[1].startswith("tensors: 2 (9 values, 48 B;")   # 6 x 4 bytes + 3 x 8 bytes
+    assert re.fullmatch(r"  model\.w\s+f32\[2,3\]", lines[2]) and re.fullmatch(r"  model\.b\s+f64\[3\]", lines[3])
+    assert lines[4] == "keys: model, epoch"
+    info = json.loads(cli(tmp_path, "inspect", "ck.safetensors", "--json")[1])
+    assert info["format"] == "eagerc.checkpoint" and info["checksum"].startswith("sha256:")
+    assert [t["name"] for t in info["tensors"]] == ["model.w", "model.b"]
+    data = bytearray((tmp_path / "ck.safetensors").read_bytes())
+    data[-1] ^= 1
+    (tmp_path / "ck.safetensors").write_bytes(bytes(data))
+    assert_one_line_error(*cli(tmp_path, "inspect", "ck.safetensors")[::2], 1, "checksum mismatch")
+
+
+def _hostile_program(path):
+    """A valid, sealed program whose strings carry terminal escape sequences and newlines."""
+    from eagerc.runtime import safetensors_io
+    prog = export(lambda x: {"k\x1b[31m": x * 2.0}, (eagerc.randn(2, 3),))
+    tensors, meta = prog.parts()
+    g = json.loads(meta["graph"])
+    g["nodes"][0]["loc"] = "\x1b]0;owned\x07"
+    g["nodes"][0]["module"] = "evil\x1b[2J\nFAKE LINE"
+    meta["graph"] = json.dumps(g, sort_keys=True)
+    meta["eagerc_version"] = "0.1\x1b[5m"
+    safetensors_io.save_file(path, tensors, meta, checksum_key="checksum")
+    return path
+
+
+def test_no_control_character_from_a_file_reaches_the_terminal(work, tmp_path):
+    """Before: a node location of "\\x1b]0;owned\\x07" reached the terminal raw (it retitles it)."""
+    _hostile_program(tmp_path / "evil.eagerc")
+    np.save(tmp_path / "x.npy", np.ones((2, 3), np.float32))
+    for args in (["inspect", "evil.eagerc"], ["inspect", "evil.eagerc", "--json"],
+                 ["run", "evil.eagerc", "-i", "x.npy"], ["run", "evil.eagerc", "-i", "x.npy", "-o", "o.npz"],
+                 ["bench", "evil.eagerc", "--repeat", "1", "--warmup", "0"], ["viz", "evil.eagerc", "-o", "-"]):
+        rc, out, err = cli(tmp_path, *args)
+        assert rc == 0, (args, err)
+        assert not re.search("[\x00-\x08\x0b-\x1f\x7f]", out + err), (args, out)
+        assert not any(line.startswith("FAKE") for line in out.splitlines()), args   # no faked line
+    rc, out, err = cli(tmp_path, "viz", "evil.eagerc", "-o", "evil.dot")
+    dot = (tmp_path / "evil.dot").read_text()
+    assert rc == 0 and "\x1b" not in dot and "\\x1b]0;owned" in dot
+    rc, out, err = cli(tmp_path, "inspect", "evil.eagerc")
+    assert "# \\x1b]0;owned\\x07 (evil\\x1b[2J\\x0aFAKE LINE)" in out
+    assert "written by eagerc 0.1\\x1b[5m" in out
+    rc, out, err = cli(tmp_path, "run", "evil.eagerc", "-i", "x.npy")
+    assert out.startswith("output.k\\x1b[31m: f32[2,3] [2., 2.")
+    # an error message quoting the file's strings is escaped too
+    (tmp_path / "bad\x1b[2J.eagerc").write_bytes(b"garbage")
+    rc, out, err = cli(tmp_path, "inspect", "bad\x1b[2J.eagerc")
+    assert rc == 1 and "bad\\x1b[2J.eagerc" in err and "\x1b" not in err
+
+
+def test_printable_escapes_every_control_character():
+    from eagerc.cli.common import printable
+    for c in [chr(i) for i in range(32)] + ["\x7f", "\x9b", "\u202e", "\u2066"]:
+        assert printable("a" + c + "b") == "a" + (f"\\x{ord(c):02x}" if ord(c) < 256 else f"\\u{ord(c):04x}") + "b"
+    assert printable("tab\tand\nline", lines=True) == "tab\tand\nline"
+    assert printable("é ü 中 ✓") == "é ü 中 ✓"   # printable text is left alone
+
+
+def test_fifo_is_refused_without_blocking(work, tmp_path):
+    """Before: `eagerc inspect fifo` (and both loaders) blocked forever in open()."""
+    if not hasattr(os, "mkfifo"):
+        pytest.skip("no FIFOs on this platform")
+    os.mkfifo(tmp_path / "pipe.eagerc")
+    assert_one_line_error(*cli(tmp_path, "inspect", "pipe.eagerc", timeout=60)[::2], 1,
+                          "pipe.eagerc: is a FIFO (named pipe), not a regular file")
+    assert_one_line_error(*cli(tmp_path, "inspect", "/dev/null", timeout=60)[::2], 1,
+                          "/dev/null: is a character device, not a regular file")

@@ -1,5 +1,6 @@
 """eagerc.export -> Program.save -> eagerc.runtime.load: round trips, the standalone runtime,
 atomic writes, and the loader's rejection of corrupted and hostile files."""
+import hashlib
 import io
 import json
 import os
@@ -131,7 +132,7 @@ def test_mlp_round_trip_matches_model_on_new_inputs(exported, tmp_path):
         _assert_close(prog(x), want)
     assert loaded.input_specs == [{"name": "arg0", "path": "input", "shape": ["batch", 6], "dtype": "float32"}]
     assert loaded.dynamic_dims == {"batch": {"example": 4, "min": 1, "max": None}}
-    assert loaded.eagerc_version == eagerc.__version__ and loaded.format_version == 1
+    assert loaded.eagerc_version == eagerc.__version__ and loaded.format_version == 2
     assert loaded.self_check()
 
 
@@ -342,9 +343,11 @@ def _parts(path):
 
 
 def _write(path, header, body, pad=True):
+    """Write an edited header and body, re-sealed with a fresh checksum: the checks behind the
+    checksum are what these tests are about (a hostile file can always recompute it)."""
     raw = json.dumps(header).encode()
     with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(raw)) + raw + body)
+        f.write(safetensors_io.seal(struct.pack("<Q", len(raw)) + raw + body, "checksum"))
     return path
 
 
@@ -446,11 +449,11 @@ def test_not_a_program(mlp_file):
 
 def test_newer_format_version_says_what_is_needed(mlp_file):
     header, body = _parts(mlp_file)
-    header["__metadata__"]["format_version"] = "2"
+    header["__metadata__"]["format_version"] = "3"
     header["__metadata__"]["eagerc_version"] = "9.0.0"
     header["__metadata__"]["new_thing"] = "{}"   # a newer file may hold keys this eagerc does not know
     msg = _expect(_write(mlp_file, header, body),
-                  "this file needs format version 2; this eagerc reads version 1 -- upgrade eagerc")
+                  "this file needs format version 3; this eagerc reads version 2 -- upgrade eagerc")
     assert "written by eagerc 9.0.0" in msg
 
 
@@ -521,7 +524,7 @@ def test_extra_tensor(mlp_file, tmp_path):
     tensors = dict(loaded.weights, junk=np.zeros(3, np.float32))
     header, _ = _parts(mlp_file)
     path = str(tmp_path / "x.eagerc")
-    safetensors_io.save_file(path, tensors, header["__metadata__"])
+    safetensors_io.save_file(path, tensors, header["__metadata__"], checksum_key="checksum")
     _expect(path, "does not read: ['junk']")
 
 
@@ -562,14 +565,14 @@ def test_example_tensors_checked(exported, tmp_path):
     tensors, metadata = prog.parts()
     tensors["__example_output__.0"] = tensors["__example_output__.0"] + 1
     path = str(tmp_path / "e.eagerc")
-    safetensors_io.save_file(path, tensors, metadata)
+    safetensors_io.save_file(path, tensors, metadata, checksum_key="checksum")
     loaded = eagerc.runtime.load(path)   # loads: the examples are well-formed
     with pytest.raises(ProgramRunError, match="self-check failed: output 0"):
         loaded.self_check()
     with pytest.raises(ProgramRunError, match="self-check failed"):
         eagerc.runtime.load(path, self_check=True)
     tensors["__example__.0"] = tensors["__example__.0"][:1]
-    safetensors_io.save_file(path, tensors, metadata)
+    safetensors_io.save_file(path, tensors, metadata, checksum_key="checksum")
     _expect(path, "example input 0 is not float32[4, 6]")
 
 
@@ -736,7 +739,7 @@ def test_dynamic_sequence_model_products_of_sizes():
 def _bytes(prog):
     tensors, metadata = prog.parts()
     buf = io.BytesIO()
-    safetensors_io.write(buf, tensors, metadata)
+    safetensors_io.write(buf, tensors, metadata, checksum_key="checksum")
     return buf.getvalue()
 
 
@@ -759,30 +762,58 @@ def test_files_are_safetensors_files(mlp_file, exported, tmp_path):
         np.testing.assert_array_equal(tensors[name], w)
     with safe_open(mlp_file, "numpy") as f:
         meta = f.metadata()
-    assert meta["format"] == "eagerc.program" and meta["format_version"] == "1"
-    # and a file written by the safetensors package itself loads
+    assert meta["format"] == "eagerc.program" and meta["format_version"] == "2"
+    assert meta["checksum"] == loaded.checksum and len(meta["checksum"]) == len("sha256:") + 64
+    # and a file written by the safetensors package itself loads, as format 1 (no checksum) ...
     t, m = exported["cnn"][1].parts()
     path = str(tmp_path / "by_safetensors.eagerc")
+    st.save_file(t, path, metadata=dict(m, format_version="1"))
+    old = eagerc.runtime.load(path)
+    assert old.format_version == 1 and old.checksum is None
+    x = np.random.default_rng(0).standard_normal((2, 3, 8, 8)).astype(np.float32)
+    np.testing.assert_array_equal(old(x), exported["cnn"][1](x))
+    # ... but not as format 2, which must carry the checksum where eagerc writes it
     st.save_file(t, path, metadata=m)
-    eagerc.runtime.load(path)(np.zeros((2, 3, 8, 8), np.float32))
+    _expect(path, "format version 2 carries a checksum", "has none there")
+    st.save_file(t, path, metadata=dict(m, checksum=loaded.checksum))   # a stale one: another header
+    _expect(path, "checksum")   # (a mismatch, or not where eagerc writes it: serde orders keys its way)
+    header, body = _parts(mlp_file)
+    header["__metadata__"] = {"first": "1", **header["__metadata__"]}
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    open(path, "wb").write(struct.pack("<Q", len(raw)) + raw + body)
+    _expect(path, "its checksum ('checksum') is not the first metadata entry")
 
 
-def test_safetensors_io_round_trip_all_dtypes():
+@pytest.mark.parametrize("sealed", [False, True])
+def test_safetensors_io_round_trip_all_dtypes(sealed):
     arrays = {f"t{i}": np.arange(6).reshape(2, 3).astype(dt) for i, dt in
-              enumerate(["bool", "uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64"])}
+              enumerate(["bool", "uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64",
+                         "float16", "float32", "float64"])}
     arrays["empty"] = np.zeros((0, 4), np.float32)
     arrays["scalar"] = np.array(3.5)
     arrays["strided"] = np.arange(12.0).reshape(3, 4).T
+    arrays["big_endian"] = np.arange(5, dtype=">i4")
     buf = io.BytesIO()
-    safetensors_io.write(buf, arrays, {"k": "v"})
+    safetensors_io.write(buf, arrays, {"k": "v"}, checksum_key="ck" if sealed else None)
     data = buf.getvalue()
     f = io.BytesIO(data)
-    table, meta, start = safetensors_io.read_header(f, len(data))
-    assert meta == {"k": "v"} and start % 8 == 0
-    back = safetensors_io.read_tensors(f, table)
+    header = safetensors_io.read_header(f, len(data), checksum_key="ck")
+    assert header.data_start % 8 == 0
+    if sealed:
+        assert list(header.metadata) == ["ck", "k"] and header.metadata["k"] == "v"
+        assert header.checksum == "sha256:" + hashlib.sha256(
+            data.replace(header.checksum[7:].encode(), b"0" * 64, 1)).hexdigest()
+    else:
+        assert header.metadata == {"k": "v"} and header.checksum is None
+    back = safetensors_io.read_tensors(f, header)
+    assert list(back) == list(arrays)
     for k, a in arrays.items():
-        assert back[k].dtype == a.dtype and back[k].shape == a.shape
+        assert back[k].dtype == a.dtype.newbyteorder("=") and back[k].shape == a.shape
         np.testing.assert_array_equal(back[k], a)
+    if sealed:   # the other tool reads it too, checksum or not
+        stn = pytest.importorskip("safetensors.numpy")
+        theirs = stn.load(data)
+        np.testing.assert_array_equal(theirs["t3"], arrays["t3"])
 
 
 @pytest.mark.cuda
@@ -796,3 +827,74 @@ def test_cupy_inputs_run_on_the_gpu(exported, tmp_path):
     np.testing.assert_allclose(out.get(), _eager(model, x), rtol=1e-5, atol=1e-6)
     with pytest.raises(ProgramInputError, match="mix numpy and cupy"):
         exported["multi"][1](*[cupy.asarray(a) for a in _multi_inputs()[:3]], _multi_inputs()[3])
+
+
+# ---------------------------------------------------------------- never silently wrong
+
+def test_a_flipped_weight_bit_is_refused(mlp_file):
+    """Before: most single-bit flips in a program's weights changed its outputs, no error."""
+    data = bytearray(open(mlp_file, "rb").read())
+    data[-7] ^= 0x08
+    open(mlp_file, "wb").write(bytes(data))
+    _expect(mlp_file, "checksum mismatch")
+
+
+def test_non_regular_files_are_refused_before_open_can_block(tmp_path):
+    """Before: eagerc.runtime.load of a FIFO blocked forever in open()."""
+    _expect(str(tmp_path), "is a directory, not a regular file")
+    if os.path.exists("/dev/zero"):
+        with pytest.raises(ProgramLoadError, match="/dev/zero: is a character device, not a regular file"):
+            eagerc.runtime.load("/dev/zero")
+    if not hasattr(os, "mkfifo"):
+        return
+    os.mkfifo(tmp_path / "pipe")
+    code = f"import eagerc.runtime; eagerc.runtime.load({str(tmp_path / 'pipe')!r})"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                       env=dict(os.environ, PYTHONPATH=ROOT))
+    assert r.returncode == 1 and "ProgramLoadError" in r.stderr and "is a FIFO (named pipe)" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("depth", [600, 100_000])
+def test_deeply_nested_graph_json_is_a_load_error(mlp_file, depth):
+    header, body = _parts(mlp_file)
+    g = json.loads(header["__metadata__"]["graph"])
+    _node(g, "relu")["attrs"]["x"] = 0
+    text = json.dumps(g).replace('"x": 0', '"x": ' + "[" * depth + "]" * depth)
+    header["__metadata__"]["graph"] = text
+    _expect(_write(mlp_file, header, body), "graph", "nested")
+    header["__metadata__"]["graph"] = "[" * depth + "]" * depth
+    _expect(_write(mlp_file, header, body), "graph")
+
+
+def test_duplicate_keys_in_the_graph_are_refused(mlp_file):
+    header, body = _parts(mlp_file)
+    text = header["__metadata__"]["graph"]
+    i = text.index('"attrs": {}')
+    header["__metadata__"]["graph"] = text[:i] + '"attrs": {}, "attrs": {"inplace": true}' + text[i + 11:]
+    _expect(_write(mlp_file, header, body), "metadata 'graph' repeats the key 'attrs'")
+    header, body = _parts(mlp_file)
+    header["__metadata__"]["inputs"] = '[{"name": "arg0", "name": "arg1"}]'
+    _expect(_write(mlp_file, header, body), "metadata 'inputs' repeats the key 'name'")
+
+
+def test_format_1_programs_without_checksum_still_load(mlp_file, exported, tmp_path):
+    loaded = eagerc.runtime.load(mlp_file)
+    tensors, metadata = exported["mlp"][1].parts()
+    path = str(tmp_path / "old.eagerc")
+    safetensors_io.save_file(path, tensors, dict(metadata, format_version="1"))
+    old = eagerc.runtime.load(path)
+    assert old.format_version == 1 and old.checksum is None and loaded.checksum.startswith("sha256:")
+    x = np.random.default_rng(3).standard_normal((5, 6)).astype(np.float32)
+    np.testing.assert_array_equal(old(x), loaded(x))
+    safetensors_io.save_file(path, tensors, dict(metadata, format_version="1", checksum=loaded.checksum),
+                             checksum_key=None)
+    _expect(path, "checksum")   # a stale checksum (not where eagerc writes it) is refused, not ignored
+
+
+def test_the_checkpoint_loader_is_named_for_a_checkpoint(tmp_path):
+    eagerc.save({"w": eagerc.ones(2)}, tmp_path / "ck.safetensors")
+    with pytest.raises(rp.NotAProgram, match="it is an eagerc checkpoint: load it with eagerc.load"):
+        eagerc.runtime.load(tmp_path / "ck.safetensors")
+    np.save(tmp_path / "x.npy", np.ones(2))
+    with pytest.raises(rp.NotAProgram, match="x.npy: not an eagerc program: it is a numpy .npy file"):
+        eagerc.runtime.load(tmp_path / "x.npy")

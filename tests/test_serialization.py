@@ -1,17 +1,23 @@
-"""Checkpoints: eagerc.save / eagerc.load round trips, bad files, atomic writes."""
+"""Checkpoints: eagerc.save / eagerc.load round trips, bad files, checksums, atomic writes."""
 import collections
 import io
 import json
 import os
+import struct
+import subprocess
+import sys
+import textwrap
+import zlib
 
 import numpy as np
 import pytest
 
 import eagerc
 from eagerc import optim, serialization
+from eagerc.runtime import atomic, safetensors_io
 from eagerc.serialization import CheckpointError, load, save
 
-pytest.importorskip("safetensors")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _state():
@@ -72,10 +78,44 @@ def test_file_objects_and_requires_grad():
 
 
 def test_it_is_a_real_safetensors_file(tmp_path):
-    from safetensors.numpy import load_file
-    save({"model": {"w": eagerc.ones(2, 2)}, "step": 5}, tmp_path / "a.safetensors")
-    arrays = load_file(tmp_path / "a.safetensors")
-    assert list(arrays) == ["model.w"] and arrays["model.w"].shape == (2, 2)
+    """The safetensors package reads what eagerc wrote (and the checksum is just a string to it)."""
+    stn = pytest.importorskip("safetensors.numpy")
+    from safetensors import safe_open
+    save({"model": {"w": eagerc.arange(4, dtype=eagerc.float32).reshape(2, 2)}, "step": 5},
+         tmp_path / "a.safetensors")
+    arrays = stn.load_file(tmp_path / "a.safetensors")
+    assert list(arrays) == ["model.w"]
+    np.testing.assert_array_equal(arrays["model.w"], [[0, 1], [2, 3]])
+    with safe_open(tmp_path / "a.safetensors", "numpy") as f:
+        meta = f.metadata()
+    assert meta["eagerc.version"] == "2" and meta["eagerc.checksum"].startswith("sha256:")
+
+
+def _v1_file(arrays, structure, writer):
+    """A format-1 checkpoint as eagerc 0.1 wrote it: a CRC32 per tensor, no file checksum."""
+    meta = {"eagerc.format": "eagerc.checkpoint", "eagerc.version": "1",
+            "eagerc.structure": json.dumps(structure)}
+    if writer == "safetensors":  # eagerc 0.1 wrote checkpoints with the safetensors package
+        return pytest.importorskip("safetensors.numpy").save(arrays, metadata=meta)
+    buf = io.BytesIO()
+    safetensors_io.write(buf, arrays, meta)
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("writer", ["safetensors", "eagerc"])
+def test_format_1_files_without_checksum_still_load(tmp_path, writer):
+    w = np.arange(6, dtype=np.float32).reshape(2, 3)
+    structure = {"w": {"$type": "tensor", "key": "w", "dtype": "float32", "shape": [2, 3], "device": "cpu",
+                       "requires_grad": False, "crc32": zlib.crc32(w.tobytes())}, "lr": 0.001}
+    path = tmp_path / "old.safetensors"
+    path.write_bytes(_v1_file({"w": w}, structure, writer))
+    ck = load(path)
+    np.testing.assert_array_equal(ck["w"].numpy(), w)
+    assert ck["lr"] == 0.001
+    structure["w"]["crc32"] ^= 1  # format 1 still checks its per-tensor CRC32
+    path.write_bytes(_v1_file({"w": w}, structure, writer))
+    with pytest.raises(CheckpointError, match="old.safetensors.*does not match its checksum"):
+        load(path)
 
 
 def test_module_and_optimizer_state_dicts_round_trip(tmp_path):
@@ -160,29 +200,53 @@ def test_corrupted_bytes(tmp_path):
 
 
 def test_files_that_are_not_checkpoints(tmp_path):
-    from safetensors.numpy import save as st_save
+    buf = io.BytesIO()
+    safetensors_io.write(buf, {"w": np.ones(2)})
     with pytest.raises(CheckpointError, match="not an eagerc checkpoint.*without eagerc's metadata"):
-        _load_bytes(tmp_path, st_save({"w": np.ones(2)}))
-    with pytest.raises(CheckpointError, match="pickle"):
+        _load_bytes(tmp_path, buf.getvalue())
+    with pytest.raises(CheckpointError, match="not an eagerc checkpoint: it is a pickle file"):
         _load_bytes(tmp_path, b"\x80\x04\x95" + b"\x00" * 40)
-    with pytest.raises(CheckpointError, match="zip or pickle"):
+    with pytest.raises(CheckpointError, match="not an eagerc checkpoint: it is a zip file"):
         _load_bytes(tmp_path, b"PK\x03\x04" + b"\x00" * 40)
-    with pytest.raises(CheckpointError, match="not an eagerc checkpoint"):
+    with pytest.raises(CheckpointError, match="not an eagerc checkpoint: it is a numpy .npy file"):
+        np.save(tmp_path / "x.npy", np.ones(3))
+        load(tmp_path / "x.npy")
+    with pytest.raises(CheckpointError, match="not an eagerc checkpoint: it is not a safetensors file"):
         _load_bytes(tmp_path, b"hello world, this is just text\n" * 3)
-    with pytest.raises(FileNotFoundError):
+    prog = eagerc.export(lambda x: x + 1, (eagerc.ones(2),))
+    with pytest.raises(CheckpointError, match="it is an eagerc program: load it with eagerc.runtime.load"):
+        load(prog.save(tmp_path / "p.eagerc"))
+    with pytest.raises(FileNotFoundError):  # as in PyTorch: "no checkpoint yet" is easy to catch
         load(tmp_path / "missing.safetensors")
 
 
+def test_header_length_of_128_mod_256_is_not_taken_for_a_pickle(tmp_path):
+    """Before, a checkpoint whose header length ends in byte 0x80 (1 in 32 of them) was refused
+    as "a zip or pickle file"."""
+    for n in range(300):
+        buf = io.BytesIO()
+        save({"x" * n: 1}, buf)
+        data = buf.getvalue()
+        if data[0] == 0x80:
+            assert _load_bytes(tmp_path, data) == {"x" * n: 1}
+            break
+    else:
+        pytest.fail("no key length gave a header length of 128 mod 256")
+
+
 def _rewrite(data, edit):
-    """Re-encode a checkpoint with its metadata structure edited by `edit`."""
-    import safetensors.numpy as stn
-    n = int.from_bytes(data[:8], "little")
-    meta = json.loads(data[8:8 + n])["__metadata__"]
-    arrays = stn.load(data)
+    """Re-encode a checkpoint with its metadata structure edited by `edit` (and re-sealed, so
+    the checks behind the checksum are what is tested)."""
+    f = io.BytesIO(data)
+    header = safetensors_io.read_header(f, len(data), checksum_key="eagerc.checksum")
+    arrays = safetensors_io.read_tensors(f, header)
+    meta = dict(header.metadata)
     structure = json.loads(meta["eagerc.structure"])
     arrays = edit(structure, arrays) or arrays
     meta["eagerc.structure"] = json.dumps(structure)
-    return stn.save(arrays, metadata=meta)
+    buf = io.BytesIO()
+    safetensors_io.write(buf, arrays, meta, checksum_key="eagerc.checksum")
+    return buf.getvalue()
 
 
 def test_metadata_and_tensors_must_agree(tmp_path):
@@ -210,10 +274,11 @@ def test_metadata_and_tensors_must_agree(tmp_path):
 
 
 def test_newer_format_version_is_refused(tmp_path):
-    import safetensors.numpy as stn
     meta = {"eagerc.format": "eagerc.checkpoint", "eagerc.version": "99", "eagerc.structure": "{}"}
+    buf = io.BytesIO()
+    safetensors_io.write(buf, {}, meta, checksum_key="eagerc.checksum")
     with pytest.raises(CheckpointError, match="newer eagerc"):
-        _load_bytes(tmp_path, stn.save({}, metadata=meta))
+        _load_bytes(tmp_path, buf.getvalue())
 
 
 # ---------------------------------------------------------------- atomic writes
@@ -223,22 +288,22 @@ def test_a_failed_write_leaves_the_old_file_intact(tmp_path, monkeypatch):
     save({"w": eagerc.ones(3), "step": 1}, path)
     before = path.read_bytes()
 
-    def crash(fh, data):  # write half of the new file, then die
-        fh.write(data[: len(data) // 2])
+    def crash(fh, arr):  # write half of the new file, then die
+        fh.write(arr.reshape(-1).view(np.uint8).data[: arr.nbytes // 2])
         raise OSError("disk full (simulated)")
-    monkeypatch.setattr(serialization, "_write_all", crash)
+    monkeypatch.setattr(safetensors_io, "_write_array", crash)
     with pytest.raises(OSError, match="simulated"):
         save({"w": eagerc.zeros(1000), "step": 2}, path)
     assert path.read_bytes() == before
     assert load(path)["step"] == 1
     assert os.listdir(tmp_path) == ["ck.safetensors"]  # no temp file left behind
 
-    def interrupt(fh, data):
-        fh.write(data[:10])
+    def interrupt(fh, arr):
+        fh.write(b"0123456789")
         raise KeyboardInterrupt
-    monkeypatch.setattr(serialization, "_write_all", interrupt)
+    monkeypatch.setattr(safetensors_io, "_write_array", interrupt)
     with pytest.raises(KeyboardInterrupt):
-        save({"step": 3}, path)
+        save({"step": 3, "w": eagerc.ones(2)}, path)
     assert load(path)["step"] == 1 and os.listdir(tmp_path) == ["ck.safetensors"]
 
 
@@ -306,3 +371,192 @@ def test_resume_training_from_a_checkpoint(tmp_path):
     for (k, a), (_, b) in zip(model.state_dict().items(), model2.state_dict().items()):
         np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=k)
     assert opt.param_groups[0]["lr"] == opt2.param_groups[0]["lr"]
+
+
+# ---------------------------------------------------------------- never silently wrong
+
+def test_one_flipped_bit_is_an_error_naming_the_file(tmp_path):
+    """Before: flipping one bit of "0.001" in the header gave lr = 0.201, silently."""
+    path = tmp_path / "ck.safetensors"
+    save({"lr": 0.001, "w": eagerc.ones(3)}, path)
+    data = bytearray(path.read_bytes())
+    i = data.index(b"0.001")
+    data[i + 2] ^= 0x02   # '0' -> '2': 0.001 -> 0.201
+    assert b"0.201" in data
+    path.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match=r"ck\.safetensors: corrupted or truncated checkpoint: checksum "
+                                              r"mismatch"):
+        load(path)
+    data[i + 2] ^= 0x02
+    data[-3] ^= 0x40      # a bit of the tensor data
+    path.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match="checksum mismatch"):
+        load(path)
+
+
+def test_the_checksum_covers_every_byte_and_is_sha256(tmp_path):
+    """An independent recomputation: SHA-256 of the file with the 64 digest digits as '0'."""
+    import hashlib
+    path = tmp_path / "ck.safetensors"
+    save({"w": eagerc.arange(5, dtype=eagerc.float32), "step": 3}, path)
+    data = path.read_bytes()
+    n = struct.unpack("<Q", data[:8])[0]
+    meta = json.loads(data[8:8 + n])["__metadata__"]
+    digest = meta["eagerc.checksum"][len("sha256:"):]
+    assert data[8:].startswith(b'{"__metadata__":{"eagerc.checksum":"sha256:' + digest.encode())
+    zeroed = data.replace(digest.encode(), b"0" * 64, 1)
+    assert hashlib.sha256(zeroed).hexdigest() == digest
+
+
+def test_a_format_2_file_without_its_checksum_is_refused(tmp_path):
+    buf = io.BytesIO()
+    save({"w": eagerc.ones(2)}, buf)
+    f = io.BytesIO(buf.getvalue())
+    header = safetensors_io.read_header(f, len(buf.getvalue()), checksum_key="eagerc.checksum")
+    arrays = safetensors_io.read_tensors(f, header)
+    meta = {k: v for k, v in header.metadata.items() if k != "eagerc.checksum"}
+    out = io.BytesIO()
+    safetensors_io.write(out, arrays, meta)    # the checksum dropped, as another tool might
+    with pytest.raises(CheckpointError, match="format 2 carries a checksum"):
+        _load_bytes(tmp_path, out.getvalue())
+
+
+def test_non_regular_files_are_refused_before_open_can_block(tmp_path):
+    """Before: eagerc.load of a FIFO blocked forever in open()."""
+    with pytest.raises(CheckpointError, match=r"is a directory, not a regular file"):
+        load(tmp_path)
+    if os.path.exists("/dev/zero"):
+        with pytest.raises(CheckpointError, match=r"/dev/zero: not an eagerc checkpoint: it is a character device"):
+            load("/dev/zero")
+    if not hasattr(os, "mkfifo"):
+        return
+    os.mkfifo(tmp_path / "pipe")
+    code = f"import eagerc; eagerc.load({str(tmp_path / 'pipe')!r})"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                       env=dict(os.environ, PYTHONPATH=ROOT))
+    assert r.returncode == 1 and "is a FIFO (named pipe), not a regular file" in r.stderr, r.stderr
+    assert "CheckpointError" in r.stderr
+
+
+def _structure_file(structure_text):
+    meta = {"eagerc.format": "eagerc.checkpoint", "eagerc.version": "2", "eagerc.structure": structure_text}
+    buf = io.BytesIO()
+    safetensors_io.write(buf, {}, meta, checksum_key="eagerc.checksum")
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("depth", [600, 5000, 100_000])
+def test_deep_nesting_is_a_checkpoint_error(tmp_path, depth):
+    """Before: a 1 kB checkpoint nested 600 deep raised RecursionError."""
+    data = _structure_file("[" * depth + "]" * depth)
+    assert len(data) < 2 * depth + 400
+    with pytest.raises(CheckpointError, match="nested"):
+        _load_bytes(tmp_path, data)
+
+
+def test_nesting_up_to_the_limit_round_trips_and_beyond_it_is_refused_on_save(tmp_path):
+    obj = 1
+    for i in range(serialization.MAX_DEPTH):
+        obj = {"k": obj} if i % 3 == 0 else (obj,) if i % 3 == 1 else {i: obj}
+    assert load(_saved(tmp_path, obj)) == obj
+    with pytest.raises(ValueError, match=f"nested more than {serialization.MAX_DEPTH} containers deep"):
+        save([obj], tmp_path / "deep.safetensors")
+    deep = 0
+    for _ in range(600):   # before: RecursionError from the encoder
+        deep = [deep]
+    with pytest.raises(ValueError, match="nested more than"):
+        save({"x": deep}, tmp_path / "deep.safetensors")
+    assert not os.path.exists(tmp_path / "deep.safetensors")
+
+
+def _saved(tmp_path, obj):
+    save(obj, tmp_path / "ok.safetensors")
+    return tmp_path / "ok.safetensors"
+
+
+def test_duplicate_keys_in_the_structure_are_refused(tmp_path):
+    with pytest.raises(CheckpointError, match="structure metadata repeats the key 'lr'"):
+        _load_bytes(tmp_path, _structure_file('{"lr": 0.1, "lr": 0.2}'))
+    with pytest.raises(CheckpointError, match="contains NaN"):
+        _load_bytes(tmp_path, _structure_file('{"lr": NaN}'))
+
+
+def test_every_failure_is_a_checkpoint_error(tmp_path):
+    """Malformed but checksummed structures: the decoder's own error, never TypeError & co."""
+    for text in ['{"a": {"$type": "tensor"}}', '{"a": {"$type": "tensor", "key": [1], "dtype": "f", "shape": 1}}',
+                 '{"a": {"$type": "dict", "items": [[[1], 2], [{}, 3]]}}', '{"a": {"$type": "tuple", "items": 5}}',
+                 '{"a": {"$type": "float", "value": []}}', '{"a": {"$type": "device", "name": "tpu:x"}}',
+                 '{"a": {"$type": "dtype", "name": "complex64"}}', '{"a": {"$type": ["x"]}}']:
+        with pytest.raises(CheckpointError):
+            _load_bytes(tmp_path, _structure_file(text))
+    data = _bytes({"w": eagerc.ones(2, dtype=eagerc.int64)})
+    with pytest.raises(CheckpointError, match="malformed 'tensor' entry"):   # an int tensor "requiring" grad
+        _load_bytes(tmp_path, _rewrite(data, lambda s, a: s["w"].update(requires_grad=True)))
+
+
+@pytest.mark.skipif(eagerc.cuda.is_available(), reason="checks the message without CUDA")
+def test_a_cuda_tensor_without_cuda_is_a_checkpoint_error(tmp_path):
+    data = _rewrite(_bytes({"w": eagerc.ones(2)}), lambda s, a: s["w"].update(device="cuda:0"))
+    with pytest.raises(CheckpointError, match="tensor 'w' was saved on cuda:0, but CUDA is not available here; pass "
+                                              "map_location='cpu'"):
+        _load_bytes(tmp_path, data)
+    (tmp_path / "c.safetensors").write_bytes(data)
+    np.testing.assert_array_equal(load(tmp_path / "c.safetensors", map_location="cpu")["w"].numpy(), [1, 1])
+
+
+# ---------------------------------------------------------------- killed saves
+
+_SLOW_SAVE = textwrap.dedent("""
+    import sys, time
+    import eagerc
+    from eagerc.runtime import safetensors_io
+    def stall(fh, arr):   # write part of the file, say so, then hang until killed
+        fh.write(arr.reshape(-1).view("uint8").data[:100])
+        fh.flush()
+        print("writing", flush=True)
+        time.sleep(600)
+    safetensors_io._write_array = stall
+    eagerc.save({"w": eagerc.ones(1000)}, sys.argv[1])
+""")
+
+
+def _start_save(path):
+    p = subprocess.Popen([sys.executable, "-c", _SLOW_SAVE, str(path)], stdout=subprocess.PIPE, text=True,
+                         env=dict(os.environ, PYTHONPATH=ROOT))
+    assert p.stdout.readline().strip() == "writing"
+    return p
+
+
+def _temporaries(d):
+    return sorted(n for n in os.listdir(d) if n.endswith(".tmp"))
+
+
+@pytest.mark.skipif(os.name != "posix", reason="kills a writer with SIGKILL")
+def test_the_next_save_sweeps_temp_files_of_killed_saves_but_not_a_live_writers(tmp_path):
+    """Before: every save killed mid-write left a .ck.safetensors.*.tmp behind for good."""
+    path = tmp_path / "ck.safetensors"
+    for _ in range(2):   # the second killed save already sweeps the first one's file
+        p = _start_save(path)
+        p.kill()
+        p.wait()
+        assert [f"-{p.pid}." in n for n in _temporaries(tmp_path)] == [True]
+    live = _start_save(path)   # a concurrent writer, still at work
+    try:
+        mine = [n for n in _temporaries(tmp_path) if f"-{live.pid}." in n]
+        assert len(mine) == 1 and _temporaries(tmp_path) == mine
+        old = tmp_path / ".ck.safetensors.k2j3h4l5.tmp"   # an older eagerc's name: swept by age only
+        old.write_bytes(b"x")
+        other = tmp_path / ".ck.safetensors.bak.othernode-1.abcdefgh.tmp"   # another file's
+        other.write_bytes(b"x")
+        save({"w": eagerc.zeros(2)}, path)
+        assert _temporaries(tmp_path) == sorted([mine[0], old.name, other.name])
+        os.utime(old, (0, 0))                       # untouched for an hour: its writer is gone
+        save({"w": eagerc.zeros(2)}, path)
+        assert _temporaries(tmp_path) == sorted([mine[0], other.name])
+    finally:
+        live.kill()
+        live.wait()
+    save({"w": eagerc.zeros(2)}, path)
+    assert _temporaries(tmp_path) == [other.name]
+    np.testing.assert_array_equal(load(path)["w"].numpy(), [0, 0])
+    assert atomic.remove_stale_temporaries(path) == []

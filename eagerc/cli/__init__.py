@@ -2,6 +2,8 @@
 
 Exit codes: 0 success, 1 the command failed, 2 the command line is wrong. Errors are one
 line on stderr, `eagerc <command>: error: ...`; --debug shows the traceback instead.
+Everything printed goes through common.printable: control characters from a file (a node
+location of "\x1b]0;...\x07", say) are shown escaped, never sent to the terminal.
 Each subcommand lives in its own module (viz.py, inspect.py, run.py) with its arguments
 and its help text; this file only wires them up.
 """
@@ -10,7 +12,7 @@ import os
 import sys
 import traceback
 
-from .common import CommandError, UsageError, one_line
+from .common import CommandError, PrintableStream, UsageError, one_line, printable
 
 __all__ = ["main", "build_parser"]
 
@@ -56,16 +58,16 @@ def main(argv=None):
     args = parser.parse_args(argv)
     prog = f"eagerc {args.command}"
     try:
-        return args.func(args, sys.stdout) or 0
+        return args.func(args, PrintableStream(sys.stdout)) or 0
     except UsageError as e:
         if args.debug:
             traceback.print_exc()
-        print(f"{prog}: error: {e} (see {prog} --help)", file=sys.stderr)
+        print(f"{prog}: error: {printable(e)} (see {prog} --help)", file=sys.stderr)
         return 2
     except CommandError as e:
         if args.debug:
             traceback.print_exc()
-        print(f"{prog}: error: {e}", file=sys.stderr)
+        print(f"{prog}: error: {printable(e)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)

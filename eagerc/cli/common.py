@@ -1,16 +1,54 @@
-"""What the subcommands share: errors, loading programs, shapes and dtypes, input arrays.
+"""What the subcommands share: errors, loading programs, shapes and dtypes, input arrays,
+and `printable`: every string that reaches the terminal has its control characters escaped.
 
 Two error types decide the exit code: `UsageError` (2: the command line is wrong) and
 `CommandError` (1: the command could not do its work). Both carry a one-line message.
 """
 import json
 import os
+import re
 
 import numpy as np
 
 __all__ = ["UsageError", "CommandError", "load_program", "symbolic_shapes", "parse_shape", "parse_dtype",
            "example_shape", "random_inputs", "read_inputs", "output_leaves", "spec_type", "one_line",
-           "fmt_bytes", "fmt_count"]
+           "fmt_bytes", "fmt_count", "printable", "PrintableStream"]
+
+
+# ---------------------------------------------------------------- terminal safety
+
+# C0 and C1 control characters, DEL, and the invisible reordering marks ("Trojan source")
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_CONTROL_BUT_LINES = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u2028\u2029\u202a-\u202e"
+                                "\u2066-\u2069]")
+
+
+def _escape(m):
+    o = ord(m.group())
+    return f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}"
+
+
+def printable(text, lines=False):
+    """`text` with its control characters written as escapes (ESC as \\x1b, a newline as
+    \\n): a string from a file -- a node location, a name, metadata -- can then neither
+    drive the terminal (colours, titles, clearing the screen) nor fake lines of output.
+    lines=True keeps newlines and tabs, for text that eagerc itself laid out."""
+    return (_CONTROL_BUT_LINES if lines else _CONTROL).sub(_escape, str(text))
+
+
+class PrintableStream:
+    """A text stream that escapes control characters (newlines and tabs kept) on the way out:
+    the `out` every subcommand writes to, so nothing escapes raw even where a command
+    forgets to call `printable` on a string from a file."""
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def write(self, text):
+        return self.stream.write(printable(text, lines=True))
+
+    def flush(self):
+        self.stream.flush()
 
 
 class UsageError(Exception):
@@ -25,7 +63,7 @@ class CommandError(Exception):
 
 def load_program(path):
     """A validated LoadedProgram (the runtime's loader: every check, nothing executed)."""
-    from ..runtime.program import ProgramLoadError, load
+    from ..runtime.program import NotAProgram, ProgramLoadError, load
     if not os.path.exists(path):
         hint = " (for a Python callable, write package.module:callable)" if ":" not in path and \
             not path.endswith(".eagerc") else ""
@@ -34,6 +72,8 @@ def load_program(path):
         raise CommandError(f"{path}: is a directory, not a program file")
     try:
         return load(path)
+    except NotAProgram as e:
+        raise CommandError(str(e)) from None
     except ProgramLoadError as e:
         raise CommandError(f"not a valid eagerc program: {e}") from None
 
@@ -43,8 +83,9 @@ def symbolic_shapes(path, graph):
     exported with dynamic_shapes; {} otherwise. Reads the (already validated) size table."""
     from ..runtime import safetensors_io as st
     try:
-        with open(path, "rb") as f:
-            _, metadata, _ = st.read_header(f, os.fstat(f.fileno()).st_size)
+        f, size = st.open_regular(path)
+        with f:
+            metadata = st.read_header(f, size).metadata
         patches = json.loads(metadata["dynamic"])["patches"]
     except (OSError, ValueError, KeyError):
         return {}
@@ -177,9 +218,9 @@ def output_leaves(values):
 
 
 def one_line(e):
-    """The first line of an exception's message (or its type name)."""
+    """The first line of an exception's message (or its type name), control characters escaped."""
     text = str(e).strip().splitlines()
-    return text[0] if text else type(e).__name__
+    return printable(text[0]) if text else type(e).__name__
 
 
 def fmt_bytes(n):

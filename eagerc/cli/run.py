@@ -7,7 +7,7 @@ import time
 import numpy as np
 
 from .common import (CommandError, UsageError, example_shape, load_program, one_line, output_leaves,
-                     random_inputs, read_inputs, spec_type)
+                     printable, random_inputs, read_inputs, spec_type)
 
 RUN_HELP = "run an exported program on .npy inputs, save the outputs to .npz"
 RUN_DESCRIPTION = """\
@@ -98,13 +98,13 @@ def run(args, out):
                 np.savez(args.output, **{k: np.asarray(v) for k, v in leaves})
         except OSError as e:
             raise CommandError(f"--output {args.output}: cannot write: {e.strerror or e}") from None
-        desc = ", ".join(f"{k} {_type(v)}" for k, v in leaves)
-        out.write(f"wrote {args.output}: {desc}\n")
+        desc = ", ".join(f"{printable(k)} {_type(v)}" for k, v in leaves)
+        out.write(f"wrote {printable(args.output)}: {desc}\n")
     else:
         for k, v in leaves:
             a = np.asarray(v)
             flat = np.array2string(a.reshape(-1)[:6], precision=4, separator=", ")
-            out.write(f"{k}: {_type(a)} {flat[:-1]}{', ...]' if a.size > 6 else ']'}\n")
+            out.write(f"{printable(k)}: {_type(a)} {flat[:-1]}{', ...]' if a.size > 6 else ']'}\n")
     return 0
 
 
@@ -144,9 +144,10 @@ def bench(args, out):
                               "input_shapes": [list(a.shape) for a in arrays],
                               "seconds": stats, "times": times}, indent=2) + "\n")
         return 0
-    ins = ", ".join(f"{s['path']}: {spec_type({'dtype': s['dtype'], 'shape': a.shape})}"
+    ins = ", ".join(f"{printable(s['path'])}: {spec_type({'dtype': s['dtype'], 'shape': a.shape})}"
                     for s, a in zip(specs, arrays))
-    out.write(f"{args.file}: {len(prog.graph.nodes)} ops, backend {args.backend}, inputs ({ins}) {source}\n")
+    out.write(f"{printable(args.file)}: {len(prog.graph.nodes)} ops, backend {args.backend}, inputs ({ins}) "
+              f"{source}\n")
     out.write(f"{args.repeat} calls after {args.warmup} warm-up: "
               + "  ".join(f"{k} {_ms(stats[k])}" for k in ("min", "median", "mean", "max"))
               + f"  (stdev {_ms(stats['stdev'])})\n")

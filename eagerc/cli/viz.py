@@ -2,7 +2,7 @@
 import os
 
 from .common import CommandError, UsageError, example_shape, load_program, parse_dtype, parse_shape, \
-    random_inputs, symbolic_shapes
+    printable, random_inputs, symbolic_shapes
 from .target import is_target, load_target
 
 HELP = "draw a program's graph (SVG, PNG, PDF or DOT) with graphviz"
@@ -105,6 +105,8 @@ def run(args, out):
     dot = viz.program_graph(graph, depth=args.depth, repeats=args.repeats, times=times,
                             show_params=False if args.no_params else None,
                             title=f"{name} ({stage})", **opts)
+    # labels quote the file's strings: neither the DOT text nor the SVG may carry a raw escape
+    dot.source = printable(dot.source, lines=True)
     output = args.output or name + ".svg"
     if output == "-":
         out.write(dot.source)
@@ -120,11 +122,12 @@ def run(args, out):
     s = dot.stats
     extra = []
     if s.get("repeats"):
-        extra.append("repeated blocks drawn once: " + ", ".join(f"{k} x{n}" for k, n in s["repeats"].items()))
+        extra.append("repeated blocks drawn once: " + ", ".join(f"{printable(k)} x{n}"
+                                                                 for k, n in s["repeats"].items()))
     if s.get("params_hidden"):
         extra.append(f"{s['params_hidden']} parameters not drawn (graph too large)")
     if s.get("fusion_groups"):
         extra.append(f"{s['fusion_groups']} fusion groups")
-    out.write(f"wrote {output}: {s['nodes']} ops as {s['vertices']} boxes"
+    out.write(f"wrote {printable(output)}: {s['nodes']} ops as {s['vertices']} boxes"
               + ("; " + "; ".join(extra) if extra else "") + "\n")
     return 0

@@ -5,8 +5,10 @@ the tensors are the program's weights (named by module path, e.g. `layers.0.weig
 and, optionally, example inputs `__example__.N` and outputs `__example_output__.N`;
 the string metadata holds
 
+    checksum        "sha256:<hex>": a SHA-256 of every byte of the file, the first entry of the
+                    metadata (see safetensors_io); checked before anything in the file is used
     format          "eagerc.program"
-    format_version  "1"
+    format_version  "2" (version 1: the same, without the checksum; still loaded)
     eagerc_version  the eagerc that wrote the file
     graph           the graph IR as JSON (Graph.dumps()), specialised to the example sizes
     inputs          JSON list, one spec per argument: {"name", "path", "shape", "dtype"};
@@ -16,37 +18,38 @@ the string metadata holds
                     every integer of the graph that depends on dynamic sizes, as
                     c0 + k * product(dims)
 
-`load(path)` trusts nothing in the file. Before anything runs it checks the byte
-layout, the metadata, the graph's JSON schema (sizes and nesting bounded), every op
-and attribute with the op's own shape/dtype rule (eagerc.runtime.verify), the weights
-against the graph's external inputs, the input specs against the graph's arguments,
-and the dynamic-size table against the graph. Nothing from the file is executed: ops
-are looked up by name in the registry, attributes are plain JSON, no pickle. Every
-problem raises `ProgramLoadError` (a ValueError) naming the file and what is wrong.
+`load(path)` trusts nothing in the file. Before anything runs it checks that the path
+is a regular file, the byte layout, the checksum, the metadata, the graph's JSON schema
+(sizes and nesting bounded), every op and attribute with the op's own shape/dtype rule
+(eagerc.runtime.verify), the temporary buffers of kernels that need large ones (the ops'
+scratch rules) against max_value_bytes, the weights against the graph's external inputs,
+the input specs against the graph's arguments, and the dynamic-size table against the
+graph. Nothing from the file is executed: ops are looked up by name in the registry,
+attributes are plain JSON, no pickle. Every problem raises `ProgramLoadError` (a
+ValueError) naming the file and what is wrong.
 
 This module imports only the runtime layer (and numpy), so a deployed model needs
 neither the frontend nor the compiler.
 """
-import copy
 import io
 import json
 import os
-import stat
 
 import numpy as np
 
 from . import safetensors_io as st
-from .ir import Graph, FORMAT_VERSION as GRAPH_FORMAT_VERSION
+from .ir import Graph, Value, spec_of, FORMAT_VERSION as GRAPH_FORMAT_VERSION
 from .ops import OPS
 from .pytree import unflatten
 from .verify import arity as _arity, verify
 from .executor import last_uses
 
-__all__ = ["load", "loads", "from_parts", "encode", "LoadedProgram", "ProgramLoadError",
+__all__ = ["load", "loads", "from_parts", "encode", "LoadedProgram", "ProgramLoadError", "NotAProgram",
            "ProgramInputError", "ProgramRunError", "FORMAT", "FORMAT_VERSION"]
 
 FORMAT = "eagerc.program"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+CHECKSUM_KEY = "checksum"
 EXAMPLE_IN = "__example__."
 EXAMPLE_OUT = "__example_output__."
 
@@ -72,6 +75,11 @@ class ProgramLoadError(ValueError):
     """A file that is not a valid eagerc program; the message names the file and the problem."""
 
 
+class NotAProgram(ProgramLoadError):
+    """The file is something else: not safetensors at all (a .npy, a pickle), or a safetensors
+    file without eagerc's program metadata (a checkpoint, plain weights)."""
+
+
 class ProgramInputError(ValueError):
     """Arguments that do not match the program's input specs."""
 
@@ -82,6 +90,10 @@ class ProgramRunError(ValueError):
 
 class _Invalid(Exception):
     """Internal: a validation failure, turned into ProgramLoadError with the file's name."""
+
+
+class _Other(_Invalid):
+    """Internal: the file is not an eagerc program at all (-> NotAProgram)."""
 
 
 def _fail(msg):
@@ -108,8 +120,8 @@ def encode(graph_json, input_specs, dynamic, weights, producer, examples=None):
 
 
 def save(path, tensors, metadata):
-    """Write a program file atomically (temporary file + fsync + rename)."""
-    st.save_file(path, tensors, metadata)
+    """Write a program file atomically (temporary file + fsync + rename), sealed with its checksum."""
+    st.save_file(path, tensors, metadata, checksum_key=CHECKSUM_KEY)
 
 
 # ================================================================ loading
@@ -123,14 +135,13 @@ def load(path, *, max_value_bytes=MAX_VALUE_BYTES, max_header=st.MAX_HEADER, sel
     """
     where = os.fspath(path)
     try:
-        f = open(where, "rb")
+        f, size = st.open_regular(where)
+    except st.FormatError as e:  # a FIFO, a device, a directory: refused before open() could block
+        raise ProgramLoadError(f"{where}: {e}") from None
     except OSError as e:
         raise ProgramLoadError(f"{where}: cannot open: {e.strerror or e}") from None
     with f:
-        info = os.fstat(f.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise ProgramLoadError(f"{where}: not a regular file")
-        return _load_file(f, info.st_size, where, max_value_bytes, max_header, self_check)
+        return _load_file(f, size, where, max_value_bytes, max_header, self_check)
 
 
 def loads(data, *, where="<bytes>", max_value_bytes=MAX_VALUE_BYTES, max_header=st.MAX_HEADER,
@@ -144,15 +155,26 @@ def loads(data, *, where="<bytes>", max_value_bytes=MAX_VALUE_BYTES, max_header=
 
 def _load_file(f, size, where, max_value_bytes, max_header, self_check):
     try:
-        table, metadata, _ = st.read_header(f, size, max_header)
-        spec = _validate(metadata, {k: (dt, shape) for k, (dt, shape, _, _) in table.items()},
-                         max_value_bytes)
-        arrays = st.read_tensors(f, table)
-    except st.FormatError as e:
+        with st.gc_paused():
+            header = st.read_header(f, size, max_header, checksum_key=CHECKSUM_KEY)
+            arrays = st.read_tensors(f, header) if header.checksum else None  # verified before any use
+            spec = _validate(header.metadata, {k: (dt, shape) for k, (dt, shape, _, _) in header.tensors.items()},
+                             max_value_bytes, checksum=header.checksum, in_file=True)
+            if arrays is None:
+                arrays = st.read_tensors(f, header)
+            prog = LoadedProgram(spec, arrays, where, max_value_bytes)
+            del spec   # (the graph JSON of a static program goes while the collector rests)
+    except st.NotSafetensors as e:
+        raise NotAProgram(f"{where}: not an eagerc program: it {e}") from None
+    except _Other as e:
+        raise NotAProgram(f"{where}: {e}") from None
+    except (st.FormatError, _Invalid) as e:
         raise ProgramLoadError(f"{where}: {e}") from None
-    except _Invalid as e:
-        raise ProgramLoadError(f"{where}: {e}") from None
-    return _finish(spec, arrays, where, max_value_bytes, self_check)
+    except OSError as e:
+        raise ProgramLoadError(f"{where}: cannot read: {e.strerror or e}") from None
+    if self_check:
+        prog.self_check()
+    return prog
 
 
 def from_parts(tensors, metadata, *, where="<program>", max_value_bytes=MAX_VALUE_BYTES, self_check=False):
@@ -165,7 +187,9 @@ def from_parts(tensors, metadata, *, where="<program>", max_value_bytes=MAX_VALU
             if not isinstance(a, np.ndarray) or a.dtype not in st.DTYPES.values():
                 _fail(f"tensor {name!r} is not a numpy array of a supported dtype")
             table[name] = (a.dtype, a.shape)
-        spec = _validate(metadata, table, max_value_bytes)
+        spec = _validate(metadata, table, max_value_bytes, checksum=None, in_file=False)
+    except _Other as e:
+        raise NotAProgram(f"{where}: {e}") from None
     except _Invalid as e:
         raise ProgramLoadError(f"{where}: {e}") from None
     arrays = {k: np.array(a, copy=True, order="C") for k, a in tensors.items()}
@@ -181,12 +205,15 @@ def _finish(spec, arrays, where, max_value_bytes, self_check):
 
 # ---------------------------------------------------------------- metadata
 
-def _validate(metadata, table, max_value_bytes):
+def _validate(metadata, table, max_value_bytes, checksum, in_file):
     """Check the metadata and the tensor table (name -> (numpy dtype, shape)); return the parsed
-    program description. Raises _Invalid."""
+    program description. `checksum`: the file's verified checksum or None; a file (`in_file`) of
+    format 2 must have one. Raises _Invalid."""
     fmt = metadata.get("format")
     if fmt != FORMAT:
-        _fail(f"not an eagerc program: metadata 'format' is {_short(fmt)} (expected {FORMAT!r})")
+        hint = " (it is an eagerc checkpoint: load it with eagerc.load)" \
+            if metadata.get("eagerc.format") == "eagerc.checkpoint" else ""
+        raise _Other(f"not an eagerc program: metadata 'format' is {_short(fmt)} (expected {FORMAT!r}){hint}")
     version = metadata.get("format_version")
     if version is None:
         _fail("metadata lacks 'format_version'")
@@ -199,10 +226,14 @@ def _validate(metadata, table, max_value_bytes):
               f"{FORMAT_VERSION} -- upgrade eagerc{by}")
     if int(version) < 1:
         _fail(f"format version {int(version)} does not exist (versions start at 1)")
+    if in_file and int(version) >= 2 and checksum is None:
+        _fail(f"format version {int(version)} carries a checksum as the first metadata entry, and this file "
+              "has none there (damaged, or rewritten by another tool: re-export it, or see "
+              "safetensors_io.seal)")
     missing = _META_KEYS - set(metadata)
     if missing:
         _fail(f"metadata lacks {sorted(missing)}")
-    extra = set(metadata) - _META_KEYS
+    extra = set(metadata) - _META_KEYS - ({CHECKSUM_KEY} if checksum is not None else set())
     if extra:
         _fail(f"metadata has unknown keys {sorted(extra)[:5]}")
     if len(producer) > 64:
@@ -216,6 +247,7 @@ def _validate(metadata, table, max_value_bytes):
             _fail(f"graph: node {n.out.name} uses op {n.op!r}, which programs may not contain")
     _check_sizes(graph, max_value_bytes)  # before the shape rules run on declared sizes
     _verify(graph)
+    _check_scratch(graph, max_value_bytes)  # after them: the attributes are checked
     for target, _ in graph.mutations:
         if target.endswith(".grad"):
             _fail(f"graph: mutation target {target!r}: programs do not update gradients")
@@ -238,7 +270,7 @@ def _validate(metadata, table, max_value_bytes):
         _probe_dynamic(gj, dims, patches, max_value_bytes)
     examples = _check_examples(table, specs, graph)
     return {"graph": graph, "graph_json": gj, "specs": specs, "dims": dims, "patches": patches,
-            "producer": producer, "version": int(version), "examples": examples}
+            "producer": producer, "version": int(version), "examples": examples, "checksum": checksum}
 
 
 def _graph_from_json(gj):
@@ -254,17 +286,17 @@ def _short(x, n=60):
 
 
 def _parse_json(text, what):
+    """Strict JSON (no repeated keys; NaN and Infinity allowed: attributes hold them). Nesting
+    is bounded by the schema checks that follow, and the parser's own recursion limit."""
     try:
-        return json.loads(text)
-    except RecursionError:
-        _fail(f"metadata {what!r} is nested too deeply")
-    except (ValueError, MemoryError) as e:
-        _fail(f"metadata {what!r} is not valid JSON: {str(e)[:200]}")
+        return st.loads_json(text, f"metadata {what!r}", constants=True)
+    except st.FormatError as e:
+        _fail(str(e))
 
 
 def _verify(graph):
     try:
-        verify(graph)
+        verify(graph, structure=False)   # _check_graph_json checked names, values, arity and attributes
     except ValueError as e:  # GraphError
         _fail(f"graph: {str(e)[:2000]}")
     except Exception as e:  # an op's shape rule that chokes on a hostile attribute
@@ -289,6 +321,22 @@ def _check_sizes(graph, max_value_bytes):
                   f"limit of {max_value_bytes} bytes (load(..., max_value_bytes=) raises it)")
 
 
+def _check_scratch(graph, max_value_bytes):
+    """The temporary buffers of kernels that allocate far more than their inputs and output
+    (im2col, padding, window masks: the ops' `scratch` rules) are bounded like values."""
+    for n in graph.nodes:
+        rule = OPS[n.op].scratch
+        if rule is None:
+            continue
+        try:
+            need = rule(*[spec_of(x) if isinstance(x, Value) else x for x in n.inputs], **n.attrs)
+        except Exception as e:  # the shape rule accepted the node; a hostile one may still choke this
+            _fail(f"graph: {_node_str(n)}: cannot size its temporary buffers ({type(e).__name__}: {str(e)[:200]})")
+        if need > max_value_bytes:
+            _fail(f"graph: {_node_str(n)} needs {need} bytes of temporary buffers, more than the limit of "
+                  f"{max_value_bytes} bytes (load(..., max_value_bytes=) raises it)")
+
+
 # ---------------------------------------------------------------- graph schema
 
 def _is_int(x):
@@ -304,37 +352,44 @@ def _check_keys(d, keys, what, optional=()):
         _fail(f"{what} " + (f"lacks {sorted(missing)}" if missing else f"has unknown keys {sorted(extra)[:5]}"))
 
 
+# The checks below run for every node of every file: the common case is a few type tests
+# (the values come from JSON, so exact types), and a message is built only on failure.
+
 def _check_name(x, what):
-    if not isinstance(x, str) or not 0 < len(x) <= MAX_NAME:
+    if type(x) is not str or not 0 < len(x) <= MAX_NAME:
         _fail(f"{what} is not a name (a non-empty string of at most {MAX_NAME} characters)")
 
 
 def _check_str(x, what, optional=True):
-    if (x is None and optional) or (isinstance(x, str) and len(x) <= MAX_STR):
+    if (x is None and optional) or (type(x) is str and len(x) <= MAX_STR):
         return
     _fail(f"{what} is not {'null or ' if optional else ''}a string of at most {MAX_STR} characters")
 
 
 def _check_shape(shape, what):
-    if not isinstance(shape, list) or len(shape) > MAX_NDIM:
+    if type(shape) is not list or len(shape) > MAX_NDIM:
         _fail(f"{what}: shape is not a list of at most {MAX_NDIM} sizes")
     for s in shape:
-        if not _is_int(s) or not 0 <= s < MAX_SHAPE:
+        if type(s) is not int or not 0 <= s < MAX_SHAPE:
             _fail(f"{what}: invalid size {_short(s)} in shape (sizes are integers 0 <= n < 2**40)")
 
 
 def _check_dtype(dt, what):
-    if not isinstance(dt, str) or dt not in _NP:
+    if type(dt) is not str or dt not in _NP:
         _fail(f"{what}: unknown dtype {_short(dt)} (one of {', '.join(DTYPE_NAMES)})")
 
 
+_VALUE_KEYS = frozenset(("name", "shape", "dtype", "device"))
+
+
 def _check_value_json(d, what):
-    _check_keys(d, ("name", "shape", "dtype", "device"), what)
+    if type(d) is not dict or d.keys() != _VALUE_KEYS:
+        _check_keys(d, _VALUE_KEYS, what)
     _check_name(d["name"], f"{what}: name")
     what = f"{what} ({d['name']})"
     _check_shape(d["shape"], what)
     _check_dtype(d["dtype"], what)
-    if not isinstance(d["device"], str) or len(d["device"]) > 64:
+    if type(d["device"]) is not str or len(d["device"]) > 64:
         _fail(f"{what}: device is not a short string")
 
 
@@ -344,28 +399,29 @@ def _check_plain(x, what, max_depth=MAX_ATTR_DEPTH, max_items=MAX_ATTR_ITEMS):
     n = 0
     while stack:
         v, depth = stack.pop()
-        n += 1
-        if n > max_items:
-            _fail(f"{what} has more than {max_items} items")
         if depth > max_depth:
             _fail(f"{what} is nested more than {max_depth} levels deep")
-        if v is None or isinstance(v, (bool, float)):
-            continue
-        if isinstance(v, int):
-            if not -MAX_INT <= v < MAX_INT:
-                _fail(f"{what} holds an integer out of the 64-bit range")
-        elif isinstance(v, str):
-            if len(v) > MAX_STR:
-                _fail(f"{what} holds a string longer than {MAX_STR} characters")
-        elif isinstance(v, list):
-            stack.extend((item, depth + 1) for item in v)
-        elif isinstance(v, dict):
-            for k, item in v.items():
+        t = type(v)
+        items = v if t is list else v.values() if t is dict else (v,)
+        n += len(items) if t is list or t is dict else 1
+        if n > max_items:
+            _fail(f"{what} has more than {max_items} items")
+        if t is dict:
+            for k in v:
                 if len(k) > MAX_STR:
                     _fail(f"{what} holds a key longer than {MAX_STR} characters")
+        for item in items:
+            ti = type(item)
+            if ti is int:
+                if not -MAX_INT <= item < MAX_INT:
+                    _fail(f"{what} holds an integer out of the 64-bit range")
+            elif ti is str:
+                if len(item) > MAX_STR:
+                    _fail(f"{what} holds a string longer than {MAX_STR} characters")
+            elif ti is list or ti is dict:
                 stack.append((item, depth + 1))
-        else:
-            _fail(f"{what} holds a {type(v).__name__}")
+            elif not (item is None or ti is bool or ti is float):
+                _fail(f"{what} holds a {ti.__name__}")
 
 
 def _check_tree(tree, n_outputs):
@@ -410,6 +466,10 @@ def _check_tree(tree, n_outputs):
 
 
 
+_NODE_KEYS = frozenset(("op", "inputs", "attrs", "out", "loc", "module"))
+_INPUT_KEYS = frozenset(("kind", "name", "shape", "dtype", "device"))
+
+
 def _check_graph_json(g):
     """The graph JSON has exactly the shape Graph.to_json writes, with bounded sizes."""
     _check_keys(g, ("format_version", "inputs", "nodes", "outputs", "out_tree", "mutations", "meta"), "graph")
@@ -419,43 +479,18 @@ def _check_graph_json(g):
         if not isinstance(g[key], list):
             _fail(f"graph: '{key}' is not a list")
     for i, item in enumerate(g["inputs"]):
-        _check_keys(item, ("kind", "name", "shape", "dtype", "device"), f"graph: input {i}")
+        if type(item) is not dict or item.keys() != _INPUT_KEYS:
+            _check_keys(item, _INPUT_KEYS, f"graph: input {i}")
         if item["kind"] not in ("arg", "external"):
             _fail(f"graph: input {i} has unknown kind {_short(item['kind'])}")
         _check_value_json({k: v for k, v in item.items() if k != "kind"}, f"graph: input {i}")
     for i, node in enumerate(g["nodes"]):
-        what = f"graph: node {i}"
-        _check_keys(node, ("op", "inputs", "attrs", "out", "loc", "module"), what)
-        op = node["op"]
-        if not isinstance(op, str) or op not in OPS:
-            _fail(f"{what}: unknown op {_short(op)}")
-        what = f"graph: node {i} ({op})"
-        _check_value_json(node["out"], f"{what}: out")
-        if not isinstance(node["inputs"], list) or len(node["inputs"]) > 10_000:
-            _fail(f"{what}: inputs is not a list")
-        for j, x in enumerate(node["inputs"]):
-            if not isinstance(x, dict) or len(x) != 1:
-                _fail(f"{what}: input {j} is not {{'value': name}} or {{'const': number}}")
-            if "value" in x:
-                _check_name(x["value"], f"{what}: input {j}")
-            elif "const" in x:
-                c = x["const"]
-                if not (c is None or isinstance(c, (bool, int, float))) or (_is_int(c) and not -MAX_INT <= c < MAX_INT):
-                    _fail(f"{what}: constant input {j} is not a Python number: {_short(c)}")
-            else:
-                _fail(f"{what}: input {j} is not {{'value': name}} or {{'const': number}}")
-        lo, hi = _arity(OPS[op])
-        if not lo <= len(node["inputs"]) <= hi:
-            _fail(f"{what}: has {len(node['inputs'])} inputs; the op takes "
-                  f"{lo if lo == hi else f'at least {lo}'} ({', '.join(OPS[op].inputs)})")
-        if not isinstance(node["attrs"], dict):
-            _fail(f"{what}: attrs is not an object")
-        unknown = set(node["attrs"]) - set(OPS[op].attrs)
-        if unknown:
-            _fail(f"{what}: unknown attributes {sorted(unknown)[:5]} (op takes {list(OPS[op].attrs)})")
-        _check_plain(node["attrs"], f"{what}: attrs")
-        _check_str(node["loc"], f"{what}: loc")
-        _check_str(node["module"], f"{what}: module")
+        try:
+            _check_node(node)
+        except _Invalid as e:  # name the node: "graph: node 3 (relu): ..."
+            op = node.get("op") if isinstance(node, dict) else None
+            label = f" ({op})" if isinstance(op, str) and op in OPS else ""
+            raise _Invalid(f"graph: node {i}{label}: {e}") from None
     for i, name in enumerate(g["outputs"]):
         _check_name(name, f"graph: output {i}")
     for i, m in enumerate(g["mutations"]):
@@ -467,6 +502,66 @@ def _check_graph_json(g):
         _fail("graph: meta is not an object")
     _check_plain(g["meta"], "graph: meta")
     _check_tree(g["out_tree"], len(g["outputs"]))
+
+
+def _value_ok(d):
+    """The fast path of _check_value_json: True when the value JSON is certainly well formed."""
+    if type(d) is not dict or d.keys() != _VALUE_KEYS:
+        return False
+    name, shape, dt, dev = d["name"], d["shape"], d["dtype"], d["device"]
+    if type(name) is not str or not 0 < len(name) <= MAX_NAME or type(shape) is not list \
+            or len(shape) > MAX_NDIM or type(dt) is not str or dt not in _NP or type(dev) is not str or len(dev) > 64:
+        return False
+    for n in shape:
+        if type(n) is not int or not 0 <= n < MAX_SHAPE:
+            return False
+    return True
+
+
+def _check_node(node):
+    """One node's JSON; a failure's message is relative to the node (the caller names it).
+    The common case runs inline; the helpers that explain a failure run only on one."""
+    if type(node) is not dict or node.keys() != _NODE_KEYS:
+        _check_keys(node, _NODE_KEYS, "node")
+    op = node["op"]
+    if type(op) is not str or op not in OPS:
+        _fail(f"unknown op {_short(op)}")
+    if not _value_ok(node["out"]):
+        _check_value_json(node["out"], "out")
+    inputs = node["inputs"]
+    if type(inputs) is not list or len(inputs) > 10_000:
+        _fail("inputs is not a list")
+    for j, x in enumerate(inputs):
+        if type(x) is dict and len(x) == 1:
+            v = x.get("value")
+            if v is not None:
+                if type(v) is str and 0 < len(v) <= MAX_NAME:
+                    continue
+                _check_name(v, f"input {j}")
+            if "const" in x:
+                c = x["const"]
+                if c is None or type(c) in (bool, float) or (type(c) is int and -MAX_INT <= c < MAX_INT):
+                    continue
+                _fail(f"constant input {j} is not a Python number: {_short(c)}")
+        _fail(f"input {j} is not {{'value': name}} or {{'const': number}}")
+    lo, hi = _arity(OPS[op])
+    if not lo <= len(inputs) <= hi:
+        _fail(f"has {len(inputs)} inputs; the op takes "
+              f"{lo if lo == hi else f'at least {lo}'} ({', '.join(OPS[op].inputs)})")
+    attrs = node["attrs"]
+    if type(attrs) is not dict:
+        _fail("attrs is not an object")
+    if attrs:
+        declared = OPS[op].attrs
+        for k in attrs:
+            if k not in declared:
+                _fail(f"unknown attributes {sorted(set(attrs) - set(declared))[:5]} (op takes {list(declared)})")
+        _check_plain(attrs, "attrs")
+    loc, module = node["loc"], node["module"]
+    if not (loc is None or (type(loc) is str and len(loc) <= MAX_STR)):
+        _check_str(loc, "loc")
+    if not (module is None or (type(module) is str and len(module) <= MAX_STR)):
+        _check_str(module, "module")
 
 
 # ---------------------------------------------------------------- dynamic sizes and input specs
@@ -481,7 +576,7 @@ def _expr_value(c0, k, syms, binding):
 def _resolve(root, path):
     """The container and key that `path` (a list of keys/indices) names in the graph JSON."""
     node = root
-    for i, key in enumerate(path[:-1]):
+    for key in path[:-1]:
         node = _step(node, key, path)
     last = path[-1]
     _step(node, last, path)
@@ -489,9 +584,11 @@ def _resolve(root, path):
 
 
 def _step(node, key, path):
-    if isinstance(node, dict) and isinstance(key, str) and key in node:
-        return node[key]
-    if isinstance(node, list) and _is_int(key) and 0 <= key < len(node):
+    t = type(node)
+    if t is dict:
+        if type(key) is str and key in node:
+            return node[key]
+    elif t is list and type(key) is int and 0 <= key < len(node):
         return node[key]
     _fail(f"dynamic: patch path {_short(path)} does not name an entry of the graph")
 
@@ -527,45 +624,63 @@ def _check_dynamic(d, gj):
     seen = set()
     out = []
     for i, p in enumerate(patches):
-        what = f"dynamic: patch {i}"
-        if not (isinstance(p, list) and len(p) == 4):
-            _fail(f"{what} is not [path, c0, k, dims]")
+        if type(p) is not list or len(p) != 4:
+            _fail(f"dynamic: patch {i} is not [path, c0, k, dims]")
         path, c0, k, syms = p
-        if (not isinstance(path, list) or not 0 < len(path) <= MAX_ATTR_DEPTH + 4
-                or not all(isinstance(x, str) or _is_int(x) for x in path)):
-            _fail(f"{what}: path is not a list of keys and indices")
+        if type(path) is not list or not 0 < len(path) <= MAX_ATTR_DEPTH + 4:
+            _fail(f"dynamic: patch {i}: path is not a list of keys and indices")
+        for x in path:
+            if type(x) is not str and type(x) is not int:
+                _fail(f"dynamic: patch {i}: path is not a list of keys and indices")
         if not _allowed_path(path):
-            _fail(f"{what}: path {_short(path)} is not a shape, attribute or constant of the graph")
-        key = json.dumps(path)
+            _fail(f"dynamic: patch {i}: path {_short(path)} is not a shape, attribute or constant of the graph")
+        key = tuple(path)
         if key in seen:
-            _fail(f"{what}: path {_short(path)} is patched twice")
+            _fail(f"dynamic: patch {i}: path {_short(path)} is patched twice")
         seen.add(key)
-        if not (_is_int(c0) and _is_int(k) and abs(c0) < MAX_SHAPE and 0 < abs(k) < MAX_SHAPE):
-            _fail(f"{what}: coefficients must be integers of magnitude below 2**40 (k nonzero)")
-        if (not isinstance(syms, list) or not 0 < len(syms) <= 8 or len(set(map(str, syms))) != len(syms)
-                or not all(isinstance(s, str) and s in out_dims for s in syms)):
-            _fail(f"{what}: dims {_short(syms)} are not distinct declared dynamic dimensions")
+        if not (type(c0) is int and type(k) is int and abs(c0) < MAX_SHAPE and 0 < abs(k) < MAX_SHAPE):
+            _fail(f"dynamic: patch {i}: coefficients must be integers of magnitude below 2**40 (k nonzero)")
+        if type(syms) is not list or not 0 < len(syms) <= 8 or \
+                not all(type(x) is str and x in out_dims for x in syms) or len(set(syms)) != len(syms):
+            _fail(f"dynamic: patch {i}: dims {_short(syms)} are not distinct declared dynamic dimensions")
         container, last = _resolve(gj, path)
         value = container[last]
-        if not _is_int(value):
-            _fail(f"{what}: path {_short(path)} names a {type(value).__name__}, not an integer")
+        if type(value) is not int:
+            _fail(f"dynamic: patch {i}: path {_short(path)} names a {type(value).__name__}, not an integer")
         if _expr_value(c0, k, syms, binding) != value:
-            _fail(f"{what}: {_fmt_expr(c0, k, syms)} at the example sizes is "
+            _fail(f"dynamic: patch {i}: {_fmt_expr(c0, k, syms)} at the example sizes is "
                   f"{_expr_value(c0, k, syms, binding)}, but the graph holds {value}")
-        out.append((tuple(path), c0, k, tuple(syms)))
+        out.append((key, c0, k, tuple(syms)))
     return out_dims, out
 
 
 def _specialise(gj, patches, binding, max_value_bytes):
-    """The graph at other dynamic sizes: patch its integers, then check it like a loaded file."""
-    g = copy.deepcopy(gj)
+    """The graph at other dynamic sizes: its integers patched (the containers on each patch's
+    path copied, the rest shared with `gj`, which stays as it is), then checked like a loaded
+    file. The schema check of the unpatched parts holds already; each new integer is checked
+    for its place (a size, an attribute or a constant)."""
+    copies = {}   # id of a container of gj (or of its copy) -> this specialisation's copy
+    g = gj.copy()
+    copies[id(gj)] = copies[id(g)] = g
     for path, c0, k, syms in patches:
-        container, last = _resolve(g, path)
-        container[last] = _expr_value(c0, k, syms, binding)
-    _check_graph_json(g)
+        node = g
+        for key in path[:-1]:
+            child = node[key]
+            mine = copies.get(id(child))
+            if mine is None:
+                mine = copies[id(child)] = child.copy()   # (JSON containers: dicts and lists)
+                copies[id(mine)] = mine
+            node[key] = node = mine
+        value = _expr_value(c0, k, syms, binding)
+        where = "attribute" if path[0] == "nodes" and path[2] == "attrs" else \
+            "constant" if path[-1] == "const" else "size"
+        if not (0 <= value < MAX_SHAPE if where == "size" else -MAX_INT <= value < MAX_INT):
+            _fail(f"dynamic: {_short(list(path))} would be {value}, out of range for a {where}")
+        node[path[-1]] = value
     graph = _graph_from_json(g)
     _check_sizes(graph, max_value_bytes)
     _verify(graph)
+    _check_scratch(graph, max_value_bytes)
     return graph
 
 
@@ -666,9 +781,9 @@ class _Runner:
         free = last_uses(graph)
         self.steps = []
         for i, n in enumerate(graph.nodes):
-            names = [x.name if hasattr(x, "name") else None for x in n.inputs]
-            consts = [None if hasattr(x, "name") else x for x in n.inputs]
-            self.steps.append((OPS[n.op], n.attrs, names, consts, n.out.name, tuple(n.out.shape),
+            names = [x.name if isinstance(x, Value) else None for x in n.inputs]
+            consts = [None if isinstance(x, Value) else x for x in n.inputs]
+            self.steps.append((OPS[n.op], n.attrs, names, consts, n.out.name, n.out.shape,
                                _NP[n.out.dtype], tuple(free.get(i, ())), n))
         self.outputs = [v.name for v in graph.outputs]
         self.mutations = [(t, v.name) for t, v in graph.mutations]
@@ -718,6 +833,7 @@ class LoadedProgram:
     Attributes: graph (the IR, at the example sizes), weights (name -> read-only array),
     input_specs (list of {"name", "path", "shape", "dtype"}), dynamic_dims
     (name -> {"example", "min", "max"}), eagerc_version (the producer), format_version,
+    checksum ("sha256:<hex>", verified; None for a format-1 file or in-memory parts),
     example_inputs / example_outputs (lists of arrays, or None), path.
     """
 
@@ -726,10 +842,11 @@ class LoadedProgram:
         self.graph = spec["graph"]
         self.eagerc_version = spec["producer"]
         self.format_version = spec["version"]
+        self.checksum = spec.get("checksum")
         self._specs = spec["specs"]
         self._dims = spec["dims"]
         self._patches = spec["patches"]
-        self._graph_json = spec["graph_json"]
+        self._graph_json = spec["graph_json"] if spec["dims"] else None   # (kept to re-derive other sizes)
         self._max_value_bytes = max_value_bytes
         ex = spec["examples"]
         self.example_inputs = None if ex is None else [arrays.pop(f"{EXAMPLE_IN}{i}") for i in range(ex[0])]
@@ -738,7 +855,7 @@ class LoadedProgram:
             a.flags.writeable = False
         self.weights = arrays
         self._device_weights = {}   # (cupy, device id) -> name -> cupy array
-        self._runners = {None: _Runner(self.graph)}
+        self._runners = {}   # binding key (None: the example sizes) -> _Runner, built on first use
         self._example_binding = {n: ex for n, (_, _, ex) in self._dims.items()}
 
     # ------------------------------------------------------------ description
@@ -813,15 +930,13 @@ class LoadedProgram:
                                         f"[{lo}, {'inf' if hi is None else hi}]")
         return arrays, binding
 
-    def _runner(self, binding):
-        if not binding or binding == self._example_binding:
-            return self._runners[None]
-        key = tuple(sorted(binding.items()))
+    def _runner(self, binding=None):
+        key = None if not binding or binding == self._example_binding else tuple(sorted(binding.items()))
         r = self._runners.get(key)
         if r is None:
-            r = self._runners[key] = _Runner(self._specialise(binding))
+            r = self._runners[key] = _Runner(self.graph if key is None else self._specialise(binding))
             if len(self._runners) > MAX_SPECIALISATIONS + 1:
-                del self._runners[next(k for k in self._runners if k is not None)]
+                del self._runners[next(k for k in self._runners if k is not None and k != key)]
         return r
 
     def _specialise(self, binding):
@@ -861,7 +976,7 @@ class LoadedProgram:
         if self.example_inputs is None:
             raise ProgramRunError(f"{self.path}: the file has no example inputs to check against "
                                   "(export with include_example_inputs=True)")
-        outs, _ = self._runners[None](dict(self.weights, **{n: a for (n, _, _, _), a in
+        outs, _ = self._runner()(dict(self.weights, **{n: a for (n, _, _, _), a in
                                                             zip(self._specs, self.example_inputs)}),
                                       np, self.path)
         for i, (got, want) in enumerate(zip(outs, self.example_outputs)):

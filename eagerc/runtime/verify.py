@@ -58,60 +58,102 @@ def _static(shape):
 
 
 def _check_value(v, where):
+    """Raise GraphError unless Value v is well formed; `where()` names the place (built only
+    for the message: this runs for every value of every graph a loader reads). Returns
+    whether its shape is static (all sizes integers)."""
     if not isinstance(v.name, str) or not v.name:
-        raise GraphError(f"{where}: value without a name")
-    try:
-        dtypes.as_dtype(v.dtype)
-    except TypeError:
-        raise GraphError(f"{where}: value {v.name} has unknown dtype {v.dtype!r}") from None
+        raise GraphError(f"{where()}: value without a name")
+    if v.dtype not in _DTYPE_NAMES:
+        try:
+            dtypes.as_dtype(v.dtype)
+        except TypeError:
+            raise GraphError(f"{where()}: value {v.name} has unknown dtype {v.dtype!r}") from None
+    static = True
     for s in v.shape:
-        if isinstance(s, bool) or not (isinstance(s, str) or (isinstance(s, int) and 0 <= s < 2 ** 40)):
-            raise GraphError(f"{where}: value {v.name} has invalid size {s!r} in shape {list(v.shape)}")
+        if type(s) is int:
+            if 0 <= s < 2 ** 40:
+                continue
+        elif isinstance(s, str):
+            static = False
+            continue
+        elif isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 2 ** 40:
+            continue
+        raise GraphError(f"{where()}: value {v.name} has invalid size {s!r} in shape {list(v.shape)}")
+    return static
 
 
-def verify(graph: Graph, check_types=True):
-    """Raise GraphError if `graph` is malformed; return it otherwise."""
+_DTYPE_NAMES = frozenset(d.name for d in dtypes.ALL)
+
+
+def _where(i, n):
+    return f"node {i} ({n.op} -> {getattr(n.out, 'name', '?')})"
+
+
+def _rule_key(n):
+    """What a node's shape/dtype rule depends on -- its op, its inputs' types (constants with
+    their Python type: True is not 1), its attributes -- as a hashable key, so that a graph's
+    repeated layers run each rule once."""
+    ins = tuple([(x.shape, x.dtype) if isinstance(x, Value) else (type(x), x) for x in n.inputs])
+    return n.op, ins, repr(n.attrs) if n.attrs else ""
+
+
+def verify(graph: Graph, check_types=True, structure=True):
+    """Raise GraphError if `graph` is malformed; return it otherwise.
+
+    structure=False skips what the file loader's JSON schema check has already established
+    for every node (a declared op, its arity, declared JSON-plain attributes, well-formed
+    values): definitions before use and the shape/dtype rules are always checked."""
     defined = {}
+    static_of = {}   # value name -> whether its shape is static
     for kind, v in graph.inputs:
         if kind not in ("arg", "external"):
             raise GraphError(f"graph input {v.name!r} has unknown kind {kind!r}")
-        _check_value(v, f"input {v.name}")
+        static_of[v.name] = _check_value(v, lambda: f"input {v.name}")
         if v.name in defined:
             raise GraphError(f"graph input {v.name!r} is defined twice")
         defined[v.name] = v
+    rules = {}   # _rule_key -> (shape, dtype name) the op's rule gave
     for i, n in enumerate(graph.nodes):
-        where = f"node {i} ({n.op} -> {getattr(n.out, 'name', '?')})"
         op = OPS.get(n.op)
         if op is None:
-            raise GraphError(f"{where}: unknown op {n.op!r}")
-        if not _json_plain(n.attrs):
-            raise GraphError(f"{where}: attributes are not JSON-plain: {n.attrs!r}")
-        lo, hi = arity(op)
-        if not lo <= len(n.inputs) <= hi:  # an extra input would reach a ufunc as its out= array
-            raise GraphError(f"{where}: has {len(n.inputs)} inputs; {n.op} takes "
-                             f"{lo if lo == hi else f'at least {lo}'} ({', '.join(op.inputs)})")
-        unknown = set(n.attrs) - set(op.attrs)
-        if unknown:
-            raise GraphError(f"{where}: unknown attributes {sorted(unknown)} (op takes {list(op.attrs)})")
+            raise GraphError(f"{_where(i, n)}: unknown op {n.op!r}")
+        if structure:
+            if n.attrs and not _json_plain(n.attrs):
+                raise GraphError(f"{_where(i, n)}: attributes are not JSON-plain: {n.attrs!r}")
+            lo, hi = arity(op)
+            if not lo <= len(n.inputs) <= hi:  # an extra input would reach a ufunc as its out= array
+                raise GraphError(f"{_where(i, n)}: has {len(n.inputs)} inputs; {n.op} takes "
+                                 f"{lo if lo == hi else f'at least {lo}'} ({', '.join(op.inputs)})")
+            for k in n.attrs:
+                if k not in op.attrs:
+                    unknown = sorted(set(n.attrs) - set(op.attrs))
+                    raise GraphError(f"{_where(i, n)}: unknown attributes {unknown} (op takes {list(op.attrs)})")
+        static = True
         for x in n.inputs:
             if isinstance(x, Value):
                 if defined.get(x.name) is not x:
-                    raise GraphError(f"{where}: reads {x.name!r} before it is defined")
-            elif not (x is None or isinstance(x, (bool, int, float))):
-                raise GraphError(f"{where}: constant input {x!r} is not a Python number")
-        _check_value(n.out, where)
-        if n.out.name in defined:
-            raise GraphError(f"{where}: redefines value {n.out.name!r}")
-        if check_types and _static(n.out.shape) and all(_static(v.shape) for v in n.input_values()):
-            specs = [spec_of(x) if isinstance(x, Value) else x for x in n.inputs]
-            try:
-                spec = op.meta(*specs, **n.attrs)
-            except (RuntimeError, TypeError, ValueError, IndexError, KeyError) as e:
-                raise GraphError(f"{where}: {e}") from None
-            if tuple(spec.shape) != tuple(n.out.shape) or spec.dtype.name != n.out.dtype:
-                raise GraphError(f"{where}: declared {n.out.type_str()} but {n.op}'s rule gives "
-                                 f"{dtypes.as_dtype(spec.dtype).name}{list(spec.shape)}")
-        defined[n.out.name] = n.out
+                    raise GraphError(f"{_where(i, n)}: reads {x.name!r} before it is defined")
+                static = static and static_of[x.name]
+            elif structure and not (x is None or isinstance(x, (bool, int, float))):
+                raise GraphError(f"{_where(i, n)}: constant input {x!r} is not a Python number")
+        out = n.out
+        static_of[out.name] = out_static = _check_value(out, lambda: _where(i, n)) if structure else True
+        if out.name in defined:
+            raise GraphError(f"{_where(i, n)}: redefines value {out.name!r}")
+        if check_types and static and out_static:
+            key = _rule_key(n)
+            got = rules.get(key)
+            if got is None:
+                specs = [spec_of(x) if isinstance(x, Value) else x for x in n.inputs]
+                try:
+                    spec = op.meta(*specs, **n.attrs)
+                except (RuntimeError, TypeError, ValueError, IndexError, KeyError) as e:
+                    raise GraphError(f"{_where(i, n)}: {e}") from None
+                got = rules[key] = (tuple(spec.shape), dtypes.as_dtype(spec.dtype).name)
+            if got[0] != tuple(out.shape) or got[1] != out.dtype:
+                raise GraphError(f"{_where(i, n)}: declared {out.type_str()} but {n.op}'s rule gives "
+                                 f"{got[1]}{list(got[0])}")
+        defined[out.name] = out
     for v in graph.outputs:
         if defined.get(v.name) is not v:
             raise GraphError(f"graph output {v.name!r} is not defined")

@@ -1,7 +1,10 @@
 """The op registry: every primitive is declared here exactly once.
 
 A declaration names the op, its tensor inputs, its attributes, its kernel and its
-shape/dtype rule (`meta`). The other layers attach their parts to the same
+shape/dtype rule (`meta`), and, for a kernel whose temporary buffers can be far larger
+than its inputs and output (im2col, padding, window masks), a `scratch` rule: the same
+arguments as `meta`, returning those buffers' bytes, so that the file loader can bound
+them like values (runtime/program.py, max_value_bytes). The other layers attach their parts to the same
 `OpDef` by name: the frontend its derivative (`grads`), the compiler its lowering.
 
 Kernels are xp-generic: `impl(xp)` returns a callable over arrays of module `xp`
@@ -27,10 +30,10 @@ class OpDef:
     __slots__ = (
         "name", "inputs", "attrs", "impl", "meta", "cpu", "_gpu",
         "differentiable", "broadcasts", "view", "inplace_ok",
-        "grads", "save_table", "grad_params", "lowering", "doc",
+        "grads", "save_table", "grad_params", "lowering", "doc", "scratch",
     )
 
-    def __init__(self, name, inputs, attrs, impl, meta, differentiable, broadcasts, view, doc):
+    def __init__(self, name, inputs, attrs, impl, meta, differentiable, broadcasts, view, doc, scratch=None):
         self.name = name
         self.inputs = inputs          # names of tensor inputs, e.g. ("a", "b")
         self.attrs = attrs            # names of attributes, e.g. ("dim", "keepdim")
@@ -46,6 +49,7 @@ class OpDef:
         self.grad_params = None
         self.lowering = None          # set by the compiler
         self.doc = doc
+        self.scratch = scratch        # (*specs, **attrs) -> bytes of temporary buffers, or None
 
     def kernel(self, xp):
         if xp is np:
@@ -59,10 +63,10 @@ class OpDef:
 
 
 def declare(name, inputs, impl, meta, attrs=(), differentiable=True, broadcasts=False,
-            view=False, doc=""):
+            view=False, doc="", scratch=None):
     if name in OPS:
         raise ValueError(f"op {name!r} is declared twice")
-    op = OpDef(name, tuple(inputs), tuple(attrs), impl, meta, differentiable, broadcasts, view, doc)
+    op = OpDef(name, tuple(inputs), tuple(attrs), impl, meta, differentiable, broadcasts, view, doc, scratch)
     OPS[name] = op
     return op
 

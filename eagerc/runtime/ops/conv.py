@@ -385,14 +385,62 @@ def _conv2d_weight_rule(x, gy, kernel_size, stride, padding, dilation, groups):
     return Spec((co, c // groups, kh, kw), d)
 
 
+# ---------------------------------------------------------------- conv scratch
+# Bytes of the temporary buffers each kernel above allocates beyond its inputs and output
+# (padded input, im2col columns, channel-major result), from shapes alone: the file loader
+# refuses a program whose kernels would allocate more than its limit (max_value_bytes).
+
+def _padded_elems(shape, pads):
+    (t, b), (l, r) = pads
+    if t == b == l == r == 0:
+        return 0
+    return shape[0] * shape[1] * max(shape[2] + t + b, 0) * max(shape[3] + l + r, 0)
+
+
+def _runs(oh, ow, W):
+    """Columns per image of the im2col buffer: row-wrapped runs or (oh*ow), whichever is larger."""
+    return max((oh - 1) * W + ow, oh * ow, 0)
+
+
+def _conv2d_scratch(x, w, b, stride, padding, dilation, groups):
+    n, c, H, W = x.shape
+    co, cg, kh, kw = w.shape
+    pads = _pair_of_pairs(padding)
+    Hp, Wp = H + sum(pads[0]), W + sum(pads[1])
+    oh = conv_output_size(Hp, kh, stride[0], 0, 0, dilation[0])
+    ow = conv_output_size(Wp, kw, stride[1], 0, 0, dilation[1])
+    P = _runs(oh, ow, Wp)
+    return x.dtype.itemsize * (_padded_elems(x.shape, pads) + c * kh * kw * n * P + co * n * P)
+
+
+def _conv_transpose2d_scratch(x, w, b, stride, padding, output_padding, dilation, groups):
+    n, c, h, wd = x.shape
+    ci, cog, kh, kw = w.shape
+    co = cog * groups
+    Hp = (h - 1) * stride[0] + dilation[0] * (kh - 1) + 1 + output_padding[0]
+    Wp = (wd - 1) * stride[1] + dilation[1] * (kw - 1) + 1 + output_padding[1]
+    P = _runs(h, wd, Wp)
+    return x.dtype.itemsize * (ci * n * P + co * kh * kw * n * P + co * n * Hp * Wp)
+
+
+def _conv2d_weight_scratch(x, gy, kernel_size, stride, padding, dilation, groups):
+    n, c, H, W = x.shape
+    co, (kh, kw) = gy.shape[1], kernel_size
+    pads = _pair_of_pairs(padding)
+    oh, ow = gy.shape[2:]
+    P = _runs(oh, ow, W + sum(pads[1]))
+    return x.dtype.itemsize * (_padded_elems(x.shape, pads) + c * kh * kw * n * P + co * n * P
+                               + 2 * co * (c // max(groups, 1)) * kh * kw)
+
+
 declare("conv2d", ("x", "w", "b"), _conv2d, _conv2d_rule,
-        attrs=("stride", "padding", "dilation", "groups"),
+        attrs=("stride", "padding", "dilation", "groups"), scratch=_conv2d_scratch,
         doc="2-d cross-correlation; b is a (C_out,) bias or a scalar constant (0 for none)")
 declare("conv_transpose2d", ("x", "w", "b"), _conv_transpose2d, _conv_transpose2d_rule,
-        attrs=("stride", "padding", "output_padding", "dilation", "groups"),
+        attrs=("stride", "padding", "output_padding", "dilation", "groups"), scratch=_conv_transpose2d_scratch,
         doc="the adjoint of conv2d w.r.t. its input (a 'deconvolution'); w is (C_in, C_out/groups, kH, kW)")
 declare("conv2d_weight", ("x", "gy"), _conv2d_weight, _conv2d_weight_rule,
-        attrs=("kernel_size", "stride", "padding", "dilation", "groups"),
+        attrs=("kernel_size", "stride", "padding", "dilation", "groups"), scratch=_conv2d_weight_scratch,
         doc="the weight gradient of conv2d: sum over the batch of gy times the input windows")
 
 
@@ -774,24 +822,96 @@ def _upsample_backward_rule(gy, input_size, output_size, scales, exact):
     return Spec(tuple(gy.shape[:2]) + tuple(input_size), gy.dtype)
 
 
+# ---------------------------------------------------------------- pooling scratch (see conv scratch)
+
+def _pool_padded(x, kernel_size, stride, padding, dilation, ceil_mode):
+    """(elements of the padded input, elements of the output) of a pooling kernel."""
+    oh, ow, pads = _pool_geometry(x.shape[2:], kernel_size, stride, padding, dilation, ceil_mode)
+    n, c = x.shape[:2]
+    return _padded_elems(x.shape, pads), n * c * oh * ow
+
+
+def _max_pool2d_scratch(x, kernel_size, stride, padding, dilation, ceil_mode):
+    padded, out = _pool_padded(x, kernel_size, stride, padding, dilation, ceil_mode)
+    return x.dtype.itemsize * padded
+
+
+def _window_mask_scratch(x, kernel_size, stride, padding, dilation, ceil_mode):
+    """_first_max_mask and its users: the padded input (and a padded copy of the values or
+    the gradient), the (K, out) masks, and a (K, out) product or index table."""
+    padded, out = _pool_padded(x, kernel_size, stride, padding, dilation, ceil_mode)
+    K = kernel_size[0] * kernel_size[1]
+    return 2 * x.dtype.itemsize * padded + K * out * (2 * x.dtype.itemsize + 10)
+
+
+def _max_pool2d_backward_scratch(gy, x, kernel_size, stride, padding, dilation, ceil_mode):
+    return _window_mask_scratch(x, kernel_size, stride, padding, dilation, ceil_mode)
+
+
+_max_pool2d_select_scratch = _max_pool2d_backward_scratch   # (v, x, ...): the same buffers
+
+
+def _avg_pool2d_scratch(x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
+    padded, out = _pool_padded(x, kernel_size, stride, padding, (1, 1), ceil_mode)
+    return x.dtype.itemsize * padded + 8 * out
+
+
+def _avg_pool2d_backward_scratch(gy, input_size, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                                 divisor_override):
+    x = Spec(tuple(gy.shape[:2]) + tuple(input_size), gy.dtype)
+    padded, out = _pool_padded(x, kernel_size, stride, padding, (1, 1), ceil_mode)
+    return gy.dtype.itemsize * (padded + out) + 8 * out
+
+
+def _adaptive_scratch(x, output_size):
+    """The two averaging matrices (built in float64, a few temporaries each) and x @ mw.T."""
+    n, c, H, W = x.shape
+    oh, ow = output_size
+    return 32 * (oh * H + ow * W) + x.dtype.itemsize * n * c * H * ow
+
+
+def _adaptive_backward_scratch(gy, input_size):
+    n, c, oh, ow = gy.shape
+    H, W = input_size
+    return 32 * (oh * H + ow * W) + gy.dtype.itemsize * n * c * oh * W
+
+
+def _upsample_scratch(x, output_size, scales, exact):
+    """The gather along H (before the one along W) and the index tables (int64, a few each)."""
+    n, c, H, W = x.shape
+    (oh, ow) = output_size
+    return x.dtype.itemsize * n * c * oh * W + 32 * (oh + ow)
+
+
+def _upsample_backward_scratch(gy, input_size, output_size, scales, exact):
+    """The sum along H, then along W, and the index and run-length tables."""
+    n, c = gy.shape[:2]
+    (H, W), (oh, ow) = input_size, output_size
+    return 2 * gy.dtype.itemsize * n * c * H * ow + 48 * (oh + ow + H + W)
+
+
 _WINDOW = ("kernel_size", "stride", "padding", "dilation", "ceil_mode")
 _AVG = ("kernel_size", "stride", "padding", "ceil_mode", "count_include_pad", "divisor_override")
 
-declare("max_pool2d", ("x",), _max_pool2d, _max_pool2d_rule, attrs=_WINDOW)
+declare("max_pool2d", ("x",), _max_pool2d, _max_pool2d_rule, attrs=_WINDOW, scratch=_max_pool2d_scratch)
 declare("max_pool2d_backward", ("gy", "x"), _max_pool2d_backward, _max_pool2d_backward_rule, attrs=_WINDOW,
+        scratch=_max_pool2d_backward_scratch,
         doc="the gradient of max_pool2d: gy routed to each window's first argmax in x")
 declare("max_pool2d_select", ("v", "x"), _max_pool2d_select, _max_pool2d_select_rule, attrs=_WINDOW,
+        scratch=_max_pool2d_select_scratch,
         doc="v read at each window's first argmax of x (the adjoint of max_pool2d_backward)")
 declare("max_pool2d_indices", ("x",), _max_pool2d_indices, _max_pool2d_indices_rule, attrs=_WINDOW,
-        differentiable=False, doc="flat H*W index of each window's first max (return_indices)")
-declare("avg_pool2d", ("x",), _avg_pool2d, _avg_pool2d_rule, attrs=_AVG)
+        scratch=_window_mask_scratch, differentiable=False,
+        doc="flat H*W index of each window's first max (return_indices)")
+declare("avg_pool2d", ("x",), _avg_pool2d, _avg_pool2d_rule, attrs=_AVG, scratch=_avg_pool2d_scratch)
 declare("avg_pool2d_backward", ("gy",), _avg_pool2d_backward, _avg_pool2d_backward_rule,
-        attrs=("input_size",) + _AVG)
-declare("adaptive_avg_pool2d", ("x",), _adaptive_avg_pool2d, _adaptive_rule, attrs=("output_size",))
+        attrs=("input_size",) + _AVG, scratch=_avg_pool2d_backward_scratch)
+declare("adaptive_avg_pool2d", ("x",), _adaptive_avg_pool2d, _adaptive_rule, attrs=("output_size",),
+        scratch=_adaptive_scratch)
 declare("adaptive_avg_pool2d_backward", ("gy",), _adaptive_avg_pool2d_backward, _adaptive_backward_rule,
-        attrs=("input_size",))
+        attrs=("input_size",), scratch=_adaptive_backward_scratch)
 declare("upsample_nearest2d", ("x",), _upsample_nearest2d, _upsample_rule,
-        attrs=("output_size", "scales", "exact"))
+        attrs=("output_size", "scales", "exact"), scratch=_upsample_scratch)
 declare("upsample_nearest2d_backward", ("gy",), _upsample_nearest2d_backward, _upsample_backward_rule,
-        attrs=("input_size", "output_size", "scales", "exact"))
+        attrs=("input_size", "output_size", "scales", "exact"), scratch=_upsample_backward_scratch)
 

@@ -651,6 +651,15 @@ declare("gather", ("x", "index"), _gather, _gather_rule, attrs=("dim",))
 declare("scatter", ("x", "index", "src"), _scatter(False), _scatter_rule("scatter"), attrs=("dim",),
         doc="x with src written at the positions index names along dim; src may be a number")
 declare("scatter_add", ("x", "index", "src"), _scatter(True), _scatter_rule("scatter_add"), attrs=("dim",))
+def _nonzero_scratch(x, count):
+    """argwhere's result before the count is checked: up to every element's coordinates."""
+    numel = 1
+    for n in x.shape:
+        numel *= n
+    return 8 * numel * len(x.shape)
+
+
 declare("nonzero", ("x",), _nonzero, _nonzero_rule, attrs=("count",), differentiable=False,
+        scratch=_nonzero_scratch,
         doc="coordinates of the nonzero entries, shape (count, ndim); count is counted by the "
             "frontend so the shape is static")

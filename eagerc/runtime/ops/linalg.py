@@ -16,6 +16,7 @@ inside one operand (diagonals, traces) is rejected.
 Type promotion is settled by the frontend (it inserts `cast` nodes): the rules
 here expect operands of one numeric dtype.
 """
+import math
 import string
 
 import numpy as np
@@ -261,5 +262,16 @@ def _einsum(xp):
     return einsum
 
 
-declare("einsum", ("operands",), _einsum, einsum_rule, attrs=("equation",),
+def _einsum_scratch(*specs, equation):
+    """With three or more operands, optimize=True contracts pairs along numpy's greedy path,
+    whose default memory limit keeps every intermediate within the largest operand or the
+    output; at most (operands - 2) intermediates live at once. One or two operands: none."""
+    if len(specs) < 3:
+        return 0
+    largest = max(math.prod(s.shape) for s in specs)
+    largest = max(largest, math.prod(einsum_rule(*specs, equation=equation).shape))
+    return (len(specs) - 2) * largest * max(s.dtype.itemsize for s in specs)
+
+
+declare("einsum", ("operands",), _einsum, einsum_rule, attrs=("equation",), scratch=_einsum_scratch,
         doc="Einstein summation over any number of operands (variadic); the equation is canonical.")
