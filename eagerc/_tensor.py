@@ -14,25 +14,28 @@ from .runtime.device import CPU, device_of_array
 
 __all__ = ["Tensor"]
 
+_new = object.__new__
+
 
 class Tensor:
     """A multi-dimensional array that records operations for automatic differentiation.
 
-    Slots: `data` (the array), `_requires_grad`, `_grad`, `grad_fn` (the Node that made
-    it, None for leaves) and `_vc`, a version counter shared with views (a one-item
-    list, created lazily on the first in-place op or view).
+    Slots: `_array` (the numpy or cupy array), `_requires_grad`, `_grad`, `grad_fn` (the
+    Node that made it, None for leaves) and `_vc`, a version counter shared with views (a
+    one-item list, created lazily on the first in-place op or view).
 
-    `requires_grad` and `grad` are properties over the `_requires_grad` / `_grad` slots:
-    users get PyTorch's checks (only float tensors can require grad, only leaves can change
-    the flag, reading `.grad` of a non-leaf warns), while `dispatch.apply`, the engine and
-    code that builds tensors read and write the slots directly, at slot speed.
+    `requires_grad`, `grad` and `data` are properties over the slots: users get PyTorch's
+    behaviour (only float tensors can require grad, only leaves can change the flag,
+    reading `.grad` of a non-leaf warns, `.data` is a Tensor sharing the memory), while
+    `dispatch.apply`, the engine and code that builds tensors read and write the slots
+    directly, at slot speed.
     """
-    __slots__ = ("data", "_requires_grad", "_grad", "grad_fn", "_vc", "_base", "_hooks", "__weakref__")
+    __slots__ = ("_array", "_requires_grad", "_grad", "grad_fn", "_vc", "_base", "_hooks", "__weakref__")
     __array_priority__ = 1000  # make numpy defer to Tensor's reflected operators
 
     def __init__(self, data=None, *, dtype=None, device=None, requires_grad=False):
         from .ops.creation import to_array
-        self.data = to_array([] if data is None else data, dtype, device)
+        self._array = to_array([] if data is None else data, dtype, device)
         if isinstance(data, np.ndarray):
             from . import dispatch
             tracer = dispatch.active_tracer()
@@ -72,18 +75,42 @@ class Tensor:
     def grad(self, value):
         self._grad = value
 
+    @property
+    def data(self):
+        """A new Tensor sharing this one's memory, detached from autograd and from this
+        tensor's version counter (PyTorch's `.data`: `p.data.add_(...)` updates p unseen by
+        autograd). While traced, ops on it are recorded like ops on any tensor."""
+        t = _new(Tensor)
+        t._array = self._array
+        t._requires_grad = False
+        t._grad = None
+        t.grad_fn = None
+        t._vc = None
+        return t
+
+    @data.setter
+    def data(self, value):
+        """`x.data = y` makes x use y's memory (shape and dtype included), as in PyTorch."""
+        if not isinstance(value, Tensor):
+            raise TypeError(f"Variable data has to be a tensor, but got {type(value).__name__}")
+        from . import dispatch
+        tracer = dispatch.active_tracer()
+        if tracer is not None:  # the memory changes under the tracer's feet
+            tracer.raw_write(self, "setting .data")
+        self._array = value._array
+
     # ------------------------------------------------------------ properties
     @property
     def shape(self):
-        return Size(self.data.shape)
+        return Size(self._array.shape)
 
     @property
     def dtype(self):
-        return dtypes.from_np(self.data.dtype)
+        return dtypes.from_np(self._array.dtype)
 
     @property
     def device(self):
-        d = self.data
+        d = self._array
         return CPU if type(d) is np.ndarray else device_of_array(d)
 
     @property
@@ -92,7 +119,7 @@ class Tensor:
 
     @property
     def ndim(self):
-        return self.data.ndim
+        return self._array.ndim
 
     @property
     def is_leaf(self):
@@ -104,57 +131,57 @@ class Tensor:
 
     @property
     def itemsize(self):
-        return self.data.itemsize
+        return self._array.itemsize
 
     @property
     def nbytes(self):
-        return self.data.nbytes
+        return self._array.nbytes
 
     def dim(self):
-        return self.data.ndim
+        return self._array.ndim
 
     def size(self, dim=None):
         if dim is None:
-            return Size(self.data.shape)
-        return self.data.shape[dim]
+            return Size(self._array.shape)
+        return self._array.shape[dim]
 
     def numel(self):
-        return int(self.data.size)
+        return int(self._array.size)
 
     nelement = numel
 
     def element_size(self):
-        return self.data.itemsize
+        return self._array.itemsize
 
     def is_floating_point(self):
-        return self.data.dtype.kind == "f"
+        return self._array.dtype.kind == "f"
 
     def stride(self, dim=None):
-        strides = tuple(s // self.data.itemsize for s in self.data.strides)
+        strides = tuple(s // self._array.itemsize for s in self._array.strides)
         return strides if dim is None else strides[dim]
 
     def is_contiguous(self):
-        return bool(self.data.flags.c_contiguous)
+        return bool(self._array.flags.c_contiguous)
 
     def data_ptr(self):
-        d = self.data
+        d = self._array
         return d.ctypes.data if type(d) is np.ndarray else d.data.ptr
 
     def __len__(self):
-        if self.data.ndim == 0:
+        if self._array.ndim == 0:
             raise TypeError("len() of a 0-d tensor")
-        return self.data.shape[0]
+        return self._array.shape[0]
 
     # ------------------------------------------------------------ conversions
     def item(self):
         _concrete(self, "item()")
-        if self.data.size != 1:
-            raise RuntimeError(f"a Tensor with {self.data.size} elements cannot be converted to Scalar")
-        return self.data.reshape(()).item()
+        if self._array.size != 1:
+            raise RuntimeError(f"a Tensor with {self._array.size} elements cannot be converted to Scalar")
+        return self._array.reshape(()).item()
 
     def tolist(self):
         _concrete(self, "tolist()")
-        return _host(self.data).tolist()
+        return _host(self._array).tolist()
 
     def numpy(self, *, force=False):
         """The numpy array sharing this tensor's memory (CPU tensors only, like PyTorch)."""
@@ -162,16 +189,16 @@ class Tensor:
         if self.requires_grad and not force:
             raise RuntimeError("Can't call numpy() on Tensor that requires grad. "
                                "Use tensor.detach().numpy() instead.")
-        if type(self.data) is not np.ndarray:
+        if type(self._array) is not np.ndarray:
             if not force:
                 raise TypeError(f"can't convert {self.device} device type tensor to numpy. "
                                 "Use Tensor.cpu() to copy the tensor to host memory first.")
-            return _host(self.data)
-        return self.data
+            return _host(self._array)
+        return self._array
 
     def __array__(self, dtype=None, copy=None):
         _concrete(self, "conversion to a numpy array")
-        a = _host(self.data)
+        a = _host(self._array)
         return a if dtype is None else a.astype(dtype, copy=False)
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
@@ -183,16 +210,16 @@ class Tensor:
         return getattr(ufunc, method)(*arrays, **kwargs)
 
     def __dlpack__(self, *args, **kwargs):
-        return self.data.__dlpack__(*args, **kwargs)
+        return self._array.__dlpack__(*args, **kwargs)
 
     def __dlpack_device__(self):
-        return self.data.__dlpack_device__()
+        return self._array.__dlpack_device__()
 
     def __bool__(self):
         _concrete(self, "bool() (an `if` or `while` on a tensor)")
-        if self.data.size != 1:
-            raise RuntimeError(f"Boolean value of Tensor with {self.data.size} values is ambiguous")
-        return bool(self.data.reshape(()))
+        if self._array.size != 1:
+            raise RuntimeError(f"Boolean value of Tensor with {self._array.size} values is ambiguous")
+        return bool(self._array.reshape(()))
 
     def __float__(self):
         return float(self.item())
@@ -201,7 +228,7 @@ class Tensor:
         return int(self.item())
 
     def __index__(self):
-        if self.data.dtype.kind not in "iub" or self.data.size != 1:
+        if self._array.dtype.kind not in "iub" or self._array.size != 1:
             raise TypeError("only integer tensors of a single element can be converted to an index")
         return int(self.item())
 
@@ -209,9 +236,9 @@ class Tensor:
         return id(self)
 
     def __iter__(self):
-        if self.data.ndim == 0:
+        if self._array.ndim == 0:
             raise TypeError("iteration over a 0-d tensor")
-        return (self[i] for i in range(self.data.shape[0]))
+        return (self[i] for i in range(self._array.shape[0]))
 
     def __repr__(self):
         from .printing import tensor_repr
@@ -220,18 +247,18 @@ class Tensor:
     __str__ = __repr__
 
     def __format__(self, spec):
-        if self.data.ndim == 0 and spec:
+        if self._array.ndim == 0 and spec:
             return format(self.item(), spec)
         return repr(self)
 
     def __reduce_ex__(self, protocol):
         # Needed so DataLoader workers can send tensors between processes; the user
         # never loads pickles (checkpoints use safetensors).
-        return (_rebuild, (_host(self.data), self.requires_grad))
+        return (_rebuild, (_host(self._array), self.requires_grad))
 
     def __deepcopy__(self, memo):
         t = Tensor.__new__(Tensor)
-        t.data = self.data.copy()
+        t._array = self._array.copy()
         t._requires_grad = self._requires_grad
         t._grad = None if self._grad is None else self._grad.__deepcopy__(memo)
         t.grad_fn = None
@@ -293,15 +320,15 @@ def leaf_flag_error(requires_grad):
 def set_requires_grad(t, first_word):
     """Set requires_grad on `t`, or raise PyTorch's error for integer and bool dtypes
     (`first_word` "only" from the attribute, "Only" from requires_grad_ / tensor(...))."""
-    if t.data.dtype.kind != "f":  # eagerc has no complex dtypes
+    if t._array.dtype.kind != "f":  # eagerc has no complex dtypes
         raise RuntimeError(f"{first_word} Tensors of floating point and complex dtype can require "
-                           f"gradients (this tensor is {dtypes.from_np(t.data.dtype)})")
+                           f"gradients (this tensor is {dtypes.from_np(t._array.dtype)})")
     t._requires_grad = True
 
 
 def _rebuild(array, requires_grad):
     t = Tensor.__new__(Tensor)
-    t.data = array
+    t._array = array
     t._requires_grad = requires_grad
     t._grad = None
     t.grad_fn = None

@@ -143,7 +143,7 @@ def explain_failure(op, arrays, attrs, exc):
 
 def apply(op, args, attrs=None):
     """Run `op` on `args` (Tensors and Python scalars) with attributes `attrs`."""
-    arrays = [a.data if isinstance(a, Tensor) else a for a in args]
+    arrays = [a._array if isinstance(a, Tensor) else a for a in args]
     kernel = op.cpu if type(arrays[0]) is _ndarray else _kernel_for(op, arrays)
     try:
         out = kernel(*arrays) if attrs is None else kernel(*arrays, **attrs)
@@ -153,7 +153,7 @@ def apply(op, args, attrs=None):
         out = np.asarray(out)
 
     t = _new(Tensor)
-    t.data = out
+    t._array = out
     t._grad = None
     t._vc = None
     t._requires_grad = False
@@ -232,12 +232,12 @@ def _make_node(op, args, attrs, out_tensor, out, anomaly):
         node.versions = None
     shapes = None
     if save_shapes:
-        shapes = [a.data.shape if isinstance(a, Tensor) else None for a in args]
+        shapes = [a._array.shape if isinstance(a, Tensor) else None for a in args]
     elif op.broadcasts:  # only needed when some input was broadcast
         oshape = out.shape
         for a in args:
-            if isinstance(a, Tensor) and a.data.shape != oshape:
-                shapes = [a.data.shape if isinstance(a, Tensor) else None for a in args]
+            if isinstance(a, Tensor) and a._array.shape != oshape:
+                shapes = [a._array.shape if isinstance(a, Tensor) else None for a in args]
                 break
     node.shapes = shapes
     if save_out:
@@ -256,7 +256,7 @@ def _make_node(op, args, attrs, out_tensor, out, anomaly):
 def wrap(data, requires_grad=False):
     """A fresh leaf Tensor around an array (no copy)."""
     t = _new(Tensor)
-    t.data = data
+    t._array = data
     t._grad = None
     t._vc = None
     t._requires_grad = requires_grad

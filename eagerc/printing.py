@@ -33,7 +33,7 @@ def _format_array(a):
 
 
 def tensor_repr(t):
-    a = t.data if type(t.data) is np.ndarray else t.data.get()
+    a = t._array if type(t._array) is np.ndarray else t._array.get()
     body = _format_array(a)
     extras = []
     if a.size == 0 and a.ndim != 1:

@@ -86,7 +86,7 @@ class _Encoder:
         if tag is not None:
             return tag
         if kind == "tensor":
-            data = obj.data
+            data = obj._array
             device = str(obj.device)
             host = data if type(data) is np.ndarray else data.get()
         else:

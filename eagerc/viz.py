@@ -806,7 +806,7 @@ def autograd_graph(output, params=None, show_saved=True, show_attrs=False):
         return ids[key]
 
     def tensor_type(t):
-        data = t.data if isinstance(t, Tensor) else t
+        data = t._array if isinstance(t, Tensor) else t
         return _type_str(tuple(data.shape), str(data.dtype))
 
     seen = set()

@@ -49,16 +49,16 @@ def test_two_backward_calls_accumulate_into_grad():
     x = t64([1.0, -2.0, 3.0])
     y = (x * x * x).sum()          # dy/dx = 3x^2
     y.backward(retain_graph=True)
-    np.testing.assert_allclose(x.grad.numpy(), 3 * x.data ** 2)
+    np.testing.assert_allclose(x.grad.numpy(), 3 * x._array ** 2)
     y.backward()
-    np.testing.assert_allclose(x.grad.numpy(), 6 * x.data ** 2)
+    np.testing.assert_allclose(x.grad.numpy(), 6 * x._array ** 2)
 
 
 def test_fresh_graphs_accumulate_and_grad_can_be_reset():
     x = t64([0.5, 1.5])
     (x * 3).sum().backward()
     (x.exp()).sum().backward()
-    np.testing.assert_allclose(x.grad.numpy(), 3 + np.exp(x.data))
+    np.testing.assert_allclose(x.grad.numpy(), 3 + np.exp(x._array))
     x.grad = None
     (x * 3).sum().backward()
     np.testing.assert_allclose(x.grad.numpy(), [3.0, 3.0])
@@ -84,7 +84,7 @@ def test_same_tensor_twice_in_one_op_and_diamond():
     b = x * 3
     c, d = b * 2, b.exp()                  # L = sum(6x + exp(3x)) -> 6 + 3 exp(3x)
     (c + d).sum().backward()
-    np.testing.assert_allclose(x.grad.numpy(), 6 + 3 * np.exp(3 * x.data))
+    np.testing.assert_allclose(x.grad.numpy(), 6 + 3 * np.exp(3 * x._array))
 
 
 def test_broadcast_gradient_is_summed_back_to_input_shape():
@@ -145,7 +145,7 @@ def test_retain_graph_allows_many_backwards():
     y = x.sigmoid().sum()
     for k in range(1, 4):
         y.backward(retain_graph=True)
-        s = 1 / (1 + np.exp(-x.data))
+        s = 1 / (1 + np.exp(-x._array))
         np.testing.assert_allclose(x.grad.numpy(), k * s * (1 - s), rtol=1e-12)
 
 
@@ -290,7 +290,7 @@ def test_retained_grad_accumulates_like_a_leaf():
     loss = (y * y).sum()                # dL/dy = 2y = 4x
     loss.backward(retain_graph=True)
     loss.backward()
-    np.testing.assert_allclose(y.grad.numpy(), 2 * 4 * x.data)
+    np.testing.assert_allclose(y.grad.numpy(), 2 * 4 * x._array)
 
 
 def test_retain_grad_sees_hook_output_and_leaf_is_noop():
@@ -480,9 +480,9 @@ def test_custom_function_non_differentiable_outputs():
     class SortWithIndices(autograd.Function):
         @staticmethod
         def forward(ctx, a):
-            idx = np.argsort(a.data, kind="stable")
+            idx = np.argsort(a._array, kind="stable")
             ctx.save_for_backward(eagerc.from_numpy(idx))
-            values = eagerc.tensor(a.data[idx])
+            values = eagerc.tensor(a._array[idx])
             ranks = eagerc.tensor(idx.astype(np.float64))     # float but marked
             ctx.mark_non_differentiable(ranks)
             return values, eagerc.from_numpy(idx), ranks
@@ -493,8 +493,8 @@ def test_custom_function_non_differentiable_outputs():
             # the non-differentiable outputs get zero gradients of their own shape
             assert np.all(g_idx.numpy() == 0) and g_idx.shape == (3,)
             assert np.all(g_ranks.numpy() == 0)
-            out = np.zeros_like(g_values.data)
-            out[idx.numpy()] = g_values.data
+            out = np.zeros_like(g_values._array)
+            out[idx.numpy()] = g_values._array
             return eagerc.from_numpy(out)
 
     av = np.array([3.0, 1.0, 2.0])
@@ -826,7 +826,7 @@ def test_in_place_on_leaf_requiring_grad_raises_outside_no_grad():
                lambda: x.copy_(eagerc.ones(2)), lambda: x.normal_(), lambda: x.uniform_()):
         with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):
             op()
-    np.testing.assert_array_equal(x.data, [1.0, 2.0])
+    np.testing.assert_array_equal(x._array, [1.0, 2.0])
     assert x._version == 0
 
 
@@ -835,7 +835,7 @@ def test_in_place_on_leaf_works_inside_no_grad():
     with eagerc.no_grad():
         x.add_(1)
         x.mul_(t64([2.0, 3.0], False))
-    np.testing.assert_array_equal(x.data, [4.0, 9.0])
+    np.testing.assert_array_equal(x._array, [4.0, 9.0])
     assert x.is_leaf and x.requires_grad and x.grad_fn is None
     (x * x).sum().backward()
     np.testing.assert_allclose(x.grad.numpy(), [8.0, 18.0])
@@ -1014,9 +1014,9 @@ def test_detach_shares_memory_and_cuts_the_graph():
     y = x * 3
     d = y.detach()
     assert d.is_leaf and not d.requires_grad and d.grad_fn is None
-    assert np.shares_memory(d.numpy(), y.data)
-    d.data[0] = 100.0
-    assert y.data[0] == 100.0
+    assert np.shares_memory(d.numpy(), y._array)
+    d._array[0] = 100.0
+    assert y._array[0] == 100.0
     (d * x).sum().backward()                  # no gradient flows through d
     np.testing.assert_allclose(x.grad.numpy(), d.numpy())
 
@@ -1122,6 +1122,6 @@ def test_leaf_grads_never_alias_each_other_or_the_user_gradient():
     b = eagerc.tensor([3.0, 4.0], requires_grad=True)
     g = eagerc.tensor([1.0, 1.0])
     (a + b).backward(g)  # add passes g through to both leaves
-    a.grad.data[0] = 100.0
+    a.grad._array[0] = 100.0
     np.testing.assert_array_equal(b.grad.numpy(), [1.0, 1.0])
     np.testing.assert_array_equal(g.numpy(), [1.0, 1.0])

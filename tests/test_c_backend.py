@@ -38,12 +38,12 @@ def _compile_traced(fn, arrays, singleton_min=0):
     graph, result, tracer = trace(fn, tuple(ts))
     if graph is None:
         pytest.skip(f"trace breaks: {tracer.broken}")
-    env = {f"arg{i}": t.data for i, t in enumerate(ts)}
-    env.update({name: t.data for name, t in tracer.externals.items()})
+    env = {f"arg{i}": t._array for i, t in enumerate(ts)}
+    env.update({name: t._array for name, t in tracer.externals.items()})
     program = CBackend(singleton_min=singleton_min).compile(optimize(graph))
     leaves = [t for t in (result if isinstance(result, (tuple, list)) else (result,))
               if isinstance(t, eagerc.Tensor)]
-    return program, env, [np.asarray(t.data) for t in leaves]
+    return program, env, [np.asarray(t._array) for t in leaves]
 
 
 def _close(got, want, rtol, atol, what=""):
@@ -264,12 +264,12 @@ def test_optimizer_updates_are_written_in_place_and_buffers_reused():
         return loss.detach()
     compiled = eagerc.compile(lambda x, y: step(comp, opt_c, x, y), backend="c")
     rng = np.random.default_rng(1)
-    ids = [id(p.data) for p in comp.parameters()]
+    ids = [id(p._array) for p in comp.parameters()]
     for _ in range(4):
         x, y = eagerc.tensor(rng.standard_normal((16, 6))), eagerc.tensor(rng.integers(0, 4, 16))
         step(eager, opt_e, x, y)
         compiled(x, y)
-    assert [id(p.data) for p in comp.parameters()] == ids        # same arrays, updated in place
+    assert [id(p._array) for p in comp.parameters()] == ids        # same arrays, updated in place
     programs = [e.program for e in compiled.entries.values() if getattr(e, "kernels", None) or
                 getattr(e.program, "kernels", None)]
     assert any(k.inplace for p in programs for k in p.kernels)

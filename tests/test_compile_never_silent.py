@@ -280,6 +280,34 @@ def optimizer_load_state_dict(w):
 
 
 @program
+def hand_written_sgd_through_data(w):
+    m = _mlp()
+    lr = [0.1]
+
+    def step(x, y):
+        loss = F.cross_entropy(m(x), y)
+        m.zero_grad()
+        loss.backward()
+        for p in m.parameters():
+            p.data.add_(p.grad, alpha=-lr[0])
+        return loss.detach()
+    c = w.compile(step)
+    out = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for i in range(4):
+            out.append(c(*_data(seed=i)))
+            lr[0] *= 0.5
+    return out + _params(m)
+
+
+@program
+def numpy_code_on_data(w):
+    c = w.compile(lambda x: np.tanh(x.data) * 2 - x)
+    return _x_calls(c, 3)
+
+
+@program
 def scheduler_inside_the_step(w):
     m = _mlp()
     opt = eagerc.optim.SGD(m.parameters(), lr=0.2)

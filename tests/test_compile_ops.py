@@ -41,8 +41,8 @@ def _trace(fn, arrays, requires_grad=False):
     graph, result, tracer = trace(fn, tuple(ts))
     if graph is None:
         pytest.skip(f"trace breaks (data-dependent): {tracer.broken}")
-    env = {f"arg{i}": t.data for i, t in enumerate(ts)}
-    env.update({name: t.data for name, t in tracer.externals.items()})
+    env = {f"arg{i}": t._array for i, t in enumerate(ts)}
+    env.update({name: t._array for name, t in tracer.externals.items()})
     return graph, result, env
 
 
@@ -65,7 +65,7 @@ def _check(graph, result, env, what, rtol):
     program = BACKEND.compile(graph)
     env1 = _fresh(env)
     outs, muts = program(env1, None)
-    expected = [t.data for t in _leaves(result)]
+    expected = [t._array for t in _leaves(result)]
     assert len(outs) == len(expected), f"{what}: {len(outs)} outputs, eager made {len(expected)}"
     for k, (o, e) in enumerate(zip(outs, expected)):
         _close(o, np.asarray(e), rtol, f"{what} output {k}")
@@ -151,8 +151,8 @@ def test_interpreter_agrees_on_a_sample():
         graph, _, tracer = trace(case.fn, tuple(ts))
         if graph is None:
             continue
-        env = {f"arg{i}": t.data for i, t in enumerate(ts)}
-        env.update({name: t.data for name, t in tracer.externals.items()})
+        env = {f"arg{i}": t._array for i, t in enumerate(ts)}
+        env.update({name: t._array for name, t in tracer.externals.items()})
         a, _ = BACKEND.compile(graph)(env)
         b, _ = run_graph(graph, env)
         for x, y in zip(a, b):

@@ -300,7 +300,7 @@ def test_backend_driver_with_a_stand_in_cupy(monkeypatch):
     program = CudaBackend(singleton_min=0).compile(optimize(graph))
     assert "OPS['matmul'].kernel(cp)" in program.source and ".cpu" not in program.source
     assert program.kernels and 'extern "C"' in program.cuda_source
-    env = {f"arg{i}": t.data for i, t in enumerate(ts)}
+    env = {f"arg{i}": t._array for i, t in enumerate(ts)}
     outs, _ = program(env)
     assert [o.shape for o in outs] == [(4,), (4, 3)]
     assert launches and all(block == (THREADS,) for _, _, block, _ in launches)
@@ -338,8 +338,8 @@ def test_cuda_backend_matches_eager_on_cupy(dtype):
         program = CudaBackend(singleton_min=0).compile(optimize(graph))
         if not program.kernels:
             continue
-        env = {f"arg{i}": t.data for i, t in enumerate(ts)}
-        env.update({name: t.data for name, t in tracer.externals.items()})
+        env = {f"arg{i}": t._array for i, t in enumerate(ts)}
+        env.update({name: t._array for name, t in tracer.externals.items()})
         outs, _ = program(env)
         leaves = [t for t in (result if isinstance(result, (tuple, list)) else (result,))
                   if isinstance(t, eagerc.Tensor)]

@@ -42,11 +42,11 @@ def _run_cuda(fn, arrays, max_grid=None):
     graph, result, tracer = trace(fn, tuple(ts))
     assert graph is not None, tracer.broken
     program = CudaBackend(singleton_min=0).compile(optimize(graph))
-    env = {f"arg{i}": t.data for i, t in enumerate(ts)}
-    env.update({name: t.data for name, t in tracer.externals.items()})
+    env = {f"arg{i}": t._array for i, t in enumerate(ts)}
+    env.update({name: t._array for name, t in tracer.externals.items()})
     EmulatedRawModule.max_grid = max_grid
     outs, _ = program(env)
-    want = [np.asarray(t.data) for t in (result if isinstance(result, (tuple, list)) else (result,))]
+    want = [np.asarray(t._array) for t in (result if isinstance(result, (tuple, list)) else (result,))]
     return program, [np.asarray(o) for o in outs], want
 
 

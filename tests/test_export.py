@@ -44,8 +44,8 @@ def _cnn():
     eagerc.manual_seed(1)
     m = SmallCNN()
     bn = m.features[1]
-    bn.running_mean.data[...] = np.linspace(-0.5, 0.5, 8)   # non-trivial statistics
-    bn.running_var.data[...] = np.linspace(0.5, 2.0, 8)
+    bn.running_mean._array[...] = np.linspace(-0.5, 0.5, 8)   # non-trivial statistics
+    bn.running_var._array[...] = np.linspace(0.5, 2.0, 8)
     return m
 
 

@@ -27,10 +27,10 @@ def arange(*shape):
 def test_basic_indexing_returns_views_sharing_memory_and_version():
     x = arange(3, 4)
     for v in (x[1], x[:, 1], x[::-1], x[None], x[..., 2], x[1, 2], x[1:3, ::2]):
-        assert np.shares_memory(v.data, x.data)
+        assert np.shares_memory(v._array, x._array)
         assert v._vc is x._vc
     y = x[1, 2]  # every dimension gets an int: still a 0-d view, not a copy
-    assert y.shape == () and np.shares_memory(y.data, x.data)
+    assert y.shape == () and np.shares_memory(y._array, x._array)
     y.add_(100)
     assert x[1, 2].item() == 106
 
@@ -38,7 +38,7 @@ def test_basic_indexing_returns_views_sharing_memory_and_version():
 def test_advanced_indexing_returns_copies():
     x = arange(3, 4)
     for v in (x[[0, 2]], x[x > 3], x[:, eagerc.tensor([1, 1])]):
-        assert not np.shares_memory(v.data, x.data)
+        assert not np.shares_memory(v._array, x._array)
         assert v._vc is None or v._vc is not x._vc
     v = x[[0, 2]]
     v.mul_(0)
@@ -48,7 +48,7 @@ def test_advanced_indexing_returns_copies():
 def test_zero_dim_integer_tensor_key_is_an_int_view_like_pytorch():
     x = arange(3, 4)
     v = x[eagerc.tensor(1)]
-    assert v.shape == (4,) and np.shares_memory(v.data, x.data)
+    assert v.shape == (4,) and np.shares_memory(v._array, x._array)
     x[eagerc.tensor(2)][0] = -1.0  # chained write through the view reaches x
     assert x[2, 0].item() == -1.0
 
@@ -184,9 +184,9 @@ def test_index_backward_accumulates_repeated_indices():
 
 def test_setitem_without_grad_writes_in_place():
     x = arange(1000)
-    data = x.data
+    data = x._array
     x[10:20] = 1.0
-    assert x.data is data and x.grad_fn is None
+    assert x._array is data and x.grad_fn is None
 
 
 def test_index_does_not_keep_its_input_alive():
@@ -327,9 +327,9 @@ def test_masks_carry_their_count_so_shape_rules_are_static():
     class Rec:
         def record(self, op, args, attrs, out):
             if op.name in ("index", "nonzero"):
-                specs = [Spec(tuple(a.data.shape), dtypes.from_np(a.data.dtype)) if isinstance(a, eagerc.Tensor)
+                specs = [Spec(tuple(a._array.shape), dtypes.from_np(a._array.dtype)) if isinstance(a, eagerc.Tensor)
                          else a for a in args]
-                seen.append((op.name, attrs, tuple(op.meta(*specs, **attrs).shape), tuple(out.data.shape)))
+                seen.append((op.name, attrs, tuple(op.meta(*specs, **attrs).shape), tuple(out._array.shape)))
 
         def concretize(self, t, what):  # the mask's True count is a data-dependent value
             concretized.append(what)
@@ -376,12 +376,12 @@ def test_index_attribute_is_json_plain_and_survives_a_round_trip():
     assert op.name == "index" and args[1] is i
     assert attrs["index"] == (("slice", 1, None, None), ("none",), ("ellipsis",), ("tensor", 0))
     loaded = json.loads(json.dumps(attrs))  # a file gives lists back: kernels and rules take them
-    again = OPS["index"].cpu(x.data, i.data, **loaded)
-    np.testing.assert_array_equal(again, y.data)
+    again = OPS["index"].cpu(x._array, i._array, **loaded)
+    np.testing.assert_array_equal(again, y._array)
     assert OPS["index"].meta(Spec((3, 4, 5), dtypes.float32), Spec((2,), dtypes.int64), **loaded).shape == (2, 1, 4, 2)
     op, args, attrs, out = recorded[1]
     assert op.name == "getitem" and attrs == {"index": (("int", -1), ("slice", None, None, -2))}
-    np.testing.assert_array_equal(OPS["getitem"].cpu(x.data, **json.loads(json.dumps(attrs))), z.data)
+    np.testing.assert_array_equal(OPS["getitem"].cpu(x._array, **json.loads(json.dumps(attrs))), z._array)
 
 
 @pytest.mark.parametrize("index, message", [

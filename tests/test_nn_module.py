@@ -30,7 +30,7 @@ def test_parameter_is_a_leaf_tensor_sharing_memory():
     p = nn.Parameter(t)
     assert isinstance(p, eagerc.Tensor) and isinstance(p, nn.Parameter)
     assert p.requires_grad and p.is_leaf and p.grad_fn is None
-    p.data[0, 0] = 7  # shares t's memory, like PyTorch
+    p._array[0, 0] = 7  # shares t's memory, like PyTorch
     assert t.numpy()[0, 0] == 7
     assert not nn.Parameter(t, requires_grad=False).requires_grad
     assert type(p * 2) is eagerc.Tensor
@@ -45,7 +45,7 @@ def test_parameter_deepcopy_keeps_class():
     q = copy.deepcopy(p)
     assert type(q) is nn.Parameter and q.requires_grad
     np.testing.assert_array_equal(q.detach().numpy(), p.detach().numpy())
-    assert q.data is not p.data
+    assert q._array is not p._array
 
 
 # ---------------------------------------------------------------- registration and traversal
@@ -137,7 +137,7 @@ def test_state_dict_round_trip():
     assert "cache" not in sd  # non-persistent
     assert isinstance(sd, OrderedDict)
     assert not sd["fc1.weight"].requires_grad and type(sd["fc1.weight"]) is eagerc.Tensor
-    assert sd["fc1.weight"].data is a.fc1.weight.data  # detached, sharing memory
+    assert sd["fc1.weight"]._array is a.fc1.weight._array  # detached, sharing memory
     w_before = b.fc1.weight
     result = b.load_state_dict(sd)
     assert result.missing_keys == [] and result.unexpected_keys == []

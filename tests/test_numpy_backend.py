@@ -30,8 +30,8 @@ from eagerc.runtime.ops import OPS
 def _trace(fn, *args, modules=None):
     graph, result, tracer = trace(fn, args, modules=modules)
     assert graph is not None, tracer.broken
-    env = {f"arg{i}": a.data for i, a in enumerate(args)}
-    env.update({name: t.data for name, t in tracer.externals.items()})
+    env = {f"arg{i}": a._array for i, a in enumerate(args)}
+    env.update({name: t._array for name, t in tracer.externals.items()})
     return graph, result, env
 
 
@@ -182,7 +182,7 @@ def test_random_offsets_come_from_overrides():
     node = next(n for n in graph.nodes if n.op == "normal")
     program = build_program(graph)
     out, _ = program(env)   # no overrides: the offsets recorded when tracing
-    np.testing.assert_array_equal(out[0], result.data)
+    np.testing.assert_array_equal(out[0], result._array)
     out, _ = program(env, {node.out.name: {"offset": 1000}})
     want = R.normal(node.attrs["seed"], 1000, (2, 3), np.float32) + env["arg0"]
     np.testing.assert_array_equal(out[0], want)

@@ -113,13 +113,13 @@ class _Recorder:
 
     def record(self, op, args, attrs, out):
         self.seen.add(op.name)
-        specs = [Spec(tuple(a.data.shape), dtypes.from_np(a.data.dtype)) if isinstance(a, eagerc.Tensor) else a
+        specs = [Spec(tuple(a._array.shape), dtypes.from_np(a._array.dtype)) if isinstance(a, eagerc.Tensor) else a
                  for a in args]
         spec = op.meta(*specs, **(attrs or {}))
-        assert tuple(spec.shape) == tuple(out.data.shape), \
-            f"{op.name}: shape rule says {spec.shape}, kernel made {out.data.shape} from {specs} {attrs}"
-        assert spec.dtype.np == out.data.dtype, \
-            f"{op.name}: dtype rule says {spec.dtype}, kernel made {out.data.dtype} from {specs} {attrs}"
+        assert tuple(spec.shape) == tuple(out._array.shape), \
+            f"{op.name}: shape rule says {spec.shape}, kernel made {out._array.shape} from {specs} {attrs}"
+        assert spec.dtype.np == out._array.dtype, \
+            f"{op.name}: dtype rule says {spec.dtype}, kernel made {out._array.dtype} from {specs} {attrs}"
 
 
 def _record_all(cases):

@@ -239,12 +239,12 @@ def test_training_a_module_lowers_the_loss():
 def test_updates_are_in_place_and_bump_the_version():
     p = eagerc.ones(4, requires_grad=True)
     view = p.detach()  # shares memory with p
-    data = p.data
+    data = p._array
     opt = optim.SGD([p], lr=0.5)
     p.grad = eagerc.ones(4)
     v0 = p._version
     opt.step()
-    assert p.data is data
+    assert p._array is data
     np.testing.assert_allclose(view.numpy(), 0.5)
     assert p._version == v0 + 1
 

@@ -102,8 +102,8 @@ def traced(fn, *args, modules=None):
     with eagerc.no_grad():
         g, _, tracer = trace(fn, args, external_names=names)
     assert g is not None, tracer.broken
-    env = {f"arg{i}": a.data.copy() for i, a in enumerate(args)}
-    env.update({k: t.data.copy() for k, t in tracer.externals.items()})
+    env = {f"arg{i}": a._array.copy() for i, a in enumerate(args)}
+    env.update({k: t._array.copy() for k, t in tracer.externals.items()})
     return verify(g), env
 
 
@@ -122,12 +122,12 @@ def mlp_step_graph(batch=8):
                 p.sub_(g * 0.1)
         return loss
     names = {id(p): n for n, p in m.named_parameters()}
-    env = {"arg0": x.data.copy(), "arg1": y.data.copy()}
-    env.update({n: p.data.copy() for n, p in m.named_parameters()})
+    env = {"arg0": x._array.copy(), "arg1": y._array.copy()}
+    env.update({n: p._array.copy() for n, p in m.named_parameters()})
     g, _, tracer = trace(step, (x, y), external_names=names)
     assert g is not None, tracer.broken
     for k, t in tracer.externals.items():
-        env.setdefault(k, t.data.copy())
+        env.setdefault(k, t._array.copy())
     return verify(g), env
 
 
@@ -233,7 +233,7 @@ def test_cse_does_not_merge_across_a_mutation():
     out = assert_same(g, cse(g), env)
     assert ops_of(out).count("mul") == 2
     (p0,) = [env[v.name] for v in g.externals()]
-    expected = x.data * p0 + x.data * (p0 + 1)
+    expected = x._array * p0 + x._array * (p0 + 1)
     np.testing.assert_allclose(run_graph(out, env)[0][0], expected, rtol=1e-6)
 
 

@@ -64,7 +64,7 @@ def test_round_trip_keeps_structure_types_and_values(tmp_path):
     back = load(str(tmp_path / "ck.safetensors"))
     _assert_same(obj, back)
     assert back["tied"] is back["model"]["fc.weight"]  # one tensor saved once, loaded once
-    assert back["model"]["fc.weight"].data.flags.writeable
+    assert back["model"]["fc.weight"]._array.flags.writeable
 
 
 def test_file_objects_and_requires_grad():

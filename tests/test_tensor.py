@@ -87,7 +87,7 @@ def test_numpy_refuses_tensors_that_require_grad():
     x = eagerc.tensor([1.0], requires_grad=True)
     with pytest.raises(RuntimeError, match="detach"):
         x.numpy()
-    assert np.shares_memory(x.detach().numpy(), x.data)
+    assert np.shares_memory(x.detach().numpy(), x._array)
 
 
 def test_from_numpy_is_zero_copy_and_keeps_dtype():
@@ -95,7 +95,7 @@ def test_from_numpy_is_zero_copy_and_keeps_dtype():
     t = eagerc.from_numpy(a)
     assert t.dtype == eagerc.float64 and t.shape == (2, 3)
     a[1, 2] = 100.0
-    assert t.data[1, 2] == 100.0
+    assert t._array[1, 2] == 100.0
     t.mul_(2)
     assert a[1, 2] == 200.0
     for dt, edt in [(np.int32, eagerc.int32), (np.uint8, eagerc.uint8), (np.bool_, eagerc.bool),
@@ -112,7 +112,7 @@ def test_dlpack_round_trip_with_numpy_is_zero_copy():
     n = np.from_dlpack(t)
     np.testing.assert_array_equal(n, [[1.0, 2.0], [3.0, 4.0]])
     n[0, 0] = 42.0
-    assert t.data[0, 0] == 42.0
+    assert t._array[0, 0] == 42.0
     a = np.arange(5, dtype=np.int32)
     u = eagerc.from_dlpack(a)
     assert u.dtype == eagerc.int32 and u.shape == (5,)
@@ -307,7 +307,7 @@ def test_tensor_infers_dtype_like_pytorch_and_copies():
     assert t.tolist() == [1.0, 2.0]                                  # a copy
     src = eagerc.tensor([1.0, 2.0], requires_grad=True)
     c = eagerc.tensor(src)
-    assert not c.requires_grad and c.is_leaf and not np.shares_memory(c.data, src.data)
+    assert not c.requires_grad and c.is_leaf and not np.shares_memory(c._array, src._array)
 
 
 def test_as_tensor_shares_memory_when_it_can():
@@ -365,7 +365,7 @@ def test_like_functions():
 ])
 def test_arange(args, kwargs, expected):
     t = eagerc.arange(*args, **kwargs)
-    assert t.data.dtype == expected.dtype
+    assert t._array.dtype == expected.dtype
     np.testing.assert_array_equal(t.numpy(), expected)
 
 
@@ -563,3 +563,43 @@ def test_numpy_array_on_the_left_of_an_operator_gives_a_tensor():
     assert isinstance(r, eagerc.Tensor) and r.dtype == eagerc.float64
     np.testing.assert_array_equal(r.numpy(), [1.0, 3.0, 5.0])
     np.testing.assert_array_equal((a * t).numpy(), [0.0, 2.0, 6.0])
+
+
+# ---------------------------------------------------------------- .data, as in PyTorch
+
+def test_data_is_a_detached_tensor_sharing_memory():
+    p = eagerc.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    d = p.data
+    assert isinstance(d, eagerc.Tensor) and not d.requires_grad and d.grad_fn is None and d is not p
+    assert np.shares_memory(d.numpy(), p.detach().numpy())
+    version = p._version
+    d.add_(eagerc.tensor([1.0, 1.0, 1.0]), alpha=-0.5)  # a hand-written SGD step
+    np.testing.assert_array_equal(p.detach().numpy(), [0.5, 1.5, 2.5])
+    assert p._version == version  # autograd does not see writes through .data
+
+
+def test_data_normal_initialises_the_parameter_in_place():
+    eagerc.manual_seed(0)
+    lin = eagerc.nn.Linear(50, 40)
+    lin.weight.data.normal_(0, 0.02)
+    w = lin.weight.detach().numpy()
+    assert abs(w.mean()) < 0.004 and abs(w.std() - 0.02) < 0.002
+
+
+def test_setting_data_swaps_the_memory_and_refuses_non_tensors():
+    p = eagerc.nn.Parameter(eagerc.zeros(2, 2))
+    p.data = eagerc.ones(3)
+    np.testing.assert_array_equal(p.detach().numpy(), np.ones(3, np.float32))
+    assert isinstance(p, eagerc.nn.Parameter) and p.requires_grad
+    with pytest.raises(TypeError, match="has to be a tensor"):
+        p.data = np.zeros(3)
+
+
+def test_numpy_code_on_data_inside_a_compiled_function_is_not_baked():
+    def f(x):
+        return np.exp(x.data) + x  # np.exp on a Tensor runs as eagerc's exp, so it is recorded
+    c = eagerc.compile(f)
+    for k in range(3):
+        x = eagerc.full((3,), float(k))
+        np.testing.assert_allclose(c(x).numpy(), np.exp(np.full(3, float(k))) + k, rtol=1e-6)
+    assert c.traces == 1

@@ -25,16 +25,16 @@ def _default_grads(outputs, grad_outputs, api):
     for i, t in enumerate(outputs):
         g = grad_outputs[i] if grad_outputs is not None else None
         if g is None:
-            if t.data.size != 1:
+            if t._array.size != 1:
                 raise RuntimeError(f"{api}: grad can be implicitly created only for scalar outputs; "
-                                   f"output {i} has shape {tuple(t.data.shape)}, pass a gradient of that shape")
+                                   f"output {i} has shape {tuple(t._array.shape)}, pass a gradient of that shape")
             g = ones_like(t)
         elif not isinstance(g, Tensor):
             from ..ops.creation import tensor
             g = tensor(g, dtype=t.dtype, device=t.device)
-        elif tuple(g.data.shape) != tuple(t.data.shape):
+        elif tuple(g._array.shape) != tuple(t._array.shape):
             raise RuntimeError(f"{api}: mismatch in shape: grad_output[{i}] has a shape of "
-                               f"{tuple(g.data.shape)} and output[{i}] has a shape of {tuple(t.data.shape)}")
+                               f"{tuple(g._array.shape)} and output[{i}] has a shape of {tuple(t._array.shape)}")
         grads.append(g)
     return grads
 
@@ -51,7 +51,7 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
     inputs = _as_list(inputs)
     for i, t in enumerate(inputs):
         if not t.requires_grad:
-            raise RuntimeError(f"backward: inputs[{i}] (shape {tuple(t.data.shape)}) does not require grad")
+            raise RuntimeError(f"backward: inputs[{i}] (shape {tuple(t._array.shape)}) does not require grad")
     result = run_backward(tensors, grads, retain_graph=retain_graph, create_graph=create_graph,
                           targets=inputs)
     for t, g in zip(inputs, result):
@@ -67,7 +67,7 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
     inputs = _as_list(inputs)
     for i, t in enumerate(inputs):
         if not t.requires_grad:
-            raise RuntimeError(f"grad: input {i} (shape {tuple(t.data.shape)}) does not require grad")
+            raise RuntimeError(f"grad: input {i} (shape {tuple(t._array.shape)}) does not require grad")
     for i, t in enumerate(outputs):
         if not t.requires_grad:
             raise RuntimeError(f"grad: output {i} does not require grad and does not have a grad_fn")

@@ -33,7 +33,7 @@ def _modified_error(node, what, t_shape, t_dtype, vc, expected):
 def _saved_input(node, i):
     t = node.saved[i]
     if isinstance(t, Tensor) and t._vc is not None and t._vc[0] != node.versions[i]:
-        raise _modified_error(node, f"input {i}", tuple(t.data.shape), t.data.dtype, t._vc,
+        raise _modified_error(node, f"input {i}", tuple(t._array.shape), t._array.dtype, t._vc,
                               node.versions[i])
     return t
 
@@ -42,7 +42,7 @@ def _saved_output(node):
     if node.out_vc[0] != 0:
         raise _modified_error(node, "the output", tuple(node.out.shape), node.out.dtype, node.out_vc, 0)
     t = Tensor.__new__(Tensor)
-    t.data = node.out
+    t._array = node.out
     t._requires_grad = True
     t._grad = None
     t.grad_fn = node
@@ -52,14 +52,14 @@ def _saved_output(node):
 
 def sum_to(g, shape):
     """Sum a broadcast gradient back to `shape` (with Tensor ops, so it is differentiable)."""
-    gshape = g.data.shape
+    gshape = g._array.shape
     if gshape == shape:
         return g
     lead = len(gshape) - len(shape)
     axes = tuple(range(lead)) + tuple(i + lead for i, n in enumerate(shape) if n == 1 and gshape[i + lead] != 1)
     if axes:
         g = g.sum(dim=axes, keepdim=True)
-    if lead or g.data.shape != shape:
+    if lead or g._array.shape != shape:
         g = g.reshape(shape)
     return g
 
@@ -90,7 +90,7 @@ def node_input_grads(node, g):
             else:
                 args.append(node.attrs[key])
         gi = formulas[i](*args)
-        if op.broadcasts and node.shapes is not None and gi is not None and gi.data.shape != node.shapes[i]:
+        if op.broadcasts and node.shapes is not None and gi is not None and gi._array.shape != node.shapes[i]:
             gi = sum_to(gi, node.shapes[i])
         grads.append(gi)
     return grads
@@ -103,7 +103,7 @@ def _release(node):
 
 
 def _check_anomaly(node, i, gi):
-    d = gi.data
+    d = gi._array
     if d.dtype.kind == "f" and not bool(np.isfinite(d).all() if type(d) is np.ndarray else d.isfinite().all()):
         where = node.created_at or "(creation site not recorded)\n"
         raise RuntimeError(
@@ -162,7 +162,7 @@ def _leaf_hooks(leaf, g):
 def _accumulate_leaf(leaf, g, create_graph, exclusive):
     """Add g into leaf.grad. `exclusive`: g's array is referenced by nothing else (not a
     view, not the user's gradient, not given to another leaf), so it can be kept as is."""
-    if g.data.dtype != leaf.data.dtype:
+    if g._array.dtype != leaf._array.dtype:
         g = g.to(leaf.dtype)
         exclusive = True
     if not create_graph:
@@ -223,7 +223,7 @@ def run_backward(roots, root_grads, retain_graph=False, create_graph=False, targ
             node = ready.pop()
             g = buffers.pop(node, None)
             if g is not None:
-                if g.data.dtype != node.out_dtype:
+                if g._array.dtype != node.out_dtype:
                     g = g.to(node.out_dtype)
                 if node.hooks:
                     for h in node.hooks:
@@ -254,13 +254,13 @@ def run_backward(roots, root_grads, retain_graph=False, create_graph=False, targ
                     deps[edge] = left
                     if left == 0:
                         ready.append(edge)
-        shared = {id(g.data) for g in root_grads}  # arrays a .grad must not alias
+        shared = {id(g._array) for g in root_grads}  # arrays a .grad must not alias
         for leaf, g in leaves.items():
             g = _leaf_hooks(leaf, g)
             if capture is not None:
                 capture[leaf] = g
             else:
-                d = g.data
+                d = g._array
                 _accumulate_leaf(leaf, g, create_graph, d.base is None and id(d) not in shared)
                 shared.add(id(d))
     finally:

@@ -136,7 +136,7 @@ class Function:
             return out
         outs = out if isinstance(out, tuple) else (out,)
         diff = [i for i, o in enumerate(outs) if isinstance(o, Tensor)
-                and id(o) not in ctx._non_differentiable and o.data.dtype.kind == "f"]
+                and id(o) not in ctx._non_differentiable and o._array.dtype.kind == "f"]
         if not diff:
             return out
         if len(diff) > 1:
@@ -144,7 +144,7 @@ class Function:
                 f"{cls.__name__}: eagerc's Function supports one differentiable output, got "
                 f"{len(diff)} (outputs {diff}); mark the others with ctx.mark_non_differentiable")
         ctx._diff_out = diff[0]
-        ctx._out_specs = [(tuple(o.data.shape), o.dtype) if isinstance(o, Tensor) else ((), None)
+        ctx._out_specs = [(tuple(o._array.shape), o.dtype) if isinstance(o, Tensor) else ((), None)
                           for o in outs]
         node = Node.__new__(Node)
         node.op = _function_op(cls)
@@ -170,7 +170,7 @@ class Function:
                     o = o.detach()  # a returned input (or an intermediate) gets a fresh node
                 o._requires_grad = True
                 o.grad_fn = node
-                node.out_dtype = o.data.dtype
+                node.out_dtype = o._array.dtype
             result.append(o)
         return tuple(result) if isinstance(out, tuple) else result[0]
 

@@ -15,19 +15,19 @@ def numerical_jacobian(fn, inputs, eps):
     """d(flattened outputs)/d(input i) by central differences, for each differentiable input."""
     jacs = []
     outs0 = _outputs(fn, inputs)
-    nout = sum(o.data.size for o in outs0)
+    nout = sum(o._array.size for o in outs0)
     for x in inputs:
         if not (isinstance(x, Tensor) and x.requires_grad):
             jacs.append(None)
             continue
-        flat = x.data.reshape(-1)  # x is contiguous (we made it so), so this is a view
+        flat = x._array.reshape(-1)  # x is contiguous (we made it so), so this is a view
         jac = np.zeros((flat.size, nout))
         for k in range(flat.size):
             orig = flat[k].item()
             flat[k] = orig + eps
-            plus = np.concatenate([np.asarray(o.data, np.float64).ravel() for o in _outputs(fn, inputs)])
+            plus = np.concatenate([np.asarray(o._array, np.float64).ravel() for o in _outputs(fn, inputs)])
             flat[k] = orig - eps
-            minus = np.concatenate([np.asarray(o.data, np.float64).ravel() for o in _outputs(fn, inputs)])
+            minus = np.concatenate([np.asarray(o._array, np.float64).ravel() for o in _outputs(fn, inputs)])
             flat[k] = orig
             jac[k] = (plus - minus) / (2 * eps)
         jacs.append(jac)
@@ -39,20 +39,20 @@ def analytical_jacobian(fn, inputs):
     from ..ops.creation import zeros_like
     outs = _outputs(fn, inputs)
     diff = [x for x in inputs if isinstance(x, Tensor) and x.requires_grad]
-    nout = sum(o.data.size for o in outs)
-    jacs = [np.zeros((x.data.size, nout)) for x in diff]
+    nout = sum(o._array.size for o in outs)
+    jacs = [np.zeros((x._array.size, nout)) for x in diff]
     col = 0
     for o in outs:
-        for k in range(o.data.size):
+        for k in range(o._array.size):
             if not o.requires_grad:
                 col += 1
                 continue
             go = zeros_like(o)
-            go.data.reshape(-1)[k] = 1
+            go._array.reshape(-1)[k] = 1
             gs = grad([o], diff, [go], retain_graph=True, allow_unused=True)
             for j, g in enumerate(gs):
                 if g is not None:
-                    jacs[j][:, col] = np.asarray(g.data, np.float64).ravel()
+                    jacs[j][:, col] = np.asarray(g._array, np.float64).ravel()
             col += 1
     it = iter(jacs)
     return [next(it) if isinstance(x, Tensor) and x.requires_grad else None for x in inputs]
@@ -63,7 +63,7 @@ def _contiguous_inputs(inputs):
     for x in inputs:
         if isinstance(x, Tensor) and x.requires_grad:
             y = Tensor.__new__(Tensor)
-            y.data = np.array(x.data, order="C", copy=True)  # keeps 0-d inputs 0-d
+            y._array = np.array(x._array, order="C", copy=True)  # keeps 0-d inputs 0-d
             y.requires_grad = True
             y.grad = None
             y.grad_fn = None
@@ -78,7 +78,7 @@ def gradcheck(fn, inputs, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=True, 
     """Compare analytical and numerical Jacobians of fn at `inputs`."""
     inputs = _contiguous_inputs(inputs if isinstance(inputs, (tuple, list)) else (inputs,))
     for x in inputs:
-        if isinstance(x, Tensor) and x.requires_grad and x.data.dtype != np.float64:
+        if isinstance(x, Tensor) and x.requires_grad and x._array.dtype != np.float64:
             import warnings
             warnings.warn("gradcheck: inputs are not float64; finite differences will be imprecise")
     num = numerical_jacobian(fn, inputs, eps)
@@ -103,7 +103,7 @@ def gradgradcheck(fn, inputs, grad_outputs=None, eps=1e-6, atol=1e-5, rtol=1e-3,
     outs = _outputs(fn, inputs)
     if grad_outputs is None:
         rng = np.random.default_rng(0)
-        grad_outputs = [tensor(rng.standard_normal(o.data.shape), dtype=o.dtype, requires_grad=True)
+        grad_outputs = [tensor(rng.standard_normal(o._array.shape), dtype=o.dtype, requires_grad=True)
                         for o in outs]
     ngo = len(grad_outputs)
 

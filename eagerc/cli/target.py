@@ -158,7 +158,7 @@ def load_target(spec, shapes, dtypes_):
         for m, training in flags:
             m.training = training
     target.graph = graph
-    target.weights = {v.name: _host(tracer.externals[v.name].data) for v in graph.externals()}
+    target.weights = {v.name: _host(tracer.externals[v.name]._array) for v in graph.externals()}
     target.arg_labels = {f"arg{i}": n for i, n in enumerate(_param_names(fn, len(arrays)))}
     return target
 

@@ -143,7 +143,7 @@ class Entry:
         """None while every external tensor is the one traced, with the same type; else why not."""
         for name, p in self.ext_grads:
             g, t = p.grad, self.externals[name]
-            if g is None or g.data.shape != t.data.shape or g.data.dtype != t.data.dtype:
+            if g is None or g._array.shape != t._array.shape or g._array.dtype != t._array.dtype:
                 return f"{name} changed"
         for g in self.ext_guards:
             t, owner, attr, arr, shape, dtype, rg, name = g
@@ -151,7 +151,7 @@ class Entry:
                 return f"{name} was replaced by another tensor"
             if t._requires_grad is not rg:
                 return f"{name}.requires_grad changed: {rg} -> {t.requires_grad}"
-            d = t.data
+            d = t._array
             if d is not arr:
                 if d.shape != shape or d.dtype != dtype or type(d) is not type(arr):
                     return (f"{name} changed: {np.dtype(dtype).name}{list(shape)} -> "
@@ -304,11 +304,11 @@ class CompiledFunction:
         env = None
         if dynd is None:
             specs = tuple([(d.shape, d.dtype, "cpu" if type(d) is _ndarray else str(t.device), t._requires_grad)
-                           for t, d in [(t, t.data) for t in leaves]])
+                           for t, d in [(t, t._array) for t in leaves]])
         else:
             specs = []
             for i, t in enumerate(leaves):
-                d = t.data
+                d = t._array
                 shape = d.shape
                 dims = dynd.get(i)
                 if dims is not None:
@@ -773,8 +773,8 @@ class CompiledFunction:
                 if grad:  # a compiled training step sets .grad (a fresh tensor, like eager)
                     t.grad = wrap_(arr)
                     continue
-                if arr is not t.data:  # the numpy backend computes most updates straight into the target
-                    t.data[...] = arr
+                if arr is not t._array:  # the numpy backend computes most updates straight into the target
+                    t._array[...] = arr
                 _bump(t, "compiled update")
         for name in entry.grads_none:
             _target(entry, leaves, name).grad = None
@@ -812,8 +812,8 @@ class CompiledFunction:
 
         Candidates: every size >= 2 that no parameter or buffer has (a feature size usually
         does); if tracing on synthetic sizes fails, only the first dimension of each input."""
-        ext_sizes = {s for t in entry.externals.values() for s in t.data.shape}
-        cands = {(i, d): (n, n) for i, t in enumerate(leaves) for d, n in enumerate(t.data.shape)
+        ext_sizes = {s for t in entry.externals.values() for s in t._array.shape}
+        cands = {(i, d): (n, n) for i, t in enumerate(leaves) for d, n in enumerate(t._array.shape)
                  if (n >= 2 and n not in ext_sizes) or (d == 0 and n == 1)}
         firsts = {k: v for k, v in cands.items() if k[1] == 0}
         for dims in (cands, firsts):
@@ -853,7 +853,7 @@ class CompiledFunction:
         # stays a 1 in its key and its graph)
         all_dims = dims
         dims = {(i, d): s for (i, d), s in all_dims.items()
-                if leaves[i].data.shape[d] >= 2 or (keep_small and (i, d) in changed)}
+                if leaves[i]._array.shape[d] >= 2 or (keep_small and (i, d) in changed)}
         if not dims:
             return fail("no size of this call can be symbolic")
         symbols = sorted(set(dims.values()), key=lambda s: int(s[1:]))
@@ -872,10 +872,10 @@ class CompiledFunction:
                         "would repeat that)")
         ints = dyn.graph_ints(traced)
         for i, t in enumerate(leaves):
-            ints.update(n for d, n in enumerate(t.data.shape) if (i, d) not in dims)
+            ints.update(n for d, n in enumerate(t._array.shape) if (i, d) not in dims)
         seen = {}
         for (i, d), sym in dims.items():
-            sizes = [leaves[i].data.shape[d]] + [x for x in changed.get((i, d), ()) if x is not None]
+            sizes = [leaves[i]._array.shape[d]] + [x for x in changed.get((i, d), ()) if x is not None]
             seen[sym] = max(seen.get(sym, 0), *sizes)
         ref_env = {}  # the reference's sizes, to check that Python took the same path at both
         for (i, d), s in dims.items():
@@ -966,7 +966,7 @@ class CompiledFunction:
         if verify_call:
             env = {}
             for (i, d), sym in dims.items():
-                n = leaves[i].data.shape[d]
+                n = leaves[i]._array.shape[d]
                 if env.setdefault(sym, n) != n or n < 2:
                     env = None
                     break
@@ -1128,7 +1128,7 @@ def _resize(t, sizes):
     """A copy of tensor t with dims resized to `sizes` ({dim: n}), repeating its data."""
     if not sizes:
         return t
-    a = t.data
+    a = t._array
     for d, n in sizes.items():
         m = a.shape[d]
         if m == 0:
@@ -1181,7 +1181,7 @@ def _differs(expected, got):
     if ta != tb or len(la) != len(lb):
         return "different output structure"
     for i, (a, b) in enumerate(zip(la, lb)):
-        x, y = _host(a.data), _host(b.data)
+        x, y = _host(a._array), _host(b._array)
         if x.shape != y.shape or x.dtype != y.dtype:
             return f"output {i}: {x.dtype}{list(x.shape)} vs {y.dtype}{list(y.shape)}"
         if x.dtype.kind in "fc":
@@ -1199,12 +1199,12 @@ def _host(a):
 def _env(entry, leaves):
     """The arrays a program reads, by input name: arguments, external tensors (by reference),
     parameters' .grad, and the inputs made at call time (optimizer options, numpy arrays)."""
-    env = {_ARG_NAMES[i]: t.data for i, t in enumerate(leaves)} if len(leaves) < 256 else \
-        {f"arg{i}": t.data for i, t in enumerate(leaves)}
+    env = {_ARG_NAMES[i]: t._array for i, t in enumerate(leaves)} if len(leaves) < 256 else \
+        {f"arg{i}": t._array for i, t in enumerate(leaves)}
     for name, t in entry.ext_items:
-        env[name] = t.data
+        env[name] = t._array
     for name, p in entry.ext_grads:
-        env[name] = p.grad.data
+        env[name] = p.grad._array
     for name, read in entry.readers:
         env[name] = read()
     return env
@@ -1229,7 +1229,7 @@ def _hyper_reader(opt, group, key, element):
         if element is not None:
             v = v[element]
         if isinstance(v, Tensor):
-            v = v.data
+            v = v._array
         return np.asarray(v, f64)
     return read
 
@@ -1242,7 +1242,7 @@ def _ext_guards(entry, externals, owners):
         if owner == "grad":
             entry.ext_grads.append((name, attr))
             continue
-        d = t.data
+        d = t._array
         out.append([t, owner, attr, d, d.shape, d.dtype, t.requires_grad, name])
     entry.ext_guards = out
 
@@ -1270,8 +1270,8 @@ def _write_back(entry, leaves, target, arr):
         _target(entry, leaves, target[:-5]).grad = dispatch.wrap(arr)
         return
     t = _target(entry, leaves, target)
-    if arr is not t.data:  # the numpy backend computes most updates straight into the target
-        t.data[...] = arr
+    if arr is not t._array:  # the numpy backend computes most updates straight into the target
+        t._array[...] = arr
     _bump(t, "compiled update")
 
 
@@ -1392,7 +1392,7 @@ def explain(fn, *args, **kwargs):
     guards += [f"global/closure value {n} == {v[1]!r}" for n, v in
                zip(c._globs + [n for n, _ in c._cells], key[5])]
     if graph is not None:
-        guards += [f"{name} is the same tensor, {t.data.dtype.name}{list(t.data.shape)}"
+        guards += [f"{name} is the same tensor, {t._array.dtype.name}{list(t._array.shape)}"
                    for name, t in tracer.externals.items() if name not in tracer.hyper_inputs
                    and name not in tracer.array_inputs]
         guards += [f"{name} is read at every call" for name in list(tracer.hyper_inputs) + list(tracer.array_inputs)]

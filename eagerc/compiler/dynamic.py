@@ -666,7 +666,7 @@ def symbolic_tensor(t):
     from .._tensor import Size, Tensor
     class_ = _sym_tensor_class(Tensor, Size)
     s = class_.__new__(class_)
-    s.data = t.data
+    s._array = t._array
     s.requires_grad = t.requires_grad
     s.grad = None
     s.grad_fn = None
@@ -704,7 +704,7 @@ def _sym_tensor_class(Tensor, Size):
 
         def sym_shape(t):
             sym = getattr(dispatch.active_tracer(), "symbolic", None)
-            return t.data.shape if sym is None else sym.shape_of(t.data.shape)
+            return t._array.shape if sym is None else sym.shape_of(t._array.shape)
 
         class SymTensor(Tensor):
             """A tensor of a synthetic trace: its shape reports SymInts (only while tracing).
@@ -728,7 +728,7 @@ def _sym_tensor_class(Tensor, Size):
                 return shape[0]
 
             def numel(self):
-                n = int(self.data.size)
+                n = int(self._array.size)
                 sym = getattr(dispatch.active_tracer(), "symbolic", None)
                 return n if sym is None or n < 2 else sym.shape_of((n,))[0]
 

@@ -137,7 +137,7 @@ def export(fn_or_module, example_args, *, example_kwargs=None, dynamic_shapes=No
     flags = [(m, m.training) for root in roots for m in root.modules()]
     # Tracing runs the model: in train mode that updates buffers (batch-norm statistics), once
     # per trace. The program gets the buffers as they were, and so does the model afterwards.
-    saved = [(b, _host(b.data)) for root in roots for _, b in root.named_buffers()]
+    saved = [(b, _host(b._array)) for root in roots for _, b in root.named_buffers()]
     try:
         if eval_mode:
             for m, _ in flags:
@@ -152,22 +152,22 @@ def export(fn_or_module, example_args, *, example_kwargs=None, dynamic_shapes=No
         for m, training in flags:
             m.training = training
         for b, before in saved:
-            b.data[...] = before if isinstance(b.data, np.ndarray) else _xp_of(b.data).asarray(before)
+            b._array[...] = before if isinstance(b._array, np.ndarray) else _xp_of(b._array).asarray(before)
 
     graph, patches = _finalize(graph, patches)
     weights = {}
     for v in graph.externals():
-        weights[v.name] = np.array(_host(tracer.externals[v.name].data), copy=True, order="C")
+        weights[v.name] = np.array(_host(tracer.externals[v.name]._array), copy=True, order="C")
     specs = []
     for i, (t, path) in enumerate(zip(leaves, leaf_paths)):
-        shape = [dyn[i][ax][0] if ax in dyn.get(i, {}) else n for ax, n in enumerate(t.data.shape)]
+        shape = [dyn[i][ax][0] if ax in dyn.get(i, {}) else n for ax, n in enumerate(t._array.shape)]
         specs.append({"name": f"arg{i}", "path": path, "shape": shape, "dtype": graph.args()[i].dtype})
     dynamic = {"dims": {n: {"example": ex, "min": lo, "max": hi} for n, (ex, lo, hi) in dims.items()},
                "patches": patches}
     examples = None
     if include_example_inputs:
         outs, _ = flatten(result, _is_tensor)
-        examples = ([_host(t.data) for t in leaves], [_host(t.data) for t in outs])
+        examples = ([_host(t._array) for t in leaves], [_host(t._array) for t in outs])
     import eagerc
     prog = Program(graph, weights, specs, dynamic, eagerc.__version__, examples)
     prog.loaded()  # the runtime's own checks, now rather than when the file is loaded
@@ -310,7 +310,7 @@ def _dynamic_axes(dynamic_shapes, fn, args, kwargs, leaf_paths, leaves):
     out = {}
     for path, axes in found.items():
         i = leaf_paths.index(path)
-        ndim = leaves[i].data.ndim
+        ndim = leaves[i]._array.ndim
         out[i] = {}
         for ax, dim in axes.items():
             if not isinstance(ax, int) or not -ndim <= ax < ndim:
@@ -356,7 +356,7 @@ def _fit_dynamic(fn, args, kwargs, names, paths, graph, tracer, leaves, dyn):
     dims = {}  # name -> (example, min, max)
     for i, axes in dyn.items():
         for ax, (name, lo, hi) in axes.items():
-            n = leaves[i].data.shape[ax]
+            n = leaves[i]._array.shape[ax]
             if name in dims and dims[name][0] != n:
                 raise ExportError(f"eagerc.export: dynamic dimension {name!r} has size {dims[name][0]} in one "
                                   f"input and {n} in another")
@@ -383,7 +383,7 @@ def _fit_dynamic(fn, args, kwargs, names, paths, graph, tracer, leaves, dyn):
         g2, _, tr2 = _trace(fn, a2, k2, names, paths)
         for name, t in tracer.externals.items():
             t2 = tr2.externals.get(name)
-            if t2 is not None and t2.data.shape == t.data.shape and not np.array_equal(_host(t.data), _host(t2.data)):
+            if t2 is not None and t2._array.shape == t._array.shape and not np.array_equal(_host(t._array), _host(t2._array)):
                 raise ExportError(f"eagerc.export: tensor {name!r} that the function reads changes with the "
                                   "dynamic sizes; compute it inside the function with tensor ops")
         others.append(json.loads(g2.dumps()))
@@ -412,11 +412,11 @@ def _replace_leaves(x, new):
 
 
 def _resized(t, axes, binding):
-    a = _host(t.data)
+    a = _host(t._array)
     for ax, (name, _, _) in axes.items():
         a = np.take(a, np.arange(binding[name]) % a.shape[ax], axis=ax)
-    if not isinstance(t.data, np.ndarray):
-        a = _xp_of(t.data).asarray(a)
+    if not isinstance(t._array, np.ndarray):
+        a = _xp_of(t._array).asarray(a)
     return dispatch.wrap(a)
 
 

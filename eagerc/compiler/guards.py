@@ -158,7 +158,7 @@ def describe_value(x):
         r = repr(x)
         return r if len(r) <= 60 else r[:57] + "..."
     if isinstance(x, Tensor):
-        return f"tensor {x.dtype.name if hasattr(x.dtype, 'name') else x.dtype}{list(x.data.shape)} at {id(x):#x}"
+        return f"tensor {x.dtype.name if hasattr(x.dtype, 'name') else x.dtype}{list(x._array.shape)} at {id(x):#x}"
     if isinstance(x, np.ndarray):
         return f"ndarray {x.dtype}{list(x.shape)} at {id(x):#x}"
     if isinstance(x, (list, tuple, dict, set)):
@@ -531,7 +531,7 @@ class _OptimizerGuard:
         groups = opt.param_groups
         for i, k, e, nonzero in self.zeros:
             v = groups[i][k] if e is None else groups[i][k][e]
-            if bool(float(v.data if isinstance(v, Tensor) else v)) != nonzero:
+            if bool(float(v._array if isinstance(v, Tensor) else v)) != nonzero:
                 return f"{self.name}: param_groups[{i}][{k!r}] {'became zero' if nonzero else 'is no longer zero'}"
         st = opt.state
         for p, get, tensors in self.state:
@@ -580,7 +580,7 @@ def _options_frozen(group):
 
 def _is_number(x):
     return (type(x) in (int, float) or isinstance(x, (np.floating, np.integer))) and type(x) is not bool or \
-        (isinstance(x, Tensor) and x.data.ndim == 0)
+        (isinstance(x, Tensor) and x._array.ndim == 0)
 
 
 class Guards:

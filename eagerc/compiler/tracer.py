@@ -177,19 +177,19 @@ class Tracer:
         if name is None:
             name = f"t{self._n}"
             self._n += 1
-        d = t.data
+        d = t._array
         return Value(name, tuple(d.shape), str(d.dtype), t.device)
 
     def _keep(self, t):
         self.keep.append(t)
         if self.buffers is not None:
-            self.buffers.setdefault(_buffer_id(t.data), []).append(t)
+            self.buffers.setdefault(_buffer_id(t._array), []).append(t)
 
     def add_arg(self, t, name):
         v = self._new_value(t, name)
         self.values[id(t)] = v
         self.input_of[id(t)] = name
-        self.by_array.setdefault(id(t.data), t)
+        self.by_array.setdefault(id(t._array), t)
         self._keep(t)
         self.inputs.append(("arg", v))
         return v
@@ -197,7 +197,7 @@ class Tracer:
     def value_of(self, t):
         v = self.values.get(id(t))
         if v is None:
-            made = self.by_array.get(id(t.data))
+            made = self.by_array.get(id(t._array))
             if made is not None and made is not t:
                 return self.value_of(made)
             name = self.names.get(id(t))
@@ -207,7 +207,7 @@ class Tracer:
             v = self._new_value(t, name)
             self.values[id(t)] = v
             self.input_of[id(t)] = name
-            self.by_array.setdefault(id(t.data), t)
+            self.by_array.setdefault(id(t._array), t)
             self._keep(t)
             self.inputs.append(("external", v))
             self.externals[name] = t
@@ -263,14 +263,14 @@ class Tracer:
         self.nodes.append(Node(op.name, ins, attrs, v, self._location(),
                                self.module_stack[-1] if self.module_stack else None))
         self.values[id(out)] = v
-        self.by_array[id(out.data)] = out
+        self.by_array[id(out._array)] = out
         self._keep(out)
         if self.symbolic is not None and type(out) is Tensor:  # its sizes read as SymInts
             out.__class__ = self.symbolic.tensor_class
         if self.rng_source is not None:
             self.rng[v.name] = self.rng_source
             self.rng_source = None
-        if op.view and args and isinstance(args[0], Tensor) and _shares(out.data, args[0].data):
+        if op.view and args and isinstance(args[0], Tensor) and _shares(out._array, args[0]._array):
             parent = args[0]
             info = self.views.get(id(parent))
             root = parent if info is None else info[3]
@@ -293,7 +293,7 @@ class Tracer:
         if self.broken is not None:
             return
         rv = self.value_of(result)
-        td, rd = target.data, result.data
+        td, rd = target._array, result._array
         if rd.dtype != td.dtype:  # commit casts into the target's dtype
             rv = self._emit("cast", [rv], {"dtype": str(td.dtype)}, target)
         if tuple(rd.shape) != tuple(td.shape):  # ... and broadcasts to its shape
@@ -314,20 +314,20 @@ class Tracer:
         if self.buffers is None:
             self.buffers = {}
             for t in self.keep:
-                self.buffers.setdefault(_buffer_id(t.data), []).append(t)
+                self.buffers.setdefault(_buffer_id(t._array), []).append(t)
         for a in self.buffers.get(_buffer_id(td), ()):
             if a is target or a is root or a is result:
                 continue
             info = self.views.get(id(a))
             if info is not None and info[3] is root:
                 continue  # a view of the same root: re-derived when next read
-            if _shares(a.data, td):
+            if _shares(a._array, td):
                 name = self.input_of.get(id(a), "a tensor")
                 return self._break(f"an in-place update of memory shared with {name}",
                                    "the tracer cannot follow that sharing (e.g. through .detach() or "
-                                   ".data)")
+                                   "._array)")
         self.values[id(root)] = cur_val
-        self.by_array[id(root.data)] = root
+        self.by_array[id(root._array)] = root
         self.by_array[id(td)] = target
         self.root_ver[id(root)] = self.root_ver.get(id(root), 0) + 1
         if target is not root:
@@ -341,7 +341,7 @@ class Tracer:
     def _scatter(self, op, attrs, base_val, view_val, base):
         """The value of `base` after its `op` view (with `attrs`) was given `view_val`."""
         if op in ("reshape", "squeeze", "unsqueeze"):
-            return self._emit("reshape", [view_val], {"shape": tuple(base.data.shape)}, base)
+            return self._emit("reshape", [view_val], {"shape": tuple(base._array.shape)}, base)
         if op == "permute":
             return self._emit("permute", [view_val], {"dims": _inverse_perm(attrs["dims"])}, base)
         if op == "getitem":
@@ -396,7 +396,7 @@ class Tracer:
         if element is not None:
             value = value[element]
         if isinstance(value, Tensor):
-            value = value.data
+            value = value._array
         t = dispatch.wrap(np.asarray(float(value), np.float64))
         info = self.stepped(opt)
         info[1].setdefault(group, set()).add(key)
@@ -413,7 +413,7 @@ class Tracer:
         value = opt.param_groups[group][key]
         if element is not None:
             value = value[element]
-        nonzero = bool(float(value.data if isinstance(value, Tensor) else value))
+        nonzero = bool(float(value._array if isinstance(value, Tensor) else value))
         self.optimizers[id(opt)][2][(group, key, element)] = nonzero
         return nonzero
 

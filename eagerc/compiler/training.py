@@ -67,7 +67,7 @@ def _trace_backward(tracer, leaves, result, autograd_grad):
               [t for t in tracer.externals.values() if t.requires_grad]
     gouts = []
     for k, i in enumerate(diff):
-        go = dispatch.wrap(np.ones_like(outs[i].data))
+        go = dispatch.wrap(np.ones_like(outs[i]._array))
         tracer.add_arg(go, f"grad{k}")
         gouts.append(go)
     grads = autograd_grad([outs[i] for i in diff], targets, gouts, retain_graph=True, allow_unused=True)
@@ -153,7 +153,7 @@ def _run_backward(node, g):
     for k in range(ctx.n_outs):
         grad_name = f"grad{k}"
         if k == ctx.index:
-            env[grad_name] = g.data
+            env[grad_name] = g._array
         else:  # other outputs' gradients are zero on this path (one node per output)
             shape_src = next(v for kk, v in ctx.graph.inputs if v.name == grad_name)
             env[grad_name] = np.zeros(shape_src.shape, dtype=shape_src.dtype)
@@ -186,7 +186,7 @@ def attach_backward(outs, n_user, diff_indices, bwd_graph, bwd_program, saved_en
         node.shapes = None
         node.out = None
         node.out_vc = None
-        node.out_dtype = t.data.dtype
+        node.out_dtype = t._array.dtype
         node.hooks = None
         node.retained = None
         node.created_at = None
@@ -223,7 +223,7 @@ class JointEntry:
         for name in self.bwd_reads:
             bwd_env[name] = env[name]
         tensors = [dispatch.wrap(np.asarray(a)) for a in user]
-        diff = [i for i, t in enumerate(tensors) if t.data.dtype.kind == "f"]
+        diff = [i for i, t in enumerate(tensors) if t._array.dtype.kind == "f"]
         diff = diff[:self.backward.meta["n_grad_outputs"]] if len(diff) >= self.backward.meta["n_grad_outputs"] else diff
         edges = [(leaves[i].grad_fn if leaves[i].grad_fn is not None else leaves[i]) for i in self.target_args]
         edges += [self.externals[name] for name in self.target_externals]

@@ -67,7 +67,7 @@ def _first_order():
 def _float_input(name, x):
     if not isinstance(x, Tensor):
         raise TypeError(f"{name}: expected a Tensor, got {type(x).__name__}")
-    if x.data.dtype.kind != "f":
+    if x._array.dtype.kind != "f":
         raise TypeError(f"{name}: expected a floating-point tensor, got {x.dtype.name} "
                         "(convert with .float() first)")
 
@@ -76,8 +76,8 @@ def _float_input(name, x):
 
 def linear(input, weight, bias=None):
     """y = input @ weight.T + bias (one fused op; `linear_decomposed` is matmul + add)."""
-    d = input.data.dtype
-    if weight.data.dtype is not d or (bias is not None and bias.data.dtype is not d) or d.kind != "f":
+    d = input._array.dtype
+    if weight._array.dtype is not d or (bias is not None and bias._array.dtype is not d) or d.kind != "f":
         raise RuntimeError(f"linear: expected input, weight and bias of one floating dtype, got "
                            f"{input.dtype.name}, {weight.dtype.name}"
                            f"{'' if bias is None else ', ' + bias.dtype.name}")
@@ -145,7 +145,7 @@ def gelu(input, approximate="none"):
     """x * Phi(x): exact with erf ('none'), or the tanh approximation ('tanh'). One fused op."""
     if approximate not in ("none", "tanh"):
         raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
-    if input.data.dtype.kind != "f":
+    if input._array.dtype.kind != "f":
         _float_input("gelu", input)
     return apply(_GELU, (input,), {"approximate": approximate})
 
@@ -259,7 +259,7 @@ def softmax(input, dim=None, _stacklevel=3, dtype=None):
         input = input.to(dtype)
     if dim is None:
         dim = _softmax_dim("softmax", input.ndim, _stacklevel)
-    if input.data.dtype.kind != "f":
+    if input._array.dtype.kind != "f":
         _float_input("softmax", input)
     return apply(_SOFTMAX, (input,), {"dim": dim})
 
@@ -269,7 +269,7 @@ def log_softmax(input, dim=None, _stacklevel=3, dtype=None):
         input = input.to(dtype)
     if dim is None:
         dim = _softmax_dim("log_softmax", input.ndim, _stacklevel)
-    if input.data.dtype.kind != "f":
+    if input._array.dtype.kind != "f":
         _float_input("log_softmax", input)
     return apply(_LOG_SOFTMAX, (input,), {"dim": dim})
 
@@ -387,7 +387,7 @@ def dropout2d(input, p=0.5, training=True, inplace=False):
 def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False,
               sparse=False):
     """Rows of `weight` picked by the integer `input`; the padding_idx row gets no gradient."""
-    if input.data.dtype.kind not in "iu":
+    if input._array.dtype.kind not in "iu":
         raise TypeError(f"embedding: expected integer indices (Long or Int), got {input.dtype.name}")
     n = weight.shape[0]
     if padding_idx is not None:
@@ -398,8 +398,8 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
         raise NotImplementedError("embedding: scale_grad_by_freq and sparse gradients are not supported")
     if max_norm is not None:
         _embedding_renorm_(weight, input, max_norm, norm_type)
-    if input.data.size:
-        lo, hi = int(input.data.min()), int(input.data.max())
+    if input._array.size:
+        lo, hi = int(input._array.min()), int(input._array.max())
         if lo < 0 or hi >= n:
             raise IndexError(f"embedding: index {hi if hi >= n else lo} is out of range for "
                              f"{n} embeddings")
@@ -408,10 +408,10 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
 
 def _embedding_renorm_(weight, input, max_norm, norm_type):
     from ..autograd.grad_mode import no_grad
-    xp_rows = input.data.reshape(-1)
+    xp_rows = input._array.reshape(-1)
     rows = sorted(set(int(i) for i in (xp_rows.tolist() if hasattr(xp_rows, "tolist") else xp_rows)))
     with no_grad():
-        w = weight.data
+        w = weight._array
         for r in rows:
             norm = float((abs(w[r]) ** norm_type).sum() ** (1.0 / norm_type))
             if norm > max_norm:
@@ -444,7 +444,7 @@ defgrad("embedding_backward", _embedding_double_backward, None)
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     """Normalise over the last len(normalized_shape) dims (one fused op)."""
     ns = (int(normalized_shape),) if isinstance(normalized_shape, int) else tuple(int(s) for s in normalized_shape)
-    if input.data.dtype.kind != "f":
+    if input._array.dtype.kind != "f":
         _float_input("layer_norm", input)
     return apply(_LAYER_NORM, (input, weight, bias), {"normalized_shape": ns, "eps": float(eps)})
 
@@ -568,7 +568,7 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):
                            f"got {tuple(input.shape)}")
     if eps is None:
         import numpy as np
-        eps = float(np.finfo(input.data.dtype).eps)
+        eps = float(np.finfo(input._array.dtype).eps)
     axes = tuple(range(input.ndim - len(ns), input.ndim))
     y = input * ((input * input).mean(axes, keepdim=True) + eps).rsqrt()
     return y if weight is None else y * weight
@@ -580,7 +580,7 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
     and the running buffers are updated in place) or by the running statistics (eval)."""
     if input.ndim < 2:
         raise ValueError(f"batch_norm: expected an input of shape (N, C, *), got {tuple(input.shape)}")
-    if input.data.dtype.kind != "f":
+    if input._array.dtype.kind != "f":
         _float_input("batch_norm", input)
     channels = input.shape[1]
     for name, t in (("running_mean", running_mean), ("running_var", running_var), ("weight", weight),
@@ -690,11 +690,11 @@ def _broadcast_pair(a, b):
 
 def one_hot(tensor, num_classes=-1):
     """int64 one-hot encoding along a new last dimension."""
-    if tensor.data.dtype.kind not in "iu":
+    if tensor._array.dtype.kind not in "iu":
         raise RuntimeError("one_hot is only applicable to index tensor (an integer dtype)")
     if num_classes == -1:
-        num_classes = int(tensor.data.max()) + 1 if tensor.data.size else 0
-    if tensor.data.size and (int(tensor.data.min()) < 0 or int(tensor.data.max()) >= num_classes):
+        num_classes = int(tensor._array.max()) + 1 if tensor._array.size else 0
+    if tensor._array.size and (int(tensor._array.min()) < 0 or int(tensor._array.max()) >= num_classes):
         raise RuntimeError(f"one_hot: class values must be in [0, {num_classes})")
     return (tensor.unsqueeze(-1) == arange(num_classes, device=tensor.device)).long()
 
@@ -762,7 +762,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
             raise RuntimeError("scaled_dot_product_attention: pass either attn_mask or is_causal, not both")
         attn_mask = _causal_mask(L, S, query.device)
     if attn_mask is not None:
-        if attn_mask.data.dtype.kind == "b":
+        if attn_mask._array.dtype.kind == "b":
             scores = where(attn_mask, scores, float("-inf"))
         else:
             scores = scores + attn_mask
@@ -776,7 +776,7 @@ def _merge_masks(attn_mask, key_padding_mask, bsz, num_heads, L, S, dtype):
     """One additive float mask of shape (N, H, L, S) (or broadcastable), or None."""
     mask = None
     if attn_mask is not None:
-        if attn_mask.data.dtype.kind == "b":  # MHA's bool convention: True = not allowed
+        if attn_mask._array.dtype.kind == "b":  # MHA's bool convention: True = not allowed
             attn_mask = where(attn_mask, float("-inf"), 0.0).to(dtype)
         if attn_mask.ndim == 2:
             if tuple(attn_mask.shape) != (L, S):
@@ -795,7 +795,7 @@ def _merge_masks(attn_mask, key_padding_mask, bsz, num_heads, L, S, dtype):
             raise RuntimeError(f"expected key_padding_mask of shape {(bsz, S)}, but got "
                                f"{tuple(key_padding_mask.shape)}")
         kpm = key_padding_mask
-        if kpm.data.dtype.kind == "b":
+        if kpm._array.dtype.kind == "b":
             kpm = where(kpm, float("-inf"), 0.0).to(dtype)
         kpm = kpm.reshape(bsz, 1, 1, S)
         mask = kpm if mask is None else mask + kpm
@@ -888,7 +888,7 @@ def _index_target_shape(input):
 
 def _check_index_dtype(name, input, target):
     """Class indices are integers (PyTorch requires Long); a float target is refused, never rounded."""
-    if target.data.dtype.kind not in "iu":
+    if target._array.dtype.kind not in "iu":
         raise RuntimeError(f"{name}: expected class indices of an integer dtype as target (PyTorch: scalar "
                            f"type Long), but found {target.dtype.name} of shape {list(target.shape)}"
                            + (f"; a float target holds class probabilities only when it has the input's "
@@ -902,7 +902,7 @@ def _check_targets(name, input, target, ignore_index):
     if tuple(target.shape) != expected:
         raise ValueError(f"{name}: expected target of shape {expected} for input of shape {tuple(input.shape)}, "
                          f"got {tuple(target.shape)}")
-    t = target.data
+    t = target._array
     if t.size:
         bad = ((t < 0) | (t >= C)) & (t != ignore_index)
         if bool(bad.any()):
@@ -940,7 +940,7 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
     if not 0.0 <= label_smoothing <= 1.0:
         raise ValueError(f"cross_entropy: label_smoothing must be between 0.0 and 1.0, got {label_smoothing}")
     if tuple(target.shape) == tuple(input.shape):  # PyTorch's rule: the input's shape means probabilities
-        if target.data.dtype.kind != "f":
+        if target._array.dtype.kind != "f":
             raise RuntimeError(f"cross_entropy: Expected floating point type for target with class "
                                f"probabilities, got {target.dtype.name} (a target of the input's shape "
                                f"{list(input.shape)} holds class probabilities; class indices have shape "
@@ -950,9 +950,9 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
                                f"(class probabilities), got ignore_index={ignore_index}")
         return _cross_entropy_probs(input, target, weight, reduction, label_smoothing)
     _check_index_dtype("cross_entropy", input, target)
-    if input.data.dtype.kind != "f":
+    if input._array.dtype.kind != "f":
         _float_input("cross_entropy", input)
-    if weight is not None and weight.data.dtype is not input.data.dtype:
+    if weight is not None and weight._array.dtype is not input._array.dtype:
         weight = weight.to(input.dtype)
     return apply(_CROSS_ENTROPY, (input, target, weight),
                  {"ignore_index": int(ignore_index), "reduction": reduction,
@@ -1114,7 +1114,7 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
     if tuple(target.shape) != tuple(input.shape):
         raise ValueError(f"Using a target size ({tuple(target.shape)}) that is different to the input size "
                          f"({tuple(input.shape)}) is deprecated. Please ensure they have the same size.")
-    d = input.data
+    d = input._array
     if d.size and (bool((d < 0).any()) or bool((d > 1).any())):
         raise RuntimeError("all elements of input should be between 0 and 1")
     loss = -(target * log(input).clamp_min(-100.0) + (1 - target) * log(1 - input).clamp_min(-100.0))

@@ -67,10 +67,10 @@ def _tensor(op, name, t):
 
 
 def _check_dims(op, x, ndims):
-    nd = x.data.ndim
+    nd = x._array.ndim
     if nd not in ndims:
         kinds = " or ".join(f"{d}D ({'unbatched' if d == ndims[0] else 'batched'})" for d in ndims)
-        raise RuntimeError(f"{op}: expected {kinds} input, but got input of size: {list(x.data.shape)}")
+        raise RuntimeError(f"{op}: expected {kinds} input, but got input of size: {list(x._array.shape)}")
     return nd == ndims[0]
 
 
@@ -110,10 +110,10 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     unbatched = _check_dims("conv2d", input, (3, 4))
     stride = _positive("conv2d", "stride", _ntuple("stride", stride, 2))
     dilation = _positive("conv2d", "dilation", _ntuple("dilation", dilation, 2))
-    if weight.data.ndim != 4:
+    if weight._array.ndim != 4:
         raise RuntimeError(f"conv2d: expected a 4-d weight (C_out, C_in/groups, kH, kW), got "
-                           f"{list(weight.data.shape)}")
-    pads = _conv_padding("conv2d", padding, weight.data.shape[2:], stride, dilation, 2)
+                           f"{list(weight._array.shape)}")
+    pads = _conv_padding("conv2d", padding, weight._array.shape[2:], stride, dilation, 2)
     if unbatched:
         input = input.unsqueeze(0)
     out = apply(_CONV2D, (input, weight, _bias("conv2d", bias)),
@@ -127,12 +127,12 @@ def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     _tensor("conv1d", "input", input)
     _tensor("conv1d", "weight", weight)
     unbatched = _check_dims("conv1d", input, (2, 3))
-    if weight.data.ndim != 3:
-        raise RuntimeError(f"conv1d: expected a 3-d weight (C_out, C_in/groups, k), got {list(weight.data.shape)}")
+    if weight._array.ndim != 3:
+        raise RuntimeError(f"conv1d: expected a 3-d weight (C_out, C_in/groups, k), got {list(weight._array.shape)}")
     stride = _ntuple("stride", stride, 1)[0]
     dilation = _ntuple("dilation", dilation, 1)[0]
     if isinstance(padding, str):
-        pads = _conv_padding("conv1d", padding, weight.data.shape[2:], (stride,), (dilation,), 1)
+        pads = _conv_padding("conv1d", padding, weight._array.shape[2:], (stride,), (dilation,), 1)
     else:
         p = _ntuple("padding", padding, 1)[0]
         if p < 0:
@@ -175,9 +175,9 @@ def conv_transpose1d(input, weight, bias=None, stride=1, padding=0, output_paddi
     _tensor("conv_transpose1d", "input", input)
     _tensor("conv_transpose1d", "weight", weight)
     unbatched = _check_dims("conv_transpose1d", input, (2, 3))
-    if weight.data.ndim != 3:
+    if weight._array.ndim != 3:
         raise RuntimeError(f"conv_transpose1d: expected a 3-d weight (C_in, C_out/groups, k), got "
-                           f"{list(weight.data.shape)}")
+                           f"{list(weight._array.shape)}")
     x = input.unsqueeze(-2)
     if unbatched:
         x = x.unsqueeze(0)
@@ -205,7 +205,7 @@ def _conv_t_as_conv_padding(padding, output_padding, stride):
 
 
 def _conv2d_dx(g, w, x_shape, stride, padding, dilation, groups):
-    op = _output_padding(x_shape, g.data.shape, w.data.shape[2:], stride, padding, dilation)
+    op = _output_padding(x_shape, g._array.shape, w._array.shape[2:], stride, padding, dilation)
     return apply(_CONV_T2D, (g, w, 0), {"stride": stride, "padding": padding, "output_padding": op,
                                         "dilation": dilation, "groups": groups})
 
@@ -231,7 +231,7 @@ def _conv_t_dw(g, x, w_shape, stride, padding, output_padding, dilation, groups)
 
 
 def _conv_w_dx(g, gy, x_shape, kernel_size, stride, padding, dilation, groups):
-    op = _output_padding(x_shape, gy.data.shape, kernel_size, stride, padding, dilation)
+    op = _output_padding(x_shape, gy._array.shape, kernel_size, stride, padding, dilation)
     return apply(_CONV_T2D, (gy, g, 0), {"stride": stride, "padding": padding, "output_padding": op,
                                          "dilation": dilation, "groups": groups})
 
@@ -325,7 +325,7 @@ def adaptive_avg_pool2d(input, output_size):
     (int, pair, None entries keep the input size)."""
     _tensor("adaptive_avg_pool2d", "input", input)
     unbatched = _check_dims("adaptive_avg_pool2d", input, (3, 4))
-    size = _adaptive_size(output_size, input.data.shape[-2:], 2)
+    size = _adaptive_size(output_size, input._array.shape[-2:], 2)
     if unbatched:
         input = input.unsqueeze(0)
     out = apply(_ADAPTIVE, (input,), {"output_size": size})
@@ -335,7 +335,7 @@ def adaptive_avg_pool2d(input, output_size):
 def adaptive_avg_pool1d(input, output_size):
     _tensor("adaptive_avg_pool1d", "input", input)
     _check_dims("adaptive_avg_pool1d", input, (2, 3))
-    size = _adaptive_size(output_size, input.data.shape[-1:], 1)
+    size = _adaptive_size(output_size, input._array.shape[-1:], 1)
     return adaptive_avg_pool2d(input.unsqueeze(-2), (1, size[0])).squeeze(-2)
 
 
@@ -359,12 +359,12 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
                          "linear | bilinear | bicubic | trilinear")
     if antialias:
         raise ValueError("interpolate: anti-alias option is only supported for bilinear and bicubic modes")
-    nd = input.data.ndim
+    nd = input._array.ndim
     if nd not in (3, 4):
         raise NotImplementedError(f"interpolate: expected a 3-d (N, C, L) or 4-d (N, C, H, W) input for mode "
-                                  f"{mode!r}, got input of size {list(input.data.shape)}")
+                                  f"{mode!r}, got input of size {list(input._array.shape)}")
     n = nd - 2
-    in_size = tuple(input.data.shape[2:])
+    in_size = tuple(input._array.shape[2:])
     if (size is None) == (scale_factor is None):
         raise ValueError("only one of size or scale_factor should be defined" if size is not None
                          else "either size or scale_factor should be defined")

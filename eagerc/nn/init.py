@@ -77,7 +77,7 @@ def trunc_normal_(tensor, mean=0.0, std=1.0, a=-2.0, b=2.0, generator=None):
                       "The distribution of values may be incorrect.", stacklevel=2)
 
     def draw(n):
-        return (_api.randn(n, dtype=tensor.dtype, device=tensor.device, generator=generator) * std + mean).data
+        return (_api.randn(n, dtype=tensor.dtype, device=tensor.device, generator=generator) * std + mean)._array
 
     with no_grad():
         vals = draw(tensor.numel())
@@ -89,7 +89,7 @@ def trunc_normal_(tensor, mean=0.0, std=1.0, a=-2.0, b=2.0, generator=None):
             todo = todo[(vals[todo] < a) | (vals[todo] > b)]
         else:
             vals = vals.clip(a, b)
-        tensor.data[...] = vals.reshape(tensor.data.shape)
+        tensor._array[...] = vals.reshape(tensor._array.shape)
         bump_version(tensor, "trunc_normal_")
     return tensor
 
@@ -126,7 +126,7 @@ def dirac_(tensor, groups=1):
         raise ValueError("dim 0 must be divisible by groups")
     out_per_group = sizes[0] // groups
     min_dim = min(out_per_group, sizes[1])
-    w = np.zeros(tuple(sizes), dtype=tensor.data.dtype)
+    w = np.zeros(tuple(sizes), dtype=tensor._array.dtype)
     for g in range(groups):
         for i in range(min_dim):
             w[(g * out_per_group + i, i) + tuple(s // 2 for s in sizes[2:])] = 1
@@ -202,8 +202,8 @@ def sparse_(tensor, sparsity, std=0.01, generator=None):
     with no_grad():
         tensor.normal_(0, std, generator=generator)
         for c in range(cols):
-            idx = _api.randperm(rows, generator=generator).data[:num_zeros]
-            tensor.data[idx, c] = 0
+            idx = _api.randperm(rows, generator=generator)._array[:num_zeros]
+            tensor._array[idx, c] = 0
     return tensor
 
 

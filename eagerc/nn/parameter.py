@@ -17,10 +17,10 @@ class Parameter(Tensor):
             data = _api.empty(0)
         elif not isinstance(data, Tensor):
             raise TypeError(f"Parameter: expected a Tensor, got {type(data).__name__}")
-        if requires_grad and data.data.dtype.kind != "f":
+        if requires_grad and data._array.dtype.kind != "f":
             raise RuntimeError(f"Only Tensors of floating point dtype can require gradients, got {data.dtype}")
         p = Tensor.__new__(cls)
-        p.data = data.data
+        p._array = data._array
         p.requires_grad = bool(requires_grad)
         p.grad = None
         p.grad_fn = None
@@ -54,7 +54,7 @@ class Buffer(Tensor):
         if data is None:
             data = _api.empty(0)
         b = Tensor.__new__(cls)
-        b.data = data.data
+        b._array = data._array
         b.requires_grad = data.requires_grad
         b.grad = None
         b.grad_fn = None

@@ -78,7 +78,7 @@ def to_array(data, dtype=None, device=None, copy=True):
     dtype = dtypes.as_dtype(dtype)
     dev = as_device(device) if device is not None else None
     if isinstance(data, Tensor):
-        arr = data.data
+        arr = data._array
     elif isinstance(data, np.ndarray) or hasattr(data, "__cuda_array_interface__"):
         arr = data
     else:
@@ -210,12 +210,12 @@ def empty(*size, dtype=None, device=None, requires_grad=False):
 
 
 def zeros_like(x, *, dtype=None, device=None, requires_grad=False):
-    return zeros(tuple(x.data.shape), dtype=dtype or x.dtype, device=device or x.device,
+    return zeros(tuple(x._array.shape), dtype=dtype or x.dtype, device=device or x.device,
                  requires_grad=requires_grad)
 
 
 def ones_like(x, *, dtype=None, device=None, requires_grad=False):
-    return ones(tuple(x.data.shape), dtype=dtype or x.dtype, device=device or x.device,
+    return ones(tuple(x._array.shape), dtype=dtype or x.dtype, device=device or x.device,
                 requires_grad=requires_grad)
 
 
@@ -224,22 +224,22 @@ def empty_like(x, *, dtype=None, device=None, requires_grad=False):
 
 
 def full_like(x, fill_value, *, dtype=None, device=None, requires_grad=False):
-    return full(tuple(x.data.shape), fill_value, dtype=dtype or x.dtype, device=device or x.device,
+    return full(tuple(x._array.shape), fill_value, dtype=dtype or x.dtype, device=device or x.device,
                 requires_grad=requires_grad)
 
 
 def rand_like(x, *, dtype=None, device=None, generator=None):
-    return rand(tuple(x.data.shape), dtype=dtype or x.dtype, device=device or x.device, generator=generator)
+    return rand(tuple(x._array.shape), dtype=dtype or x.dtype, device=device or x.device, generator=generator)
 
 
 def randn_like(x, *, dtype=None, device=None, generator=None):
-    return randn(tuple(x.data.shape), dtype=dtype or x.dtype, device=device or x.device, generator=generator)
+    return randn(tuple(x._array.shape), dtype=dtype or x.dtype, device=device or x.device, generator=generator)
 
 
 def randint_like(x, low=0, high=None, *, dtype=None, device=None, generator=None):
     if high is None:
         low, high = 0, low
-    return randint(low, high, tuple(x.data.shape), dtype=dtype or x.dtype, device=device or x.device,
+    return randint(low, high, tuple(x._array.shape), dtype=dtype or x.dtype, device=device or x.device,
                    generator=generator)
 
 

@@ -30,7 +30,7 @@ def result_dtype(*xs):
     dims, zero, scalars = [], [], []
     for x in xs:
         if isinstance(x, Tensor):
-            (dims if x.data.ndim else zero).append(dtypes.from_np(x.data.dtype))
+            (dims if x._array.ndim else zero).append(dtypes.from_np(x._array.dtype))
         elif x is not None:
             scalars.append(x)
     return dtypes.result_type(dims, zero, scalars)
@@ -39,7 +39,7 @@ def result_dtype(*xs):
 def cast(x, dtype):
     """x converted to `dtype` (a no-op when it already is)."""
     dtype = dtypes.as_dtype(dtype)
-    if x.data.dtype == dtype.np:
+    if x._array.dtype == dtype.np:
         return x
     return apply(_CAST, (x,), {"dtype": dtype.name})
 
@@ -49,7 +49,7 @@ def _promote(args, floating=False):
     d = result_dtype(*args)
     if floating and not d.is_floating_point:
         d = dtypes.get_default_dtype()
-    return tuple(cast(a, d) if isinstance(a, Tensor) and a.data.dtype != d.np else
+    return tuple(cast(a, d) if isinstance(a, Tensor) and a._array.dtype != d.np else
                  (float(a) if floating and isinstance(a, bool) else a) for a in args)
 
 
@@ -66,7 +66,7 @@ def _check_operand(name, x):
 
 def binary(op, a, b):
     """Apply a same-dtype binary op with promotion; the fast path is two tensors of one dtype."""
-    if isinstance(b, Tensor) and isinstance(a, Tensor) and a.data.dtype is b.data.dtype:
+    if isinstance(b, Tensor) and isinstance(a, Tensor) and a._array.dtype is b._array.dtype:
         return apply(op, (a, b))
     a = _check_operand(op.name, a)
     b = _check_operand(op.name, b)
@@ -74,20 +74,20 @@ def binary(op, a, b):
 
 
 def _float_binary(op, a, b):
-    if isinstance(b, Tensor) and isinstance(a, Tensor) and a.data.dtype is b.data.dtype \
-            and a.data.dtype.kind == "f":
+    if isinstance(b, Tensor) and isinstance(a, Tensor) and a._array.dtype is b._array.dtype \
+            and a._array.dtype.kind == "f":
         return apply(op, (a, b))
     return apply(op, _promote((_check_operand(op.name, a), _check_operand(op.name, b)), floating=True))
 
 
 def _compare(op, a, b):
-    if isinstance(a, Tensor) and isinstance(b, Tensor) and a.data.dtype is not b.data.dtype:
+    if isinstance(a, Tensor) and isinstance(b, Tensor) and a._array.dtype is not b._array.dtype:
         a, b = _promote((a, b))
     return apply(op, (_check_operand(op.name, a), _check_operand(op.name, b)))
 
 
 def _unary_float(op, x):
-    if x.data.dtype.kind != "f":
+    if x._array.dtype.kind != "f":
         x = cast(x, dtypes.get_default_dtype())
     return apply(op, (x,))
 
@@ -154,8 +154,8 @@ def where(condition, input=None, other=None):
         return nonzero(condition, as_tuple=True)
     if not isinstance(condition, Tensor):
         condition = _tensor(condition)
-    if condition.data.dtype.kind != "b":  # PyTorch: bool, or uint8 with a deprecation warning; never a cast
-        if condition.data.dtype != _np.uint8:
+    if condition._array.dtype.kind != "b":  # PyTorch: bool, or uint8 with a deprecation warning; never a cast
+        if condition._array.dtype != _np.uint8:
             raise RuntimeError(f"where expected condition to be a boolean tensor, but got a tensor with dtype "
                                f"{condition.dtype.name} (compare it first, e.g. `x > 0`, or cast with .bool())")
         warnings.warn("where received a uint8 condition tensor. This behavior is deprecated (as in PyTorch); "
@@ -181,7 +181,7 @@ def clamp(input, min=None, max=None):
     if min is None and max is None:
         raise RuntimeError("clamp: at least one of 'min' or 'max' must not be None")
     x = input
-    if any(v is not None and not isinstance(v, int) for v in (min, max)) and x.data.dtype.kind != "f":
+    if any(v is not None and not isinstance(v, int) for v in (min, max)) and x._array.dtype.kind != "f":
         x = cast(x, dtypes.get_default_dtype())
     return apply(OPS["clamp"], (x,), {"min": min, "max": max})
 
@@ -240,7 +240,7 @@ def _rounding_identity(name):
     f = globals()[name]
 
     def g(input):
-        if input.data.dtype.kind in "iub":
+        if input._array.dtype.kind in "iub":
             return input.clone()
         return f(input)
     g.__name__ = name
@@ -340,7 +340,7 @@ _ADD, _SUB, _MUL, _DIV = OPS["add"], OPS["sub"], OPS["mul"], OPS["div"]
 def _fast(op, fallback):
     """Operator fast path: two tensors of one dtype go straight to apply."""
     def method(self, other):
-        if isinstance(other, Tensor) and other.data.dtype is self.data.dtype:
+        if isinstance(other, Tensor) and other._array.dtype is self._array.dtype:
             return apply(op, (self, other))
         return fallback(self, other)
     return method
@@ -363,7 +363,7 @@ Tensor.__rpow__ = _rev(pow)
 Tensor.__neg__ = neg  # noqa: F821
 Tensor.__pos__ = lambda self: self
 Tensor.__abs__ = abs  # noqa: F821
-Tensor.__invert__ = lambda self: logical_not(self) if self.data.dtype.kind == "b" else bitwise_not(self)  # noqa
+Tensor.__invert__ = lambda self: logical_not(self) if self._array.dtype.kind == "b" else bitwise_not(self)  # noqa
 Tensor.__and__ = lambda self, o: logical_and(self, o) if _is_bool(self, o) else bitwise_and(self, o)  # noqa
 Tensor.__or__ = lambda self, o: logical_or(self, o) if _is_bool(self, o) else bitwise_or(self, o)  # noqa
 Tensor.__xor__ = lambda self, o: logical_xor(self, o) if _is_bool(self, o) else bitwise_xor(self, o)  # noqa
@@ -378,8 +378,8 @@ Tensor.__hash__ = object.__hash__  # by identity, in C (tensors key optimizer st
 
 
 def _is_bool(a, b):
-    bd = b.data.dtype.kind == "b" if isinstance(b, Tensor) else isinstance(b, bool)
-    return a.data.dtype.kind == "b" and bd
+    bd = b._array.dtype.kind == "b" if isinstance(b, Tensor) else isinstance(b, bool)
+    return a._array.dtype.kind == "b" and bd
 
 
 _METHODS = {

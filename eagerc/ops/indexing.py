@@ -83,9 +83,9 @@ def count_true(t):
     is computed with Tensor ops, so the tracer sees a tensor turned into a Python value
     (a guard or a graph break) instead of a silently baked-in constant."""
     if dispatch.active_tracer() is None:
-        d = t.data
+        d = t._array
         return int(np.count_nonzero(d) if type(d) is np.ndarray else xp_of(d).count_nonzero(d))
-    m = t if t.data.dtype.kind == "b" else t != 0
+    m = t if t._array.dtype.kind == "b" else t != 0
     return int(m.sum().item())
 
 
@@ -101,20 +101,20 @@ def _index_tensor(k, device):
 
 
 def _tensor_item(t, x, items, tensors):
-    kind = t.data.dtype.kind
-    if kind == "u" and t.data.dtype.itemsize == 1:
+    kind = t._array.dtype.kind
+    if kind == "u" and t._array.dtype.itemsize == 1:
         warnings.warn("indexing with dtype uint8 is deprecated (as in PyTorch); it is read as a bool mask: "
                       "use a bool tensor instead", UserWarning, stacklevel=4)
         t = cast(t, dtypes.bool)
         kind = "b"
     if kind not in "iub":
         raise IndexError(f"tensors used as indices must be long, int, byte or bool tensors, got a tensor "
-                         f"of dtype {t.dtype.name} and shape {fmt_shape(t.data.shape)}")
-    if kind in "iu" and t.data.ndim == 0:
+                         f"of dtype {t.dtype.name} and shape {fmt_shape(t._array.shape)}")
+    if kind in "iu" and t._array.ndim == 0:
         # PyTorch reads a 0-d integer tensor as an int: x[t] is a view, like x[int(t)]
         items.append(("int", int(t.item())))
         return
-    if t.data.__class__ is not x.data.__class__:
+    if t._array.__class__ is not x._array.__class__:
         t = t.to(x.device)
     if kind == "b":
         items.append(("mask", len(tensors), count_true(t)))
@@ -186,9 +186,9 @@ def _put(x, values, tensors, items, accumulate):
 def _value_for(x, value, op):
     """`value` as something to write into x: a Tensor of x's dtype and device, or a Python number."""
     if isinstance(value, Tensor):
-        if value.data.dtype != x.data.dtype:
+        if value._array.dtype != x._array.dtype:
             value = cast(value, x.dtype)
-        if value.data.__class__ is not x.data.__class__:
+        if value._array.__class__ is not x._array.__class__:
             value = value.to(x.device)
         return value
     if isinstance(value, (bool, int, float)):
@@ -207,9 +207,9 @@ def _write(x, items, tensors, value, accumulate, op):
             or dispatch.active_tracer() is not None:
         return commit(x, _put(x, value, tensors, items, accumulate), op)
     # nothing to record: write straight into x's memory
-    data = x.data
-    v = value.data if isinstance(value, Tensor) else value
-    idx = [t.data for t in tensors]
+    data = x._array
+    v = value._array if isinstance(value, Tensor) else value
+    idx = [t._array for t in tensors]
     try:
         put_into(np if type(data) is np.ndarray else xp_of(data), data, v, idx, items, accumulate)
     except IndexBoundsError:
@@ -231,16 +231,16 @@ def __setitem__(self, key, value):
 def _check_index(op, index, x):
     if not isinstance(index, Tensor):
         raise TypeError(f"{op}: index must be a Tensor, got {type(index).__name__}")
-    if index.data.dtype.kind not in "iu":
+    if index._array.dtype.kind not in "iu":
         raise TypeError(f"{op}: expected an integer (int64) index tensor, got dtype {index.dtype.name}")
-    if index.data.__class__ is not x.data.__class__:
+    if index._array.__class__ is not x._array.__class__:
         index = index.to(x.device)
     return index
 
 
 def _same_dtype(op, src, x):
     if isinstance(src, Tensor):
-        if src.data.dtype != x.data.dtype:
+        if src._array.dtype != x._array.dtype:
             src = cast(src, x.dtype)
         return src
     if isinstance(src, (bool, int, float)):
@@ -251,16 +251,16 @@ def _same_dtype(op, src, x):
 
 
 def _vec(index):
-    return index.reshape(1) if index.data.ndim == 0 else index
+    return index.reshape(1) if index._array.ndim == 0 else index
 
 
 def index_select(input, dim, index):
     """The entries of `input` at positions `index` (a vector) along `dim`."""
     index = _vec(_check_index("index_select", index, input))
-    if input.data.ndim == 0:
+    if input._array.ndim == 0:
         normalize_dim("index_select", dim, 1)
         return apply(_INDEX_SELECT, (input.reshape(1), index), {"dim": 0}).reshape(())
-    return apply(_INDEX_SELECT, (input, index), {"dim": normalize_dim("index_select", dim, input.data.ndim)})
+    return apply(_INDEX_SELECT, (input, index), {"dim": normalize_dim("index_select", dim, input._array.ndim)})
 
 
 def index_add(input, dim, index, source, *, alpha=1):
@@ -271,10 +271,10 @@ def index_add(input, dim, index, source, *, alpha=1):
         raise TypeError(f"index_add: source must be a Tensor, got {type(source).__name__}")
     if alpha != 1:
         source = source * alpha
-    if input.data.ndim == 0:
+    if input._array.ndim == 0:
         normalize_dim("index_add", dim, 1)
         return apply(_INDEX_ADD, (input.reshape(1), index, source.reshape(1)), {"dim": 0}).reshape(())
-    return apply(_INDEX_ADD, (input, index, source), {"dim": normalize_dim("index_add", dim, input.data.ndim)})
+    return apply(_INDEX_ADD, (input, index, source), {"dim": normalize_dim("index_add", dim, input._array.ndim)})
 
 
 def _dim_items(dim, ndim):
@@ -285,9 +285,9 @@ def index_fill(input, dim, index, value):
     """input with the positions `index` along `dim` set to `value` (a number or 0-d tensor)."""
     index = _vec(_check_index("index_fill", index, input))
     value = _fill_value("index_fill", input, value)
-    x = input.reshape(1) if input.data.ndim == 0 else input
-    out = _put(x, value, [index], _dim_items(dim, input.data.ndim), False)
-    return out.reshape(()) if input.data.ndim == 0 else out
+    x = input.reshape(1) if input._array.ndim == 0 else input
+    out = _put(x, value, [index], _dim_items(dim, input._array.ndim), False)
+    return out.reshape(()) if input._array.ndim == 0 else out
 
 
 def _put_items(op, x, indices):
@@ -301,9 +301,9 @@ def _put_items(op, x, indices):
             continue
         if not isinstance(i, Tensor):
             i = _index_tensor(i, x.device)
-        if i.data.ndim == 0 and i.data.dtype.kind in "iu":  # stays an index tensor, not an int
+        if i._array.ndim == 0 and i._array.dtype.kind in "iu":  # stays an index tensor, not an int
             items.append(("tensor", len(tensors)))
-            tensors.append(i if i.data.__class__ is x.data.__class__ else i.to(x.device))
+            tensors.append(i if i._array.__class__ is x._array.__class__ else i.to(x.device))
             continue
         _tensor_item(i, x, items, tensors)
     return tuple(items), tensors
@@ -324,15 +324,15 @@ def _dimwise(op, name, input, dim, index, src=None):
     index = _check_index(name, index, input)
     if src is not None:
         src = _same_dtype(name, src, input)
-    if input.data.ndim == 0:  # the kernels take 1-d and up: a 0-d tensor acts as shape (1,)
+    if input._array.ndim == 0:  # the kernels take 1-d and up: a 0-d tensor acts as shape (1,)
         normalize_dim(name, dim, 1)
         args = (input.reshape(1), index.reshape(-1))
         if src is not None:
             args += (src.reshape(-1) if isinstance(src, Tensor) else src,)
         out = apply(op, args, {"dim": 0})
-        return out.reshape(tuple(index.data.shape) if op is _GATHER else ())
+        return out.reshape(tuple(index._array.shape) if op is _GATHER else ())
     args = (input, index) if src is None else (input, index, src)
-    return apply(op, args, {"dim": normalize_dim(name, dim, input.data.ndim)})
+    return apply(op, args, {"dim": normalize_dim(name, dim, input._array.ndim)})
 
 
 def gather(input, dim, index, *, sparse_grad=False):
@@ -365,22 +365,22 @@ def scatter_add(input, dim, index, src):
 def _check_mask(op, mask):
     if not isinstance(mask, Tensor):
         raise TypeError(f"{op}: mask must be a bool Tensor, got {type(mask).__name__}")
-    if mask.data.dtype.kind != "b":
+    if mask._array.dtype.kind != "b":
         raise RuntimeError(f"{op}: expected a bool mask, got a mask of dtype {mask.dtype.name}")
 
 
 def _fill_value(op, input, value):
     """A fill value for `input`: a 0-d tensor of its dtype, or a Python number of its kind."""
     if isinstance(value, Tensor):
-        if value.data.ndim != 0:
+        if value._array.ndim != 0:
             raise RuntimeError(f"{op}: only supports a 0-dimensional value tensor, but got a tensor of "
-                               f"shape {fmt_shape(value.data.shape)}")
+                               f"shape {fmt_shape(value._array.shape)}")
         return _value_for(input, value, op)
     if isinstance(value, (np.number, np.bool_)):
         value = value.item()
     if not isinstance(value, (bool, int, float)):
         raise TypeError(f"{op}: value must be a number or a 0-d Tensor, got {type(value).__name__}")
-    kind = input.data.dtype.kind
+    kind = input._array.dtype.kind
     return bool(value) if kind == "b" else int(value) if kind in "iu" else float(value)
 
 
@@ -392,9 +392,9 @@ def masked_fill(input, mask, value):
 
 def _broadcast_pair(op, a, b):
     try:
-        shape = np.broadcast_shapes(a.data.shape, b.data.shape)
+        shape = np.broadcast_shapes(a._array.shape, b._array.shape)
     except ValueError:
-        raise RuntimeError(f"{op}: shapes {fmt_shape(a.data.shape)} and {fmt_shape(b.data.shape)} are not "
+        raise RuntimeError(f"{op}: shapes {fmt_shape(a._array.shape)} and {fmt_shape(b._array.shape)} are not "
                            "broadcastable") from None
     return a.expand(shape), b.expand(shape)
 
@@ -403,7 +403,7 @@ def masked_select(input, mask):
     """The entries of input where mask is True, as a 1-d tensor (the two broadcast)."""
     _check_mask("masked_select", mask)
     x, m = _broadcast_pair("masked_select", input, mask)
-    if m.data.__class__ is not x.data.__class__:
+    if m._array.__class__ is not x._array.__class__:
         m = m.to(x.device)
     return _drop_saved(apply(_INDEX, (x, m), {"index": (("mask", 0, count_true(m)),)}), 1)
 
@@ -419,21 +419,21 @@ def take_along_dim(input, indices, dim=None):
     indices = _check_index("take_along_dim", indices, input)
     if dim is None:
         return gather(input.reshape(-1), 0, indices.reshape(-1))
-    nd = input.data.ndim
-    if indices.data.ndim != nd:
+    nd = input._array.ndim
+    if indices._array.ndim != nd:
         raise RuntimeError(f"take_along_dim: input and indices should have the same number of dimensions, "
-                           f"but got {nd} dimensions for input, and {indices.data.ndim} for indices")
+                           f"but got {nd} dimensions for input, and {indices._array.ndim} for indices")
     d = normalize_dim("take_along_dim", dim, max(nd, 1))
     if nd:
-        xs, ix = list(input.data.shape), list(indices.data.shape)
+        xs, ix = list(input._array.shape), list(indices._array.shape)
         xs[d] = ix[d] = 1
         try:
             b = list(np.broadcast_shapes(tuple(xs), tuple(ix)))
         except ValueError:
-            raise RuntimeError(f"take_along_dim: input {fmt_shape(input.data.shape)} and indices "
-                               f"{fmt_shape(indices.data.shape)} do not broadcast outside dimension {d}") from None
+            raise RuntimeError(f"take_along_dim: input {fmt_shape(input._array.shape)} and indices "
+                               f"{fmt_shape(indices._array.shape)} do not broadcast outside dimension {d}") from None
         xs, ix = list(b), list(b)
-        xs[d], ix[d] = input.data.shape[d], indices.data.shape[d]
+        xs[d], ix[d] = input._array.shape[d], indices._array.shape[d]
         input, indices = input.expand(tuple(xs)), indices.expand(tuple(ix))
     return gather(input, d, indices)
 
@@ -443,9 +443,9 @@ def nonzero(input, *, as_tuple=False):
     out = apply(_NONZERO, (input,), {"count": count_true(input)})
     if not as_tuple:
         return out
-    if input.data.ndim == 0:
-        return (creation.zeros(out.data.shape[0], dtype=dtypes.int64, device=input.device),)
-    return tuple(apply(_GETITEM, (out,), {"index": (_FULL, ("int", i))}) for i in range(input.data.ndim))
+    if input._array.ndim == 0:
+        return (creation.zeros(out._array.shape[0], dtype=dtypes.int64, device=input.device),)
+    return tuple(apply(_GETITEM, (out,), {"index": (_FULL, ("int", i))}) for i in range(input._array.ndim))
 
 
 def argwhere(input):
@@ -462,8 +462,8 @@ def _fit_value(gv, vshape):
     """Sum g[index] to the shape of the values written there (they broadcast, and may carry
     extra leading 1s)."""
     vshape = tuple(vshape)
-    if len(vshape) > gv.data.ndim:
-        gv = gv.reshape((1,) * (len(vshape) - gv.data.ndim) + tuple(gv.data.shape))
+    if len(vshape) > gv._array.ndim:
+        gv = gv.reshape((1,) * (len(vshape) - gv._array.ndim) + tuple(gv._array.shape))
     return sum_to(gv, vshape)
 
 
@@ -497,8 +497,8 @@ def _index_put_grad(node, g):
 def _src_grad(g, index, src_shape, dim):
     """d/d src of scatter/scatter_add: g at the positions written, zero where index does not reach."""
     gs = apply(_GATHER, (g, index), {"dim": dim})
-    if tuple(index.data.shape) != tuple(src_shape):
-        items = tuple(("slice", 0, n, None) for n in index.data.shape)
+    if tuple(index._array.shape) != tuple(src_shape):
+        items = tuple(("slice", 0, n, None) for n in index._array.shape)
         gs = _put(_zeros(src_shape, g), gs, [], items, False)
     return gs
 
@@ -533,21 +533,21 @@ def _inplace(fn, name):
 def _index_fill_(self, dim, index, value):
     index = _vec(_check_index("index_fill_", index, self))
     value = _fill_value("index_fill_", self, value)
-    if self.data.ndim == 0:
+    if self._array.ndim == 0:
         return _inplace(index_fill, "index_fill_")(self, dim, index, value)
-    return _write(self, _dim_items(dim, self.data.ndim), [index], value, False, "index_fill_")
+    return _write(self, _dim_items(dim, self._array.ndim), [index], value, False, "index_fill_")
 
 
 def _masked_fill_(self, mask, value):
     _check_mask("masked_fill_", mask)
-    if mask.data.shape != self.data.shape:
+    if mask._array.shape != self._array.shape:
         try:
-            mask = mask.expand(tuple(self.data.shape))
+            mask = mask.expand(tuple(self._array.shape))
         except RuntimeError:
-            raise RuntimeError(f"masked_fill_: mask of shape {fmt_shape(mask.data.shape)} does not broadcast "
-                               f"to the tensor's shape {fmt_shape(self.data.shape)}") from None
+            raise RuntimeError(f"masked_fill_: mask of shape {fmt_shape(mask._array.shape)} does not broadcast "
+                               f"to the tensor's shape {fmt_shape(self._array.shape)}") from None
     value = _fill_value("masked_fill_", self, value)
-    if mask.data.__class__ is not self.data.__class__:
+    if mask._array.__class__ is not self._array.__class__:
         mask = mask.to(self.device)
     return _write(self, (("mask", 0, count_true(mask)),), [mask], value, False, "masked_fill_")
 

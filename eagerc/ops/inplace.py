@@ -15,7 +15,7 @@ __all__ = ["commit", "check_inplace", "bump_version", "drop_history"]
 
 
 def bump_version(t, opname):
-    """Record a raw in-place write (the caller already changed t.data)."""
+    """Record a raw in-place write (the caller already changed t._array)."""
     _bump(t, opname)
     tracer = dispatch.active_tracer()
     if tracer is not None:  # a write the tracer cannot see as an op
@@ -42,8 +42,8 @@ def check_inplace(t, opname):
 
 def commit(t, result, opname):
     """Make `t` hold `result` (a Tensor computed out of place); returns t."""
-    data = t.data
-    rd = result.data
+    data = t._array
+    rd = result._array
     if rd.dtype != data.dtype:
         if data.dtype.kind in "iub" and rd.dtype.kind == "f" or data.dtype.kind == "b" and rd.dtype.kind != "b":
             raise RuntimeError(f"{opname}: result type {rd.dtype} can't be cast to the desired output "
@@ -70,7 +70,7 @@ def commit(t, result, opname):
     if tracer is not None:
         tracer.mutate(t, result)
     if result.grad_fn is not None:
-        # the node keeps its own copy of any output it saved (result.data), so later
+        # the node keeps its own copy of any output it saved (result._array), so later
         # in-place ops on t cannot corrupt it
         t.grad_fn = result.grad_fn
         t._requires_grad = True
@@ -95,7 +95,7 @@ def _snapshot_saved_self(node, t):
     for i, s in enumerate(saved):
         if s is t:
             old = Tensor.__new__(Tensor)
-            old.data = t.data.copy()
+            old._array = t._array.copy()
             old._requires_grad = t._requires_grad
             old._grad = None
             old.grad_fn = t.grad_fn

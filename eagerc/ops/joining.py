@@ -29,7 +29,7 @@ def _tensors(op, tensors):
     """The inputs as a tuple of Tensors of one (promoted) dtype."""
     if isinstance(tensors, Tensor):
         raise TypeError(f"{op}: expected a sequence of Tensors, got a single Tensor of shape "
-                        f"{fmt_shape(tensors.data.shape)} (wrap it in a list)")
+                        f"{fmt_shape(tensors._array.shape)} (wrap it in a list)")
     ts = tuple(tensors)
     if not ts:
         raise RuntimeError(f"{op}: expected a non-empty list of Tensors")
@@ -39,11 +39,11 @@ def _tensors(op, tensors):
         if not isinstance(t, Tensor):
             raise TypeError(f"{op}: expected Tensor as element {i} of the list, but got {type(t).__name__}")
         if dt is None:
-            dt = t.data.dtype
-        elif t.data.dtype != dt:
+            dt = t._array.dtype
+        elif t._array.dtype != dt:
             mixed = True
     if mixed:
-        d = dtypes.result_type([dtypes.from_np(t.data.dtype) for t in ts], [], [])
+        d = dtypes.result_type([dtypes.from_np(t._array.dtype) for t in ts], [], [])
         ts = tuple(cast(t, d) for t in ts)
     return ts
 
@@ -54,17 +54,17 @@ def cat(tensors, dim=0):
     As in PyTorch, 1-d empty tensors (shape (0,)) are skipped when the others have
     another number of dimensions."""
     ts = _tensors("cat", tensors)
-    nd = ts[0].data.ndim
-    if nd == 1 and len(ts) > 1 and ts[0].data.shape == (0,):
+    nd = ts[0]._array.ndim
+    if nd == 1 and len(ts) > 1 and ts[0]._array.shape == (0,):
         for t in ts:
-            if t.data.shape != (0,):
-                nd = t.data.ndim
+            if t._array.shape != (0,):
+                nd = t._array.ndim
                 break
     if nd != 1:
-        kept = tuple([t for t in ts if t.data.shape != (0,)])
+        kept = tuple([t for t in ts if t._array.shape != (0,)])
         if kept and len(kept) != len(ts):
             ts = kept
-    nd = ts[0].data.ndim
+    nd = ts[0]._array.ndim
     d = _wrap("cat", dim, nd) if nd else int(dim)
     return apply(_CAT, ts, {"dim": d})
 
@@ -75,11 +75,11 @@ concat = concatenate = cat
 def stack(tensors, dim=0):
     """Join same-shape tensors along a new dimension `dim`."""
     ts = _tensors("stack", tensors)
-    return apply(_STACK, ts, {"dim": _wrap("stack", dim, ts[0].data.ndim + 1)})
+    return apply(_STACK, ts, {"dim": _wrap("stack", dim, ts[0]._array.ndim + 1)})
 
 
 def _atleast(x, nd, place):
-    shape = x.data.shape
+    shape = x._array.shape
     if len(shape) >= nd:
         return x
     return apply(_RESHAPE, (x,), {"shape": place(shape)})
@@ -120,7 +120,7 @@ def atleast_3d(*tensors):
 
 def hstack(tensors):
     ts = tuple(_atleast(t, 1, _shape_1d) for t in _tensors("hstack", tensors))
-    return cat(ts, 0 if ts[0].data.ndim == 1 else 1)
+    return cat(ts, 0 if ts[0]._array.ndim == 1 else 1)
 
 
 def vstack(tensors):
@@ -139,7 +139,7 @@ def _pieces(x, d, bounds):
 
 
 def _split_dim(op, x, dim):
-    shape = x.data.shape
+    shape = x._array.shape
     if not shape:
         raise RuntimeError(f"{op}: expects at least a 1-dimensional tensor, got a 0-d tensor")
     d = _wrap(op, dim, len(shape))
@@ -156,14 +156,14 @@ def split(tensor, split_size_or_sections, dim=0):
             raise RuntimeError(f"split: split_size must be non-negative, got {size}")
         if size == 0 and n != 0:
             raise RuntimeError(f"split: split_size can only be 0 if dimension size is 0, but got size {n} "
-                               f"for dimension {d} (shape {fmt_shape(tensor.data.shape)})")
+                               f"for dimension {d} (shape {fmt_shape(tensor._array.shape)})")
         if n == 0:
             return _pieces(tensor, d, [(0, 0)])
         return _pieces(tensor, d, [(a, min(a + size, n)) for a in range(0, n, size)])
     sizes = [int(k) for k in s]
     if any(k < 0 for k in sizes) or sum(sizes) != n:
         raise RuntimeError(f"split: split sizes {sizes} must be non-negative and sum exactly to {n}, the size "
-                           f"of dimension {d} (shape {fmt_shape(tensor.data.shape)})")
+                           f"of dimension {d} (shape {fmt_shape(tensor._array.shape)})")
     bounds, a = [], 0
     for k in sizes:
         bounds.append((a, a + k))
@@ -191,7 +191,7 @@ def tensor_split(input, indices_or_sections, dim=0):
     """`sections` near-equal pieces (the first n % sections one longer), or cut at `indices`."""
     d, n = _split_dim("tensor_split", input, dim)
     s = indices_or_sections
-    if isinstance(s, (int, Tensor)) and not (isinstance(s, Tensor) and s.data.ndim):
+    if isinstance(s, (int, Tensor)) and not (isinstance(s, Tensor) and s._array.ndim):
         sections = int(s)
         if sections <= 0:
             raise RuntimeError(f"tensor_split: number of sections must be greater than 0, got {sections}")
@@ -213,7 +213,7 @@ def tensor_split(input, indices_or_sections, dim=0):
 
 def unbind(input, dim=0):
     """The slices along `dim`, with that dimension removed (each a view)."""
-    shape = input.data.shape
+    shape = input._array.shape
     if not shape:
         raise IndexError("unbind: dimension specified as 0 but the tensor has no dimensions")
     d = _wrap("unbind", dim, len(shape))

@@ -26,7 +26,7 @@ _EINSUM = OPS["einsum"]
 
 
 def _spec(x):
-    return Spec(tuple(x.data.shape), dtypes.from_np(x.data.dtype))
+    return Spec(tuple(x._array.shape), dtypes.from_np(x._array.dtype))
 
 
 def _check_tensors(op, *xs):
@@ -40,15 +40,15 @@ def _promoted(op, xs):
     d = result_dtype(*xs)
     if d is dtypes.bool:
         raise TypeError(f"{op}: expected numeric tensors, got bool (convert with .float() or .long() first)")
-    return tuple(x if x.data.dtype == d.np else cast(x, d) for x in xs)
+    return tuple(x if x._array.dtype == d.np else cast(x, d) for x in xs)
 
 
 # ---------------------------------------------------------------- matmul family
 
 def matmul(input, other):
     """Matrix product with PyTorch semantics: 1-d operands are vectors, batch dims broadcast."""
-    if isinstance(input, Tensor) and isinstance(other, Tensor) and input.data.dtype is other.data.dtype \
-            and input.data.dtype.kind == "f":
+    if isinstance(input, Tensor) and isinstance(other, Tensor) and input._array.dtype is other._array.dtype \
+            and input._array.dtype.kind == "f":
         return apply(_MATMUL, (input, other))  # the common case: straight to np.matmul
     return _promoted_matmul("matmul", input, other)
 
@@ -62,7 +62,7 @@ def _strict(name, rule, ok):
     """mm/bmm/mv/dot: matmul after the op's own rank check (which names the op)."""
     def f(input, other):
         _check_tensors(name, input, other)
-        if not ok(input.data.shape, other.data.shape):
+        if not ok(input._array.shape, other._array.shape):
             rule(_spec(input), _spec(other))  # raises the op's own error
         return _promoted_matmul(name, input, other)
     f.__name__ = f.__qualname__ = name
@@ -80,17 +80,17 @@ dot = _strict("dot", rules.dot_rule, lambda a, b: len(a) == 1 and len(b) == 1 an
 def inner(input, other):
     """Sum of products over the last dimension (a 0-d operand multiplies)."""
     _check_tensors("inner", input, other)
-    if input.data.ndim == 0 or other.data.ndim == 0:
+    if input._array.ndim == 0 or other._array.ndim == 0:
         return input * other
     # a (A..., k), b (B..., k) -> (A..., B...): each operand gets its own letters
-    la, lb = "abcdefghij"[:input.data.ndim - 1], "lmnopqrstu"[:other.data.ndim - 1]
+    la, lb = "abcdefghij"[:input._array.ndim - 1], "lmnopqrstu"[:other._array.ndim - 1]
     return einsum(f"{la}k,{lb}k->{la}{lb}", input, other)
 
 
 def outer(input, vec2):
     """The outer product of two 1-d vectors: out[i, j] = input[i] * vec2[j]."""
     _check_tensors("outer", input, vec2)
-    if input.data.ndim != 1 or vec2.data.ndim != 1:
+    if input._array.ndim != 1 or vec2._array.ndim != 1:
         rules.outer_rule(_spec(input), _spec(vec2))
     return input.reshape(-1, 1) * vec2
 
@@ -108,7 +108,7 @@ def einsum(equation, *operands):
     if not operands:
         raise RuntimeError("einsum: expected at least one operand")
     operands = _promoted("einsum", operands)
-    canonical = rules.canonical_einsum(equation, [x.data.shape for x in operands])
+    canonical = rules.canonical_einsum(equation, [x._array.shape for x in operands])
     return apply(_EINSUM, operands, {"equation": canonical})
 
 
@@ -128,7 +128,7 @@ def _as_matrices(a_shape, b_shape, g):
 
 
 def _matmul_grad_a(g, b, a_shape):
-    b_shape = tuple(b.data.shape)
+    b_shape = tuple(b._array.shape)
     if len(a_shape) == 2 and len(b_shape) == 2:  # the common case: one matmul
         return matmul(g, _mT(b))
     if len(a_shape) == 1 and len(b_shape) == 1:  # dot
@@ -141,7 +141,7 @@ def _matmul_grad_a(g, b, a_shape):
 
 
 def _matmul_grad_b(g, a, b_shape):
-    a_shape = tuple(a.data.shape)
+    a_shape = tuple(a._array.shape)
     if len(a_shape) == 2 and len(b_shape) == 2:
         return matmul(_mT(a), g)
     if len(a_shape) == 1 and len(b_shape) == 1:
@@ -149,7 +149,7 @@ def _matmul_grad_b(g, a, b_shape):
     g2 = _as_matrices(a_shape, b_shape, g)
     a2 = a.unsqueeze(0) if len(a_shape) == 1 else a
     b2_shape = tuple(b_shape) + (1,) if len(b_shape) == 1 else tuple(b_shape)
-    if len(b2_shape) == 2 and a2.data.ndim > 2:
+    if len(b2_shape) == 2 and a2._array.ndim > 2:
         # x (batch..., m, k) @ W (k, n), the Linear layer pattern: fold the batch into m
         # and do one (k, batch*m) @ (batch*m, n) product instead of a batch of them
         k, n = b2_shape
@@ -179,14 +179,14 @@ def _einsum_grad(node, g):
         else:
             eq = ",".join([out] + [ins[j] for j in others]) + "->" + keep
             r = apply(_EINSUM, (g,) + tuple(xs[j] for j in others), {"equation": eq})
-        grads.append(_fit(r, sub, keep, tuple(xs[i].data.shape)))
+        grads.append(_fit(r, sub, keep, tuple(xs[i]._array.shape)))
     return grads
 
 
 def _fit(r, sub, keep, shape):
     """Shape a gradient over labels `keep` to an operand with labels `sub` and `shape`."""
-    full = tuple(r.data.shape[keep.index(c)] if c in keep else 1 for c in sub)
-    if full != tuple(r.data.shape):
+    full = tuple(r._array.shape[keep.index(c)] if c in keep else 1 for c in sub)
+    if full != tuple(r._array.shape):
         r = r.reshape(full)
     summed = tuple(d for d, (n, m) in enumerate(zip(shape, full)) if n == 1 and m != 1)
     if summed:  # the operand was broadcast along these labels
@@ -208,14 +208,14 @@ def matrix_norm(A, ord="fro", dim=(-2, -1), keepdim=False, *, dtype=None):
     """torch.linalg.matrix_norm for ord 'fro', 1, -1, inf, -inf over the two dims `dim`."""
     if dtype is not None:
         A = cast(A, dtype)
-    if A.data.ndim < 2:
+    if A._array.ndim < 2:
         raise RuntimeError(f"linalg.matrix_norm: the input tensor A must have at least 2 dimensions, "
-                           f"got shape {tuple(A.data.shape)}")
+                           f"got shape {tuple(A._array.shape)}")
     dim = tuple(dim) if isinstance(dim, (tuple, list)) else dim
     if not isinstance(dim, tuple) or len(dim) != 2:
         raise RuntimeError(f"linalg.matrix_norm: dim must be a 2-tuple of ints, got {dim!r}")
-    d0, d1 = normalize_dims("linalg.matrix_norm", dim[0], A.data.ndim)[0], \
-        normalize_dims("linalg.matrix_norm", dim[1], A.data.ndim)[0]
+    d0, d1 = normalize_dims("linalg.matrix_norm", dim[0], A._array.ndim)[0], \
+        normalize_dims("linalg.matrix_norm", dim[1], A._array.ndim)[0]
     if d0 == d1:
         raise RuntimeError(f"linalg.matrix_norm: dims must be different, got {dim!r}")
     if ord == "fro":
@@ -246,12 +246,12 @@ def _linalg_norm(A, ord=None, dim=None, keepdim=False, *, dtype=None):
         return vector_norm(A, 2 if ord is None else ord, dim, keepdim, dtype=dtype)
     if ord is None:
         return vector_norm(A, 2, None, keepdim, dtype=dtype)
-    if A.data.ndim == 1:
+    if A._array.ndim == 1:
         return vector_norm(A, ord, None, keepdim, dtype=dtype)
-    if A.data.ndim == 2:
+    if A._array.ndim == 2:
         return matrix_norm(A, ord, (-2, -1), keepdim, dtype=dtype)
     raise RuntimeError(f"linalg.norm: if dim is not given, the input must be 1-d or 2-d when ord is "
-                       f"given, got shape {tuple(A.data.shape)}")
+                       f"given, got shape {tuple(A._array.shape)}")
 
 
 

@@ -44,7 +44,7 @@ def sum(input, dim=None, keepdim=False, *, dtype=None):
 
 
 def mean(input, dim=None, keepdim=False, *, dtype=None):
-    if dtype is None and input.data.dtype.kind != "f":
+    if dtype is None and input._array.dtype.kind != "f":
         raise RuntimeError(f"mean(): could not infer output dtype. Input dtype must be either a floating "
                            f"point or complex dtype. Got: {input.dtype.name}")
     return _reduce("mean", input, dim, keepdim, dtype)
@@ -112,10 +112,10 @@ def any(input, dim=None, keepdim=False):
 
 
 def _count(input, dim):
-    axes = normalize_dims("reduce", _dim(dim), input.data.ndim) if input.data.ndim else ()
+    axes = normalize_dims("reduce", _dim(dim), input._array.ndim) if input._array.ndim else ()
     n = 1
     for a in axes:
-        n *= input.data.shape[a]
+        n *= input._array.shape[a]
     return n
 
 
@@ -158,7 +158,7 @@ _builtin_max = builtins.max  # this module defines its own max, min, sum, all an
 def logsumexp(input, dim, keepdim=False):
     """log(sum(exp(x))) over `dim`, shifted by the max so large inputs do not overflow."""
     dim = _dim(dim)
-    if input.data.size == 0:  # no max to shift by; an empty sum is 0 and its log -inf
+    if input._array.size == 0:  # no max to shift by; an empty sum is 0 and its log -inf
         return input.exp().sum(dim, keepdim).log()
     m = amax(input, dim, keepdim=True).detach()
     m = where(m.isfinite(), m, 0.0)
@@ -180,7 +180,7 @@ def vector_norm(input, ord=2, dim=None, keepdim=False, *, dtype=None, op="linalg
         raise RuntimeError(f"{op}: expected a floating point tensor as input, got {input.dtype.name}")
     dim = _dim(dim)
     if ord in (math.inf, -math.inf):
-        shape = input.data.shape
+        shape = input._array.shape
         if builtins.any(shape[d] == 0 for d in (normalize_dims(op, dim, len(shape)) if shape else ())):
             raise RuntimeError(f"{op}: cannot compute the {ord} norm over a zero-size dimension of a tensor "
                                f"of shape {tuple(shape)}: the reduction has no identity")

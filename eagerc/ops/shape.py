@@ -74,8 +74,8 @@ _IDENTITY = [tuple(range(n)) for n in range(33)]  # identity permutations, by ra
 
 
 def reshape(input, *shape):
-    shape = _infer("reshape", _sizes(shape), input.data.size)
-    if shape == input.data.shape:
+    shape = _infer("reshape", _sizes(shape), input._array.size)
+    if shape == input._array.shape:
         return input
     return apply(_RESHAPE, (input,), {"shape": shape})
 
@@ -83,7 +83,7 @@ def reshape(input, *shape):
 def view(input, *shape):
     if len(shape) == 1 and not isinstance(shape[0], (tuple, list)) and not hasattr(shape[0], "__index__"):
         raise NotImplementedError("view(dtype) (bit reinterpretation) is not supported; use .to(dtype)")
-    d = input.data
+    d = input._array
     if not d.flags.c_contiguous and type(d) is np.ndarray:
         target = _infer("view", _sizes(shape), d.size)
         try:
@@ -98,7 +98,7 @@ def view(input, *shape):
 
 def expand(input, *sizes):
     sizes = _sizes(sizes)
-    xshape = input.data.shape
+    xshape = input._array.shape
     if -1 in sizes:
         lead = len(sizes) - len(xshape)
         sizes = tuple(xshape[i - lead] if s == -1 and i >= lead else s for i, s in enumerate(sizes))
@@ -108,7 +108,7 @@ def expand(input, *sizes):
 
 
 def expand_as(input, other):
-    return expand(input, tuple(other.data.shape))
+    return expand(input, tuple(other._array.shape))
 
 
 def broadcast_to(input, shape):
@@ -118,10 +118,10 @@ def broadcast_to(input, shape):
 def permute(input, *dims):
     if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
         dims = dims[0]
-    nd = input.data.ndim
+    nd = input._array.ndim
     if len(dims) != nd:
         raise RuntimeError(f"permute: number of dims {len(dims)} doesn't match the tensor's {nd} dimensions "
-                           f"(shape {fmt_shape(input.data.shape)})")
+                           f"(shape {fmt_shape(input._array.shape)})")
     dims = tuple([_wrap("permute", d, nd) for d in dims])
     if nd < 33 and dims == _IDENTITY[nd]:
         return input
@@ -129,7 +129,7 @@ def permute(input, *dims):
 
 
 def transpose(input, dim0, dim1):
-    nd = input.data.ndim
+    nd = input._array.ndim
     d0, d1 = _wrap("transpose", dim0, nd), _wrap("transpose", dim1, nd)
     if d0 == d1:
         return input
@@ -142,26 +142,26 @@ swapaxes = swapdims = transpose
 
 
 def t(input):
-    nd = input.data.ndim
+    nd = input._array.ndim
     if nd > 2:
         raise RuntimeError(f"t: expects a tensor with <= 2 dimensions, but got {nd} "
-                           f"(shape {fmt_shape(input.data.shape)}); use .mT or transpose(dim0, dim1)")
+                           f"(shape {fmt_shape(input._array.shape)}); use .mT or transpose(dim0, dim1)")
     return apply(_PERMUTE, (input,), {"dims": (1, 0)}) if nd == 2 else input
 
 
 def squeeze(input, dim=None):
     if dim is not None:
-        nd = input.data.ndim
+        nd = input._array.ndim
         dim = _wrap("squeeze", dim, nd) if isinstance(dim, int) else normalize_dims("squeeze", tuple(dim), nd)
     return apply(_SQUEEZE, (input,), {"dim": dim})
 
 
 def unsqueeze(input, dim):
-    return apply(_UNSQUEEZE, (input,), {"dim": _wrap("unsqueeze", dim, input.data.ndim + 1)})
+    return apply(_UNSQUEEZE, (input,), {"dim": _wrap("unsqueeze", dim, input._array.ndim + 1)})
 
 
 def flatten(input, start_dim=0, end_dim=-1):
-    shape = input.data.shape
+    shape = input._array.shape
     nd = len(shape)
     if nd == 0:
         return reshape(input, 1)
@@ -184,7 +184,7 @@ def ravel(input):
 
 def unflatten(input, dim, sizes):
     """Split dimension `dim` into `sizes` (one entry may be -1)."""
-    shape = input.data.shape
+    shape = input._array.shape
     if not shape:
         raise RuntimeError(f"unflatten: dimension {dim} specified but the tensor has no dimensions")
     d = _wrap("unflatten", dim, len(shape))
@@ -210,7 +210,7 @@ def unflatten(input, dim, sizes):
 
 
 def contiguous(input, memory_format=None):
-    if input.data.flags.c_contiguous:
+    if input._array.flags.c_contiguous:
         return input
     return apply(OPS["contiguous"], (input,))
 
@@ -226,7 +226,7 @@ def _dim_list(op, dims, nd):
 
 def movedim(input, source, destination):
     """Move dims `source` to positions `destination`; the others keep their order."""
-    nd = input.data.ndim
+    nd = input._array.ndim
     src = _dim_list("movedim", source, nd)
     dst = _dim_list("movedim", destination, nd)
     if len(src) != len(dst):
@@ -249,7 +249,7 @@ def slice_dim(input, dim, start=None, stop=None, step=1):
 
     The attributes are normalised (0 <= start <= stop <= size), so recorded graphs
     are canonical."""
-    shape = input.data.shape
+    shape = input._array.shape
     if not shape:
         raise IndexError("slice: cannot slice a 0-dim tensor")
     d = _wrap("slice", dim, len(shape))
@@ -264,7 +264,7 @@ def slice_dim(input, dim, start=None, stop=None, step=1):
 
 
 def narrow(input, dim, start, length):
-    shape = input.data.shape
+    shape = input._array.shape
     if not shape:
         raise RuntimeError("narrow: cannot be applied to a 0-dim tensor")
     d = _wrap("narrow", dim, len(shape))
@@ -285,7 +285,7 @@ def narrow(input, dim, start, length):
 
 def slice_scatter(input, src, dim=0, start=None, end=None, step=1):
     """A copy of `input` whose slice [start:end:step] along `dim` is `src`."""
-    shape = input.data.shape
+    shape = input._array.shape
     if not shape:
         raise IndexError("slice_scatter: cannot slice a 0-dim tensor")
     d = _wrap("slice_scatter", dim, len(shape))
@@ -300,14 +300,14 @@ def slice_scatter(input, src, dim=0, start=None, end=None, step=1):
 def _like(src, input):
     if not isinstance(src, Tensor):
         raise TypeError(f"expected src to be a Tensor, got {type(src).__name__}")
-    if src.data.dtype != input.data.dtype:
+    if src._array.dtype != input._array.dtype:
         from .elementwise import cast
         src = cast(src, input.dtype)
     return src
 
 
 def _diag_dims(op, input, dim1, dim2):
-    shape = input.data.shape
+    shape = input._array.shape
     if len(shape) < 2:
         raise RuntimeError(f"{op}: expected a tensor with at least 2 dimensions, got shape {fmt_shape(shape)}")
     d1, d2 = _wrap(op, dim1, len(shape)), _wrap(op, dim2, len(shape))
@@ -352,7 +352,7 @@ def flip(input, *dims):
     """flip(x, dims) / x.flip(*dims): reverse the order along `dims` (a copy, like PyTorch)."""
     if len(dims) == 1 and not isinstance(dims[0], int):
         dims = dims[0]
-    nd = input.data.ndim
+    nd = input._array.ndim
     dims = normalize_dims("flip", tuple(int(d) for d in dims), nd)
     if nd == 0:
         dims = ()  # a 0-d tensor has nothing to reverse (dim 0 / -1 is still accepted)
@@ -360,21 +360,21 @@ def flip(input, *dims):
 
 
 def fliplr(input):
-    if input.data.ndim < 2:
+    if input._array.ndim < 2:
         raise RuntimeError(f"fliplr: expected a tensor with at least 2 dimensions, got shape "
-                           f"{fmt_shape(input.data.shape)}")
+                           f"{fmt_shape(input._array.shape)}")
     return flip(input, (1,))
 
 
 def flipud(input):
-    if input.data.ndim < 1:
+    if input._array.ndim < 1:
         raise RuntimeError("flipud: expected a tensor with at least 1 dimension, got a 0-d tensor")
     return flip(input, (0,))
 
 
 def roll(input, shifts, dims=None):
     """Shift elements along `dims` with wrap-around; without dims, the flattened tensor is rolled."""
-    nd = input.data.ndim
+    nd = input._array.ndim
     if dims is None:
         if not isinstance(shifts, int):
             shifts = tuple(shifts)
@@ -400,7 +400,7 @@ def repeat(input, *sizes):
 
 def tile(input, *dims):
     dims = _sizes(dims)
-    nd = input.data.ndim
+    nd = input._array.ndim
     if len(dims) < nd:
         dims = (1,) * (nd - len(dims)) + dims
     return apply(_REPEAT, (input,), {"sizes": dims})
@@ -473,7 +473,7 @@ _METHODS = {"reshape": reshape, "view": view, "expand": expand, "expand_as": exp
             "diagonal": diagonal, "tril": tril, "triu": triu, "tril_": _tril_, "triu_": _triu_,
             "flip": flip, "fliplr": fliplr, "flipud": flipud, "roll": roll, "repeat": repeat,
             "tile": tile, "slice_scatter": slice_scatter, "diagonal_scatter": diagonal_scatter,
-            "view_as": lambda self, other: reshape(self, tuple(other.data.shape)),
-            "reshape_as": lambda self, other: reshape(self, tuple(other.data.shape))}
+            "view_as": lambda self, other: reshape(self, tuple(other._array.shape)),
+            "reshape_as": lambda self, other: reshape(self, tuple(other._array.shape))}
 for _n, _f in _METHODS.items():
     setattr(Tensor, _n, _f)

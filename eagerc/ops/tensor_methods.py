@@ -21,7 +21,7 @@ def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=
 
 def detach(self):
     """A new leaf sharing this tensor's memory (and version counter)."""
-    t = wrap(self.data)
+    t = wrap(self._array)
     if self._vc is None:
         self._vc = [0]
     t._vc = self._vc
@@ -142,7 +142,7 @@ def fill_(self, value):
         value = value.item()
     if self.grad_fn is not None and dispatch.grad_enabled() or dispatch.active_tracer() is not None:
         return commit(self, creation.full_like(self, value), "fill_")
-    self.data.fill(value)
+    self._array.fill(value)
     bump_version(self, "fill_")
     return self
 
@@ -153,8 +153,8 @@ def copy_(self, src, non_blocking=False):
         src = creation.tensor(src)
     src = to(src, self.device, self.dtype)
     if src._requires_grad and dispatch.grad_enabled() or dispatch.active_tracer() is not None:
-        return commit(self, src.expand(tuple(self.data.shape)) + 0, "copy_")
-    self.data[...] = src.data
+        return commit(self, src.expand(tuple(self._array.shape)) + 0, "copy_")
+    self._array[...] = src._array
     bump_version(self, "copy_")
     drop_history(self)
     return self
@@ -166,7 +166,7 @@ def _random_fill(self, draw, name):
         r = draw()
     if dispatch.active_tracer() is not None:
         return commit(self, r, name)
-    self.data[...] = r.data
+    self._array[...] = r._array
     bump_version(self, name)
     drop_history(self)
     return self
@@ -178,19 +178,19 @@ def dispatch_no_grad():
 
 
 def normal_(self, mean=0.0, std=1.0, *, generator=None):
-    return _random_fill(self, lambda: creation.randn(tuple(self.data.shape), dtype=self.dtype,
+    return _random_fill(self, lambda: creation.randn(tuple(self._array.shape), dtype=self.dtype,
                                                      device=self.device, generator=generator) * std + mean,
                         "normal_")
 
 
 def uniform_(self, a=0.0, b=1.0, *, generator=None):
-    return _random_fill(self, lambda: creation.rand(tuple(self.data.shape), dtype=self.dtype,
+    return _random_fill(self, lambda: creation.rand(tuple(self._array.shape), dtype=self.dtype,
                                                     device=self.device, generator=generator) * (b - a) + a,
                         "uniform_")
 
 
 def bernoulli_(self, p=0.5, *, generator=None):
-    return _random_fill(self, lambda: creation.rand(tuple(self.data.shape), dtype=dtypes.float32,
+    return _random_fill(self, lambda: creation.rand(tuple(self._array.shape), dtype=dtypes.float32,
                                                     device=self.device, generator=generator) < p,
                         "bernoulli_")
 
@@ -198,7 +198,7 @@ def bernoulli_(self, p=0.5, *, generator=None):
 def random_(self, low=0, high=None, *, generator=None):
     if high is None:
         low, high = 0, low
-    return _random_fill(self, lambda: creation.randint(low, high, tuple(self.data.shape),
+    return _random_fill(self, lambda: creation.randint(low, high, tuple(self._array.shape),
                                                        device=self.device, generator=generator),
                         "random_")
 
@@ -240,7 +240,7 @@ Tensor.new_zeros = _new(creation.zeros)
 Tensor.new_ones = _new(creation.ones)
 Tensor.new_empty = _new(creation.empty)
 Tensor.retains_grad = property(lambda self: self.grad_fn is not None and self.grad_fn.retained is not None)
-Tensor.T = property(lambda self: self.permute(*reversed(range(self.data.ndim))))
+Tensor.T = property(lambda self: self.permute(*reversed(range(self._array.ndim))))
 Tensor.mT = property(lambda self: self.transpose(-2, -1))
 Tensor.H = Tensor.T
 

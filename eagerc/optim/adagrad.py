@@ -39,7 +39,7 @@ class Adagrad(Optimizer):
         if not state:
             init = group["initial_accumulator_value"]
             state["step"] = new_step()
-            state["sum"] = wrap(array_module(p.data).full_like(p.data, init))
+            state["sum"] = wrap(array_module(p._array).full_like(p._array, init))
 
     def step(self, closure=None):
         loss = self._closure_loss(closure)
@@ -50,7 +50,7 @@ class Adagrad(Optimizer):
                 grad = p.grad
                 if grad is None:
                     continue
-                d, g = p.data, grad.data
+                d, g = p._array, grad._array
                 xp = array_module(d)
                 state = self.state[p]
                 if not state:
@@ -59,7 +59,7 @@ class Adagrad(Optimizer):
                 t1, t2 = self._scratch(d, 2)
                 g = effective_grad(xp, d, g, wd, maximize, t1)
                 clr = lr / (1 + (step - 1) * lr_decay)
-                s = state["sum"].data
+                s = state["sum"]._array
                 xp.multiply(g, g, out=t2)
                 s += t2
                 xp.sqrt(s, out=t2)

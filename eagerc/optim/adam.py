@@ -45,7 +45,7 @@ class Adam(Optimizer):
                 grad = p.grad
                 if grad is None:
                     continue
-                d, g = p.data, grad.data
+                d, g = p._array, grad._array
                 xp = array_module(d)
                 state = self.state[p]
                 if not state:
@@ -62,7 +62,7 @@ class Adam(Optimizer):
                     g = effective_grad(xp, d, g, 0, maximize, t1)
                 else:
                     g = effective_grad(xp, d, g, wd, maximize, t1)
-                m, v = state["exp_avg"].data, state["exp_avg_sq"].data
+                m, v = state["exp_avg"]._array, state["exp_avg_sq"]._array
                 m *= beta1
                 xp.multiply(g, 1 - beta1, out=t2)
                 m += t2
@@ -72,8 +72,8 @@ class Adam(Optimizer):
                 v += t2
                 if amsgrad:
                     vmax = state["max_exp_avg_sq"]
-                    xp.maximum(vmax.data, v, out=vmax.data)
-                    v = vmax.data
+                    xp.maximum(vmax._array, v, out=vmax._array)
+                    v = vmax._array
                 bias1 = 1 - beta1 ** step
                 bias2_sqrt = math.sqrt(1 - beta2 ** step)
                 # lr/bias1 * m / (sqrt(v)/bias2_sqrt + eps), with bias2_sqrt moved to the numerator

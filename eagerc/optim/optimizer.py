@@ -1,10 +1,10 @@
 """The Optimizer base: parameter groups, per-parameter state, state_dict round trips.
 
-Subclasses implement `step` on the raw arrays (`p.data`, `p.grad.data` and the
-state tensors' `.data`) with in-place ufuncs (`out=`), which is several times
+Subclasses implement `step` on the raw arrays (`p._array`, `p.grad._array` and the
+state tensors' `._array`) with in-place ufuncs (`out=`), which is several times
 faster than building Tensor temporaries through the dispatcher: an Adam step is a
 dozen numpy calls per parameter and allocates nothing. Updates write into
-`p.data` itself, so views and other references see them, and each update bumps
+`p._array` itself, so views and other references see them, and each update bumps
 the parameter's version counter like any in-place op.
 
 The state is PyTorch's: `state[p]` is a dict of Tensors (and `step` is a float32
@@ -56,8 +56,8 @@ def advance_step(state):
     step = state["step"]
     if not isinstance(step, Tensor):  # a state dict that stored a plain number
         step = state["step"] = wrap(np.asarray(float(step), np.float32))
-    value = float(step.data) + 1.0
-    step.data[()] = value
+    value = float(step._array) + 1.0
+    step._array[()] = value
     return value
 
 
@@ -146,9 +146,9 @@ class Optimizer:
                     if g.grad_fn is not None:
                         g.grad_fn = None
                     g.requires_grad = False
-                    if type(g.data) is np.ndarray and not g.data.flags.writeable:
-                        g.data = np.zeros_like(g.data)
-                    g.data.fill(0)
+                    if type(g._array) is np.ndarray and not g._array.flags.writeable:
+                        g._array = np.zeros_like(g._array)
+                    g._array.fill(0)
                     bump_version(g, "zero_")
 
     def step(self, closure=None):
@@ -268,15 +268,15 @@ def _int_key(k):
 def _cast_state(p, index, name, value):
     """A copy of one state value, on p's device; float tensors in p's dtype (not step)."""
     if isinstance(value, Tensor):
-        data = value.data
+        data = value._array
         if name != "step":
-            if data.ndim and tuple(data.shape) != tuple(p.data.shape):
+            if data.ndim and tuple(data.shape) != tuple(p._array.shape):
                 raise ValueError(f"loaded state dict has state[{index}][{name!r}] of shape "
                                  f"{tuple(data.shape)}, but the parameter it belongs to has shape "
-                                 f"{tuple(p.data.shape)}")
-            xp = array_module(p.data)
-            if data.dtype.kind == "f" and p.data.dtype.kind == "f" and data.dtype != p.data.dtype:
-                data = data.astype(p.data.dtype)
+                                 f"{tuple(p._array.shape)}")
+            xp = array_module(p._array)
+            if data.dtype.kind == "f" and p._array.dtype.kind == "f" and data.dtype != p._array.dtype:
+                data = data.astype(p._array.dtype)
             if xp is np:
                 data = np.array(data if type(data) is np.ndarray else data.get(), copy=True)
             else:

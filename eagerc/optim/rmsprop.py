@@ -34,7 +34,7 @@ class RMSprop(Optimizer):
                 grad = p.grad
                 if grad is None:
                     continue
-                d, g = p.data, grad.data
+                d, g = p._array, grad._array
                 xp = array_module(d)
                 state = self.state[p]
                 if not state:
@@ -47,13 +47,13 @@ class RMSprop(Optimizer):
                 advance_step(state)
                 t1, t2 = self._scratch(d, 2)
                 g = effective_grad(xp, d, g, wd, maximize, t1)
-                s = state["square_avg"].data
+                s = state["square_avg"]._array
                 s *= alpha
                 xp.multiply(g, g, out=t2)
                 t2 *= 1 - alpha
                 s += t2
                 if centered:
-                    a = state["grad_avg"].data
+                    a = state["grad_avg"]._array
                     a *= alpha
                     xp.multiply(g, 1 - alpha, out=t2)
                     a += t2
@@ -66,7 +66,7 @@ class RMSprop(Optimizer):
                 xp.divide(g, t2, out=t2)  # g / r
                 if momentum > 0:
                     buf = state["momentum_buffer"]
-                    b = buf.data
+                    b = buf._array
                     b *= momentum
                     b += t2
                     xp.multiply(b, lr, out=t2)

@@ -41,7 +41,7 @@ class SGD(Optimizer):
                 grad = p.grad
                 if grad is None:
                     continue
-                d, g = p.data, grad.data
+                d, g = p._array, grad._array
                 xp = array_module(d)
                 t, = self._scratch(d, 1)
                 g = effective_grad(xp, d, g, wd, maximize, t)
@@ -50,9 +50,9 @@ class SGD(Optimizer):
                     buf = state.get("momentum_buffer")
                     if buf is None:
                         buf = state["momentum_buffer"] = wrap(g.copy())
-                        b = buf.data
+                        b = buf._array
                     else:
-                        b = buf.data
+                        b = buf._array
                         b *= momentum
                         if dampening:
                             xp.multiply(g, 1 - dampening, out=t)

@@ -439,7 +439,7 @@ class Module:
                     continue
                 new = fn(p)
                 if new is not p:
-                    p.data = new.data
+                    p._array = new._array
                     p._vc = None
                 if p.grad is not None:
                     g = fn(p.grad)
@@ -631,7 +631,7 @@ def _size(shape):
 def _plain(t):
     """A plain Tensor sharing t's memory (unwraps nn.Buffer)."""
     out = Tensor.__new__(Tensor)
-    out.data = t.data
+    out._array = t._array
     out.requires_grad = t.requires_grad
     out.grad = None
     out.grad_fn = None

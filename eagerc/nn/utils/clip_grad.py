@@ -22,9 +22,9 @@ def _xp(a):
 
 def _own(g):
     """g's array, made writable first if backward left a read-only (broadcast) view."""
-    d = g.data
+    d = g._array
     if type(d) is np.ndarray and not d.flags.writeable:
-        d = g.data = d.copy()
+        d = g._array = d.copy()
     return d
 
 
@@ -76,12 +76,12 @@ def get_total_norm(tensors, norm_type=2.0, error_if_nonfinite=False, foreach=Non
     if not tensors:
         return wrap(np.zeros((), np.float32))
     with np.errstate(over="ignore", invalid="ignore"):
-        total = _combine([_norm(t.data, p) for t in tensors], p)
+        total = _combine([_norm(t._array, p) for t in tensors], p)
     if error_if_nonfinite and not math.isfinite(total):
         raise RuntimeError(f"The total norm of order {norm_type} for gradients from `parameters` is "
                            "non-finite, so it cannot be clipped. To disable this error and scale the "
                            "gradients by the non-finite norm anyway, set `error_if_nonfinite=False`")
-    d = tensors[0].data
+    d = tensors[0]._array
     dtype = d.dtype if d.dtype.kind == "f" else np.float32
     return wrap(np.asarray(total, dtype=dtype))
 

@@ -35,11 +35,11 @@ def vector_to_parameters(vec, parameters):
     if vec.numel() != total:
         raise ValueError(f"vector has {vec.numel()} elements but the parameters have {total} in all")
     device = None
-    src = vec.data
+    src = vec._array
     pointer = 0
     for p in params:
         device = _check_device(p, device)
         n = p.numel()
-        p.data[...] = src[pointer:pointer + n].reshape(p.data.shape)
+        p._array[...] = src[pointer:pointer + n].reshape(p._array.shape)
         bump_version(p, "copy_")
         pointer += n

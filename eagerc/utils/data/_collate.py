@@ -25,17 +25,17 @@ _ERR = ("default_collate: batch must contain tensors, numpy arrays, numbers, dic
 
 def _stack(tensors):
     first = tensors[0]
-    shape = first.data.shape
+    shape = first._array.shape
     for i, t in enumerate(tensors):
-        if t.data.shape != shape:
+        if t._array.shape != shape:
             raise RuntimeError(f"stack expects each tensor to be equal size, but got {list(shape)} at entry 0 "
-                               f"and {list(t.data.shape)} at entry {i}")
+                               f"and {list(t._array.shape)} at entry {i}")
     if any(t.requires_grad for t in tensors):
         from ...ops.joining import stack
         return stack(tensors)
-    d = first.data
+    d = first._array
     xp = np if type(d) is np.ndarray else xp_of(d)
-    return wrap(xp.stack([t.data for t in tensors]))
+    return wrap(xp.stack([t._array for t in tensors]))
 
 
 def _numeric_array(a):

@@ -112,7 +112,7 @@ def _tensor_rows(tensors, indices):
         if t.requires_grad:
             out.append(t[list(indices)])
         else:
-            d = t.data
+            d = t._array
             idx = np.asarray(indices, dtype=np.int64) if type(d) is np.ndarray else indices
             out.append(wrap(d[idx]))
     return out
