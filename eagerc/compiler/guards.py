@@ -79,14 +79,17 @@ _EAGERC_TYPES = None
 
 
 def _opaque_types():
-    """Types compared by identity even when they have a __dict__ (eagerc's own objects)."""
+    """Types compared by identity even when they have a __dict__: eagerc's own objects (and
+    users' subclasses of Module and Optimizer), arrays, types, modules, functions."""
     global _EAGERC_TYPES
     if _EAGERC_TYPES is None:
         from ..nn.modules.module import Module
-        from ..optim.optimizer import Optimizer
-        _EAGERC_TYPES = (Tensor, Module, Optimizer, np.ndarray, np.generic, type, types.ModuleType,
+        _EAGERC_TYPES = (Tensor, Module, np.ndarray, np.generic, type, types.ModuleType,
                          types.FunctionType, types.BuiltinFunctionType, types.MethodType,
                          types.CodeType, weakref.ref)
+    optim = sys.modules.get("eagerc.optim.optimizer")  # (an optimizer exists only once it is loaded)
+    if optim is not None and optim.Optimizer not in _EAGERC_TYPES:
+        _EAGERC_TYPES += (optim.Optimizer,)
     return _EAGERC_TYPES
 
 

@@ -343,15 +343,18 @@ def _scalar_nodes(graph, direct, per_call):
       "f32": a cast to float32 of an "f" value (`np.float32(x)`, rounded like astype),
              read only by direct ufunc nodes (a numpy scalar there acts like a 0-d array).
     An "f" value is read only by scalar nodes; neither kind is returned or written back.
+    0-d float64 graph inputs (an optimizer's lr, betas... read at every call) read only by
+    scalar nodes are "f" values too: the program binds them with float().
     Python float +, -, *, / are IEEE double like numpy's; division by zero, sqrt of a
     negative number and pow overflow / complex results go to numpy (helpers fdiv, fsqrt,
     fpow), so results and infs/nans agree. pow is C pow() as in Python (`beta ** step`,
     the eager optimizers' arithmetic), where numpy's array loop may use a SIMD pow.
-    Returns {node index: kind}."""
+    Returns ({node index: kind}, {names of the inputs that are "f" values})."""
     f64, f32 = np.dtype(np.float64), np.dtype(np.float32)
     kept = {v.name for v in graph.outputs} | {v.name for _, v in graph.mutations}
     index = {}
-    cand = {}
+    cand = {v.name: ("f", None) for _, v in graph.inputs
+            if not v.shape and v.dtype == "float64" and v.name not in kept}
     for i, n in enumerate(graph.nodes):
         out = n.out
         index[out.name] = i
@@ -397,13 +400,14 @@ def _scalar_nodes(graph, direct, per_call):
                 ok = all(j in nodes for j in rs)
             else:
                 ok = all(j in direct and j not in nodes for j in rs)
-            if ok and kind == "f":
+            if ok and kind == "f" and i is not None:
                 n = graph.nodes[i]
                 ok = n.op == "cast" or all(x.name in cand for x in n.input_values())
             if not ok:
                 del cand[name]
                 changed = True
-    return {i: kind for kind, i in cand.values()}
+    return ({i: kind for kind, i in cand.values() if i is not None},
+            {name for name, (_, i) in cand.items() if i is None})
 
 
 class _Plan:
@@ -431,10 +435,12 @@ class _Plan:
             uf = _direct(n, table) if n.out.name not in per_call else None
             if uf is not None:
                 self.direct[i] = uf
-        self.scalar = _scalar_nodes(graph, self.direct, per_call)  # node index -> "f" or "f32"
+        # node index -> "f" or "f32"; inputs bound as Python floats
+        self.scalar, self.scalar_inputs = _scalar_nodes(graph, self.direct, per_call)
         for i in self.scalar:
             self.direct.pop(i, None)
-        self.scalar_values = {graph.nodes[i].out.name for i, k in self.scalar.items() if k == "f"}
+        self.scalar_values = {graph.nodes[i].out.name for i, k in self.scalar.items() if k == "f"} | \
+            self.scalar_inputs
         handed_out = self._handed_out(graph, ends)
         forced = self._update_chains(graph, ends, storage)
         for i, n in enumerate(graph.nodes):
@@ -877,7 +883,10 @@ def render(graph):
     inputs = []
     for kind, v in graph.inputs:
         what = "external" if kind == "external" else "argument"
-        inputs.append((f"{names[v.name]} = env[{v.name!r}]", f"{v.type_str()} {what}"))
+        if v.name in plan.scalar_inputs:  # read by Python float arithmetic only
+            inputs.append((f"{names[v.name]} = float(env[{v.name!r}])", f"{v.type_str()} {what}, as a float"))
+        else:
+            inputs.append((f"{names[v.name]} = env[{v.name!r}]", f"{v.type_str()} {what}"))
     ipad = min(max([len(c) for c, _ in inputs] + [0]), 88)
     lines.append("    # inputs")
     for c, cm in inputs:
