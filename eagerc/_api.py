@@ -54,7 +54,20 @@ float16, bool_ = float16, bool
 # Tensor methods when nn.functional is imported; the frontend is incomplete without them.
 from .nn import functional as _nn_functional  # noqa: E402,F401
 from .nn.functional import softmax, log_softmax  # noqa: E402,F401
-from .compiler import compile  # noqa: E402,F401
-from .compiler.export import export  # noqa: E402,F401
 
-__all__ = sorted(n for n in dir() if not n.startswith("_"))
+# The compiler is the layer above: eager use never imports it. `eagerc.compile` and
+# `eagerc.export` load it on first use (PEP 562).
+_LAZY = {"compile": ("eagerc.compiler.compile", "compile"), "export": ("eagerc.compiler.export", "export")}
+
+
+def __getattr__(name):
+    where = _LAZY.get(name)
+    if where is None:
+        raise AttributeError(f"module 'eagerc._api' has no attribute {name!r}")
+    import importlib
+    value = getattr(importlib.import_module(where[0]), where[1])
+    globals()[name] = value
+    return value
+
+
+__all__ = sorted([n for n in dir() if not n.startswith("_")] + list(_LAZY))
