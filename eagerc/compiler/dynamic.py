@@ -18,11 +18,21 @@ How a dynamic graph is made (see docs/compile.md):
    expressions are evaluated by `Expr` -- a tiny evaluator of sums of products of
    integers and symbols, never `eval`.
 """
+import logging
 import math
 import sys
+import warnings
 
+import numpy as np
+
+from .. import dispatch
+from .._tensor import Tensor
 from ..runtime.ir import Graph, Node, Value
+from ..runtime.pytree import flatten
 from .guards import is_user_file
+
+log = logging.getLogger("eagerc.compile")
+_ndarray = np.ndarray
 
 __all__ = ["Expr", "evaluate", "choose_primes", "graph_ints", "generalize", "specialize",
            "same_program", "SymbolicAttrs", "scan_symbolic"]
@@ -735,3 +745,296 @@ def _sym_tensor_class(Tensor, Size):
             nelement = numel
         _SYM_TENSOR = SymTensor
     return _SYM_TENSOR
+
+
+# ---------------------------------------------------------------- making a compiled function dynamic
+# (called by compile.CompiledFunction; `cf` is that object: its keys, entries, log, tracing)
+
+class _Failed:
+    def __repr__(self):
+        return "<failed>"
+
+
+FAILED = _Failed()  # make_dynamic's answer when the function stays static
+
+
+def from_start(cf, entry, leaves, args, kwargs):
+    """dynamic=True: make batch/sequence sizes symbolic right after the first trace.
+
+    Candidates: every size >= 2 that no parameter or buffer has (a feature size usually
+    does); if tracing on synthetic sizes fails, only the first dimension of each input."""
+    ext_sizes = {s for t in entry.externals.values() for s in t._array.shape}
+    cands = {(i, d): (n, n) for i, t in enumerate(leaves) for d, n in enumerate(t._array.shape)
+             if (n >= 2 and n not in ext_sizes) or (d == 0 and n == 1)}
+    firsts = {k: v for k, v in cands.items() if k[1] == 0}
+    for dims in (cands, firsts):
+        if not dims:
+            continue
+        if make_dynamic(cf, entry, dims, entry.key, leaves, args, kwargs, verify_call=False,
+                              keep_small=True) is not FAILED:
+            return
+        cf.dyn_failed = None  # let the narrower attempt (and later automatic ones) run
+        if dims == firsts:
+            break
+
+
+def make_dynamic(cf, ref, changed, key, leaves, args, kwargs, verify_call=True, keep_small=False):
+    """Build a symbolic graph for the sizes in `changed` ({(leaf, dim): (ref size, new size)}).
+
+    ref is the specialisation the call differs from only in those sizes. Returns the result
+    of this call (None with verify_call=False), or FAILED: the function then stays static."""
+    from . import entries, keys
+
+    def fail(why):
+        cf.dyn_failed = why
+        msg = (f"dynamic shapes: {cf.__name__} stays static in "
+               f"{', '.join(f'arg {i} dim {d}' for i, d in sorted(changed))}: {why}")
+        cf.log.append(msg)
+        log.info("eagerc.compile: %s", msg)
+        return FAILED
+    # the symbols: dims already dynamic keep theirs; new dims sharing (old, new) sizes share one
+    dims = dict(cf.keys.dyn_dims)
+    groups = {}
+    n_old = len(set(dims.values()))
+    for (i, d), pair in sorted(changed.items()):
+        if (i, d) in dims:
+            continue
+        sym = groups.get(pair)
+        if sym is None:
+            sym = groups[pair] = f"s{n_old + len(groups)}"
+        dims[(i, d)] = sym
+    # this specialisation's symbols: the dynamic dims where this call has a size >= 2 (a 1
+    # stays a 1 in its key and its graph)
+    all_dims = dims
+    dims = {(i, d): s for (i, d), s in all_dims.items()
+            if leaves[i]._array.shape[d] >= 2 or (keep_small and (i, d) in changed)}
+    if not dims:
+        return fail("no size of this call can be symbolic")
+    symbols = sorted(set(dims.values()), key=lambda s: int(s[1:]))
+    if ref.eager:
+        # a graph break or a call that needs autograd runs eagerly anyway: one eager entry
+        # serves every size instead of a retrace per size
+        cf.keys.set_dims(all_dims)
+        nkey = keys.full_mask(cf.keys.of(args, kwargs, masked=False)[0], dims)
+        cf.entries[nkey] = entries.Entry(nkey, graph=ref.graph, eager=True, reason=ref.reason)
+        cf.log.append(f"dynamic shapes: {cf.__name__} runs eagerly for every size of "
+                        f"{cf.keys.fmt_dims(dims)}")
+        return cf.fn(*args, **kwargs)
+    traced = ref.traced
+    if traced.mutations:
+        return fail("it updates its inputs or buffers in place (a trace on synthetic inputs "
+                    "would repeat that)")
+    ints = graph_ints(traced)
+    for i, t in enumerate(leaves):
+        ints.update(n for d, n in enumerate(t._array.shape) if (i, d) not in dims)
+    seen = {}
+    for (i, d), sym in dims.items():
+        sizes = [leaves[i]._array.shape[d]] + [x for x in changed.get((i, d), ()) if x is not None]
+        seen[sym] = max(seen.get(sym, 0), *sizes)
+    ref_env = {}  # the reference's sizes, to check that Python took the same path at both
+    for (i, d), s in dims.items():
+        n = ref.key[1][i][0][d] if i < len(ref.key[1]) else None
+        if n is None or n < 2 or ref_env.get(s, n) != n:
+            ref_env = None
+            break
+        ref_env[s] = n
+    dim_names = {}
+    for (i, d), s in sorted(dims.items()):
+        dim_names.setdefault(s, []).append([f"arg{i}", d])
+    gens = _generators(ref)
+    saved = [g.get_state() for g in gens]
+    errors = []
+    built = None
+    for above in (True, False):  # sizes above those seen; if that fails (a bound such as a
+        primes = choose_primes(seen, ints, above)  # block size, a branch), below them
+        if primes is None:
+            continue
+        size_log = []
+        syn = [_resize(t, {d: primes[s] for (j, d), s in dims.items() if j == i})
+               for i, t in enumerate(leaves)]
+        syn = [symbolic_tensor(t) if any(j == i for j, _ in dims) else t for i, t in enumerate(syn)]
+        syn_args, syn_kwargs = _replace_tensors((args, kwargs), iter(syn))
+        where = f"at synthetic sizes {cf.keys.fmt_dims(dims, primes)}"
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                graph_p, _, result_p, tracer_p, owners = cf._do_trace(
+                    syn_args, syn_kwargs, False, symbolic=Symbolic(primes, size_log))
+        except Exception as e:  # e.g. a size that must match a parameter
+            errors.append(f"tracing {where} failed: {type(e).__name__}: {e}")
+            continue
+        finally:
+            for g, s in zip(gens, saved):
+                g.set_state(s)
+        if graph_p is None:
+            errors.append(f"graph break {where}: {tracer_p.broken}")
+            continue
+        if graph_p.mutations:
+            errors.append("it updates its inputs or buffers in place")
+            break
+        g_sym, sym_attrs, problems = generalize(graph_p, primes, dim_names)
+        if problems:
+            errors.append(problems[0])
+            break
+        odd = unsupported(size_log)
+        if odd:
+            errors.append(f"Python computes with a size in a way size guards cannot follow: {odd[0]}")
+            break
+        guards = size_guards(size_log, primes)
+        if ref_env:
+            diff = check_guards(guards, ref_env) or same_program(traced, g_sym, sym_attrs, ref_env)
+            if diff:
+                errors.append(f"Python takes another path {where} than at {ref_env}: {diff}")
+                continue
+        built = (primes, syn, graph_p, result_p, tracer_p, owners, g_sym, sym_attrs, guards)
+        break
+    if built is None:
+        return fail("; ".join(errors) or "no distinctive size left to trace with")
+    primes, syn, graph_p, result_p, tracer_p, owners, g_sym, sym_attrs, guards = built
+    rng_info = {}
+    producers = graph_p.producers()
+    for name, gen, words, _ in tracer_p.rng_draws():
+        node = next(n for n in g_sym.nodes if n.out.name == name)
+        numel = math.prod(producers[name].out.shape)
+        rng_info[name] = (words // numel if numel else 0, node.out.shape)
+    try:
+        d = entries.Dynamic(g_sym, sym_attrs, symbols, cf.backend, rng_info, guards)
+    except Exception as e:
+        return fail(f"the backend cannot compile the symbolic graph: {type(e).__name__}: {e}")
+    entry = entries.Entry(None, g_sym, None, tracer_p.externals, rng=tracer_p.rng_draws(), traced=g_sym)
+    entry.dynamic = d
+    cf._guard_entry(entry, tracer_p, owners)
+    # 1. the program at the synthetic sizes reproduces the synthetic eager run
+    try:
+        got = cf._run(entry, syn, dict(primes))
+        bad = _differs(result_p, got)
+    except Exception as e:
+        bad = f"{type(e).__name__}: {e}"
+    finally:
+        for g, s in zip(gens, saved):
+            g.set_state(s)
+    if bad:
+        return fail(f"the symbolic program disagrees with eager at sizes {primes}: {bad}")
+    # 2. this call: the program against an eager run of the function on the real inputs
+    result = None
+    if verify_call:
+        env = {}
+        for (i, d), sym in dims.items():
+            n = leaves[i]._array.shape[d]
+            if env.setdefault(sym, n) != n or n < 2:
+                env = None
+                break
+        if env is None or check_guards(guards, env):
+            return fail("this call's sizes cannot bind the symbols")
+        before = [g.get_state() for g in gens]
+        expected = cf.fn(*args, **kwargs)
+        after = [g.get_state() for g in gens]
+        for g, s in zip(gens, before):
+            g.set_state(s)
+        try:
+            got = cf._run(entry, leaves, env)
+            bad = _differs(expected, got)
+        except Exception as e:
+            bad = f"{type(e).__name__}: {e}"
+        for g, s in zip(gens, after):
+            g.set_state(s)
+        if bad:
+            fail(f"the symbolic graph disagrees with eager on this call: {bad}")
+            return expected
+        result = expected
+    # install: the dims become symbols in every key; drop the specialisations the new mask
+    # makes unreachable (older symbolic entries) or that the symbolic graph covers
+    old_dims = cf.keys.dyn_dims
+    cf.keys.set_dims(all_dims)
+    nkey = keys.full_mask(cf.keys.of(args, kwargs, masked=False)[0], dims)
+    entry.key = nkey
+    for k, e in list(cf.entries.items()):
+        if e.dynamic is not None and old_dims != all_dims:
+            del cf.entries[k]
+        elif e.dynamic is None and not e.eager and keys.masks_to(k, cf.keys.dyn) == nkey:
+            env_ = keys.bind(nkey, k, dims)
+            if env_ is not None and not check_guards(guards, env_):
+                del cf.entries[k]
+    head = cf.entries.get(nkey)
+    if head is not None and head.dynamic is not None:  # another region of the same sizes
+        while head.dynamic.next is not None:
+            head = head.dynamic.next
+        head.dynamic.next = entry
+    else:
+        cf.entries[nkey] = entry
+    cf.log.append(f"dynamic shapes: {cf.__name__} now treats {cf.keys.fmt_dims(dims)} as symbolic"
+                    + (f" where {', '.join(fmt_guard(g) for g in guards)}" if guards else ""))
+    log.info("eagerc.compile: %s", cf.log[-1])
+    return result
+
+
+def _resize(t, sizes):
+    """A copy of tensor t with dims resized to `sizes` ({dim: n}), repeating its data."""
+    if not sizes:
+        return t
+    a = t._array
+    for d, n in sizes.items():
+        m = a.shape[d]
+        if m == 0:
+            shape = list(a.shape)
+            shape[d] = n
+            a = np.zeros(shape, a.dtype) if type(a) is _ndarray else type(a)(shape, a.dtype)
+        else:
+            idx = np.arange(n) % m
+            a = a.take(idx if type(a) is _ndarray else _to_xp(a, idx), axis=d)
+    out = dispatch.wrap(a, t.requires_grad)
+    return out
+
+
+def _to_xp(a, idx):
+    from ..runtime.device import xp_of
+    return xp_of(a).asarray(idx)
+
+
+def _replace_tensors(obj, it):
+    if isinstance(obj, Tensor):
+        return next(it)
+    if isinstance(obj, tuple) and not hasattr(obj, "_fields"):
+        return tuple(_replace_tensors(v, it) for v in obj)
+    if isinstance(obj, tuple):
+        return type(obj)(*[_replace_tensors(v, it) for v in obj])
+    if isinstance(obj, list):
+        return [_replace_tensors(v, it) for v in obj]
+    if isinstance(obj, dict):
+        return {k: _replace_tensors(v, it) for k, v in obj.items()}
+    return obj
+
+
+def _generators(entry):
+    from ..runtime.random import default_generator
+    gens = [default_generator]
+    for _, g, _, _ in entry.rng or ():
+        if not any(g is h for h in gens):
+            gens.append(g)
+    return gens
+
+
+def _differs(expected, got):
+    """None if two results agree (structure, shapes, dtypes, values); else what differs."""
+    is_t = lambda x: isinstance(x, Tensor)  # noqa: E731
+    try:
+        la, ta = flatten(expected, is_t)
+        lb, tb = flatten(got, is_t)
+    except TypeError as e:
+        return str(e)
+    if ta != tb or len(la) != len(lb):
+        return "different output structure"
+    for i, (a, b) in enumerate(zip(la, lb)):
+        x, y = _host(a._array), _host(b._array)
+        if x.shape != y.shape or x.dtype != y.dtype:
+            return f"output {i}: {x.dtype}{list(x.shape)} vs {y.dtype}{list(y.shape)}"
+        if x.dtype.kind in "fc":
+            if not np.allclose(x, y, rtol=1e-4, atol=1e-6, equal_nan=True):
+                return f"output {i}: values differ (max abs diff {np.nanmax(np.abs(x - y)):.3g})"
+        elif not np.array_equal(x, y):
+            return f"output {i}: values differ"
+    return None
+
+
+def _host(a):
+    return a if type(a) is _ndarray else (a.get() if hasattr(a, "get") else np.asarray(a))

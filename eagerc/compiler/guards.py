@@ -489,7 +489,7 @@ def _first_difference(old, new):
 class _OptimizerGuard:
     """An optimizer that stepped while traced: the same param groups and parameters, the
     same non-numeric options, the same state tensors, and each option the rule branched
-    on still zero or not. Numeric values themselves are graph inputs (compile._readers).
+    on still zero or not. Numeric values themselves are graph inputs (entries.readers).
     Checked per call with identity tests; values are compared only when those fail."""
     __slots__ = ("opt", "version", "groups", "zeros", "name", "state")
 

@@ -215,7 +215,7 @@ class JointEntry:
         self.arg_vals = arg_vals
 
     def run(self, leaves, env, rng_overrides=None):
-        """env: the forward program's inputs by name (compile._env)."""
+        """env: the forward program's inputs by name (entries.inputs)."""
         from ..runtime.pytree import unflatten
         outs, mutations = self.fwd_program(env, rng_overrides)
         user, saved = outs[:self.n_user], outs[self.n_user:]
