@@ -328,6 +328,27 @@ def scheduler_inside_the_step(w):
 
 
 @program
+def rmsprop_with_a_schedule(w):
+    m = _mlp()
+    opt = eagerc.optim.RMSprop(m.parameters(), lr=0.01, momentum=0.9, centered=True)
+    sched = eagerc.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
+    c, obs = _train(w, m, opt, 6, lambda i: sched.step())
+    if w.is_compiled:
+        assert w.traces(c) == 2, w.log(c)  # no graph break: the rule is traced like Adam's
+    return obs
+
+
+@program
+def adagrad_lr_decay_changes(w):
+    m = _mlp()
+    opt = eagerc.optim.Adagrad(m.parameters(), lr=0.1)
+    c, obs = _train(w, m, opt, 5, lambda i: opt.param_groups[0].__setitem__("lr_decay", 0.1 * i))
+    if w.is_compiled:
+        assert w.traces(c) <= 2, w.log(c)
+    return obs
+
+
+@program
 def lr_as_int(w):
     m = _mlp()
     opt = eagerc.optim.SGD(m.parameters(), lr=1)

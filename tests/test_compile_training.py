@@ -57,7 +57,10 @@ def test_compiled_backward_refuses_create_graph():
     lambda ps: eagerc.optim.SGD(ps, lr=0.05, momentum=0.9, weight_decay=1e-3),
     lambda ps: eagerc.optim.Adam(ps, lr=1e-2),
     lambda ps: eagerc.optim.AdamW(ps, lr=1e-2, weight_decay=0.1),
-], ids=["sgd_momentum", "adam", "adamw"])
+    lambda ps: eagerc.optim.RMSprop(ps, lr=1e-2, momentum=0.5, centered=True, weight_decay=1e-3),
+    lambda ps: eagerc.optim.RMSprop(ps, lr=1e-2),
+    lambda ps: eagerc.optim.Adagrad(ps, lr=0.1, lr_decay=0.01, weight_decay=1e-3),
+], ids=["sgd_momentum", "adam", "adamw", "rmsprop_centered_momentum", "rmsprop", "adagrad"])
 def test_twenty_compiled_training_steps_match_eager(make_opt):
     eager = _mlp(eagerc.float64)
     comp_model = copy.deepcopy(eager)

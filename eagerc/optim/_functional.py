@@ -1,18 +1,4 @@
-"""Shared pieces of the update rules: the effective gradient, on raw arrays."""
-
-
-def effective_grad(xp, d, g, weight_decay, maximize, out):
-    """The gradient the rule uses: -g if maximize, plus weight_decay * param (L2).
-
-    Returns `g` itself when neither applies (read it, never write it), else `out`."""
-    if weight_decay:
-        xp.multiply(d, weight_decay, out=out)
-        (xp.subtract if maximize else xp.add)(out, g, out=out)
-        return out
-    if maximize:
-        xp.negative(g, out=out)
-        return out
-    return g
+"""Checks of optimizer options, shared by the optimizers' constructors."""
 
 
 def check_hparams(lr=0.0, eps=0.0, weight_decay=0.0, momentum=0.0, betas=None, alpha=None):

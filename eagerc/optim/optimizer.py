@@ -1,10 +1,11 @@
 """The Optimizer base: parameter groups, per-parameter state, state_dict round trips.
 
-Subclasses implement `step` on the raw arrays (`p._array`, `p.grad._array` and the
-state tensors' `._array`) with in-place ufuncs (`out=`), which is several times
-faster than building Tensor temporaries through the dispatcher: an Adam step is a
-dozen numpy calls per parameter and allocates nothing. Updates write into
-`p._array` itself, so views and other references see them, and each update bumps
+Subclasses name their update rule (optim/rules.py), written once: eagerly it runs on
+the raw arrays with in-place ufuncs (`out=`) into shared scratch buffers, which is
+several times faster than building Tensor temporaries through the dispatcher (an Adam
+step is a dozen numpy calls per parameter and allocates nothing); while a compiled
+training step is traced it runs as recorded Tensor ops. Updates write into the
+parameter's array itself, so views and other references see them, and each update bumps
 the parameter's version counter like any in-place op.
 
 The state is PyTorch's: `state[p]` is a dict of Tensors (and `step` is a float32
@@ -21,12 +22,13 @@ from itertools import chain
 
 import numpy as np
 
-from ..autograd.grad_mode import enable_grad
+from ..autograd.grad_mode import enable_grad, no_grad
 from ..dispatch import wrap
 from .. import dispatch
 from ..ops.inplace import bump_version
 from ..runtime.device import xp_of
 from .._tensor import Tensor
+from .rules import ArrayOps, EagerOptions, TensorOps, TracedOptions
 
 __all__ = ["Optimizer", "required"]
 
@@ -44,21 +46,6 @@ required = _Required()
 def array_module(a):
     """numpy for numpy arrays, cupy otherwise (cheap: one type check on the CPU path)."""
     return np if type(a) is np.ndarray else xp_of(a)
-
-
-def new_step():
-    """A fresh `step` counter: a CPU float32 0-d tensor, as PyTorch keeps it."""
-    return wrap(np.zeros((), np.float32))
-
-
-def advance_step(state):
-    """Increment state['step'] in place and return its new value as a Python float."""
-    step = state["step"]
-    if not isinstance(step, Tensor):  # a state dict that stored a plain number
-        step = state["step"] = wrap(np.asarray(float(step), np.float32))
-    value = float(step._array) + 1.0
-    step._array[()] = value
-    return value
 
 
 class Optimizer:
@@ -151,8 +138,48 @@ class Optimizer:
                     g._array.fill(0)
                     bump_version(g, "zero_")
 
+    # ------------------------------------------------------------ the update
+    # A subclass names its rule (optim/rules.py: written once, run eagerly on raw arrays and
+    # traced as Tensor ops), the state it creates before a first step, and the state a
+    # traced step needs (a first step that creates it runs eagerly: `tracer.retry`).
+    _bump = "add_"      # the in-place op a step counts as, for version counters
+
+    def _rule(self, ops, o, params):
+        raise NotImplementedError(f"{type(self).__name__} has no update rule: override step() or _rule()")
+
+    def _init_state(self, p, group):
+        """Create the zero-initialised state the rule reads (at a first step, eagerly)."""
+
+    def _traced_state(self, group):
+        """The state keys a traced step of this group needs."""
+        return ()
+
     def step(self, closure=None):
-        raise NotImplementedError
+        """One update of every parameter that has a gradient (its rule, optim/rules.py)."""
+        loss = self._closure_loss(closure)
+        tracer = dispatch.active_tracer()
+        if tracer is not None and self._traced_step(tracer):
+            return loss
+        ops = ArrayOps(self)
+        for group in self.param_groups:
+            ops.group = group
+            self._rule(ops, EagerOptions(group), group["params"])
+        return loss
+
+    def _traced_step(self, tracer):
+        """The step as recorded Tensor ops (False, after asking the tracer to trace the next
+        call again, when some state does not exist yet: this step then runs eagerly)."""
+        for group in self.param_groups:
+            keys = self._traced_state(group)
+            if keys and any(p._grad is not None and k not in self.state[p] for p in group["params"] for k in keys):
+                tracer.retry(f"{type(self).__name__}.step creates its state on the first step")
+                return False
+        tracer.stepped(self)
+        ops = TensorOps(tracer, self)
+        with no_grad():
+            for i, group in enumerate(self.param_groups):
+                self._rule(ops, TracedOptions(tracer, self, i), group["params"])
+        return True
 
     @staticmethod
     def _closure_loss(closure):
