@@ -277,10 +277,6 @@ class Tracer:
             self.views[id(out)] = (parent, op.name, dict(attrs or {}), root)
             self.view_ver[id(out)] = self.root_ver.get(id(root), 0)
 
-    def rng_nodes(self, graph):
-        """[(value name, generator, words)] for the random ops that survive in `graph`."""
-        return [(n.out.name,) + self.rng[n.out.name] for n in graph.nodes if n.out.name in self.rng]
-
     def rng_draws(self):
         """[(value name, generator, words, seed)] for every random draw, in the order eager mode
         made them (a compiled call advances each generator by all of them, even if a pass dropped

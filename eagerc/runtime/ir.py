@@ -24,7 +24,6 @@ The printed form is one binding per line, like a jaxpr:
 import json
 
 from . import dtypes
-from .ops import OPS
 
 __all__ = ["Value", "Node", "Graph", "FORMAT_VERSION", "short_dtype"]
 
@@ -254,9 +253,3 @@ def spec_of(value):
     from .ops.meta import Spec
     return Spec(tuple(value.shape), dtypes.as_dtype(value.dtype))
 
-
-def op_def(name):
-    try:
-        return OPS[name]
-    except KeyError:
-        raise ValueError(f"unknown op {name!r}") from None
