@@ -21,7 +21,8 @@ def __getattr__(name):
         try:
             value = getattr(api, name)
         except AttributeError:
-            raise AttributeError(f"module 'eagerc' has no attribute {name!r}") from None
+            from ._missing import missing
+            raise missing("eagerc", "torch", name) from None
     globals()[name] = value
     return value
 

@@ -30,6 +30,7 @@ from .ops.linalg import *  # noqa: F401,F403
 from . import autograd  # noqa: F401
 from .autograd import no_grad, enable_grad, set_grad_enabled, inference_mode, is_grad_enabled  # noqa: F401
 from . import cuda  # noqa: F401
+from .backends import set_float32_matmul_precision, get_float32_matmul_precision  # noqa: F401
 from .serialization import save, load  # noqa: F401
 
 

@@ -5,3 +5,10 @@ from .modules import *  # noqa: F401,F403
 from .modules import Module, RemovableHandle  # noqa: F401
 from . import functional, init, modules  # noqa: F401
 from . import utils  # noqa: F401,E402
+
+
+def __getattr__(name):  # a missing name: PyTorch's and not implemented yet, or a typo?
+    if name.startswith("__"):
+        raise AttributeError(name)
+    from .._missing import missing
+    raise missing("eagerc.nn", "torch.nn", name)

@@ -1158,3 +1158,10 @@ from .functional_conv import *  # noqa: F401,F403,E402
 from .functional_conv import __all__ as _conv_all  # noqa: E402
 
 __all__ = __all__ + [n for n in _conv_all if n not in __all__]
+
+
+def __getattr__(name):  # a missing name: PyTorch's and not implemented yet, or a typo?
+    if name.startswith("__"):
+        raise AttributeError(name)
+    from .._missing import missing
+    raise missing("eagerc.nn.functional", "torch.nn.functional", name)

@@ -7,3 +7,10 @@ from .adagrad import Adagrad  # noqa: F401
 from . import lr_scheduler  # noqa: F401
 
 __all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "lr_scheduler"]
+
+
+def __getattr__(name):  # a missing name: PyTorch's and not implemented yet, or a typo?
+    if name.startswith("__"):
+        raise AttributeError(name)
+    from .._missing import missing
+    raise missing("eagerc.optim", "torch.optim", name)

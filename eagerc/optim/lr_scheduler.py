@@ -536,3 +536,10 @@ class ReduceLROnPlateau(LRScheduler):
     @property
     def in_cooldown(self):
         return self.cooldown_counter > 0
+
+
+def __getattr__(name):  # a missing name: PyTorch's and not implemented yet, or a typo?
+    if name.startswith("__"):
+        raise AttributeError(name)
+    from .._missing import missing
+    raise missing("eagerc.optim.lr_scheduler", "torch.optim.lr_scheduler", name)

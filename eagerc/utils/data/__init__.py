@@ -11,3 +11,10 @@ __all__ = ["Dataset", "IterableDataset", "TensorDataset", "StackDataset", "Subse
            "random_split", "Sampler", "SequentialSampler", "RandomSampler", "SubsetRandomSampler",
            "WeightedRandomSampler", "BatchSampler", "default_collate", "default_convert", "get_worker_info",
            "WorkerInfo", "DataLoader"]
+
+
+def __getattr__(name):  # a missing name: PyTorch's and not implemented yet, or a typo?
+    if name.startswith("__"):
+        raise AttributeError(name)
+    from ..._missing import missing
+    raise missing("eagerc.utils.data", "torch.utils.data", name)
