@@ -476,6 +476,65 @@ def test_custom_function_second_backward_raises_freed_error():
     np.testing.assert_allclose(b.grad.numpy(), [2 * 27.0])
 
 
+def test_custom_function_with_several_differentiable_outputs():
+    """Each output's gradient reaches the inputs (checked against finite differences), the
+    saved tensors serve every output's backward, and a second backward still raises."""
+    class SinCos(autograd.Function):
+        @staticmethod
+        def forward(ctx, x, w):
+            ctx.save_for_backward(x, w)
+            return (x * w).sin(), (x * w).cos(), x.sum()
+
+        @staticmethod
+        def backward(ctx, gs, gc, gsum):
+            x, w = ctx.saved_tensors
+            d = gs * (x * w).cos() - gc * (x * w).sin()
+            return d * w + gsum, d * x
+
+    xv, wv = np.array([0.3, 1.2, -0.7]), np.array([0.5, -2.0, 1.5])
+    x, w = t64(xv), t64(wv)
+    s, c, total = SinCos.apply(x, w)
+    assert s.requires_grad and c.requires_grad and total.requires_grad and s.grad_fn is not c.grad_fn
+    (2 * s + 3 * c + 5 * total).sum().backward()
+    d = 2 * np.cos(xv * wv) - 3 * np.sin(xv * wv)
+    np.testing.assert_allclose(x.grad.numpy(), d * wv + 15)  # 5 * total is broadcast over 3 elements
+    np.testing.assert_allclose(w.grad.numpy(), d * xv)
+    assert autograd.gradcheck(lambda a, b: SinCos.apply(a, b)[:2], (t64(xv), t64(wv)))
+    s2, c2, _ = SinCos.apply(t64(xv), t64(wv))
+    (s2 + c2).sum().backward()
+    with pytest.raises(RuntimeError, match="second time"):
+        (s2 + c2).sum().backward()
+
+
+def test_custom_function_with_setup_context_and_unmaterialized_grads():
+    seen = []
+
+    class MulAdd(autograd.Function):
+        @staticmethod
+        def forward(x, y):
+            return x * y, x + y
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            ctx.save_for_backward(*inputs)
+            ctx.set_materialize_grads(False)
+
+        @staticmethod
+        def backward(ctx, gp, gq):
+            seen.append((gp is None, gq is None))
+            x, y = ctx.saved_tensors
+            gx = (gp * y if gp is not None else 0) + (gq if gq is not None else 0)
+            gy = (gp * x if gp is not None else 0) + (gq if gq is not None else 0)
+            return gx, gy
+
+    a, b = t64([2.0, 3.0]), t64([5.0, 7.0])
+    p, q = MulAdd.apply(a, b)
+    (p + 10 * q).sum().backward()
+    np.testing.assert_allclose(a.grad.numpy(), [5.0 + 10, 7.0 + 10])
+    np.testing.assert_allclose(b.grad.numpy(), [2.0 + 10, 3.0 + 10])
+    assert sorted(seen) == [(False, True), (True, False)]  # one call per output, the other None
+
+
 def test_custom_function_non_differentiable_outputs():
     class SortWithIndices(autograd.Function):
         @staticmethod

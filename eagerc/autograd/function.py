@@ -12,8 +12,15 @@
             y, = ctx.saved_tensors
             return g * y
 
-forward runs with grad disabled on the real tensors; its outputs get one
-`FunctionNode` whose backward calls the user's `backward`.
+forward runs with grad disabled on the real tensors. Each differentiable output gets its
+own node whose backward calls the user's `backward` with that output's gradient and zeros
+(or None, with `ctx.set_materialize_grads(False)`) for the others: the engine's nodes have
+one output each, and a vector-Jacobian product is linear in the output gradients, so the
+contributions of several outputs add up to PyTorch's single call. The nodes share the ctx
+and its saved tensors (freed when the last of them has run, unless retain_graph).
+
+PyTorch's newer style -- `forward(*args)` without ctx, plus `setup_context(ctx, inputs,
+output)` -- works too.
 """
 import weakref
 
@@ -77,8 +84,10 @@ class _FunctionOp:
 
 
 def _function_backward(node, g):
-    ctx = node.attrs
-    out_grads = [g if i == ctx._diff_out else
+    ctx = node.attrs.ctx
+    slot = node.attrs.slot
+    ctx._node = weakref.ref(node)  # saved_tensors reads this node's references
+    out_grads = [g if i == slot else
                  (_zeros(shape, dtype) if ctx.materialize_grads else None)
                  for i, (shape, dtype) in enumerate(ctx._out_specs)]
     grads = ctx.fn_cls.backward(ctx, *out_grads)
@@ -94,6 +103,15 @@ def _function_backward(node, g):
             raise TypeError(f"{ctx._name}.backward must return Tensors or None, got {type(gi).__name__}")
         out.append(gi if edge is not None else None)
     return out
+
+
+class _Slot:
+    """A node's attrs: the shared ctx and which output the node is for."""
+    __slots__ = ("ctx", "slot")
+
+    def __init__(self, ctx, slot):
+        self.ctx = ctx
+        self.slot = slot
 
 
 def _zeros(shape, dtype):
@@ -129,7 +147,11 @@ class Function:
         prev = dispatch.grad_enabled()
         dispatch.set_grad_enabled(False)
         try:
-            out = cls.forward(ctx, *args, **kwargs)
+            if _new_style(cls):  # forward(*args) and setup_context(ctx, inputs, output)
+                out = cls.forward(*args, **kwargs)
+                cls.setup_context(ctx, args, out)
+            else:
+                out = cls.forward(ctx, *args, **kwargs)
         finally:
             dispatch.set_grad_enabled(prev)
         if not with_grad:
@@ -139,40 +161,50 @@ class Function:
                 and id(o) not in ctx._non_differentiable and o._array.dtype.kind == "f"]
         if not diff:
             return out
-        if len(diff) > 1:
-            raise NotImplementedError(
-                f"{cls.__name__}: eagerc's Function supports one differentiable output, got "
-                f"{len(diff)} (outputs {diff}); mark the others with ctx.mark_non_differentiable")
-        ctx._diff_out = diff[0]
         ctx._out_specs = [(tuple(o._array.shape), o.dtype) if isinstance(o, Tensor) else ((), None)
                           for o in outs]
-        node = Node.__new__(Node)
-        node.op = _function_op(cls)
-        node.attrs = ctx
-        node.next = [(a.grad_fn if a.grad_fn is not None else a) if isinstance(a, Tensor) and a.requires_grad
-                     else None for a in args]
-        # the node owns the saved tensors: the engine frees them after backward unless
-        # retain_graph, and a second backward then raises the freed-graph error
-        node.saved = list(ctx.to_save) if ctx.to_save else None
-        node.versions = list(ctx.saved_versions) if ctx.to_save else None
+        edges = [(a.grad_fn if a.grad_fn is not None else a) if isinstance(a, Tensor) and a.requires_grad
+                 else None for a in args]
+        saved = list(ctx.to_save) if ctx.to_save else None
+        versions = list(ctx.saved_versions) if ctx.to_save else None
         ctx.to_save = ()
-        ctx._node = weakref.ref(node)
-        node.shapes = None
-        node.out = None
-        node.out_vc = None
-        node.hooks = None
-        node.retained = None
-        node.created_at = _user_site() if dispatch.anomaly_enabled() else None
-        result = []
-        for i, o in enumerate(outs):
-            if i == ctx._diff_out:
-                if o.grad_fn is not None or o.requires_grad or any(o is a for a in args):
-                    o = o.detach()  # a returned input (or an intermediate) gets a fresh node
-                o._requires_grad = True
-                o.grad_fn = node
-                node.out_dtype = o._array.dtype
-            result.append(o)
+        created = _user_site() if dispatch.anomaly_enabled() else None
+        result = list(outs)
+        for i in diff:
+            o = outs[i]
+            if o.grad_fn is not None or o.requires_grad or any(o is a for a in args) or \
+                    any(o is result[j] for j in diff if j < i):
+                o = o.detach()  # a returned input (or an intermediate, or a repeat) gets a fresh node
+            node = Node.__new__(Node)
+            node.op = _function_op(cls)
+            node.attrs = _Slot(ctx, i)
+            node.next = list(edges)
+            # each node holds the saved tensors: the engine frees them after its backward unless
+            # retain_graph, and a second backward then raises the freed-graph error
+            node.saved = list(saved) if saved is not None else None
+            node.versions = versions
+            node.shapes = None
+            node.out = None
+            node.out_vc = None
+            node.hooks = None
+            node.retained = None
+            node.created_at = created
+            node.out_dtype = o._array.dtype
+            ctx._node = weakref.ref(node)
+            o._requires_grad = True
+            o.grad_fn = node
+            result[i] = o
         return tuple(result) if isinstance(out, tuple) else result[0]
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        """PyTorch's newer style: save what backward needs (forward then takes no ctx)."""
+        raise NotImplementedError
+
+
+def _new_style(cls):
+    return getattr(cls.setup_context, "__func__", cls.setup_context) is not \
+        getattr(Function.setup_context, "__func__", Function.setup_context)
 
 
 _ops = {}
