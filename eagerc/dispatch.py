@@ -173,6 +173,7 @@ def apply(op, args, attrs=None):
             vc = src._vc = [0]
         t._vc = vc
         t._base = src
+        t._view = (op.name, attrs)  # how t views src: an in-place op on t rewrites src's history
     tracer = m.tracer
     if tracer is not None:
         tracer.record(op, args, attrs, t)

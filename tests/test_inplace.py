@@ -203,3 +203,53 @@ def test_leaf_in_place_rules():
     plain = eagerc.tensor([1.0])                     # leaves without grad are free to change
     plain.add_(1)
     assert plain.tolist() == [2.0]
+
+
+# ---------------------------------------------------------------- in-place writes through views
+
+def _fd(f, wv, eps=1e-6):
+    return np.array([(f(wv + eps * e) - f(wv - eps * e)) / (2 * eps) for e in np.eye(len(wv))])
+
+
+def test_in_place_through_views_rewrites_the_base_history_like_pytorch():
+    """x does not require grad; writing a grad-carrying value through its views makes x's
+    gradient reach w (PyTorch's CopySlices), for getitem, select, reshape and slice views."""
+    w = eagerc.tensor([1.0, 2.0, 3.0], dtype=eagerc.float64, requires_grad=True)
+    x = eagerc.zeros(4, 3, dtype=eagerc.float64)
+    x[1].add_(w)
+    x[:, 0].mul_(w[0])
+    x.reshape(12)[5:9].mul_(2 * w[1])
+    x.t().diagonal().add_(w[2])
+    weights = np.arange(12.0).reshape(4, 3)
+    (x * eagerc.tensor(weights)).sum().backward()
+    assert x.grad_fn is not None and x.requires_grad
+
+    def f(wv):
+        X = np.zeros((4, 3))
+        X[1] += wv
+        X[:, 0] *= wv[0]
+        X.reshape(12)[5:9] *= 2 * wv[1]
+        i = np.arange(3)
+        X.T[i, i] += wv[2]  # (numpy's diagonal() is read-only)
+        return (X * weights).sum()
+    np.testing.assert_allclose(w.grad.numpy(), _fd(f, np.array([1.0, 2.0, 3.0])), rtol=1e-6)
+
+
+def test_in_place_through_a_view_of_a_non_leaf_keeps_both_paths():
+    a = eagerc.tensor([1.0, 2.0, 3.0, 4.0], dtype=eagerc.float64, requires_grad=True)
+    b = eagerc.tensor([10.0, 20.0], dtype=eagerc.float64, requires_grad=True)
+    y = a * 2          # a non-leaf; its slice is overwritten with a product of b
+    y[1:3].mul_(b)
+    (y * eagerc.tensor([1.0, 2.0, 3.0, 4.0], dtype=eagerc.float64)).sum().backward()
+    np.testing.assert_allclose(a.grad.numpy(), [2.0, 2 * 2 * 10, 3 * 2 * 20, 8.0])
+    np.testing.assert_allclose(b.grad.numpy(), [2 * 2 * 2.0, 3 * 2 * 3.0])
+
+
+def test_in_place_through_views_of_leaves_and_expanded_views_raise():
+    w = eagerc.tensor([1.0, 2.0], requires_grad=True)
+    leaf = eagerc.zeros(4, requires_grad=True)
+    with pytest.raises(RuntimeError, match="a view of a leaf Variable that requires grad"):
+        leaf[:2].add_(w)
+    e = eagerc.zeros(1, 2).expand(3, 2)
+    with pytest.raises(RuntimeError, match="more than one element of the written-to tensor"):
+        e.add_(w)

@@ -28,6 +28,7 @@ from .. import dispatch
 from .._tensor import Tensor
 from ..runtime.ir import Graph, Node, Value
 from ..runtime.pytree import flatten
+from ..ops.inplace import scatter_spec
 from ..runtime.ownership import is_eagerc_file
 from .guards import is_user_file
 
@@ -126,14 +127,6 @@ def _shares(a, b):
         return bool(xp_of(a).may_share_memory(a, b))
     except Exception:  # pragma: no cover - unknown array type: assume it may
         return True
-
-
-def _inverse_perm(dims):
-    n = len(dims)
-    inv = [0] * n
-    for i, d in enumerate(dims):
-        inv[d % n] = i
-    return tuple(inv)
 
 
 class Tracer:
@@ -336,18 +329,11 @@ class Tracer:
 
     def _scatter(self, op, attrs, base_val, view_val, base):
         """The value of `base` after its `op` view (with `attrs`) was given `view_val`."""
-        if op in ("reshape", "squeeze", "unsqueeze"):
-            return self._emit("reshape", [view_val], {"shape": tuple(base._array.shape)}, base)
-        if op == "permute":
-            return self._emit("permute", [view_val], {"dims": _inverse_perm(attrs["dims"])}, base)
-        if op == "getitem":
-            return self._emit("index_put", [base_val, view_val], {"index": attrs["index"], "accumulate": False},
-                              base)
-        if op == "slice":
-            return self._emit("slice_scatter", [base_val, view_val], dict(attrs), base)
-        if op == "diagonal":
-            return self._emit("diagonal_scatter", [base_val, view_val], dict(attrs), base)
-        return None  # expand (and anything new): not invertible
+        spec = scatter_spec(op, attrs, base._array.shape)
+        if spec is None:
+            return None  # expand (and anything new): not invertible
+        name, reads_base, attrs = spec
+        return self._emit(name, [base_val, view_val] if reads_base else [view_val], attrs, base)
 
     def set_grad(self, t, g):
         """t.grad was set to g (a Tensor or None) by autograd or an optimizer: a compiled call

@@ -44,6 +44,10 @@ def commit(t, result, opname):
     """Make `t` hold `result` (a Tensor computed out of place); returns t."""
     data = t._array
     rd = result._array
+    if type(data) is np.ndarray and not data.flags.writeable:
+        raise RuntimeError(f"{opname}: unsupported operation: more than one element of the written-to tensor "
+                           "refers to a single memory location (an expanded view), or its memory is "
+                           "read-only. Please clone() the tensor before performing the operation.")
     if rd.dtype != data.dtype:
         if data.dtype.kind in "iub" and rd.dtype.kind == "f" or data.dtype.kind == "b" and rd.dtype.kind != "b":
             raise RuntimeError(f"{opname}: result type {rd.dtype} can't be cast to the desired output "
@@ -58,11 +62,6 @@ def commit(t, result, opname):
             raise RuntimeError(f"{opname}: output with shape {tuple(data.shape)} doesn't match the "
                                f"broadcast shape {tuple(rd.shape)}")
     if result.grad_fn is not None:
-        if getattr(t, "_base", None) is not None:
-            raise RuntimeError(
-                f"{opname}: in-place modification of a view with a result that requires grad is not "
-                "supported by eagerc (the view's base would not see the gradient); use out-of-place "
-                "ops, e.g. eagerc.where / index_put, or clone() the view first")
         _snapshot_saved_self(result.grad_fn, t)
     data[...] = rd
     _bump(t, opname)
@@ -72,11 +71,61 @@ def commit(t, result, opname):
     if result.grad_fn is not None:
         # the node keeps its own copy of any output it saved (result._array), so later
         # in-place ops on t cannot corrupt it
+        if getattr(t, "_base", None) is not None and dispatch.grad_enabled():
+            _rewrite_bases(t, result, opname)
         t.grad_fn = result.grad_fn
         t._requires_grad = True
     else:
         drop_history(t)
     return t
+
+
+def scatter_spec(op, attrs, base_shape):
+    """How a new value of a `op` view (with `attrs`) is written back into its base, as one op:
+    (op name, whether it reads the base, attrs), or None when the view cannot be inverted
+    (expand: one element of the base would take several values). Shared by eager autograd
+    (below) and the tracer's functionalisation of writes through views."""
+    if op in ("reshape", "squeeze", "unsqueeze"):
+        return "reshape", False, {"shape": tuple(base_shape)}
+    if op == "permute":
+        dims = attrs["dims"]
+        inv = [0] * len(dims)
+        for i, d in enumerate(dims):
+            inv[d % len(dims)] = i
+        return "permute", False, {"dims": tuple(inv)}
+    if op == "getitem":
+        return "index_put", True, {"index": attrs["index"], "accumulate": False}
+    if op == "slice":
+        return "slice_scatter", True, dict(attrs)
+    if op == "diagonal":
+        return "diagonal_scatter", True, dict(attrs)
+    return None
+
+
+def _rewrite_bases(t, result, opname):
+    """An in-place op with a result that requires grad wrote through view t: like PyTorch,
+    every tensor t views (up to the one owning the memory) now has the history of "its old
+    value with t's region replaced" -- the view op's scatter, recorded as an autograd node --
+    so gradients through the base reach what was written."""
+    from ..runtime.ops import OPS
+    child, value = t, result
+    while getattr(child, "_base", None) is not None:
+        parent = child._base
+        view = getattr(child, "_view", None)
+        spec = None if view is None else scatter_spec(view[0], view[1] or {}, parent._array.shape)
+        if spec is None:
+            raise RuntimeError(
+                f"{opname}: in-place modification of a `{view[0] if view else 'unknown'}` view with a result "
+                "that requires grad: the write cannot be carried back to the viewed tensor (more than one "
+                "element of it refers to one memory location); clone() the view first")
+        if parent.grad_fn is None and parent._requires_grad:
+            raise RuntimeError(f"{opname}: a view of a leaf Variable that requires grad is being used in an "
+                               "in-place operation.")
+        name, reads_base, attrs = spec
+        new = dispatch.apply(OPS[name], (parent, value) if reads_base else (value,), attrs)
+        parent.grad_fn = new.grad_fn
+        parent._requires_grad = new._requires_grad
+        child, value = parent, new
 
 
 def drop_history(t):
