@@ -253,3 +253,19 @@ def test_in_place_through_views_of_leaves_and_expanded_views_raise():
     e = eagerc.zeros(1, 2).expand(3, 2)
     with pytest.raises(RuntimeError, match="more than one element of the written-to tensor"):
         e.add_(w)
+
+
+def test_copy_into_a_tensor_with_history_gives_the_old_history_a_zero_gradient():
+    """PyTorch: y = x.clone().copy_(src) -> x.grad is zeros (CopyBackwards), not None."""
+    x = eagerc.ones(3, requires_grad=True)
+    y = x.clone().copy_(eagerc.tensor([4.0, 5.0, 6.0]))
+    assert y.requires_grad
+    np.testing.assert_array_equal(y.detach().numpy(), [4.0, 5.0, 6.0])
+    (y * 2).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [0.0, 0.0, 0.0])
+    s = eagerc.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    x.grad = None
+    z = (x * float("inf")).copy_(s)  # the overwritten values do not leak into the gradient
+    (z * 5).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [0.0, 0.0, 0.0])
+    np.testing.assert_array_equal(s.grad.numpy(), [5.0, 5.0, 5.0])

@@ -152,12 +152,29 @@ def copy_(self, src, non_blocking=False):
     if not isinstance(src, Tensor):
         src = creation.tensor(src)
     src = to(src, self.device, self.dtype)
-    if src._requires_grad and dispatch.grad_enabled() or dispatch.active_tracer() is not None:
-        return commit(self, src.expand(tuple(self._array.shape)) + 0, "copy_")
+    grad = dispatch.grad_enabled() and (src._requires_grad or self.grad_fn is not None)
+    if grad or dispatch.active_tracer() is not None:
+        value = src.expand(tuple(self._array.shape))
+        if grad and self.grad_fn is not None:
+            # PyTorch's CopyBackwards: the overwritten values get a zero gradient (not None), so the
+            # old history still reaches its leaves; where() gives that without touching the values
+            from .elementwise import where
+            return commit(self, where(_false(), self, value), "copy_")
+        return commit(self, value + 0, "copy_")
     self._array[...] = src._array
     bump_version(self, "copy_")
     drop_history(self)
     return self
+
+
+_FALSE = None
+
+
+def _false():
+    global _FALSE
+    if _FALSE is None:
+        _FALSE = creation.tensor(False)
+    return _FALSE
 
 
 def _random_fill(self, draw, name):
