@@ -420,3 +420,50 @@ def test_deepcopy_module():
     net2 = copy.deepcopy(net)
     assert net2.fc1.weight is not net.fc1.weight and isinstance(net2.fc1.weight, nn.Parameter)
     np.testing.assert_array_equal(net2.fc1.weight.detach().numpy(), net.fc1.weight.detach().numpy())
+
+
+# ---------------------------------------------------------------- module backward hooks (PyTorch's)
+
+class _Bilinear(nn.Module):
+    def forward(self, a, b, scale):
+        return a * b * scale, a + b
+
+
+def test_full_backward_hook_sees_all_gradients_once_and_may_replace_grad_input():
+    m = _Bilinear()
+    calls = []
+
+    def hook(mod, grad_input, grad_output):
+        calls.append((mod, grad_input, grad_output))
+        return (grad_input[0] * 10, grad_input[1], None)
+    handle = m.register_full_backward_hook(hook)
+    av, bv = np.array([1.0, 2.0]), np.array([3.0, -1.0])
+    a = eagerc.tensor(av, requires_grad=True)
+    b = eagerc.tensor(bv, requires_grad=True)
+    p, q = m(a, b, 2.0)
+    (p * eagerc.tensor([1.0, 1.0]) + 5 * q).sum().backward()
+    (mod, gi, go), = calls
+    assert mod is m and len(gi) == 3 and gi[2] is None
+    np.testing.assert_allclose(go[0].numpy(), [1.0, 1.0])
+    np.testing.assert_allclose(go[1].numpy(), [5.0, 5.0])
+    np.testing.assert_allclose(gi[0].numpy(), bv * 2 + 5)      # what autograd computed
+    np.testing.assert_allclose(gi[1].numpy(), av * 2 + 5)
+    np.testing.assert_allclose(a.grad.numpy(), (bv * 2 + 5) * 10)  # replaced by the hook
+    np.testing.assert_allclose(b.grad.numpy(), av * 2 + 5)
+    handle.remove()
+    a.grad = None
+    m(a, b, 2.0)[0].sum().backward()
+    assert len(calls) == 1 and a.grad is not None
+
+
+def test_backward_pre_hook_replaces_grad_output_and_hooks_run_without_input_grads():
+    lin = nn.Linear(2, 2).double()
+    seen = []
+    lin.register_full_backward_pre_hook(lambda mod, go: (go[0] * 0,))
+    lin.register_full_backward_hook(lambda mod, gi, go: seen.append((gi, go)))
+    x = eagerc.ones(3, 2, dtype=eagerc.float64)   # the input needs no gradient
+    lin(x).sum().backward()
+    (gi, go), = seen
+    assert gi == (None,)
+    np.testing.assert_array_equal(go[0].numpy(), np.zeros((3, 2)))
+    np.testing.assert_array_equal(lin.weight.grad.numpy(), np.zeros((2, 2)))  # grad_output was zeroed

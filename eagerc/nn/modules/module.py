@@ -130,6 +130,8 @@ class Module:
         d["_forward_hooks_always_called"] = set()
         d["_state_dict_hooks"] = _Members()
         d["_load_state_dict_pre_hooks"] = _Members()
+        d["_backward_hooks"] = _Members()
+        d["_backward_pre_hooks"] = _Members()
         tracer = dispatch.active_tracer()
         if tracer is not None:  # made while a compiled function is traced: its own to set up
             tracer.made_modules.add(id(self))
@@ -139,11 +141,16 @@ class Module:
 
     # ------------------------------------------------------------ calling
     def __call__(self, *args, **kwargs):
-        if self._forward_pre_hooks or self._forward_hooks or _global_forward_hooks or _global_forward_pre_hooks:
+        if self._forward_pre_hooks or self._forward_hooks or _global_forward_hooks or _global_forward_pre_hooks \
+                or self._backward_hooks or self._backward_pre_hooks:
             return self._call_with_hooks(args, kwargs)
         return self.forward(*args, **kwargs)
 
     def _call_with_hooks(self, args, kwargs):
+        backward = None
+        if (self._backward_hooks or self._backward_pre_hooks) and dispatch.grad_enabled():
+            from ._backward_hooks import BackwardHooks
+            backward = BackwardHooks(self)
         for hook_id, hook in itertools.chain(_global_forward_pre_hooks.items(), self._forward_pre_hooks.items()):
             if hook_id in self._forward_pre_hooks_with_kwargs:
                 result = hook(self, args, kwargs)
@@ -156,6 +163,8 @@ class Module:
                 result = hook(self, args)
                 if result is not None:
                     args = result if isinstance(result, tuple) else (result,)
+        if backward is not None:
+            args = backward.inputs(args)
         try:
             output = self.forward(*args, **kwargs)
         except Exception:
@@ -173,6 +182,8 @@ class Module:
                 result = hook(self, args, output)
             if result is not None:
                 output = result
+        if backward is not None:
+            output = backward.outputs(output)
         return output
 
     def register_forward_pre_hook(self, hook, *, prepend=False, with_kwargs=False):
@@ -191,9 +202,15 @@ class Module:
             self._forward_hooks_always_called.add(handle.id)
         return handle
 
-    def register_full_backward_hook(self, hook):
-        raise NotImplementedError("module backward hooks are not supported; register hooks on tensors "
-                                  "(Tensor.register_hook) instead")
+    def register_full_backward_hook(self, hook, prepend=False):
+        """hook(module, grad_input, grad_output) -> None or a new grad_input, called once per
+        backward pass with the gradients of the module's tensor inputs and outputs (None for
+        those that need none), as in PyTorch."""
+        return _register(self._backward_hooks, hook, prepend)
+
+    def register_full_backward_pre_hook(self, hook, prepend=False):
+        """hook(module, grad_output) -> None or a new grad_output, before grad_input is computed."""
+        return _register(self._backward_pre_hooks, hook, prepend)
 
     register_backward_hook = register_full_backward_hook
 
@@ -337,6 +354,8 @@ class Module:
 
     def __setstate__(self, state):
         self.__dict__.update(state)
+        for key in ("_backward_hooks", "_backward_pre_hooks"):
+            self.__dict__.setdefault(key, _Members())
 
     # ------------------------------------------------------------ traversal
     def _named_members(self, get_members, prefix="", recurse=True, remove_duplicate=True):
