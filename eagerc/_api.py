@@ -8,6 +8,8 @@ from . import dispatch  # noqa: F401
 from .ops import elementwise as _elementwise, reduction as _reduction, shape as _shape  # noqa: F401
 from .ops import indexing as _indexing, joining as _joining, linalg as _linalg  # noqa: F401
 from .ops import tensor_methods as _tensor_methods  # noqa: F401
+from .ops.tensor_methods import LEGACY_TYPES as _LEGACY_TYPES
+globals().update(_LEGACY_TYPES)   # FloatTensor, LongTensor, ... (PyTorch's legacy typed tensors)
 from .ops.creation import *  # noqa: F401,F403
 from .ops.creation import __all__ as _creation_all
 from .ops.elementwise import (  # noqa: F401

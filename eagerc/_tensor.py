@@ -33,9 +33,22 @@ class Tensor:
     __slots__ = ("_array", "_requires_grad", "_grad", "grad_fn", "_vc", "_base", "_view", "_hooks", "__weakref__")
     __array_priority__ = 1000  # make numpy defer to Tensor's reflected operators
 
-    def __init__(self, data=None, *, dtype=None, device=None, requires_grad=False):
+    def __init__(self, *data, dtype=None, device=None, requires_grad=False):
+        """Tensor(data) copies data (a list, number or array); Tensor(2, 3), PyTorch's legacy
+        constructor, makes a float tensor of that size (zero-filled here, uninitialised in
+        PyTorch); Tensor() is empty."""
         from .ops.creation import to_array
-        self._array = to_array([] if data is None else data, dtype, device)
+        if len(data) > 1 or len(data) == 1 and type(data[0]) is int and not isinstance(data[0], bool):
+            if not all(type(n) is int for n in data):
+                raise TypeError(f"Tensor(*sizes): expected integer sizes, got {data!r}")
+            self._array = to_array(np.zeros(data), dtype or dtypes.get_default_dtype(), device, copy=False)
+            data = None
+        else:
+            data = data[0] if data else None
+            self._array = to_array([] if data is None else data, dtype, device)
+            if dtype is None and data is not None and self._array.dtype.kind in "iub" and \
+                    not isinstance(data, (np.ndarray, Tensor)):
+                self._array = self._array.astype(dtypes.get_default_dtype().np)  # torch.Tensor([1, 2]) is float
         if isinstance(data, np.ndarray):
             from . import dispatch
             tracer = dispatch.active_tracer()

@@ -603,3 +603,30 @@ def test_numpy_code_on_data_inside_a_compiled_function_is_not_baked():
         x = eagerc.full((3,), float(k))
         np.testing.assert_allclose(c(x).numpy(), np.exp(np.full(3, float(k))) + k, rtol=1e-6)
     assert c.traces == 1
+
+
+def test_legacy_constructors_and_typed_tensor_classes():
+    t = eagerc.Tensor(2, 3)
+    assert tuple(t.shape) == (2, 3) and t.dtype == eagerc.float32
+    assert eagerc.Tensor([1, 2]).dtype == eagerc.float32   # torch.Tensor(data) is float
+    assert tuple(eagerc.Tensor().shape) == (0,)
+    x = eagerc.LongTensor([1, 2])
+    assert x.dtype == eagerc.int64 and type(x) is eagerc.Tensor
+    assert isinstance(x, eagerc.LongTensor) and not isinstance(x, eagerc.FloatTensor)
+    assert isinstance(eagerc.ones(2), eagerc.FloatTensor)
+    assert eagerc.ones(2).type() == "eagerc.FloatTensor"
+    assert eagerc.ones(2).type(eagerc.DoubleTensor).dtype == eagerc.float64
+    assert eagerc.ones(2).type("torch.LongTensor").dtype == eagerc.int64
+    with pytest.raises(TypeError, match="integer sizes"):
+        eagerc.Tensor(2, 3.5)
+
+
+def test_storage_offset_and_pin_memory():
+    base = eagerc.arange(16.0).reshape(4, 4)
+    assert base.storage_offset() == 0
+    assert base[1:].storage_offset() == 4 and base[1:, 2:].storage_offset() == 6
+    assert base.t()[1].storage_offset() == 1
+    if not eagerc.cuda.is_available():
+        with pytest.raises(RuntimeError, match="no|none is available"):
+            base.pin_memory()
+    assert base.is_pinned() is False

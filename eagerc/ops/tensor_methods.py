@@ -1,6 +1,7 @@
 """Tensor methods that are about autograd, devices and dtypes rather than math."""
 import weakref
 
+import numpy as np
 
 from .. import dispatch
 from ..dispatch import apply, wrap
@@ -124,10 +125,61 @@ _TYPE_NAMES = {"float32": "Float", "float64": "Double", "float16": "Half", "int6
                "int32": "Int", "int16": "Short", "int8": "Char", "uint8": "Byte", "bool": "Bool"}
 
 
-def _type(self, dtype=None):
+def _type(self, dtype=None, non_blocking=False):
+    """t.type() names its legacy type ("eagerc.FloatTensor"); t.type(x) casts to a dtype, a
+    legacy type (eagerc.LongTensor) or its name ("torch.DoubleTensor" too)."""
     if dtype is None:
         return "eagerc." + _TYPE_NAMES[self.dtype.name] + "Tensor"
+    if isinstance(dtype, str) and dtype.endswith("Tensor"):
+        dtype = _LEGACY[dtype.rsplit(".", 1)[-1][:-len("Tensor")]].dtype
+    elif isinstance(dtype, _LegacyType):
+        dtype = dtype.dtype
     return cast(self, dtype)
+
+
+class _LegacyType(type):
+    """PyTorch's typed tensor classes (torch.FloatTensor, torch.LongTensor, ...): calling one
+    makes a CPU tensor of that dtype, as the legacy constructors do, and isinstance tells a
+    tensor's dtype. Tensors themselves are always plain eagerc.Tensor objects."""
+
+    def __call__(cls, *data, device=None):
+        return Tensor(*data, dtype=cls.dtype, device=device)
+
+    def __instancecheck__(cls, obj):
+        return isinstance(obj, Tensor) and obj.dtype is cls.dtype and obj.device.type == "cpu"
+
+    def __repr__(cls):
+        return f"<class 'eagerc.{cls.__name__}'>"
+
+
+_LEGACY = {name: _LegacyType(name + "Tensor", (), {"dtype": dtypes.as_dtype(dt)})
+           for dt, name in _TYPE_NAMES.items()}
+LEGACY_TYPES = {cls.__name__: cls for cls in _LEGACY.values()}  # FloatTensor, LongTensor, ...
+
+
+def pin_memory(self, device=None):
+    """PyTorch pins host memory for faster copies to a GPU; without one it refuses, as here.
+    With cupy, eagerc's copies do not need it: the tensor itself is returned."""
+    from ..runtime.device import cuda_available
+    if not cuda_available():
+        raise RuntimeError("Cannot access accelerator device when none is available.")
+    return self
+
+
+def is_pinned(self, device=None):
+    return False
+
+
+def storage_offset(self):
+    """Elements between the start of the memory this tensor views and its first element."""
+    a = root = self._array
+    while getattr(root, "base", None) is not None and hasattr(root.base, "shape"):
+        root = root.base
+    if root is a:
+        return 0
+    if type(a) is np.ndarray:
+        return (a.__array_interface__["data"][0] - root.__array_interface__["data"][0]) // a.itemsize
+    return (a.data.ptr - root.data.ptr) // a.itemsize
 
 
 def zero_(self):
@@ -250,7 +302,8 @@ for _name, _d in _CONVERSIONS.items():
     setattr(Tensor, _name, _conversion(_d))
 
 for _f in (backward, detach, detach_, requires_grad_, retain_grad, register_hook, to, cuda, cpu,
-           type_as, zero_, fill_, copy_, normal_, uniform_, bernoulli_, random_, new_tensor, new_full):
+           type_as, zero_, fill_, copy_, normal_, uniform_, bernoulli_, random_, new_tensor, new_full,
+           pin_memory, is_pinned, storage_offset):
     setattr(Tensor, _f.__name__, _f)
 Tensor.type = _type
 Tensor.new_zeros = _new(creation.zeros)
