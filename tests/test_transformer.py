@@ -2,7 +2,7 @@
 layer norm; post-norm and pre-norm; bool, float and key-padding masks), float64 finite-difference
 gradients, PyTorch's state_dict keys and reprs, train vs eval, compiled vs eager, and (when
 PyTorch is installed) the same outputs as PyTorch given the same weights."""
-import copy
+import contextlib
 import math
 import warnings
 
@@ -628,3 +628,23 @@ def test_encoder_against_torch_nested_path_and_reprs():
               theirs(torch.tensor(x), src_key_padding_mask=torch.tensor(kpm)).numpy(), 1e-9)
     strip = [line for line in repr(theirs).splitlines() if "LayerNorm" not in line]
     assert [line for line in repr(ours).splitlines() if "LayerNorm" not in line] == strip
+
+
+# ---------------------------------------------------------------- the example
+
+def _one_blas_thread():
+    """Small matmuls: one BLAS thread is faster, and much faster on a loaded machine."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        return contextlib.nullcontext()
+    return threadpool_limits(1, user_api="blas")
+
+
+def test_transformer_classifier_example_learns():
+    pytest.importorskip("tqdm")
+    from examples.transformer_classifier import main
+    with _one_blas_thread():
+        initial, final = main(["--steps", "200", "--quiet", "--test-size", "300"])
+    assert initial < 0.45                     # 3 balanced classes: chance
+    assert final > 0.6 and final > initial + 0.2, (initial, final)
