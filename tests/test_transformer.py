@@ -269,6 +269,7 @@ def test_encoder_stack_deep_copies_and_final_norm():
     close(nonorm(T(x)), np_encoder_layer(enc.layers[0], x))
 
 
+@pytest.mark.filterwarnings("ignore:enable_nested_tensor is True")
 def test_decoder_stack_and_transformer_against_numpy():
     model = randomise(nn.Transformer(E, H, num_encoder_layers=2, num_decoder_layers=2, dim_feedforward=FF,
                                      dropout=0.0).double(), seed=3)
@@ -611,6 +612,7 @@ def test_transformer_against_torch(cfg):
         close(p.grad, tp[name].grad.numpy(), 1e-8)
 
 
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors")
 def test_encoder_against_torch_nested_path_and_reprs():
     torch = pytest.importorskip("torch")
     with warnings.catch_warnings():
