@@ -32,7 +32,7 @@ __all__ = [
     "softplus", "softsign", "tanh", "sigmoid", "hardtanh", "hardsigmoid", "hardswish", "mish",
     "logsigmoid", "tanhshrink", "softmax", "softmin", "log_softmax", "glu",
     # regularisation, embedding, normalisation
-    "dropout", "dropout1d", "dropout2d", "embedding", "layer_norm", "group_norm", "rms_norm",
+    "dropout", "dropout1d", "dropout2d", "embedding", "embedding_bag", "layer_norm", "group_norm", "rms_norm",
     "batch_norm", "normalize", "cosine_similarity", "pairwise_distance", "one_hot", "pad",
     "scaled_dot_product_attention", "multi_head_attention_forward",
     # losses
@@ -1156,6 +1156,7 @@ def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_
 
 from .functional_conv import *  # noqa: F401,F403,E402
 from .functional_conv import __all__ as _conv_all  # noqa: E402
+from .functional_sparse import embedding_bag  # noqa: F401,E402
 
 __all__ = __all__ + [n for n in _conv_all if n not in __all__]
 

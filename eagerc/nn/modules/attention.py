@@ -1,4 +1,7 @@
-"""MultiheadAttention, with PyTorch's parameters, defaults and return values."""
+"""MultiheadAttention, with PyTorch's parameters, defaults and return values, and the
+mask rules it shares with the Transformer layers (`canonical_mask`)."""
+import warnings
+
 from ... import _api
 from .. import functional as F, init
 from ..parameter import Parameter
@@ -6,6 +9,25 @@ from .linear import Linear
 from .module import Module
 
 __all__ = ["MultiheadAttention"]
+
+
+def canonical_mask(mask, mask_name, other, other_name, target_type, check_other=True):
+    """PyTorch's mask convention, checked once at the entry of attention: a bool mask (True = may
+    NOT attend) becomes the additive float mask (-inf there, 0 elsewhere) in the query's dtype; a
+    float mask is used as given; any other dtype is an error. Passing one bool and one float mask
+    together still works but warns, as in PyTorch (where it is deprecated)."""
+    if mask is None:
+        return None
+    is_bool = mask.dtype == _api.bool
+    if not is_bool and not mask.is_floating_point():
+        raise AssertionError(f"only bool and floating types of {mask_name} are supported, got {mask.dtype.name} "
+                             f"of shape {tuple(mask.shape)}")
+    if check_other and other is not None and other.dtype != mask.dtype:
+        warnings.warn(f"Support for mismatched {mask_name} and {other_name} is deprecated. Use same type for "
+                      "both instead.", stacklevel=2)
+    if is_bool:
+        return _api.zeros_like(mask, dtype=target_type).masked_fill(mask, float("-inf"))
+    return mask
 
 
 class NonDynamicallyQuantizableLinear(Linear):
@@ -73,6 +95,8 @@ class MultiheadAttention(Module):
 
     def forward(self, query, key, value, key_padding_mask=None, need_weights=True, attn_mask=None,
                 average_attn_weights=True, is_causal=False):
+        key_padding_mask = canonical_mask(key_padding_mask, "key_padding_mask", attn_mask, "attn_mask", query.dtype)
+        attn_mask = canonical_mask(attn_mask, "attn_mask", None, "", query.dtype, check_other=False)
         unbatched = query.ndim == 2
         if unbatched:
             query, key, value = query.unsqueeze(1), key.unsqueeze(1), value.unsqueeze(1)
