@@ -373,7 +373,7 @@ def test_nested_repr_like_pytorch():
   (block): Sequential(
     (0): Linear(in_features=3, out_features=3, bias=True)
     (1): ReLU()
-    (2): BatchNorm1d(3, eps=1e-05, momentum=0.1, affine=True, track_running_stats=True)
+    (2): BatchNorm1d(3, eps=1e-05, momentum=0.1, affine=True, bias=True, track_running_stats=True)
   )
 )"""
     ml = nn.ModuleList([nn.Linear(2, 2), nn.Linear(2, 2), nn.ReLU()])
@@ -386,10 +386,10 @@ def test_nested_repr_like_pytorch():
     reprs = {
         nn.Linear(2, 3, bias=False): "Linear(in_features=2, out_features=3, bias=False)",
         nn.Embedding(10, 3, padding_idx=0): "Embedding(10, 3, padding_idx=0)",
-        nn.LayerNorm(4): "LayerNorm((4,), eps=1e-05, elementwise_affine=True)",
+        nn.LayerNorm(4): "LayerNorm((4,), eps=1e-05, elementwise_affine=True, bias=True)",
         nn.GroupNorm(2, 4): "GroupNorm(2, 4, eps=1e-05, affine=True, bias=True)",
         nn.RMSNorm(3): "RMSNorm((3,), eps=None, elementwise_affine=True)",
-        nn.BatchNorm2d(8): "BatchNorm2d(8, eps=1e-05, momentum=0.1, affine=True, track_running_stats=True)",
+        nn.BatchNorm2d(8): "BatchNorm2d(8, eps=1e-05, momentum=0.1, affine=True, bias=True, track_running_stats=True)",
         nn.Dropout(0.2): "Dropout(p=0.2, inplace=False)",
         nn.GELU("tanh"): "GELU(approximate='tanh')",
         nn.LeakyReLU(0.1): "LeakyReLU(negative_slope=0.1)",
