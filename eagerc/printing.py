@@ -67,7 +67,8 @@ def get_printoptions():
 # ---------------------------------------------------------------- elements
 
 def _float_format(flat, precision, sci_mode):
-    """PyTorch's float formatter: a function value -> text, and the width to pad to."""
+    """PyTorch's float formatter: a function value -> text, and the nonzero finite values
+    that decide the column width (None when there are none: the width is then 1)."""
     finite = flat[np.isfinite(flat) & (flat != 0)]
     if finite.size == 0:   # only zeros, nan and inf: integer mode, whatever sci_mode says
         return (lambda v: f"{v:.0f}." if math.isfinite(v) else f"{v:.0f}"), None
