@@ -34,6 +34,7 @@ from .autograd import no_grad, enable_grad, set_grad_enabled, inference_mode, is
 from . import cuda  # noqa: F401
 from .backends import set_float32_matmul_precision, get_float32_matmul_precision  # noqa: F401
 from .serialization import save, load  # noqa: F401
+from .printing import set_printoptions, get_printoptions  # noqa: F401
 
 
 def is_tensor(obj):

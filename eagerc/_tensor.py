@@ -268,9 +268,15 @@ class Tensor:
     __str__ = __repr__
 
     def __format__(self, spec):
-        if self._array.ndim == 0 and spec:
+        # As PyTorch: a 0-d tensor formats its Python value (f"{loss:.4f}", and f"{loss}" is
+        # "0.25"); any other tensor -- and a Parameter, which is not a plain tensor there --
+        # formats as str() and takes no format spec.
+        from .nn.parameter import Parameter
+        if self._array.ndim == 0 and not isinstance(self, Parameter):
             return format(self.item(), spec)
-        return repr(self)
+        if spec:
+            raise TypeError("unsupported format string passed to Tensor.__format__")
+        return str(self)
 
     def __reduce_ex__(self, protocol):
         # Needed so DataLoader workers can send tensors between processes; the user
