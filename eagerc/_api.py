@@ -65,11 +65,11 @@ _LAZY = {"compile": ("eagerc.compiler.compile", "compile"), "export": ("eagerc.c
 
 
 def __getattr__(name):
-    where = _LAZY.get(name)
-    if where is None:
+    home = _LAZY.get(name)
+    if home is None:
         raise AttributeError(f"module 'eagerc._api' has no attribute {name!r}")
     import importlib
-    value = getattr(importlib.import_module(where[0]), where[1])
+    value = getattr(importlib.import_module(home[0]), home[1])
     globals()[name] = value
     return value
 
