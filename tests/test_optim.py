@@ -116,6 +116,13 @@ def _grad(g, p, weight_decay, maximize):
     return g + weight_decay * p if weight_decay else g
 
 
+def _decayed(p, g, lr, weight_decay, decoupled, maximize):
+    """(p, g) after weight decay: p * (1 - lr * wd) if decoupled, else the L2 term in g."""
+    if decoupled:
+        return p * (1 - lr * weight_decay), _grad(g, p, 0, maximize)
+    return p, _grad(g, p, weight_decay, maximize)
+
+
 def ref_adadelta(ps, gs, lr=1.0, rho=0.9, eps=1e-6, weight_decay=0, maximize=False):
     ps = [p.copy() for p in ps]
     sq = [np.zeros_like(p) for p in ps]
@@ -154,11 +161,7 @@ def ref_nadam(ps, gs, lr=2e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0, mom
     mp = [np.float32(1.0) for _ in ps]
     for t, step in enumerate(gs, 1):
         for i, g in enumerate(step):
-            if decoupled_weight_decay:
-                ps[i] = ps[i] * (1 - lr * weight_decay)
-                g = _grad(g, ps[i], 0, maximize)
-            else:
-                g = _grad(g, ps[i], weight_decay, maximize)
+            ps[i], g = _decayed(ps[i], g, lr, weight_decay, decoupled_weight_decay, maximize)
             mu = b1 * (1 - 0.5 * 0.96 ** (t * momentum_decay))
             mu_next = b1 * (1 - 0.5 * 0.96 ** ((t + 1) * momentum_decay))
             mp[i] = np.float32(mp[i] * np.float32(mu))
@@ -180,11 +183,7 @@ def ref_radam(ps, gs, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0, dec
     rho_inf = 2 / (1 - b2) - 1
     for t, step in enumerate(gs, 1):
         for i, g in enumerate(step):
-            if decoupled_weight_decay:
-                ps[i] = ps[i] * (1 - lr * weight_decay)
-                g = _grad(g, ps[i], 0, maximize)
-            else:
-                g = _grad(g, ps[i], weight_decay, maximize)
+            ps[i], g = _decayed(ps[i], g, lr, weight_decay, decoupled_weight_decay, maximize)
             m[i] = b1 * m[i] + (1 - b1) * g
             v[i] = b2 * v[i] + (1 - b2) * g * g
             mhat = m[i] / (1 - b1 ** t)
@@ -833,7 +832,7 @@ def test_compiled_steps_give_the_eager_bits(name, kwargs, backend):
     assert compiled.traces == 1, compiled.log
 
 
-def test_lbfgs_step_in_a_compiled_function_is_a_graph_break():
+def _lbfgs_on_a_bowl():
     x = eagerc.tensor([1.5, -0.5], dtype=eagerc.float64, requires_grad=True)
     opt = optim.LBFGS([x], max_iter=5)
 
@@ -842,22 +841,18 @@ def test_lbfgs_step_in_a_compiled_function_is_a_graph_break():
         loss = ((x - 1) ** 2).sum()
         loss.backward()
         return loss
+    return x, opt, closure
 
+
+def test_lbfgs_step_in_a_compiled_function_is_a_graph_break():
+    x, opt, closure = _lbfgs_on_a_bowl()
     with pytest.raises(Exception, match="LBFGS.step"):
         eagerc.compile(lambda: opt.step(closure), fullgraph=True)()
-    x2 = eagerc.tensor([1.5, -0.5], dtype=eagerc.float64, requires_grad=True)
-    opt2 = optim.LBFGS([x2], max_iter=5)
-
-    def closure2():
-        opt2.zero_grad()
-        loss = ((x2 - 1) ** 2).sum()
-        loss.backward()
-        return loss
-
+    x, opt, closure = _lbfgs_on_a_bowl()
     with pytest.warns(UserWarning, match="graph break .*LBFGS.step"):
-        loss = eagerc.compile(lambda: opt2.step(closure2))()  # breaks, runs eagerly
+        loss = eagerc.compile(lambda: opt.step(closure))()  # breaks, runs eagerly
     assert loss.item() == pytest.approx(0.25 + 2.25)
-    np.testing.assert_allclose(x2.detach().numpy(), [1.0, 1.0], atol=1e-7)
+    np.testing.assert_allclose(x.detach().numpy(), [1.0, 1.0], atol=1e-7)
 
 
 # ---------------------------------------------------------------- LBFGS

@@ -1,9 +1,7 @@
 """Adadelta: per-coordinate step sizes from running averages of squared gradients and updates."""
-from ..dispatch import wrap
 from . import rules
 from ._functional import check_flags, check_hparams
-from .optimizer import Optimizer, array_module
-from .rules import new_step
+from .optimizer import Optimizer
 
 __all__ = ["Adadelta"]
 
@@ -26,11 +24,7 @@ class Adadelta(Optimizer):
         rules.adadelta(ops, o, params)
 
     def _init_state(self, p, group):
-        xp = array_module(p._array)
-        state = self.state[p]
-        state["step"] = new_step()
-        state["square_avg"] = wrap(xp.zeros_like(p._array))
-        state["acc_delta"] = wrap(xp.zeros_like(p._array))
+        self._new_state(p, "square_avg", "acc_delta")
 
     def _traced_state(self, group):
         return ("step", "square_avg", "acc_delta")

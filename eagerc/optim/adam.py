@@ -1,9 +1,7 @@
 """Adam and AdamW (decoupled weight decay), with the AMSGrad variant."""
-from ..dispatch import wrap
 from . import rules
 from ._functional import check_flags, check_hparams
-from .optimizer import Optimizer, array_module
-from .rules import new_step
+from .optimizer import Optimizer
 
 __all__ = ["Adam", "AdamW"]
 
@@ -30,14 +28,7 @@ class Adam(Optimizer):
         rules.adam(ops, o, params)
 
     def _init_state(self, p, group):
-        d = p._array
-        xp = array_module(d)
-        state = self.state[p]
-        state["step"] = new_step()
-        state["exp_avg"] = wrap(xp.zeros_like(d))
-        state["exp_avg_sq"] = wrap(xp.zeros_like(d))
-        if group["amsgrad"]:
-            state["max_exp_avg_sq"] = wrap(xp.zeros_like(d))
+        self._new_state(p, "exp_avg", "exp_avg_sq", *(("max_exp_avg_sq",) if group["amsgrad"] else ()))
 
     def _traced_state(self, group):
         return ("step", "exp_avg", "exp_avg_sq") + (("max_exp_avg_sq",) if group["amsgrad"] else ())

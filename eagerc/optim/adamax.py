@@ -1,9 +1,7 @@
 """Adamax: Adam with the infinity norm in place of the second moment."""
-from ..dispatch import wrap
 from . import rules
 from ._functional import check_flags, check_hparams
-from .optimizer import Optimizer, array_module
-from .rules import new_step
+from .optimizer import Optimizer
 
 __all__ = ["Adamax"]
 
@@ -25,11 +23,7 @@ class Adamax(Optimizer):
         rules.adamax(ops, o, params)
 
     def _init_state(self, p, group):
-        xp = array_module(p._array)
-        state = self.state[p]
-        state["step"] = new_step()
-        state["exp_avg"] = wrap(xp.zeros_like(p._array))
-        state["exp_inf"] = wrap(xp.zeros_like(p._array))
+        self._new_state(p, "exp_avg", "exp_inf")
 
     def _traced_state(self, group):
         return ("step", "exp_avg", "exp_inf")

@@ -4,8 +4,7 @@ import numpy as np
 from ..dispatch import wrap
 from . import rules
 from ._functional import check_flags, check_hparams
-from .optimizer import Optimizer, array_module
-from .rules import new_step
+from .optimizer import Optimizer
 
 __all__ = ["ASGD"]
 
@@ -27,11 +26,9 @@ class ASGD(Optimizer):
         rules.asgd(ops, o, params)
 
     def _init_state(self, p, group):
-        state = self.state[p]
-        state["step"] = new_step()
+        state = self._new_state(p, "ax")
         state["eta"] = wrap(np.asarray(float(group["lr"]), np.float32))
         state["mu"] = wrap(np.ones((), np.float32))
-        state["ax"] = wrap(array_module(p._array).zeros_like(p._array))
 
     def _traced_state(self, group):
         return ("step", "eta", "mu", "ax")

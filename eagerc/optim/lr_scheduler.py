@@ -315,6 +315,31 @@ def _load_lambda_state(sched, state_dict):
             sched.lr_lambdas[i].__dict__.update(fn_state)
 
 
+def _cycled_momentum(optimizer, base_momentum, max_momentum, last_epoch):
+    """cycle_momentum (OneCycleLR, CyclicLR): (use_beta1, base momentums, max momentums) per
+    group. A fresh schedule starts each group at its max_momentum and records both bounds
+    in it; Adam-like optimizers cycle beta1."""
+    defaults = optimizer.defaults
+    if "momentum" not in defaults and "betas" not in defaults:
+        raise ValueError("optimizer must support momentum or beta1 with `cycle_momentum` option enabled")
+    use_beta1 = "betas" in defaults
+    base_ms = _per_group("base_momentum", optimizer, base_momentum)
+    max_ms = _per_group("max_momentum", optimizer, max_momentum)
+    if last_epoch == -1:
+        for mm, bm, group in zip(max_ms, base_ms, optimizer.param_groups):
+            _set_momentum(group, use_beta1, mm)
+            group["max_momentum"] = mm
+            group["base_momentum"] = bm
+    return use_beta1, base_ms, max_ms
+
+
+def _set_momentum(group, use_beta1, value):
+    if use_beta1:
+        group["betas"] = (value, *group["betas"][1:])
+    else:
+        group["momentum"] = value
+
+
 class OneCycleLR(LRScheduler):
     """The 1cycle policy (Smith & Topin): lr rises from max_lr/div_factor to max_lr over
     pct_start of the steps, then anneals to initial_lr/final_div_factor; momentum (or
@@ -366,20 +391,7 @@ class OneCycleLR(LRScheduler):
                 group["min_lr"] = group["initial_lr"] / final_div_factor
         self.cycle_momentum = cycle_momentum
         if cycle_momentum:
-            defaults = optimizer.defaults
-            if "momentum" not in defaults and "betas" not in defaults:
-                raise ValueError("optimizer must support momentum or beta1 with `cycle_momentum` option enabled")
-            self.use_beta1 = "betas" in defaults
-            max_ms = _per_group("max_momentum", optimizer, max_momentum)
-            base_ms = _per_group("base_momentum", optimizer, base_momentum)
-            if last_epoch == -1:
-                for mm, bm, group in zip(max_ms, base_ms, optimizer.param_groups):
-                    if self.use_beta1:
-                        group["betas"] = (mm, *group["betas"][1:])
-                    else:
-                        group["momentum"] = mm
-                    group["max_momentum"] = mm
-                    group["base_momentum"] = bm
+            self.use_beta1 = _cycled_momentum(optimizer, base_momentum, max_momentum, last_epoch)[0]
         super().__init__(optimizer, last_epoch)
 
     @staticmethod
@@ -409,10 +421,7 @@ class OneCycleLR(LRScheduler):
                 start = end
             lrs.append(lr)
             if self.cycle_momentum:
-                if self.use_beta1:
-                    group["betas"] = (mom, *group["betas"][1:])
-                else:
-                    group["momentum"] = mom
+                _set_momentum(group, self.use_beta1, mom)
         return lrs
 
 
@@ -626,19 +635,8 @@ class CyclicLR(LRScheduler):
         self._init_scale_fn()
         self.cycle_momentum = cycle_momentum
         if cycle_momentum:
-            if "momentum" not in optimizer.defaults and "betas" not in optimizer.defaults:
-                raise ValueError("optimizer must support momentum or beta1 with `cycle_momentum` option enabled")
-            self.use_beta1 = "betas" in optimizer.defaults
-            self.base_momentums = _per_group("base_momentum", optimizer, base_momentum)
-            self.max_momentums = _per_group("max_momentum", optimizer, max_momentum)
-            if last_epoch == -1:
-                for mm, bm, group in zip(self.max_momentums, self.base_momentums, optimizer.param_groups):
-                    if self.use_beta1:
-                        group["betas"] = (mm, *group["betas"][1:])
-                    else:
-                        group["momentum"] = mm
-                    group["max_momentum"] = mm
-                    group["base_momentum"] = bm
+            self.use_beta1, self.base_momentums, self.max_momentums = _cycled_momentum(
+                optimizer, base_momentum, max_momentum, last_epoch)
         super().__init__(optimizer, last_epoch)
         self.base_lrs = base_lrs
 
@@ -669,11 +667,7 @@ class CyclicLR(LRScheduler):
         lrs = [base + (top - base) * scale_factor * scale for base, top in zip(self.base_lrs, self.max_lrs)]
         if self.cycle_momentum:
             for group, bm, mm in zip(self.optimizer.param_groups, self.base_momentums, self.max_momentums):
-                momentum = mm - (mm - bm) * scale_factor * scale
-                if self.use_beta1:
-                    group["betas"] = (momentum, *group["betas"][1:])
-                else:
-                    group["momentum"] = momentum
+                _set_momentum(group, self.use_beta1, mm - (mm - bm) * scale_factor * scale)
         return lrs
 
     def state_dict(self):

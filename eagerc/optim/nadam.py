@@ -4,8 +4,7 @@ import numpy as np
 from ..dispatch import wrap
 from . import rules
 from ._functional import check_flags, check_hparams
-from .optimizer import Optimizer, array_module
-from .rules import new_step
+from .optimizer import Optimizer
 
 __all__ = ["NAdam"]
 
@@ -32,12 +31,7 @@ class NAdam(Optimizer):
         rules.nadam(ops, o, params)
 
     def _init_state(self, p, group):
-        xp = array_module(p._array)
-        state = self.state[p]
-        state["step"] = new_step()
-        state["mu_product"] = wrap(np.ones((), np.float32))
-        state["exp_avg"] = wrap(xp.zeros_like(p._array))
-        state["exp_avg_sq"] = wrap(xp.zeros_like(p._array))
+        self._new_state(p, "exp_avg", "exp_avg_sq")["mu_product"] = wrap(np.ones((), np.float32))
 
     def _traced_state(self, group):
         return ("step", "mu_product", "exp_avg", "exp_avg_sq")

@@ -28,7 +28,7 @@ from .. import dispatch
 from ..ops.inplace import bump_version
 from ..runtime.device import xp_of
 from .._tensor import Tensor
-from .rules import ArrayOps, AutogradOps, EagerOptions, TensorOps, TracedOptions
+from .rules import ArrayOps, AutogradOps, EagerOptions, TensorOps, TracedOptions, new_step
 
 __all__ = ["Optimizer", "required"]
 
@@ -155,6 +155,17 @@ class Optimizer:
     def _traced_state(self, group):
         """The state keys a traced step of this group needs."""
         return ()
+
+    def _new_state(self, p, *zeros):
+        """A first step's state for p: a step counter (CPU float32, as PyTorch keeps it) and
+        a zero tensor shaped like p for each name in `zeros`."""
+        d = p._array
+        xp = array_module(d)
+        state = self.state[p]
+        state["step"] = new_step()
+        for key in zeros:
+            state[key] = wrap(xp.zeros_like(d))
+        return state
 
     def step(self, closure=None):
         """One update of every parameter that has a gradient (its rule, optim/rules.py)."""

@@ -1,9 +1,7 @@
 """RAdam: Adam with the variance of the adaptive learning rate rectified (Liu et al.)."""
-from ..dispatch import wrap
 from . import rules
 from ._functional import check_flags, check_hparams
-from .optimizer import Optimizer, array_module
-from .rules import new_step
+from .optimizer import Optimizer
 
 __all__ = ["RAdam"]
 
@@ -27,11 +25,7 @@ class RAdam(Optimizer):
         rules.radam(ops, o, params)
 
     def _init_state(self, p, group):
-        xp = array_module(p._array)
-        state = self.state[p]
-        state["step"] = new_step()
-        state["exp_avg"] = wrap(xp.zeros_like(p._array))
-        state["exp_avg_sq"] = wrap(xp.zeros_like(p._array))
+        self._new_state(p, "exp_avg", "exp_avg_sq")
 
     def _traced_state(self, group):
         return ("step", "exp_avg", "exp_avg_sq")

@@ -1,9 +1,7 @@
 """RMSprop, optionally centered and with momentum."""
-from ..dispatch import wrap
 from . import rules
 from ._functional import check_flags, check_hparams
-from .optimizer import Optimizer, array_module
-from .rules import new_step
+from .optimizer import Optimizer
 
 __all__ = ["RMSprop"]
 
@@ -24,15 +22,7 @@ class RMSprop(Optimizer):
         rules.rmsprop(ops, o, params)
 
     def _init_state(self, p, group):
-        d = p._array
-        xp = array_module(d)
-        state = self.state[p]
-        state["step"] = new_step()
-        state["square_avg"] = wrap(xp.zeros_like(d))
-        if group["momentum"] > 0:
-            state["momentum_buffer"] = wrap(xp.zeros_like(d))
-        if group["centered"]:
-            state["grad_avg"] = wrap(xp.zeros_like(d))
+        self._new_state(p, *self._traced_state(group)[1:])
 
     def _traced_state(self, group):
         return ("step", "square_avg") + (("momentum_buffer",) if group["momentum"] > 0 else ()) + \

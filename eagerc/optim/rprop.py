@@ -3,7 +3,6 @@ from ..dispatch import wrap
 from . import rules
 from ._functional import check_flags, check_hparams
 from .optimizer import Optimizer, array_module
-from .rules import new_step
 
 __all__ = ["Rprop"]
 
@@ -28,11 +27,7 @@ class Rprop(Optimizer):
         rules.rprop(ops, o, params)
 
     def _init_state(self, p, group):
-        xp = array_module(p._array)
-        state = self.state[p]
-        state["step"] = new_step()
-        state["prev"] = wrap(xp.zeros_like(p._array))
-        state["step_size"] = wrap(xp.full_like(p._array, group["lr"]))
+        self._new_state(p, "prev")["step_size"] = wrap(array_module(p._array).full_like(p._array, group["lr"]))
 
     def _traced_state(self, group):
         return ("step", "prev", "step_size")

@@ -95,6 +95,16 @@ def _decoupled_decay(o, lr):
     return decoupled, (1 - lr * o["weight_decay"] if decoupled and o.nonzero("weight_decay") else None)
 
 
+def _moments(ops, p, g, beta1, keep1, beta2, keep2):
+    """Adam's running moments, in place: m = b1 * m + (1 - b1) * g;  v = b2 * v + (1 - b2) * g * g."""
+    m, v = ops.state(p, "exp_avg"), ops.state(p, "exp_avg_sq")
+    ops.imul(m, beta1)
+    ops.iadd(m, ops.mul(g, keep1, out=1))
+    ops.imul(v, beta2)
+    ops.iadd(v, ops.imul(ops.mul(g, g, out=1), keep2))
+    return m, v
+
+
 def adam(ops, o, params):
     """m = b1 * m + (1 - b1) * g;  v = b2 * v + (1 - b2) * g * g  (v = max(v_max, v) with
     amsgrad);  p = p - lr / (1 - b1**t) * m / (sqrt(v) / sqrt(1 - b2**t) + eps), with the
@@ -108,11 +118,7 @@ def adam(ops, o, params):
         if decay is not None:
             ops.imul(p, decay)
         g = _effective_grad(ops, p, g, wd, maximize)
-        m, v = ops.state(p, "exp_avg"), ops.state(p, "exp_avg_sq")
-        ops.imul(m, beta1)
-        ops.iadd(m, ops.mul(g, keep1, out=1))
-        ops.imul(v, beta2)
-        ops.iadd(v, ops.imul(ops.mul(g, g, out=1), keep2))
+        m, v = _moments(ops, p, g, beta1, keep1, beta2, keep2)
         if amsgrad:
             v = ops.imaximum(ops.state(p, "max_exp_avg_sq"), v)
         bias1 = 1 - ops.scalar_pow(beta1, step)
@@ -227,11 +233,7 @@ def nadam(ops, o, params):
         mu = beta1 * (1.0 - 0.5 * ops.scalar_pow(0.96, step * momentum_decay))
         mu_next = beta1 * (1.0 - 0.5 * ops.scalar_pow(0.96, (step + 1) * momentum_decay))
         mu_product = ops.value(ops.imul(ops.state(p, "mu_product"), mu))
-        m, v = ops.state(p, "exp_avg"), ops.state(p, "exp_avg_sq")
-        ops.imul(m, beta1)
-        ops.iadd(m, ops.mul(g, keep1, out=1))
-        ops.imul(v, beta2)
-        ops.iadd(v, ops.imul(ops.mul(g, g, out=1), keep2))
+        m, v = _moments(ops, p, g, beta1, keep1, beta2, keep2)
         d = ops.iadd(ops.sqrt(ops.div(v, bias2, out=1), out=1), eps)
         ops.isub(p, ops.imul(ops.div(g, d, out=0), lr * (1.0 - mu) / (1.0 - mu_product)))
         ops.isub(p, ops.imul(ops.div(m, d, out=0), lr * mu_next / (1.0 - mu_product * mu_next)))
@@ -252,11 +254,7 @@ def radam(ops, o, params):
         if decay is not None:
             ops.imul(p, decay)
         g = _effective_grad(ops, p, g, wd, maximize)
-        m, v = ops.state(p, "exp_avg"), ops.state(p, "exp_avg_sq")
-        ops.imul(m, beta1)
-        ops.iadd(m, ops.mul(g, keep1, out=1))
-        ops.imul(v, beta2)
-        ops.iadd(v, ops.imul(ops.mul(g, g, out=1), keep2))
+        m, v = _moments(ops, p, g, beta1, keep1, beta2, keep2)
         beta2_t = ops.scalar_pow(beta2, step)
         bias1, bias2 = 1 - ops.scalar_pow(beta1, step), 1 - beta2_t
         rho_t = rho_inf - 2 * step * beta2_t / bias2
