@@ -350,7 +350,7 @@ class ArrayOps:
     """A rule's arithmetic on raw arrays (numpy or cupy): in place, into scratch buffers
     (two, or the optimizer's `_scratch_buffers`) shared by the parameters of one shape. `each(params)` binds it to each parameter in
     turn (its array, gradient, state) and bumps the parameter's version after its update."""
-    __slots__ = ("opt", "group", "xp", "scratch", "state_of")
+    __slots__ = ("opt", "group", "xp", "scratch", "state_of", "powers")
 
     def __init__(self, opt):
         self.opt = opt
@@ -358,6 +358,7 @@ class ArrayOps:
         self.xp = np
         self.scratch = None
         self.state_of = None
+        self.powers = {}    # scalar_pow's results in this step (the parameters share their step)
 
     def each(self, params):
         opt = self.opt
@@ -475,11 +476,15 @@ class ArrayOps:
     def scalar_sqrt(x):
         return math.sqrt(x)
 
-    @staticmethod
-    def scalar_pow(x, y):
+    def scalar_pow(self, x, y):
         """x ** y by numpy's power, as a compiled step computes it (Python's float pow differs
-        from numpy's in the last bit for a few percent of arguments)."""
-        return float(_power(x, y))
+        from numpy's in the last bit for a few percent of arguments); one numpy call per
+        step for all parameters with the same (x, y), since it costs a microsecond."""
+        key = (x, y)
+        r = self.powers.get(key)
+        if r is None:
+            r = self.powers[key] = float(_power(x, y))
+        return r
 
     @staticmethod
     def scalar_max(x, lo):
@@ -601,7 +606,7 @@ class TensorOps:
     def scalar_pow(x, y):
         if isinstance(x, Tensor) or isinstance(y, Tensor):
             return x ** y
-        return ArrayOps.scalar_pow(x, y)
+        return float(_power(x, y))
 
     @staticmethod
     def scalar_max(x, lo):
