@@ -60,7 +60,17 @@ def test_compiled_backward_refuses_create_graph():
     lambda ps: eagerc.optim.RMSprop(ps, lr=1e-2, momentum=0.5, centered=True, weight_decay=1e-3),
     lambda ps: eagerc.optim.RMSprop(ps, lr=1e-2),
     lambda ps: eagerc.optim.Adagrad(ps, lr=0.1, lr_decay=0.01, weight_decay=1e-3),
-], ids=["sgd_momentum", "adam", "adamw", "rmsprop_centered_momentum", "rmsprop", "adagrad"])
+    lambda ps: eagerc.optim.Adadelta(ps, lr=0.5, rho=0.8, weight_decay=1e-3),
+    lambda ps: eagerc.optim.Adamax(ps, lr=1e-2, weight_decay=1e-3),
+    lambda ps: eagerc.optim.NAdam(ps, lr=1e-2, weight_decay=1e-3),
+    lambda ps: eagerc.optim.NAdam(ps, lr=1e-2, weight_decay=0.1, decoupled_weight_decay=True),
+    lambda ps: eagerc.optim.RAdam(ps, lr=1e-2, weight_decay=1e-3),  # rho_t crosses 5 at step 6
+    lambda ps: eagerc.optim.RAdam(ps, lr=1e-2, weight_decay=0.1, decoupled_weight_decay=True),
+    lambda ps: eagerc.optim.ASGD(ps, lr=0.05, t0=8, lambd=1e-3, weight_decay=1e-3),  # averaging from step 9
+    lambda ps: eagerc.optim.Rprop(ps, lr=1e-2, step_sizes=(1e-4, 0.05)),
+    lambda ps: eagerc.optim.Rprop(ps, lr=1e-2, maximize=True),
+], ids=["sgd_momentum", "adam", "adamw", "rmsprop_centered_momentum", "rmsprop", "adagrad", "adadelta", "adamax",
+        "nadam", "nadam_decoupled", "radam", "radam_decoupled", "asgd_averaging", "rprop", "rprop_maximize"])
 def test_twenty_compiled_training_steps_match_eager(make_opt):
     eager = _mlp(eagerc.float64)
     comp_model = copy.deepcopy(eager)

@@ -85,6 +85,40 @@ def test_samplers():
         BatchSampler(range(3), 0, False)
 
 
+@pytest.mark.parametrize("num_samples", [1, 50, 3 * 1000 + 7])
+def test_random_sampler_with_replacement_draws_what_one_randint_draws(num_samples, monkeypatch):
+    """Lazy chunks (made small here so several are crossed) give the numbers of one eager
+    randint of num_samples from the same generator, and move the generator as far."""
+    from eagerc.utils.data import sampler
+    monkeypatch.setattr(sampler, "_CHUNK", 1000)
+    gen, ref_gen = _gen(5), _gen(5)
+    got = list(RandomSampler(range(37), replacement=True, num_samples=num_samples, generator=gen))
+    assert got == eagerc.randint(0, 37, (num_samples,), generator=ref_gen).tolist()
+    assert gen.get_state().tolist() == ref_gen.get_state().tolist()
+    # two epochs differ and each is reproducible
+    s = RandomSampler(range(37), replacement=True, num_samples=num_samples, generator=_gen(5))
+    assert list(s) == got and (num_samples == 1 or list(s) != got)
+
+
+def test_random_sampler_with_replacement_is_lazy():
+    """num_samples=int(1e10) used to allocate 74.5 GiB up front (numpy's MemoryError): the
+    first items now cost one chunk."""
+    import itertools
+    import tracemalloc
+    s = RandomSampler(range(1000), replacement=True, num_samples=int(1e10), generator=_gen(2))
+    assert len(s) == int(1e10)
+    tracemalloc.start()
+    try:
+        first = list(itertools.islice(iter(s), 10))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 * 2**20, peak  # numpy reports its buffers to tracemalloc
+    assert first == eagerc.randint(0, 1000, (10,), generator=_gen(2)).tolist()
+    with pytest.raises(RuntimeError, match="empty data_source"):
+        next(iter(RandomSampler([], replacement=True, num_samples=3)))
+
+
 def test_weighted_random_sampler():
     w = [0.0, 1.0, 3.0]
     draws = list(WeightedRandomSampler(w, 4000, generator=_gen(0)))

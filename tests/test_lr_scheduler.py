@@ -243,3 +243,189 @@ def test_reduce_lr_on_plateau():
         lrs.append(opt.param_groups[0]["lr"])
     assert lrs == [1.0] * 4 + [0.5] * 4 + [0.25] * 4 + [0.125] * 2
     assert sched.get_last_lr() == [lrs[-1]]
+
+
+# ---------------------------------------------------------------- SGDR and cyclical rates
+
+def _sgdr_ref(e, T_0, T_mult):
+    """(T_cur, T_i) at epoch e (fractional allowed), by walking the restarts."""
+    start, T = 0, T_0
+    while e >= start + T:
+        start += T
+        T *= T_mult
+    return e - start, T
+
+
+def _sgdr_lr(base, e, T_0, T_mult, eta_min):
+    t_cur, t_i = _sgdr_ref(e, T_0, T_mult)
+    return eta_min + (base - eta_min) * (1 + math.cos(math.pi * t_cur / t_i)) / 2
+
+
+@pytest.mark.parametrize("T_0,T_mult,eta_min", [(4, 1, 0.0), (3, 2, 0.01), (2, 3, 0.005)])
+def test_cosine_annealing_warm_restarts(T_0, T_mult, eta_min):
+    opt = _opt(groups=2)
+    sched = S.CosineAnnealingWarmRestarts(opt, T_0=T_0, T_mult=T_mult, eta_min=eta_min)
+    _check(opt, sched, lambda b, e: _sgdr_lr(b, e, T_0, T_mult, eta_min), n=40)
+    # at each restart the lr is back at base_lr
+    restarts = [sum(T_0 * T_mult ** k for k in range(i)) for i in range(1, 4)]
+    opt = _opt()
+    sched = S.CosineAnnealingWarmRestarts(opt, T_0=T_0, T_mult=T_mult, eta_min=eta_min)
+    got = _lrs(opt, sched, restarts[-1] + 1)
+    assert all(got[r][0] == pytest.approx(0.1) for r in restarts)
+
+
+@pytest.mark.parametrize("T_mult", [1, 2])
+def test_cosine_annealing_warm_restarts_fractional_epochs(T_mult):
+    """step(epoch + i / iters) per batch, the documented usage (no deprecation warning)."""
+    import warnings
+    opt = _opt(groups=2)
+    sched = S.CosineAnnealingWarmRestarts(opt, T_0=3, T_mult=T_mult, eta_min=0.001)
+    iters = 4
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for epoch in range(12):
+            for i in range(iters):
+                e = epoch + i / iters
+                sched.step(e)
+                for g, base in zip(opt.param_groups, [0.1, 0.2]):
+                    assert g["lr"] == pytest.approx(_sgdr_lr(base, e, 3, T_mult, 0.001), rel=1e-12), e
+                assert sched.last_epoch == epoch
+    # interleaved, as documented: step(26), then step() is epoch 27
+    sched.step(26)
+    sched.step()
+    assert sched.last_epoch == 27
+    assert opt.param_groups[0]["lr"] == pytest.approx(_sgdr_lr(0.1, 27, 3, T_mult, 0.001), rel=1e-12)
+    with pytest.raises(ValueError, match="non-negative epoch"):
+        sched.step(-1)
+
+
+def test_cosine_annealing_warm_restarts_errors_and_state_dict():
+    opt = _opt()
+    for kw, what in [(dict(T_0=0), "T_0"), (dict(T_0=2.5), "T_0"), (dict(T_0=2, T_mult=0), "T_mult"),
+                     (dict(T_0=2, eta_min="0"), "eta_min")]:
+        with pytest.raises(ValueError, match=what):
+            S.CosineAnnealingWarmRestarts(opt, **kw)
+    sched = S.CosineAnnealingWarmRestarts(opt, T_0=2, T_mult=2)
+    _lrs(opt, sched, 5)
+    sd = sched.state_dict()
+    assert (sd["T_cur"], sd["T_i"], sd["last_epoch"]) == (3, 4, 5) and "optimizer" not in sd
+    expected = _lrs(opt, sched, 6)
+    opt2 = _opt()
+    sched2 = S.CosineAnnealingWarmRestarts(opt2, T_0=2, T_mult=2)
+    sched2.load_state_dict(sd)
+    opt2.param_groups[0]["lr"] = expected[0][0]
+    assert _lrs(opt2, sched2, 6) == expected
+
+
+def _cyclic_ref(e, up, down, mode="triangular", gamma=1.0, scale_fn=None, scale_mode="cycle"):
+    """(fraction of the way from base to max, amplitude scale) at step e, from the cycle
+    position: up for `up` steps, down for `down`."""
+    total = up + down
+    cycle = e // total + 1
+    pos = e - (cycle - 1) * total
+    frac = pos / up if pos <= up else 1 - (pos - up) / down
+    if scale_fn is not None:
+        scale = scale_fn(cycle if scale_mode == "cycle" else e)
+    else:
+        scale = {"triangular": 1.0, "triangular2": 0.5 ** (cycle - 1), "exp_range": gamma ** e}[mode]
+    return frac, scale
+
+
+CYCLIC = [dict(step_size_up=3), dict(step_size_up=2, step_size_down=5, mode="triangular2"),
+          dict(step_size_up=4, mode="exp_range", gamma=0.95),
+          dict(step_size_up=3, scale_fn=lambda x: 1 / (1 + x), scale_mode="cycle"),
+          dict(step_size_up=3, step_size_down=1, scale_fn=lambda x: 0.9 ** x, scale_mode="iterations")]
+
+
+@pytest.mark.parametrize("kw", CYCLIC, ids=["triangular", "triangular2", "exp_range", "fn_cycle", "fn_iterations"])
+def test_cyclic_lr_and_momentum(kw):
+    opt = _opt(groups=2, momentum=0.5)
+    sched = S.CyclicLR(opt, base_lr=[0.01, 0.02], max_lr=[0.1, 0.3], base_momentum=0.8, max_momentum=0.95, **kw)
+    up = kw["step_size_up"]
+    down = kw.get("step_size_down", up)
+    ref = {k: v for k, v in kw.items() if k in ("mode", "gamma", "scale_fn", "scale_mode")}
+    for e in range(30):
+        frac, scale = _cyclic_ref(e, up, down, **ref)
+        for g, lo, hi in zip(opt.param_groups, [0.01, 0.02], [0.1, 0.3]):
+            assert g["lr"] == pytest.approx(lo + (hi - lo) * frac * scale, rel=1e-12, abs=1e-15), e
+            assert g["momentum"] == pytest.approx(0.95 - 0.15 * frac * scale, rel=1e-12), e
+        assert sched.get_last_lr() == [g["lr"] for g in opt.param_groups]
+        opt.step()
+        sched.step()
+
+
+def test_cyclic_lr_cycles_adam_beta1_or_no_momentum():
+    opt = _opt(cls=optim.Adam, betas=(0.9, 0.99))
+    S.CyclicLR(opt, base_lr=0.001, max_lr=0.01, step_size_up=2)  # max_momentum=0.9 at the start
+    assert opt.param_groups[0]["betas"] == (0.9, 0.99) and opt.param_groups[0]["lr"] == 0.001
+    sched = S.CyclicLR(opt, base_lr=0.001, max_lr=0.01, step_size_up=2, base_momentum=0.7, max_momentum=0.85)
+    sched.step()
+    assert opt.param_groups[0]["betas"] == (pytest.approx(0.775), 0.99)
+    assert opt.param_groups[0]["lr"] == pytest.approx(0.0055)
+    opt = _opt(cls=optim.Adagrad)
+    with pytest.raises(ValueError, match="momentum or beta1"):
+        S.CyclicLR(opt, base_lr=0.001, max_lr=0.01)
+    sched = S.CyclicLR(opt, base_lr=0.001, max_lr=0.01, step_size_up=4, cycle_momentum=False)
+    sched.step()
+    assert opt.param_groups[0]["lr"] == pytest.approx(0.001 + 0.009 / 4) and "momentum" not in opt.param_groups[0]
+    with pytest.raises(ValueError, match="mode is invalid"):
+        S.CyclicLR(opt, base_lr=0.001, max_lr=0.01, mode="sawtooth", cycle_momentum=False)
+    with pytest.raises(ValueError, match="max_lr"):
+        S.CyclicLR(_opt(groups=2), base_lr=0.001, max_lr=[0.1, 0.2, 0.3], cycle_momentum=False)
+
+
+def test_cyclic_lr_state_dict_keeps_a_callable_objects_attributes(tmp_path):
+    pytest.importorskip("safetensors")
+    from eagerc.serialization import load, save
+
+    class Decay:
+        def __init__(self):
+            self.rate = 0.5
+
+        def __call__(self, cycle):
+            return self.rate ** (cycle - 1)
+
+    def make():
+        opt = _opt(momentum=0.9)
+        return opt, S.CyclicLR(opt, base_lr=0.01, max_lr=0.1, step_size_up=2, scale_fn=Decay())
+
+    opt, sched = make()
+    sched._scale_fn_custom.rate = 0.25
+    _lrs(opt, sched, 5)
+    sd = sched.state_dict()
+    assert sd["_scale_fn_custom"] == {"rate": 0.25} and "_scale_fn_ref" not in sd
+    save({"o": opt.state_dict(), "s": sd}, tmp_path / "c.safetensors")
+    expected = _lrs(opt, sched, 9)
+    opt2, sched2 = make()
+    ck = load(tmp_path / "c.safetensors")
+    opt2.load_state_dict(ck["o"])
+    sched2.load_state_dict(ck["s"])
+    assert sched2._scale_fn_custom.rate == 0.25
+    assert _lrs(opt2, sched2, 9) == expected
+    lam = S.CyclicLR(_opt(momentum=0.9), base_lr=0.01, max_lr=0.1, scale_fn=lambda c: 1.0)
+    assert lam.state_dict()["_scale_fn_custom"] is None  # a function is not state
+
+
+def test_new_schedulers_match_torch():
+    torch = pytest.importorskip("torch")
+
+    def run(lib, make, n=25, epochs=None):
+        groups = [{"params": [lib.zeros(2, requires_grad=True)]},
+                  {"params": [lib.zeros(1, requires_grad=True)], "lr": 0.2}]
+        opt = lib.optim.SGD(groups, lr=0.1, momentum=0.9)
+        sched = make(lib.optim.lr_scheduler, opt)
+        out = []
+        for i in range(n):
+            opt.step()
+            sched.step() if epochs is None else sched.step(epochs[i])
+            out.append([(g["lr"], g["momentum"]) for g in opt.param_groups])
+        return out
+
+    makes = [lambda S, o: S.CosineAnnealingWarmRestarts(o, T_0=3, T_mult=2, eta_min=0.01),
+             lambda S, o: S.CyclicLR(o, base_lr=[0.01, 0.02], max_lr=0.1, step_size_up=3, step_size_down=5,
+                                     mode="triangular2"),
+             lambda S, o: S.CyclicLR(o, base_lr=0.01, max_lr=0.1, step_size_up=4, mode="exp_range", gamma=0.9)]
+    for make in makes:
+        assert run(eagerc, make) == run(torch, make)
+    epochs = [0.3 * i for i in range(25)]
+    assert run(eagerc, makes[0], epochs=epochs) == run(torch, makes[0], epochs=epochs)

@@ -1,7 +1,7 @@
 """Adagrad with learning-rate decay."""
 from ..dispatch import wrap
 from . import rules
-from ._functional import check_hparams
+from ._functional import check_flags, check_hparams
 from .optimizer import Optimizer, array_module
 from .rules import new_step
 
@@ -14,15 +14,17 @@ class Adagrad(Optimizer):
 
     _bump = "addcdiv_"
 
-    def __init__(self, params, lr=1e-2, lr_decay=0, weight_decay=0, initial_accumulator_value=0, eps=1e-10, *,
-                 maximize=False, foreach=None):
+    def __init__(self, params, lr=1e-2, lr_decay=0, weight_decay=0, initial_accumulator_value=0, eps=1e-10,
+                 foreach=None, *, maximize=False, differentiable=False, fused=None):
         check_hparams(lr=lr, eps=eps, weight_decay=weight_decay)
         if not 0.0 <= lr_decay:
             raise ValueError(f"Invalid lr_decay value: {lr_decay}")
         if not 0.0 <= initial_accumulator_value:
             raise ValueError(f"Invalid initial_accumulator_value value: {initial_accumulator_value}")
+        check_flags(foreach, fused, differentiable)
         super().__init__(params, dict(lr=lr, lr_decay=lr_decay, eps=eps, weight_decay=weight_decay,
-                                      initial_accumulator_value=initial_accumulator_value, maximize=maximize))
+                                      initial_accumulator_value=initial_accumulator_value, foreach=foreach,
+                                      maximize=maximize, differentiable=differentiable, fused=fused))
 
     def add_param_group(self, param_group):
         super().add_param_group(param_group)

@@ -28,7 +28,7 @@ from .. import dispatch
 from ..ops.inplace import bump_version
 from ..runtime.device import xp_of
 from .._tensor import Tensor
-from .rules import ArrayOps, EagerOptions, TensorOps, TracedOptions
+from .rules import ArrayOps, AutogradOps, EagerOptions, TensorOps, TracedOptions, new_step
 
 __all__ = ["Optimizer", "required"]
 
@@ -96,7 +96,7 @@ class Optimizer:
             if not isinstance(p, Tensor):
                 raise TypeError(f"optimizer can only optimize Tensors, but one of the params is "
                                 f"{type(p).__name__}")
-            if p.grad_fn is not None:
+            if p.grad_fn is not None and not self.defaults.get("differentiable") and not p.retains_grad:
                 raise ValueError("can't optimize a non-leaf Tensor")
         if len({id(p) for p in params}) != len(params):
             raise ValueError("optimizer contains a parameter group with duplicate parameters")
@@ -143,6 +143,8 @@ class Optimizer:
     # traced as Tensor ops), the state it creates before a first step, and the state a
     # traced step needs (a first step that creates it runs eagerly: `tracer.retry`).
     _bump = "add_"      # the in-place op a step counts as, for version counters
+    _scratch_buffers = 2  # work arrays per parameter shape the eager rule writes into
+    _state_shaped_like_params = True  # load_state_dict checks state tensors' shapes (not LBFGS)
 
     def _rule(self, ops, o, params):
         raise NotImplementedError(f"{type(self).__name__} has no update rule: override step() or _rule()")
@@ -154,10 +156,29 @@ class Optimizer:
         """The state keys a traced step of this group needs."""
         return ()
 
+    def _new_state(self, p, *zeros):
+        """A first step's state for p: a step counter (CPU float32, as PyTorch keeps it) and
+        a zero tensor shaped like p for each name in `zeros`."""
+        d = p._array
+        xp = array_module(d)
+        state = self.state[p]
+        state["step"] = new_step()
+        for key in zeros:
+            state[key] = wrap(xp.zeros_like(d))
+        return state
+
     def step(self, closure=None):
         """One update of every parameter that has a gradient (its rule, optim/rules.py)."""
         loss = self._closure_loss(closure)
+        for group in self.param_groups:
+            if group.get("capturable"):
+                self._check_capturable(group)
         tracer = dispatch.active_tracer()
+        if self.defaults.get("differentiable"):
+            if tracer is not None:
+                tracer.side_effect(f"{type(self).__name__}.step with differentiable=True",
+                                   why="a differentiable step runs eagerly, under autograd")
+            return self._differentiable_step(loss)
         if tracer is not None and self._traced_step(tracer):
             return loss
         ops = ArrayOps(self)
@@ -165,6 +186,26 @@ class Optimizer:
             ops.group = group
             self._rule(ops, EagerOptions(group), group["params"])
         return loss
+
+    def _differentiable_step(self, loss):
+        """differentiable=True (as in PyTorch): the rule as Tensor ops with grad mode on, so
+        autograd records the update (parameters may then be non-leaf tensors)."""
+        ops = AutogradOps(self)
+        with enable_grad():
+            for group in self.param_groups:
+                ops.group = group
+                self._rule(ops, EagerOptions(group), group["params"])
+        return loss
+
+    def _check_capturable(self, group):
+        """capturable=True keeps the step count on the parameters' device for CUDA graphs;
+        PyTorch refuses it for CPU parameters, and so does eagerc (on CUDA it changes
+        nothing: eagerc's compiled steps already read the count as a graph input)."""
+        for p in group["params"]:
+            if p._grad is not None and p.device.type == "cpu":
+                raise RuntimeError(f"{type(self).__name__}: capturable=True needs the parameters on a CUDA "
+                                   f"device (as in PyTorch), but one of shape {tuple(p.shape)} is on the "
+                                   "cpu; leave capturable=False")
 
     def _traced_step(self, tracer):
         """The step as recorded Tensor ops (False, after asking the tracer to trace the next
@@ -252,7 +293,8 @@ class Optimizer:
             k = _int_key(k)
             if k in id_map:
                 p = id_map[k]
-                state[p] = {name: _cast_state(p, k, name, value) for name, value in v.items()}
+                state[p] = {name: _cast_state(p, k, name, value, self._state_shaped_like_params)
+                            for name, value in v.items()}
             else:
                 state[k] = copy.deepcopy(v)
         new_groups = []
@@ -292,12 +334,12 @@ def _int_key(k):
     return k
 
 
-def _cast_state(p, index, name, value):
+def _cast_state(p, index, name, value, check_shape=True):
     """A copy of one state value, on p's device; float tensors in p's dtype (not step)."""
     if isinstance(value, Tensor):
         data = value._array
         if name != "step":
-            if data.ndim and tuple(data.shape) != tuple(p._array.shape):
+            if check_shape and data.ndim and tuple(data.shape) != tuple(p._array.shape):
                 raise ValueError(f"loaded state dict has state[{index}][{name!r}] of shape "
                                  f"{tuple(data.shape)}, but the parameter it belongs to has shape "
                                  f"{tuple(p._array.shape)}")
@@ -312,7 +354,7 @@ def _cast_state(p, index, name, value):
             data = np.array(data if type(data) is np.ndarray else data.get(), copy=True)
         return wrap(data)
     if isinstance(value, dict):
-        return {k: _cast_state(p, index, k, v) for k, v in value.items()}
+        return {k: _cast_state(p, index, k, v, check_shape) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return type(value)(_cast_state(p, index, name, v) for v in value)
+        return type(value)(_cast_state(p, index, name, v, check_shape) for v in value)
     return copy.deepcopy(value)

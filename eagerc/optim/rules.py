@@ -18,18 +18,30 @@ dtype), so compiled and eager steps agree to the last bit by construction.
 A rule takes one param group: it reads the options once, then updates every parameter
 that has a gradient (`ops.each`). Conventions: `ops.X(a, b, out=T)` returns a value
 (eagerly written into scratch buffer `T`, when traced a new tensor); `ops.iX(a, b)`
-updates `a` in place and returns it.
+updates `a` in place and returns it. A choice that depends on the step count (RAdam's
+rectification, ASGD's averaging) is `ops.select(cond, if_true, if_false)` over two
+functions that write only scratch buffers: eagerly one of them runs, traced both run and
+`where` picks, so the compiled graph needs no guard on the step. Scalar state (NAdam's
+mu_product, ASGD's eta and mu: float32 0-d tensors, as PyTorch keeps them) is read with
+`ops.value` and written with `ops.assign`.
+
+With `differentiable=True` a rule runs on `AutogradOps`: the traced arithmetic, not
+recorded by a tracer but by autograd, so the update itself has a gradient.
 """
 import math
 
 import numpy as np
 
+_power = np.power
+
 from ..dispatch import wrap
+from ..ops.elementwise import where
 from ..ops.inplace import bump_version
 from .._tensor import Tensor
 from ..runtime.device import xp_of
 
-__all__ = ["ArrayOps", "TensorOps", "EagerOptions", "sgd", "adam", "rmsprop", "adagrad"]
+__all__ = ["ArrayOps", "TensorOps", "AutogradOps", "EagerOptions", "sgd", "adam", "rmsprop", "adagrad",
+           "adadelta", "adamax", "nadam", "radam", "asgd", "rprop"]
 
 
 # ---------------------------------------------------------------- the rules
@@ -77,28 +89,40 @@ def sgd(ops, o, params):
         ops.isub(p, ops.mul(g, lr, out=1))
 
 
-def adam(ops, o, params, decoupled=False):
+def _decoupled_decay(o, lr):
+    """(decoupled?, the factor p is scaled by first or None): AdamW-style weight decay."""
+    decoupled = o.flag("decoupled_weight_decay")
+    return decoupled, (1 - lr * o["weight_decay"] if decoupled and o.nonzero("weight_decay") else None)
+
+
+def _moments(ops, p, g, beta1, keep1, beta2, keep2):
+    """Adam's running moments, in place: m = b1 * m + (1 - b1) * g;  v = b2 * v + (1 - b2) * g * g."""
+    m, v = ops.state(p, "exp_avg"), ops.state(p, "exp_avg_sq")
+    ops.imul(m, beta1)
+    ops.iadd(m, ops.mul(g, keep1, out=1))
+    ops.imul(v, beta2)
+    ops.iadd(v, ops.imul(ops.mul(g, g, out=1), keep2))
+    return m, v
+
+
+def adam(ops, o, params):
     """m = b1 * m + (1 - b1) * g;  v = b2 * v + (1 - b2) * g * g  (v = max(v_max, v) with
     amsgrad);  p = p - lr / (1 - b1**t) * m / (sqrt(v) / sqrt(1 - b2**t) + eps), with the
-    L2 penalty in g (Adam) or p = p * (1 - lr * wd) first (AdamW, decoupled)."""
+    L2 penalty in g (Adam) or p = p * (1 - lr * wd) first (AdamW, decoupled_weight_decay)."""
     lr, beta1, beta2, eps = o["lr"], o.item("betas", 0), o.item("betas", 1), o["eps"]
+    decoupled, decay = _decoupled_decay(o, lr)
     wd, maximize = _grad_terms(o, weight_decay=not decoupled)
-    decay = 1 - lr * o["weight_decay"] if decoupled and o.nonzero("weight_decay") else None
     keep1, keep2, amsgrad = 1 - beta1, 1 - beta2, o.flag("amsgrad")
     for p, g in ops.each(params):
         step = ops.step(p)
         if decay is not None:
             ops.imul(p, decay)
         g = _effective_grad(ops, p, g, wd, maximize)
-        m, v = ops.state(p, "exp_avg"), ops.state(p, "exp_avg_sq")
-        ops.imul(m, beta1)
-        ops.iadd(m, ops.mul(g, keep1, out=1))
-        ops.imul(v, beta2)
-        ops.iadd(v, ops.imul(ops.mul(g, g, out=1), keep2))
+        m, v = _moments(ops, p, g, beta1, keep1, beta2, keep2)
         if amsgrad:
             v = ops.imaximum(ops.state(p, "max_exp_avg_sq"), v)
-        bias1 = 1 - beta1 ** step
-        bias2_sqrt = ops.scalar_sqrt(1 - beta2 ** step)
+        bias1 = 1 - ops.scalar_pow(beta1, step)
+        bias2_sqrt = ops.scalar_sqrt(1 - ops.scalar_pow(beta2, step))
         # lr/bias1 * m / (sqrt(v)/bias2_sqrt + eps), with bias2_sqrt moved to the numerator
         t = ops.iadd(ops.sqrt(v, out=1), eps * bias2_sqrt)
         t = ops.imul(ops.div(m, t, out=1), lr * bias2_sqrt / bias1)
@@ -152,6 +176,139 @@ def adagrad(ops, o, params):
         ops.isub(p, ops.imul(t, clr))
 
 
+def adadelta(ops, o, params):
+    """s = rho * s + (1 - rho) * g * g;  delta = sqrt(u + eps) / sqrt(s + eps) * g;
+    u = rho * u + (1 - rho) * delta * delta;  p = p - lr * delta."""
+    lr, rho, eps = o["lr"], o["rho"], o["eps"]
+    keep = 1 - rho
+    wd, maximize = _grad_terms(o)
+    for p, g in ops.each(params):
+        ops.step(p)
+        g = _effective_grad(ops, p, g, wd, maximize)
+        s, u = ops.state(p, "square_avg"), ops.state(p, "acc_delta")
+        ops.imul(s, rho)
+        ops.iadd(s, ops.imul(ops.mul(g, g, out=1), keep))
+        std = ops.sqrt(ops.add(s, eps, out=1), out=1)
+        delta = ops.sqrt(ops.add(u, eps, out=2), out=2)
+        delta = ops.imul(ops.div(delta, std, out=2), g)
+        ops.imul(u, rho)
+        ops.iadd(u, ops.imul(ops.mul(delta, delta, out=1), keep))
+        ops.isub(p, ops.imul(delta, lr))
+
+
+def adamax(ops, o, params):
+    """m = b1 * m + (1 - b1) * g;  u = max(b2 * u, |g| + eps);  p = p - lr / (1 - b1**t) * m / u."""
+    lr, beta1, beta2, eps = o["lr"], o.item("betas", 0), o.item("betas", 1), o["eps"]
+    keep1 = 1 - beta1
+    wd, maximize = _grad_terms(o)
+    for p, g in ops.each(params):
+        step = ops.step(p)
+        g = _effective_grad(ops, p, g, wd, maximize)
+        m, u = ops.state(p, "exp_avg"), ops.state(p, "exp_inf")
+        ops.imul(m, beta1)
+        ops.iadd(m, ops.mul(g, keep1, out=1))
+        ops.imul(u, beta2)
+        ops.imaximum(u, ops.iadd(ops.abs(g, out=1), eps))
+        clr = lr / (1 - ops.scalar_pow(beta1, step))
+        ops.isub(p, ops.imul(ops.div(m, u, out=1), clr))
+
+
+def nadam(ops, o, params):
+    """mu_t = b1 * (1 - 0.5 * 0.96 ** (t * momentum_decay));  mu_product *= mu_t (a float32
+    scalar, as PyTorch keeps it);  m, v as Adam's;  d = sqrt(v / (1 - b2**t)) + eps;
+    p = p - lr * (1 - mu_t) / (1 - mu_product) * g / d
+          - lr * mu_{t+1} / (1 - mu_product * mu_{t+1}) * m / d,
+    with the L2 penalty in g, or p = p * (1 - lr * wd) first (decoupled_weight_decay)."""
+    lr, beta1, beta2, eps = o["lr"], o.item("betas", 0), o.item("betas", 1), o["eps"]
+    momentum_decay = o["momentum_decay"]
+    decoupled, decay = _decoupled_decay(o, lr)
+    wd, maximize = _grad_terms(o, weight_decay=not decoupled)
+    keep1, keep2 = 1 - beta1, 1 - beta2
+    for p, g in ops.each(params):
+        step = ops.step(p)
+        bias2 = 1 - ops.scalar_pow(beta2, step)
+        if decay is not None:
+            ops.imul(p, decay)
+        g = _effective_grad(ops, p, g, wd, maximize)
+        mu = beta1 * (1.0 - 0.5 * ops.scalar_pow(0.96, step * momentum_decay))
+        mu_next = beta1 * (1.0 - 0.5 * ops.scalar_pow(0.96, (step + 1) * momentum_decay))
+        mu_product = ops.value(ops.imul(ops.state(p, "mu_product"), mu))
+        m, v = _moments(ops, p, g, beta1, keep1, beta2, keep2)
+        d = ops.iadd(ops.sqrt(ops.div(v, bias2, out=1), out=1), eps)
+        ops.isub(p, ops.imul(ops.div(g, d, out=0), lr * (1.0 - mu) / (1.0 - mu_product)))
+        ops.isub(p, ops.imul(ops.div(m, d, out=0), lr * mu_next / (1.0 - mu_product * mu_next)))
+
+
+def radam(ops, o, params):
+    """m, v as Adam's;  rho_inf = 2 / (1 - b2) - 1;  rho_t = rho_inf - 2 t b2**t / (1 - b2**t);
+    rho_t > 5: p = p - lr * m / (1 - b1**t) * r * sqrt(1 - b2**t) / (sqrt(v) + eps) with
+    r = sqrt((rho_t - 4)(rho_t - 2) rho_inf / ((rho_inf - 4)(rho_inf - 2) rho_t));
+    else p = p - lr * m / (1 - b1**t).  L2 penalty in g, or decoupled_weight_decay."""
+    lr, beta1, beta2, eps = o["lr"], o.item("betas", 0), o.item("betas", 1), o["eps"]
+    decoupled, decay = _decoupled_decay(o, lr)
+    wd, maximize = _grad_terms(o, weight_decay=not decoupled)
+    keep1, keep2 = 1 - beta1, 1 - beta2
+    rho_inf = 2 / keep2 - 1
+    for p, g in ops.each(params):
+        step = ops.step(p)
+        if decay is not None:
+            ops.imul(p, decay)
+        g = _effective_grad(ops, p, g, wd, maximize)
+        m, v = _moments(ops, p, g, beta1, keep1, beta2, keep2)
+        beta2_t = ops.scalar_pow(beta2, step)
+        bias1, bias2 = 1 - ops.scalar_pow(beta1, step), 1 - beta2_t
+        rho_t = rho_inf - 2 * step * beta2_t / bias2
+        update = ops.mul(m, lr / bias1, out=0)
+
+        def rectified():  # abs(): traced, this also runs (and is discarded) while rho_t <= 5
+            r = ops.scalar_sqrt(abs((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t)))
+            t = ops.iadd(ops.sqrt(v, out=1), eps)
+            return ops.imul(ops.div(update, t, out=1), ops.scalar_sqrt(bias2) * r)
+
+        ops.isub(p, ops.select(rho_t > 5.0, rectified, lambda: update))
+
+
+def asgd(ops, o, params):
+    """p = p * (1 - lambd * eta) - eta * g;  ax = p if mu == 1 else ax + mu * (p - ax);
+    then eta = lr / (1 + lambd * lr * t) ** alpha and mu = 1 / max(1, t - t0) (eta and mu:
+    float32 scalars, as PyTorch keeps them)."""
+    lr, lambd, alpha, t0 = o["lr"], o["lambd"], o["alpha"], o["t0"]
+    wd, maximize = _grad_terms(o)
+    for p, g in ops.each(params):
+        step = ops.step(p)
+        g = _effective_grad(ops, p, g, wd, maximize)
+        eta_s, mu_s, ax = ops.state(p, "eta"), ops.state(p, "mu"), ops.state(p, "ax")
+        eta = ops.value(eta_s)
+        ops.imul(p, 1 - lambd * eta)
+        ops.isub(p, ops.mul(g, eta, out=1))
+        mu = ops.value(mu_s)
+        ops.copy(ax, ops.select(mu != 1, lambda: ops.add(ax, ops.imul(ops.sub(p, ax, out=1), mu), out=1),
+                                lambda: p))
+        ops.assign(eta_s, lr / ops.scalar_pow(1 + lambd * lr * step, alpha))
+        ops.assign(mu_s, 1 / ops.scalar_max(step - t0, 1.0))
+
+
+def rprop(ops, o, params):
+    """s = sign(g * prev);  step_size = clamp(step_size * (etaplus if s > 0, etaminus if
+    s < 0, else 1), *step_sizes);  g = 0 where s < 0;  p = p - sign(g) * step_size;  prev = g."""
+    etaminus, etaplus = o.item("etas", 0), o.item("etas", 1)
+    size_min, size_max = o.item("step_sizes", 0), o.item("step_sizes", 1)
+    maximize = o.flag("maximize")
+    for p, g in ops.each(params):
+        ops.step(p)
+        if maximize:
+            g = ops.neg(g, out=0)
+        prev, size = ops.state(p, "prev"), ops.state(p, "step_size")
+        s = ops.sign(ops.mul(g, prev, out=1), out=1)
+        up, down, same = ops.gt(s, 0), ops.lt(s, 0), ops.eq(s, 0)
+        f = ops.masked_fill(ops.masked_fill(ops.masked_fill(s, up, etaplus, out=1), down, etaminus, out=1),
+                            same, 1.0, out=1)
+        ops.iclamp(ops.imul(size, f), size_min, size_max)
+        g = ops.masked_fill(g, down, 0.0, out=2)
+        ops.isub(p, ops.imul(ops.sign(g, out=1), size))
+        ops.copy(prev, g)
+
+
 # ---------------------------------------------------------------- eagerly: raw arrays
 
 def new_step():
@@ -190,10 +347,10 @@ class EagerOptions:
 
 
 class ArrayOps:
-    """A rule's arithmetic on raw arrays (numpy or cupy): in place, into two scratch buffers
-    shared by the parameters of one shape. `each(params)` binds it to each parameter in
+    """A rule's arithmetic on raw arrays (numpy or cupy): in place, into scratch buffers
+    (two, or the optimizer's `_scratch_buffers`) shared by the parameters of one shape. `each(params)` binds it to each parameter in
     turn (its array, gradient, state) and bumps the parameter's version after its update."""
-    __slots__ = ("opt", "group", "xp", "scratch", "state_of")
+    __slots__ = ("opt", "group", "xp", "scratch", "state_of", "powers")
 
     def __init__(self, opt):
         self.opt = opt
@@ -201,17 +358,19 @@ class ArrayOps:
         self.xp = np
         self.scratch = None
         self.state_of = None
+        self.powers = {}    # scalar_pow's results in this step (the parameters share their step)
 
     def each(self, params):
         opt = self.opt
         state, scratch, init, bump = opt.state, opt._scratch, opt._init_state, opt._bump
+        nbuf = opt._scratch_buffers
         for p in params:
             g = p._grad
             if g is None:
                 continue
             d = p._array
             self.xp = np if type(d) is np.ndarray else xp_of(d)
-            self.scratch = scratch(d, 2)
+            self.scratch = scratch(d, nbuf)
             s = self.state_of = state[p]
             if not s:
                 init(p, self.group)
@@ -259,15 +418,89 @@ class ArrayOps:
         a -= b
         return a
 
+    def add(self, a, b, out):
+        return self.xp.add(a, b, out=self.scratch[out])
+
+    def abs(self, a, out):
+        return self.xp.absolute(a, out=self.scratch[out])
+
+    def sign(self, a, out):
+        return self.xp.sign(a, out=self.scratch[out])
+
     def imaximum(self, a, b):
         return self.xp.maximum(a, b, out=a)
+
+    def iclamp(self, a, lo, hi):
+        return self.xp.clip(a, lo, hi, out=a)
+
+    def copy(self, dst, src):
+        if src is not dst:
+            self.xp.copyto(dst, src)
+        return dst
+
+    # masks (boolean arrays) and choices
+    def gt(self, a, b):
+        return self.xp.greater(a, b)
+
+    def lt(self, a, b):
+        return self.xp.less(a, b)
+
+    def eq(self, a, b):
+        return self.xp.equal(a, b)
+
+    def masked_fill(self, a, mask, value, out):
+        """a with `value` where mask (a copied into scratch buffer `out` unless it is it)."""
+        t = self.copy(self.scratch[out], a)
+        self.xp.copyto(t, value, where=mask)
+        return t
+
+    @staticmethod
+    def select(cond, if_true, if_false):
+        """if_true() if cond else if_false(): cond is a Python bool here (a function of the
+        step count); the functions write scratch buffers only."""
+        return if_true() if cond else if_false()
+
+    # scalars: options and 0-d state are Python floats here
+    @staticmethod
+    def value(a):
+        """A 0-d state array's value as a Python float."""
+        return float(a)
+
+    @staticmethod
+    def assign(a, value):
+        """Write a Python float into a 0-d state array (rounded to its dtype)."""
+        a[()] = value
+        return a
 
     @staticmethod
     def scalar_sqrt(x):
         return math.sqrt(x)
 
+    def scalar_pow(self, x, y):
+        """x ** y by numpy's power, as a compiled step computes it (Python's float pow differs
+        from numpy's in the last bit for a few percent of arguments); one numpy call per
+        step for all parameters with the same (x, y), since it costs a microsecond."""
+        key = (x, y)
+        r = self.powers.get(key)
+        if r is None:
+            r = self.powers[key] = float(_power(x, y))
+        return r
+
+    @staticmethod
+    def scalar_max(x, lo):
+        return x if x > lo else lo
+
 
 # ---------------------------------------------------------------- traced: Tensor ops
+
+def _as_option(a, b):
+    """b, for an in-place update of a: a 0-d float64 option updating a 0-d state tensor of
+    another dtype (NAdam's float32 mu_product) is rounded to that dtype first, as the Python
+    float it is eagerly would be (two 0-d tensors would otherwise compute in float64)."""
+    if a.ndim == 0 and isinstance(b, Tensor) and b.ndim == 0 and b.dtype != a.dtype:
+        return b.to(a.dtype)
+    return b
+
 
 class TensorOps:
     """The same arithmetic as recorded Tensor ops, for a compiled training step (the tracer
@@ -311,20 +544,163 @@ class TensorOps:
         return -a
 
     def imul(self, a, b):
-        return a.mul_(b)
+        return a.mul_(_as_option(a, b))
 
     def iadd(self, a, b):
-        return a.add_(b)
+        return a.add_(_as_option(a, b))
 
     def isub(self, a, b):
-        return a.sub_(b)
+        return a.sub_(_as_option(a, b))
+
+    def add(self, a, b, out=None):
+        return a + b
+
+    def abs(self, a, out=None):
+        return a.abs()
+
+    def sign(self, a, out=None):
+        return a.sign()
 
     def imaximum(self, a, b):
         return a.copy_(a.maximum(b))
 
+    def iclamp(self, a, lo, hi):
+        return a.copy_(a.clamp(lo, hi))
+
+    def copy(self, dst, src):
+        return dst if src is dst else dst.copy_(src)
+
+    def gt(self, a, b):
+        return a > b
+
+    def lt(self, a, b):
+        return a < b
+
+    def eq(self, a, b):
+        return a == b
+
+    def masked_fill(self, a, mask, value, out=None):
+        return a.masked_fill(mask, value)
+
+    @staticmethod
+    def select(cond, if_true, if_false):
+        """Both run; `where` picks by the 0-d boolean cond (no guard on the step count)."""
+        if not isinstance(cond, Tensor):
+            return if_true() if cond else if_false()
+        return where(cond, if_true(), if_false())
+
+    @staticmethod
+    def value(a):
+        """A 0-d state tensor's value as a 0-d float64 tensor (as Python floats are eagerly)."""
+        return a.double()
+
+    @staticmethod
+    def assign(a, value):
+        return a.copy_(value) if isinstance(value, Tensor) else a.fill_(value)
+
     @staticmethod
     def scalar_sqrt(x):
-        return x.sqrt()
+        return x.sqrt() if isinstance(x, Tensor) else math.sqrt(x)
+
+    @staticmethod
+    def scalar_pow(x, y):
+        if isinstance(x, Tensor) or isinstance(y, Tensor):
+            return x ** y
+        return float(_power(x, y))
+
+    @staticmethod
+    def scalar_max(x, lo):
+        return x.clamp(min=lo) if isinstance(x, Tensor) else max(x, lo)
+
+
+class AutogradOps(TensorOps):
+    """The traced arithmetic run eagerly with grad mode on (`differentiable=True`): autograd
+    records the update. State is the optimizer's own tensors, created at a first step.
+
+    Autograd forbids changing a tensor in place after an op saved it for backward, so: the
+    parameter and its state (`kept`, updated in place step after step) are cloned before an
+    op reads them, in-place ops on temporaries become new tensors (the rules always use
+    what an `iX` returns), and scalar state is read as a Python float (as PyTorch reads it)."""
+    __slots__ = ("group", "kept")
+
+    def __init__(self, opt):
+        super().__init__(None, opt)
+        self.group = None  # the param group being updated (set by Optimizer.step)
+        self.kept = set()
+
+    def each(self, params):
+        opt = self.opt
+        for p in params:
+            if p._grad is None:
+                continue
+            state = opt.state[p]
+            if not state:
+                opt._init_state(p, self.group)
+            self.kept = {id(p)} | {id(t) for t in state.values() if isinstance(t, Tensor)}
+            yield p, p._grad
+
+    def state(self, p, key):
+        return self.opt.state[p].get(key)
+
+    def new_state(self, p, key, value):
+        t = self.opt.state[p][key] = value.clone()
+        self.kept.add(id(t))
+        return t
+
+    def step(self, p):
+        return advance_step(self.opt.state[p])
+
+    def _read(self, a):
+        """a, or a copy of it if it is a tensor updated in place later."""
+        return a.clone() if isinstance(a, Tensor) and id(a) in self.kept else a
+
+    def mul(self, a, b, out=None):
+        return self._read(a) * self._read(b)
+
+    def div(self, a, b, out=None):
+        return self._read(a) / self._read(b)
+
+    def sub(self, a, b, out=None):
+        return self._read(a) - self._read(b)
+
+    def add(self, a, b, out=None):
+        return self._read(a) + self._read(b)
+
+    def sqrt(self, a, out=None):
+        return self._read(a).sqrt()
+
+    def neg(self, a, out=None):
+        return -self._read(a)
+
+    def abs(self, a, out=None):
+        return self._read(a).abs()
+
+    def masked_fill(self, a, mask, value, out=None):
+        return self._read(a).masked_fill(mask, value)
+
+    def imul(self, a, b):
+        return a.mul_(self._read(b)) if id(a) in self.kept else a * self._read(b)
+
+    def iadd(self, a, b):
+        return a.add_(self._read(b)) if id(a) in self.kept else a + self._read(b)
+
+    def isub(self, a, b):
+        return a.sub_(self._read(b)) if id(a) in self.kept else a - self._read(b)
+
+    def imaximum(self, a, b):
+        m = self._read(a).maximum(self._read(b))
+        return a.copy_(m) if id(a) in self.kept else m
+
+    def iclamp(self, a, lo, hi):
+        c = self._read(a).clamp(lo, hi)
+        return a.copy_(c) if id(a) in self.kept else c
+
+    def copy(self, dst, src):
+        return dst.copy_(self._read(src))
+
+    @staticmethod
+    def value(a):
+        return float(a)
 
 
 class TracedOptions:

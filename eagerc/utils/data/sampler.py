@@ -3,7 +3,8 @@
 Random orders come from eagerc's counter-based generator (`eagerc.randperm` with
 `generator=`), so a seeded Generator gives the same epochs on every run and
 platform, and a loader with worker processes sees the same order as one without
-(sampling always happens in the main process).
+(sampling always happens in the main process). Draws with replacement are lazy, a
+chunk at a time, so a sampler of int(1e10) samples starts at once.
 """
 import numpy as np
 
@@ -69,11 +70,11 @@ class RandomSampler(Sampler):
         return len(self.data_source) if self._num_samples is None else self._num_samples
 
     def __iter__(self):
-        from ...ops.creation import randint, randperm
+        from ...ops.creation import randperm
         n = len(self.data_source)
         gen = _generator_for(self.generator)
         if self.replacement:
-            yield from randint(0, n, (self.num_samples,), generator=gen).tolist()
+            yield from _draws_with_replacement(gen, n, self.num_samples)
             return
         for _ in range(self.num_samples // n):
             yield from randperm(n, generator=gen).tolist()
@@ -83,6 +84,25 @@ class RandomSampler(Sampler):
 
     def __len__(self):
         return self.num_samples
+
+
+_CHUNK = 1 << 16  # indices drawn at a time with replacement (512 KiB of int64)
+
+
+def _draws_with_replacement(gen, n, num_samples):
+    """num_samples uniform indices in [0, n), drawn lazily CHUNK at a time, so
+    num_samples=int(1e10) costs nothing up front. The numbers are those of
+    `randint(0, n, (num_samples,), generator=gen)`: the stream's words are reserved at
+    once (the generator moves on as after that draw) and the n-th index is a pure
+    function of (seed, offset + n), whichever chunk it falls in."""
+    if n <= 0:
+        raise RuntimeError(f"RandomSampler: cannot draw {num_samples} samples with replacement from an empty "
+                           "data_source")
+    seed = gen.initial_seed()
+    offset = gen.next_offset(rng.words_used("integers", num_samples))
+    for start in range(0, num_samples, _CHUNK):
+        count = min(_CHUNK, num_samples - start)
+        yield from rng.integers(seed, offset + start, (count,), 0, n, np.int64).tolist()
 
 
 class SubsetRandomSampler(Sampler):
