@@ -12,13 +12,8 @@ from .ops.tensor_methods import LEGACY_TYPES as _LEGACY_TYPES
 globals().update(_LEGACY_TYPES)   # FloatTensor, LongTensor, ... (PyTorch's legacy typed tensors)
 from .ops.creation import *  # noqa: F401,F403
 from .ops.creation import __all__ as _creation_all
-from .ops.elementwise import (  # noqa: F401
-    add, sub, mul, div, true_divide, divide, multiply, subtract, floor_divide, remainder, pow,
-    neg, negative, abs, absolute, sign, maximum, minimum, clamp, clip, clamp_min, clamp_max, where,
-    lerp, exp, exp2, log, log2, log1p, expm1, sqrt, rsqrt, sin, cos, tan, tanh, sigmoid, relu, erf,
-    square, reciprocal, floor, ceil, round, trunc, fix, isnan, isinf, isfinite, nan_to_num, eq, ne,
-    lt, le, gt, ge, greater, greater_equal, less, less_equal, not_equal, logical_and, logical_or,
-    logical_not, logical_xor, bitwise_and, bitwise_or, bitwise_xor, bitwise_not, clone, result_dtype)
+from .ops.elementwise import *  # noqa: F401,F403  (one function per declared elementwise op, and aliases)
+from .ops.elementwise import result_dtype  # noqa: F401
 from .ops.reduction import (  # noqa: F401
     sum, mean, prod, max, min, amax, amin, argmax, argmin, var, std, var_mean, std_mean, logsumexp,
     norm, all, any, cumsum, cumprod, count_nonzero)

@@ -309,13 +309,14 @@ class Size(tuple):
         return f"eagerc.Size([{', '.join(str(s) for s in self)}])"
 
 
-_UFUNC_NAMES = {"subtract": "sub", "multiply": "mul", "true_divide": "div", "divide": "div",
-                "power": "pow", "negative": "neg", "absolute": "abs", "equal": "eq", "not_equal": "ne",
-                "less": "lt", "less_equal": "le", "greater": "gt", "greater_equal": "ge"}
+_UFUNC_NAMES = {}   # numpy ufunc name -> op name, from the ops' ufunc traits (np.subtract -> sub)
 
 
 def _ufunc_op(ufunc):
     import eagerc
+    if not _UFUNC_NAMES:
+        from .runtime.ops import OPS
+        _UFUNC_NAMES.update((op.ufunc, name) for name, op in OPS.items() if op.ufunc)
     return getattr(eagerc, _UFUNC_NAMES.get(ufunc.__name__, ufunc.__name__), None)
 
 

@@ -139,6 +139,21 @@ def test_nan_propagates_like_numpy():
         _close(np.asarray(o), w, 0, 0)
 
 
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_logaddexp_and_hypot_kernels_match_numpy_at_special_values(dtype):
+    inf, nan = np.inf, np.nan
+    a = np.array([inf, -inf, inf, -inf, nan, 1.0, 0.0, 3.0, -3.0, 1e30, -1e30, 700.0, 2.5, 1e-30], dtype)
+    b = np.array([inf, -inf, -inf, 1.0, 2.0, nan, 0.0, 3.0, 4.0, 1e30, 1e30, 700.0, -80.0, 1e-30], dtype)
+    program, env, want = _compile_traced(lambda x, y: (eagerc.logaddexp(x, y) * 2, eagerc.hypot(x, y) * 2), [a, b])
+    assert {"logaddexp", "hypot"} <= {i.op for k in program.kernels for i in k.instrs}
+    outs, _ = program(env)
+    with np.errstate(invalid="ignore"):   # inf - inf inside numpy's logaddexp
+        refs = (np.logaddexp(a, b) * 2, np.hypot(a, b) * 2)
+    for o, ref in zip(outs, refs):
+        assert o.dtype == ref.dtype
+        np.testing.assert_allclose(o, ref, rtol=4 * np.finfo(dtype).eps, atol=0)   # inf, -inf and nan exactly
+
+
 def test_reduction_over_leading_axes_is_one_kernel():
     # a bias gradient: elementwise work then a sum/mean over the leading dims, one kernel
     rng = np.random.default_rng(0)
@@ -416,6 +431,7 @@ _HALF_PROGRAMS = {
     "lead_mean": lambda a, b: (a * b + 1).mean(0),
     "casts": lambda a, b: (a.to(eagerc.float32) * 2).to(eagerc.float16) + b,
     "compare_where": lambda a, b: eagerc.where(a > b, a.sigmoid(), b.square()),
+    "logaddexp_hypot": lambda a, b: eagerc.logaddexp(a, b) + eagerc.hypot(a, b),
 }
 
 

@@ -572,6 +572,23 @@ def test_rewritten_kernel_is_called_not_inlined(monkeypatch):
     monkeypatch.setattr(nb, "_DIRECT", None)
 
 
+def test_linear_weight_layout_follows_the_kernels_attribute_not_its_name(monkeypatch):
+    """The weight of a many-rows linear is handed over C-ordered-transposed because the runtime's
+    kernel says (its `few_rows` attribute) that it computes x @ weight.T there: renaming the kernel's
+    closure changes nothing; a kernel that promises nothing gets its weight as it is."""
+    x, w, y = Value("x", (128, 8), "float64"), Value("w", (16, 8), "float64"), Value("y", (128, 16), "float64")
+    g = Graph([("arg", x), ("arg", w)], [Node("linear", [x, w, None], {}, y)], [y])
+    rng = np.random.default_rng(0)
+    env = {"x": rng.standard_normal((128, 8)), "w": rng.standard_normal((16, 8))}
+    assert "k_linear(x, c_rhs(w), None)" in build_program(g).source
+    monkeypatch.setattr(OPS["linear"].cpu, "__qualname__", "renamed.<locals>.linear")
+    assert "k_linear(x, c_rhs(w), None)" in build_program(g).source
+    monkeypatch.setattr(OPS["linear"], "cpu", lambda x, weight, bias=None: x @ weight.T)
+    program = build_program(g)
+    assert "k_linear(x, w, None)" in program.source
+    np.testing.assert_allclose(program(env)[0][0], env["x"] @ env["w"].T, rtol=1e-12)
+
+
 def test_render_returns_source_and_globals():
     graph, _ = _sample_graph()
     source, globs, _ = render(graph)

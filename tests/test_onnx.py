@@ -228,7 +228,8 @@ def _elementwise(x):
             x.tanh(), x.sigmoid(), x.relu(), eagerc.erf(x), x.clamp(-0.5, 0.5), x.clamp(min=0), x.floor(), x.ceil(),
             x.round(), x.trunc(), x.sign(), x.abs().rsqrt(), eagerc.maximum(x, x * 2), eagerc.minimum(x, 0.1 * x),
             eagerc.where(x > 0, x, 0.0), x > 0, x >= 0.1, x < 0, x <= 0, x == 0, x != 0, (x > 0) & (x < 1),
-            x.to(eagerc.int64), eagerc.lerp(x, x * 2, 0.3), x // 0.7, x % 0.7, eagerc.isnan(x), x.reciprocal())
+            x.to(eagerc.int64), eagerc.lerp(x, x * 2, 0.3), x // 0.7, x % 0.7, eagerc.isnan(x), x.reciprocal(),
+            eagerc.logaddexp(x, x * 3), eagerc.hypot(x, 2 - x))
 
 
 def _integers(a):

@@ -6,6 +6,7 @@ import pytest
 import eagerc
 import eagerc.runtime
 from eagerc.runtime.ops import OPS
+from eagerc.runtime.ops.meta import Spec
 
 INT = eagerc.tensor([7, -7, 3, 0])
 
@@ -147,3 +148,21 @@ def test_where_refuses_a_non_bool_condition():
         out = eagerc.where(eagerc.tensor([1, 0], dtype=eagerc.uint8), a, b)
     assert out.tolist() == [1.0, 4.0]
     assert eagerc.where(a > 1.5, a, b).tolist() == [3.0, 2.0]
+
+
+# ---------------------------------------------------------------- float-only ops
+
+@pytest.mark.parametrize("name", ["logaddexp", "hypot"])
+def test_float_only_ops_refuse_integer_tensors_like_pytorch(name):
+    # PyTorch: RuntimeError "logaddexp_cpu" not implemented for 'Long'; no silent cast to float
+    fn = getattr(eagerc, name)
+    for a, b in [(INT, INT), (INT, 2), (INT > 0, INT > 1)]:
+        with pytest.raises(TypeError, match=rf"{name}: expected floating-point tensors, got .*no integer {name}"):
+            fn(a, b)
+    spec = Spec((4,), eagerc.int64)                             # the shape/dtype rule (verifier, loader) too
+    with pytest.raises(TypeError, match=rf"{name}: got .* int64; expected floating-point inputs .*no integer {name}"):
+        OPS[name].meta(spec, spec)
+    # floats promote like PyTorch's: a float16 tensor with a float64 one gives float64, a 0-d one keeps float16
+    h, d = eagerc.tensor([3.0], dtype=eagerc.float16), eagerc.tensor([4.0], dtype=eagerc.float64)
+    assert fn(h, d).dtype == eagerc.float64 and fn(h, eagerc.tensor(4.0, dtype=eagerc.float64)).dtype == eagerc.float16
+    assert fn(h, INT[:1]).dtype == eagerc.float16              # an integer operand beside a float tensor is fine

@@ -136,6 +136,19 @@ def test_array_protocol():
     np.testing.assert_allclose(np.exp(eagerc.tensor([0.0, 1.0])), [1.0, np.e], rtol=1e-6)
 
 
+@pytest.mark.parametrize("ufunc,args", [
+    (np.subtract, ([3.0, 1.0], [0.5, 2.0])), (np.power, ([2.0, 3.0], [3.0, 0.5])), (np.mod, ([5, -5], [3, 3])),
+    (np.invert, ([0, 5, -2],)), (np.logaddexp, ([0.0, 700.0], [1.0, 700.0])), (np.hypot, ([3.0, 5.0], [4.0, 12.0])),
+    (np.greater_equal, ([1, 2], [2, 2])), (np.absolute, ([-1.5, 2.0],))])
+def test_numpy_ufuncs_on_tensors_run_as_the_op_declaring_that_ufunc(ufunc, args):
+    """Each op's ufunc trait maps numpy's ufunc to it (np.subtract -> sub), so the result is a Tensor
+    (recorded when traced) with numpy's values."""
+    ts = [eagerc.tensor(np.asarray(a)) for a in args]
+    got = ufunc(*ts)
+    assert isinstance(got, eagerc.Tensor)
+    np.testing.assert_allclose(got.numpy(), ufunc(*[np.asarray(a) for a in args]), rtol=1e-12)
+
+
 # ============================================================== repr
 
 @pytest.mark.parametrize("make,expected", [

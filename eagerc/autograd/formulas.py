@@ -1,4 +1,5 @@
-"""Attach derivatives to declared ops, written with Tensor ops.
+"""Attach the frontend's parts to declared ops, written with Tensor ops: derivatives and
+decompositions.
 
 `defgrad("mul", lambda g, b: g * b, lambda g, a: g * a)` gives one formula per
 input. A formula's parameter names say what it needs, which is also what the
@@ -13,13 +14,17 @@ forward pass saves (so nothing else is kept alive):
 An op whose derivative is easier as one function for all inputs (variadic ops like
 cat) uses `defgrad_node(name, fn, saves_inputs=False)`: fn(node, g) returns a
 sequence with one gradient (or None) per input.
+
+A composite op (softmax, layer_norm, ...) gets its decomposition into primitives with
+`defdecomp(name, fn)`: fn(*inputs, **attrs) computes the op with other ops; the compiler
+traces it to fuse the primitives (compiler/passes/decompose.py).
 """
 import inspect
 
 from ..dispatch import SAVE_ALL
 from ..runtime.ops import get
 
-__all__ = ["defgrad", "defgrad_node"]
+__all__ = ["defgrad", "defgrad_node", "defdecomp"]
 
 # parameter kinds, resolved by the engine
 G, INPUT, OUT, SHAPE, ATTR = range(5)
@@ -77,4 +82,16 @@ def defgrad_node(name, fn, saves_inputs=False):
     op.grads = fn
     op.grad_params = None
     op.save_table = SAVE_ALL if saves_inputs else None
+    return op
+
+
+def defdecomp(name, fn):
+    """fn(*inputs, **attrs) -> the op's result, computed with other ops (Tensor ops)."""
+    op = get(name)
+    try:
+        inspect.signature(fn).bind(*op.inputs, **dict.fromkeys(op.attrs))
+    except TypeError as e:
+        raise TypeError(f"decomposition of {name}: it must take the inputs {op.inputs} and the "
+                        f"attributes {op.attrs} of the op ({e})") from None
+    op.decomposition = fn
     return op

@@ -9,8 +9,8 @@ embedding and constant pad -- run one fused kernel declared in
 - the PyTorch-named function that applies the fused op,
 - its derivative (`defgrad` / `defgrad_node`): a formula written with Tensor ops, used
   under create_graph=True, and a fused `<op>_backward` kernel for plain backward,
-- its decomposition into primitives (`softmax_decomposed`, ...), which the tests
-  check against the fast path and which the compiler can use to fuse.
+- its decomposition into primitives (`softmax_decomposed`, ...), attached to the op with
+  `defdecomp`: the tests check it against the fast path and the compiler uses it to fuse.
 """
 import math
 import warnings
@@ -20,10 +20,10 @@ from .._api import (arange, exp, log, log1p, expm1, erf, minimum, rand, relu as 
                     tanh as _tanh, where)
 from .._tensor import Tensor
 from ..autograd.engine import _saved_input
-from ..autograd.formulas import defgrad, defgrad_node
+from ..autograd.formulas import defdecomp, defgrad, defgrad_node
 from .. import dispatch
 from ..dispatch import apply
-from ..runtime.ops import OPS
+from ..runtime.ops import OPS, no_part
 from ..runtime.ops import nn as _nn_kernels  # noqa: F401  (declares the fused ops)
 
 __all__ = [
@@ -106,6 +106,7 @@ def _linear_grad(node, g):
 
 
 defgrad_node("linear", _linear_grad, saves_inputs=True)
+defdecomp("linear", linear_decomposed)
 
 
 def bilinear(input1, input2, weight, bias=None):
@@ -334,6 +335,12 @@ def _gelu_grad(g, x, approximate):
 defgrad("softmax", _softmax_grad)
 defgrad("log_softmax", _log_softmax_grad)
 defgrad("gelu", _gelu_grad)
+defdecomp("softmax", softmax_decomposed)
+defdecomp("log_softmax", log_softmax_decomposed)
+defdecomp("softmax_backward", softmax_backward_decomposed)
+defdecomp("log_softmax_backward", log_softmax_backward_decomposed)
+defdecomp("gelu", gelu_decomposed)
+defdecomp("gelu_backward", gelu_backward_decomposed)
 for _n in ("softmax", "log_softmax", "softmin"):
     setattr(Tensor, _n, lambda self, dim=None, dtype=None, _f=globals()[_n]: _f(self, dim, 4, dtype))
 
@@ -437,6 +444,8 @@ def _embedding_double_backward(g, indices, padding_idx):
 defgrad("embedding", lambda g, indices, weight_shape, padding_idx:
         _embedding_backward(g, indices, weight_shape[0], padding_idx), None)
 defgrad("embedding_backward", _embedding_double_backward, None)
+defdecomp("embedding", lambda weight, indices, padding_idx=None: embedding_decomposed(indices, weight, padding_idx))
+no_part("decomposition", "a scatter-add by index: one kernel, no primitives to fuse", ["embedding_backward"])
 
 
 # =============================================================== normalisation
@@ -538,6 +547,12 @@ def _layer_norm_grad(node, g):
 
 
 defgrad_node("layer_norm", _layer_norm_grad, saves_inputs=True)
+defdecomp("layer_norm", lambda x, weight, bias, normalized_shape, eps:
+          layer_norm_decomposed(x, normalized_shape, weight, bias, eps))
+defdecomp("layer_norm_backward", lambda g, x, weight, normalized_shape, eps:
+          layer_norm_backward_decomposed(g, x, weight, normalized_shape, eps))
+defdecomp("layer_norm_weight_backward", lambda g, x, normalized_shape, eps:
+          layer_norm_weight_backward_decomposed(g, x, normalized_shape, eps))
 
 
 def _channel_shape(x):
@@ -655,6 +670,9 @@ def _batch_norm_grad(node, g):
 
 
 defgrad_node("batch_norm", _batch_norm_grad, saves_inputs=True)
+defdecomp("batch_norm", batch_norm_decomposed)
+no_part("decomposition", "reduces over every axis but the channel's: a kernel of its own, not a row kernel",
+        ["batch_norm_backward", "batch_norm_weight_backward", "batch_norm_stats"])
 
 
 def _norm(x, p, dim, eps):
@@ -1071,6 +1089,9 @@ def _cross_entropy_grad(g, x, target, weight, ignore_index, reduction, label_smo
 
 
 defgrad("cross_entropy", _cross_entropy_grad, None, None)
+defdecomp("cross_entropy", lambda x, target, weight, **attrs: cross_entropy_decomposed(x, target, weight, **attrs))
+defdecomp("cross_entropy_backward", lambda g, x, target, weight, **attrs:
+          cross_entropy_backward_decomposed(g, x, target, weight, **attrs))
 
 
 def mse_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None):

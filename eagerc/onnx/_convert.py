@@ -20,6 +20,8 @@ import math
 
 import numpy as np
 
+from ..runtime.ops import OPS, load_all, no_part
+
 __all__ = ["Builder", "CONVERTERS", "OnnxExportError", "UnsupportedOpError", "supported_ops"]
 
 INT64_MAX = 2 ** 63 - 1
@@ -41,7 +43,7 @@ class UnsupportedOpError(OnnxExportError, NotImplementedError):
 
 def supported_ops():
     """The eagerc ops eagerc.onnx.export converts (some only for some attribute values)."""
-    return sorted(k for k, f in CONVERTERS.items() if f is not _random)
+    return sorted(CONVERTERS)
 
 
 def _where(n):
@@ -55,7 +57,10 @@ def _where(n):
 
 def unsupported(n, why=None):
     if why is None:
-        msg = (f"eagerc.onnx.export: op {n.op!r} ({_where(n)}) has no ONNX conversion "
+        op = OPS.get(n.op)
+        reason = op.why_not.get("onnx") if op is not None else None
+        msg = (f"eagerc.onnx.export: op {n.op!r} ({_where(n)}) has no ONNX conversion"
+               f"{': ' + reason if reason else ''} "
                f"(eagerc.onnx.supported_ops() lists the {len(supported_ops())} ops that have one)")
     else:
         msg = f"eagerc.onnx.export: op {n.op!r} ({_where(n)}) cannot be exported to ONNX: {why}"
@@ -411,6 +416,17 @@ def _remainder(b, n, ins):
     if dt in _FLOATS:  # a - b * floor(a / b): Python's sign convention
         return b.op("Sub", [a, b.op("Mul", [c, b.op("Floor", [b.op("Div", [a, c])])])])
     return b.op("Mod", [a, c], fmod=0)
+
+
+@converts("logaddexp", "hypot")
+def _float_binary(b, n, ins):
+    dt = n.out.dtype
+    a, c = b.val(ins[0], dt), b.val(ins[1], dt)
+    if n.op == "hypot":
+        return b.op("Sqrt", [b.op("Add", [b.op("Mul", [a, a]), b.op("Mul", [c, c])])])
+    # max(a, b) + log(1 + exp(-|a - b|)): no overflow
+    d = b.op("Neg", [b.op("Abs", [b.op("Sub", [a, c])])])
+    return b.op("Add", [b.op("Max", [a, c]), b.op("Log", [b.op("Add", [b.op("Exp", [d]), b.val(1.0, dt)])])])
 
 
 _UNARY = {"exp": "Exp", "log": "Log", "sqrt": "Sqrt", "sin": "Sin", "cos": "Cos", "tan": "Tan",
@@ -906,12 +922,6 @@ def _creation(b, n, ins):
     raise unsupported(n, "its size depends on a dynamic dimension")
 
 
-@converts("uniform", "normal", "randint", "randperm")
-def _random(b, n, ins):
-    raise unsupported(n, "random ops are not exported (their numbers would differ from eagerc's); export "
-                         "in eval mode, where dropout is off")
-
-
 # ---------------------------------------------------------------- linear algebra
 
 @converts("matmul")
@@ -1104,3 +1114,26 @@ def _cross_entropy(b, n, ins):
     if one_d and a.get("reduction") == "none":
         y = b.op("Squeeze", [y, b.ints([0])])
     return y
+
+
+# ---------------------------------------------------------------- ops without a conversion, and why
+
+load_all()
+for _why, _names in [
+        ("random ops are not exported (their numbers would differ from eagerc's); export in eval mode, where dropout "
+         "is off", "uniform normal randint randperm"),
+        ("a training-step kernel (a derivative); export inference graphs",
+         "softmax_backward log_softmax_backward layer_norm_backward layer_norm_weight_backward batch_norm_backward "
+         "batch_norm_weight_backward batch_norm_stats gelu_backward cross_entropy_backward embedding_backward "
+         "conv2d_weight max_pool2d_backward max_pool2d_select avg_pool2d_backward adaptive_avg_pool2d_backward "
+         "upsample_nearest2d_backward"),
+        ("batch statistics of training mode; export in eval mode (running statistics)", "batch_norm"),
+        ("ONNX has CumSum but no CumProd", "cumprod"),
+        ("not converted yet (ONNX ScatterND / ScatterElements could express it)",
+         "index_put index_add scatter scatter_add slice_scatter diagonal_scatter"),
+        ("not converted yet (a gather of the diagonal)", "diagonal"),
+        ("not converted yet (ONNX MaxPool's indices count over N, C, H and W, eagerc's over H and W)",
+         "max_pool2d_indices"),
+        ("its result's size depends on the data (eagerc records the count as a constant)", "nonzero"),
+        ("an exported program runs on the device of its inputs", "to_device")]:
+    no_part("onnx", _why, _names.split())

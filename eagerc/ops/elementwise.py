@@ -22,10 +22,6 @@ _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 
 # ---------------------------------------------------------------- promotion
 
-def _operand_dtype(x):
-    return x.dtype if isinstance(x, Tensor) else None
-
-
 def result_dtype(*xs):
     dims, zero, scalars = [], [], []
     for x in xs:
@@ -92,6 +88,17 @@ def _unary_float(op, x):
     return apply(op, (x,))
 
 
+def _float_only(op, *args):
+    """Ops PyTorch has no integer kernel for (logaddexp, hypot): floating-point tensors only."""
+    args = tuple(_check_operand(op.name, a) for a in args)
+    d = result_dtype(*args)
+    if not d.is_floating_point:
+        raise TypeError(f"{op.name}: expected floating-point tensors, got "
+                        f"{', '.join(a.dtype.name if isinstance(a, Tensor) else type(a).__name__ for a in args)} "
+                        f"(as in PyTorch, there is no integer {op.name}: convert with .float() first)")
+    return apply(op, _promote(args))
+
+
 _CAST = OPS["cast"]
 
 # ---------------------------------------------------------------- functions
@@ -109,10 +116,6 @@ def sub(input, other, *, alpha=1):
     return binary(OPS["sub"], input, other)
 
 
-def mul(input, other):
-    return binary(OPS["mul"], input, other)
-
-
 def div(input, other, *, rounding_mode=None):
     if rounding_mode is None:
         return _float_binary(OPS["div"], input, other)
@@ -120,32 +123,16 @@ def div(input, other, *, rounding_mode=None):
         return binary(OPS["floor_divide"], input, other)
     if rounding_mode == "trunc":
         if result_dtype(input, other).is_floating_point:
-            return trunc(div(input, other))
+            return trunc(div(input, other))  # noqa: F821
         # integers stay integers (no float round trip: exact for every int64, and a zero divisor
         # raises in floor_divide): the floor quotient, one up where it is negative and inexact
-        q = floor_divide(input, other)
+        q = floor_divide(input, other)  # noqa: F821
         return q + logical_and(ne(remainder(input, other), 0), lt(q, 0))  # noqa: F821
     raise ValueError(f"div: expected rounding_mode None, 'trunc' or 'floor', got {rounding_mode!r}")
 
 
-def floor_divide(input, other):
-    return binary(OPS["floor_divide"], input, other)
-
-
-def remainder(input, other):
-    return binary(OPS["remainder"], input, other)
-
-
 def pow(input, exponent):
     return binary(OPS["pow"], input, exponent)
-
-
-def maximum(input, other):
-    return binary(OPS["maximum"], input, other)
-
-
-def minimum(input, other):
-    return binary(OPS["minimum"], input, other)
 
 
 def where(condition, input=None, other=None):
@@ -174,9 +161,9 @@ def clamp(input, min=None, max=None):
     if isinstance(min, Tensor) or isinstance(max, Tensor):
         out = input
         if min is not None:
-            out = maximum(out, min)
+            out = maximum(out, min)  # noqa: F821
         if max is not None:
-            out = minimum(out, max)
+            out = minimum(out, max)  # noqa: F821
         return out
     if min is None and max is None:
         raise RuntimeError("clamp: at least one of 'min' or 'max' must not be None")
@@ -201,29 +188,36 @@ def clone(input, *, memory_format=None):
     return apply(OPS["clone"], (input,))
 
 
-def square(input):
-    return apply(OPS["square"], (input,))
+# How each promotion trait (runtime/ops/__init__.py) calls an op: unary, then binary.
+_CALL = {1: {"float": _unary_float, "float_only": _float_only},
+         2: {"float": _float_binary, "float_only": _float_only, "same": binary, "integral": binary,
+             "bool": _compare}}
 
 
-def _unary(name, floating):
-    op = OPS[name]
-    if floating:
-        def f(input):
-            return _unary_float(op, input)
+def _function(op):
+    """The PyTorch-named function of a declared elementwise op without attributes, from its traits."""
+    call = _CALL[len(op.inputs)].get(op.promotion)
+    if len(op.inputs) == 1:
+        if call is None:
+            def f(input):
+                return apply(op, (input,))
+        else:
+            def f(input):
+                return call(op, input)
     else:
-        def f(input):
-            return apply(op, (input,))
-    f.__name__ = f.__qualname__ = name
-    f.__doc__ = f"Elementwise {name}."
+        def f(input, other):
+            return call(op, input, other)
+    f.__name__ = f.__qualname__ = op.name
+    f.__doc__ = f"Elementwise {op.name}."
     return f
 
 
-_FLOAT_UNARY = ("exp", "exp2", "log", "log2", "log1p", "expm1", "sqrt", "rsqrt", "sin", "cos", "tan",
-                "tanh", "sigmoid", "erf", "reciprocal")
-_SAME_UNARY = ("neg", "abs", "sign", "relu", "floor", "ceil", "trunc", "isnan", "isinf",
-               "isfinite", "logical_not", "bitwise_not")
-for _n in _FLOAT_UNARY + _SAME_UNARY:
-    globals()[_n] = _unary(_n, _n in _FLOAT_UNARY)
+# every declared elementwise op of one or two inputs without attributes gets its function here,
+# unless one is written above (add's alpha, div's rounding_mode, pow's exponent...)
+_GENERATED = tuple(n for n, op in OPS.items() if op.kind == "elementwise" and op.promotion and not op.attrs
+                   and len(op.inputs) in (1, 2) and n not in globals())
+for _n in _GENERATED:
+    globals()[_n] = _function(OPS[_n])
 negative = neg  # noqa: F821
 absolute = abs  # noqa: F821
 fix = trunc  # noqa: F821
@@ -251,25 +245,17 @@ for _n in ("floor", "ceil", "trunc"):
     globals()[_n] = _rounding_identity(_n)
 
 
-def _binary_fn(name, kind):
-    op = OPS[name]
-
-    def f(input, other):
-        return kind(op, input, other)
-    f.__name__ = name
-    return f
-
-
-for _n in ("eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor"):
-    globals()[_n] = _binary_fn(_n, _compare)
-for _n in ("bitwise_and", "bitwise_or", "bitwise_xor"):
-    globals()[_n] = _binary_fn(_n, binary)
 greater, greater_equal, less, less_equal, not_equal = gt, ge, lt, le, ne  # noqa: F821
 true_divide = divide = div
-multiply = mul
+multiply = mul  # noqa: F821
 subtract = sub
 clamp_min = lambda input, min: clamp(input, min=min)  # noqa: E731
 clamp_max = lambda input, max: clamp(input, max=max)  # noqa: E731
+
+__all__ = list(_GENERATED) + [
+    "add", "sub", "div", "true_divide", "divide", "multiply", "subtract", "pow", "negative", "absolute", "fix",
+    "clamp", "clip", "clamp_min", "clamp_max", "where", "lerp", "round", "nan_to_num", "clone",
+    "greater", "greater_equal", "less", "less_equal", "not_equal", "result_dtype"]
 
 # ---------------------------------------------------------------- derivatives
 
@@ -279,7 +265,7 @@ defgrad("mul", lambda g, b: g * b, lambda g, a: g * a)
 defgrad("div", lambda g, b: g / b, lambda g, b, out: -g * out / b)
 defgrad("pow", lambda g, a, b: g * b * a ** (b - 1),
         lambda g, a, out: g * out * (log(a) if isinstance(a, Tensor) else math.log(a)))  # noqa: F821
-defgrad("remainder", lambda g: g, lambda g, a, b: -g * floor_divide(a, b))
+defgrad("remainder", lambda g: g, lambda g, a, b: -g * floor_divide(a, b))  # noqa: F821
 defgrad("maximum", lambda g, a, b: g * ((a > b) + (a == b) * 0.5),
         lambda g, a, b: g * ((b > a) + (a == b) * 0.5))
 defgrad("minimum", lambda g, a, b: g * ((a < b) + (a == b) * 0.5),
@@ -309,6 +295,8 @@ defgrad("where", None, lambda g, cond: where(cond, g, 0.0), lambda g, cond: wher
 defgrad("clamp", lambda g, x, min, max: g * _in_range(x, min, max))
 defgrad("lerp", lambda g, w: g * (1 - w), lambda g, w: g * w, lambda g, a, b: g * (b - a))
 defgrad("nan_to_num", lambda g, x: g * isfinite(x))  # noqa: F821
+defgrad("logaddexp", lambda g, a, b: g / (exp(b - a) + 1), lambda g, a, b: g / (exp(a - b) + 1))  # noqa: F821
+defgrad("hypot", lambda g, a, out: g * a / out, lambda g, b, out: g * b / out)
 
 
 def _in_range(x, lo, hi):
@@ -350,14 +338,14 @@ Tensor.__add__ = _fast(_ADD, add)
 Tensor.__radd__ = _rev(add)
 Tensor.__sub__ = _fast(_SUB, sub)
 Tensor.__rsub__ = _rev(sub)
-Tensor.__mul__ = _fast(_MUL, mul)
-Tensor.__rmul__ = _rev(mul)
+Tensor.__mul__ = _fast(_MUL, mul)  # noqa: F821
+Tensor.__rmul__ = _rev(mul)  # noqa: F821
 Tensor.__truediv__ = div
 Tensor.__rtruediv__ = _rev(div)
-Tensor.__floordiv__ = floor_divide
-Tensor.__rfloordiv__ = _rev(floor_divide)
-Tensor.__mod__ = remainder
-Tensor.__rmod__ = _rev(remainder)
+Tensor.__floordiv__ = floor_divide  # noqa: F821
+Tensor.__rfloordiv__ = _rev(floor_divide)  # noqa: F821
+Tensor.__mod__ = remainder  # noqa: F821
+Tensor.__rmod__ = _rev(remainder)  # noqa: F821
 Tensor.__pow__ = pow
 Tensor.__rpow__ = _rev(pow)
 Tensor.__neg__ = neg  # noqa: F821
@@ -383,17 +371,12 @@ def _is_bool(a, b):
 
 
 _METHODS = {
-    "add": add, "sub": sub, "mul": mul, "div": div, "true_divide": div, "divide": div,
-    "multiply": mul, "subtract": sub, "floor_divide": floor_divide, "remainder": remainder,
-    "pow": pow, "maximum": maximum, "minimum": minimum, "clamp": clamp, "clip": clamp,
-    "clamp_min": clamp_min, "clamp_max": clamp_max, "lerp": lerp, "nan_to_num": nan_to_num,
-    "clone": clone, "square": square, "round": round, "where": lambda self, cond, other: where(cond, self, other),
+    "where": lambda self, cond, other: where(cond, self, other),
     "fmod": lambda self, other: self - div(self, other, rounding_mode="trunc") * other,
 }
-for _n in _FLOAT_UNARY + _SAME_UNARY + ("negative", "absolute", "fix", "eq", "ne", "lt", "le", "gt",
-                                       "ge", "greater", "greater_equal", "less", "less_equal",
-                                       "not_equal", "logical_and", "logical_or", "logical_xor",
-                                       "bitwise_and", "bitwise_or", "bitwise_xor"):
+for _n in _GENERATED + ("add", "sub", "div", "true_divide", "divide", "multiply", "subtract", "pow", "clamp", "clip",
+                        "clamp_min", "clamp_max", "lerp", "nan_to_num", "clone", "round", "negative", "absolute",
+                        "fix", "greater", "greater_equal", "less", "less_equal", "not_equal"):
     _METHODS[_n] = globals()[_n]
 
 for _n, _f in _METHODS.items():
@@ -404,16 +387,16 @@ for _n in ("add", "sub", "mul", "div", "true_divide", "floor_divide", "remainder
            "abs", "sign", "relu", "floor", "ceil", "trunc", "exp", "exp2", "log", "log2", "log1p",
            "expm1", "sqrt", "rsqrt", "sin", "cos", "tan", "tanh", "sigmoid", "erf", "reciprocal",
            "maximum", "minimum", "logical_not", "bitwise_not", "bitwise_and", "bitwise_or",
-           "bitwise_xor", "eq", "ne", "lt", "le", "gt", "ge"):
+           "bitwise_xor", "eq", "ne", "lt", "le", "gt", "ge", "hypot"):
     setattr(Tensor, _n + "_", _inplace(_METHODS[_n], _n + "_"))
 
 Tensor.__iadd__ = _inplace(add, "add_")
 Tensor.__isub__ = _inplace(sub, "sub_")
-Tensor.__imul__ = _inplace(mul, "mul_")
+Tensor.__imul__ = _inplace(mul, "mul_")  # noqa: F821
 Tensor.__itruediv__ = _inplace(div, "div_")
 Tensor.__ipow__ = _inplace(pow, "pow_")
-Tensor.__imod__ = _inplace(remainder, "remainder_")
-Tensor.__ifloordiv__ = _inplace(floor_divide, "floor_divide_")
+Tensor.__imod__ = _inplace(remainder, "remainder_")  # noqa: F821
+Tensor.__ifloordiv__ = _inplace(floor_divide, "floor_divide_")  # noqa: F821
 Tensor.__iand__ = _inplace(Tensor.__and__, "bitwise_and_")
 Tensor.__ior__ = _inplace(Tensor.__or__, "bitwise_or_")
 Tensor.__ixor__ = _inplace(Tensor.__xor__, "bitwise_xor_")

@@ -90,6 +90,8 @@ CASES = [
     binary("bitwise_or", lambda a, b: a | b, np.bitwise_or, make=(integers(), integers()), grad=False),
     binary("bitwise_xor", lambda a, b: a ^ b, np.bitwise_xor, make=(integers(), integers()), grad=False),
     binary("bool_and", lambda a, b: a & b, np.logical_and, make=(booleans, booleans), grad=False),
+    binary("logaddexp", eagerc.logaddexp, np.logaddexp),
+    binary("hypot", lambda a, b: a.hypot(b), np.hypot, make=(away_from_zero, away_from_zero)),
     # Python scalars on either side
     Case("add_scalar", lambda a: 2.5 + a - 1, lambda a: 2.5 + a - 1, UNARY_SHAPES),
     Case("rsub_scalar", lambda a: 3 - a, lambda a: 3 - a, UNARY_SHAPES),

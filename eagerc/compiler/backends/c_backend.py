@@ -37,7 +37,7 @@ from ...runtime import kernel_cache
 from ...runtime.ops import OPS
 from ..kernels.ir import DTYPES, contiguous_strides
 from ..passes.util import numel
-from ..kernels.lower import LOWERABLE, RANDOM, REDUCIBLE, Unsupported, index_space, lower_group
+from ..kernels.lower import DECOMPOSED, LOWERABLE, RANDOM, REDUCIBLE, Unsupported, index_space, lower_group
 from ..kernels.render import render_c
 from . import register_backend
 from .numpy_backend import (NumpyBackend, driver_names, load_program, _check_fixed, _INF, _literal, _np_type,
@@ -47,13 +47,11 @@ from .numpy_backend import (NumpyBackend, driver_names, load_program, _check_fix
 __all__ = ["CBackend", "plan_kernels", "render"]
 
 SINGLETON_MIN = 1 << 16     # a lone op is worth a C kernel (threads) only when this large
-# composite ops whose decompositions are row kernels (softmax, layer_norm, cross-entropy and
-# their derivatives): decomposed before fusion, so each becomes one fused kernel together
-# with the elementwise work around it; linear, embedding, batch_norm and conv stay as they
-# are (BLAS, gathers, reductions over leading axes)
-ROW_COMPOSITES = ("softmax", "log_softmax", "softmax_backward", "log_softmax_backward", "layer_norm",
-                  "layer_norm_backward", "layer_norm_weight_backward", "gelu", "gelu_backward",
-                  "cross_entropy", "cross_entropy_backward")
+# composite ops whose lowering is their decomposition into a row kernel (softmax, layer_norm,
+# cross-entropy and their derivatives, kernels/lower.py): decomposed before fusion, so each
+# becomes one fused kernel together with the elementwise work around it; linear, embedding,
+# batch_norm and conv stay as they are (their `why_not["lowering"]` says why)
+ROW_COMPOSITES = tuple(n for n, op in OPS.items() if op.lowering is DECOMPOSED)
 
 
 def fusible(node):

@@ -41,9 +41,9 @@ the attributes holding size expressions ("s0*16"), so one program serves every s
 (`supports_dynamic`). Every other attribute is a literal in the source; overrides that
 would change one raise instead of being ignored.
 
-Values whose memory may be shared: declared views, kernels that may hand back their
-input (contiguous, to_device, einsum) and any op this backend does not know. Their
-readers keep the base's memory alive.
+Values whose memory may be shared: ops declared `aliases` (views, and kernels that may hand
+back their input: contiguous, to_device, einsum) and any op this backend does not know.
+Their readers keep the base's memory alive.
 """
 import builtins
 import itertools
@@ -57,6 +57,7 @@ import numpy as np
 
 from ...runtime.ops import OPS
 from ...runtime.executor import last_uses
+from ..passes.util import may_alias as _may_alias
 from . import register_backend
 
 __all__ = ["NumpyBackend", "render", "build_program", "per_call_attrs"]
@@ -64,54 +65,21 @@ __all__ = ["NumpyBackend", "render", "build_program", "per_call_attrs"]
 _COUNTER = itertools.count()
 _INF = math.inf
 
-# ops whose output may share memory with an input beyond the declared views
-_ALIASING_KERNELS = frozenset(["contiguous", "to_device", "einsum"])
-
-# op -> numpy ufunc whose call is exactly the op's kernel
-_UFUNC = {
-    "add": "add", "sub": "subtract", "mul": "multiply", "div": "divide",
-    "maximum": "maximum", "minimum": "minimum",
-    "floor_divide": "floor_divide", "remainder": "remainder",
-    "exp": "exp", "exp2": "exp2", "log": "log", "log2": "log2", "log1p": "log1p", "expm1": "expm1",
-    "sqrt": "sqrt", "sin": "sin", "cos": "cos", "tan": "tan", "tanh": "tanh", "reciprocal": "reciprocal",
-    "neg": "negative", "abs": "absolute", "square": "square", "floor": "floor", "ceil": "ceil",
-    "trunc": "trunc",
-    "isnan": "isnan", "isinf": "isinf", "isfinite": "isfinite", "logical_not": "logical_not",
-    "eq": "equal", "ne": "not_equal", "lt": "less", "le": "less_equal", "gt": "greater",
-    "ge": "greater_equal", "logical_and": "logical_and", "logical_or": "logical_or",
-    "logical_xor": "logical_xor", "bitwise_and": "bitwise_and", "bitwise_or": "bitwise_or",
-    "bitwise_xor": "bitwise_xor", "bitwise_not": "invert",
-}
-# kernels that wrap a ufunc with extra work (an astype, a special case): direct only
-# under the conditions checked in _direct()
-_WRAPPED = {"pow": "power", "relu": "maximum", "sign": "sign", "round": "rint", "clamp": None}
-# kernels that are lambdas around a ufunc: the wrapper's qualname names the factory, so a
-# rewritten kernel is noticed (then it is called as a kernel)
-_WRAPPER_FACTORY = {"logical_and": "_logical", "logical_or": "_logical", "logical_xor": "_logical",
-                    "floor_divide": "_floor_divide", "remainder": "_remainder", "pow": "_pow",
-                    "relu": "_relu", "sign": "_sign", "round": "_round", "clamp": "_clamp"}
-
-
-def _kernel_is(opname, ufunc):
-    op = OPS.get(opname)
-    if op is None:
-        return False
-    k = op.cpu
-    if k is getattr(np, ufunc, None):
-        return True
-    fac = _WRAPPER_FACTORY.get(opname)
-    return fac is not None and getattr(k, "__qualname__", "").startswith(fac + ".")
+# Ops rendered as direct ufunc calls: every elementwise op whose kernel is exactly its declared
+# ufunc (the declaration gave no kernel of its own), and these, direct only under the conditions
+# _direct() checks: pow and sign, whose kernels add a result cast or a special case to their
+# declared ufunc, and relu (maximum(x, 0)), round (rint, of floats) and clamp (maximum, then
+# minimum), which declare none.
+_WRAPPED = {"pow": "power", "sign": "sign", "round": "rint", "relu": "maximum", "clamp": None}
 
 
 def _checked_table():
     from ...runtime.ops import load_all
     load_all()
-    direct = {}
-    for name, uf in _UFUNC.items():
-        if _kernel_is(name, uf):
-            direct[name] = uf
+    direct = {name: op.ufunc for name, op in OPS.items()
+              if op.kind == "elementwise" and op.ufunc and op.cpu is getattr(np, op.ufunc, None)}
     for name, uf in _WRAPPED.items():
-        if _kernel_is(name, uf or "clip"):
+        if OPS[name].ufunc in (uf, None):
             direct[name] = uf
     return direct
 
@@ -167,11 +135,6 @@ def _scalar_dtype(x):
 
 
 # ---------------------------------------------------------------- analysis
-
-def _may_alias(node):
-    op = OPS.get(node.op)
-    return op is None or op.view or node.op in _ALIASING_KERNELS
-
 
 def _static_alias_ends(graph):
     """value name -> index of the last node that reads it or any value that may alias it;
@@ -313,7 +276,7 @@ def per_call_attrs(graph):
     table = {}
     for n in graph.nodes:
         op = OPS.get(n.op)
-        if op is not None and "seed" in op.attrs:
+        if op is not None and "random" in op.effects:
             table[n.out.name] = [k for k in ("seed", "offset") if k in n.attrs]
     syms = _symbols(graph)
     if syms:
@@ -696,21 +659,15 @@ def _scalar_expr(n, kind, names, scalar_values):
     return f"{a} {_SCALAR_OPS[n.op]} {b}"
 
 
-def _linear_kernel_is_known():
-    """Is OPS["linear"].cpu still the kernel _c_rhs was written for (x @ weight.T for > 64 rows)?"""
-    k = OPS["linear"].cpu
-    return getattr(k, "__qualname__", "") == "_linear.<locals>.linear" and \
-        getattr(k, "__module__", "").endswith("runtime.ops.nn")
-
-
 def _small_inner_linear(n):
-    """A linear node the kernel computes as x @ weight.T (2-d x of more than 64 rows) over a
-    small inner dimension (<= 64): a weight gradient dY.T @ X. Its weight operand is rendered
-    as c_rhs(weight) (see _c_rhs)."""
-    if len(n.inputs) < 2 or not all(hasattr(v, "name") for v in n.inputs[:2]) or not _linear_kernel_is_known():
+    """A linear node the kernel computes as x @ weight.T (2-d x of more than `few_rows` rows, an
+    attribute the runtime's linear kernel carries) over a small inner dimension (<= 64): a weight
+    gradient dY.T @ X. Its weight operand is rendered as c_rhs(weight) (see _c_rhs)."""
+    few_rows = getattr(OPS["linear"].cpu, "few_rows", None)
+    if len(n.inputs) < 2 or not all(hasattr(v, "name") for v in n.inputs[:2]) or few_rows is None:
         return False
     x, w = n.inputs[0], n.inputs[1]
-    return len(x.shape) == 2 and len(w.shape) == 2 and type(x.shape[0]) is int and x.shape[0] > 64 \
+    return len(x.shape) == 2 and len(w.shape) == 2 and type(x.shape[0]) is int and x.shape[0] > few_rows \
         and type(x.shape[1]) is int and x.shape[1] <= 64
 
 

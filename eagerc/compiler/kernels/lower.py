@@ -11,50 +11,49 @@ scalars, in the dtype numpy would use) and earlier members. A member's value is 
 when something outside the group reads it.
 
 Dtypes follow the eager kernels exactly, or the group is not lowered: every instruction's
-dtype is derived here and compared with the node's recorded dtype. What is lowered:
+dtype is derived here and compared with the node's recorded dtype.
 
-- float math:    exp exp2 log log2 log1p expm1 sqrt rsqrt sin cos tan tanh sigmoid erf
-                 reciprocal (float16/32/64)
-- same-dtype:    neg abs square relu sign (floats and ints), floor ceil round trunc (floats)
-- binary:        add sub mul maximum minimum (same dtype), div, pow (floats; a constant
-                 exponent 2 or 3 becomes multiplications), lerp
-- comparisons:   eq ne lt le gt ge -> bool; logical_and/or/xor/not; isnan isinf isfinite
-- bitwise:       and or xor not (ints, bool)
-- where, cast (between the IR dtypes), clamp, clone
-- reductions:    sum, mean, amax, amin of float values over trailing dims (row
-                 reductions), over everything, or (sum, mean) over leading dims
-- random:        uniform, normal (float32/float64) over the whole index space: instructions
-                 drawing element i at the node's per-call seed and offset (kernel params)
-
-Everything else (int reductions, reductions over middle axes, symbolic shapes,
-floor_divide, remainder, nan_to_num, ...) raises Unsupported and runs as before.
+Each op's lowering is one rule below, registered by name with `@lowers(...)` and attached
+to the op's declaration (`OPS[name].lowering`): elementwise math, comparisons, logic,
+where, cast, clamp, clone (each rule names the dtypes it accepts); the float reductions
+sum, mean, amax, amin over trailing dims (row reductions), over everything, or (sum, mean)
+over leading dims; the random draws uniform and normal (float32/float64), drawing element
+i at the node's per-call seed and offset (kernel params). Row composites (softmax,
+layer_norm, cross-entropy, gelu and their backward ops) are lowered through their
+decomposition (DECOMPOSED; backend c decomposes them before fusion). Every other op says
+why it has no lowering (`why_not["lowering"]`, checked by tests/test_op_parts.py); a node
+that does not lower raises Unsupported and runs as before.
 """
 import math
 
 import numpy as np
 
+from ...runtime.ops import OPS, load_all
 from .ir import DTYPES, FLOATS, Buffer, Kernel, Reduction, broadcast_strides
 
-__all__ = ["Unsupported", "lower_group", "LOWERABLE", "REDUCIBLE", "RANDOM", "index_space"]
+__all__ = ["Unsupported", "lower_group", "lowers", "LOWERINGS", "LOWERABLE", "REDUCIBLE", "RANDOM", "DECOMPOSED",
+           "index_space"]
 
 
 class Unsupported(Exception):
     pass
 
 
-FLOAT_MATH = {"exp", "exp2", "log", "log2", "log1p", "expm1", "sqrt", "rsqrt", "sin", "cos", "tan",
-              "tanh", "sigmoid", "erf", "reciprocal"}
-SAME_NUM = {"neg", "abs", "square", "relu", "sign"}
-SAME_FLOAT = {"floor", "ceil", "round", "trunc"}
-ARITH = {"add", "sub", "mul", "maximum", "minimum"}
-COMPARE = {"eq", "ne", "lt", "le", "gt", "ge"}
-LOGICAL = {"logical_and", "logical_or", "logical_xor"}
-BOOL_TEST = {"isnan", "isinf", "isfinite"}
-BITWISE = {"bitwise_and", "bitwise_or", "bitwise_xor"}
-LOWERABLE = (FLOAT_MATH | SAME_NUM | SAME_FLOAT | ARITH | COMPARE | LOGICAL | BOOL_TEST | BITWISE
-             | {"div", "pow", "lerp", "where", "cast", "clamp", "clone", "logical_not", "bitwise_not"})
-REDUCIBLE = {"sum": "sum", "mean": "mean", "amax": "max", "amin": "min"}
-ROW_OP = {"sum": "row_sum", "mean": "row_mean", "amax": "row_max", "amin": "row_min"}
+# op name -> rule(g, node) -> the instruction computing the node in kernel `g.k`: each op's
+# lowering, attached to the declaration as OPS[name].lowering (see the bottom of this file)
+LOWERINGS = {}
+
+
+def lowers(*names):
+    def deco(rule):
+        for n in names:
+            LOWERINGS[n] = rule
+        return rule
+    return deco
+
+
+REDUCIBLE = {"sum": "sum", "mean": "mean", "amax": "max", "amin": "min"}   # reduction -> Reduction kind
+ROW_OP = {op: "row_" + kind for op, kind in REDUCIBLE.items()}           # ... and row instruction
 
 
 def _static(shape):
@@ -105,12 +104,11 @@ def _row_dims(nodes, shape):
     return (ks.pop() if ks else 0), final
 
 
-RANDOM = {"uniform": "rand_uniform", "normal": "rand_normal"}    # graph op -> instruction
-
-
-def _lower_random(k, n):
+@lowers("uniform", "normal")
+def _random(g, n):
     """The instruction drawing random node `n` (no inputs) at each element of the index
     space: its seed and offset become kernel params, read by the driver per call."""
+    k = g.k
     if n.out.dtype not in FLOATS:
         raise Unsupported(f"{n.op} of {n.out.dtype}")
     if tuple(n.out.shape) != tuple(k.shape):
@@ -118,7 +116,7 @@ def _lower_random(k, n):
     if set(n.attrs) - {"shape", "dtype", "seed", "offset"} or not {"seed", "offset"} <= set(n.attrs):
         raise Unsupported(f"{n.op} attributes {sorted(n.attrs)}")
     seed, offset = k.param(n.out.name, "seed"), k.param(n.out.name, "offset")
-    return k.add(RANDOM[n.op], (seed, offset, k.index()), n.out.dtype)
+    return k.add("rand_" + n.op, (seed, offset, k.index()), n.out.dtype)
 
 
 def _check_reduction(n):
@@ -131,44 +129,39 @@ def _check_reduction(n):
         raise Unsupported("symbolic shape")
 
 
-def lower_group(nodes, needed, name="k0"):
-    """The Kernel computing `nodes` (a fusion group, in graph order). `needed`: names of the
-    members' values read outside the group (stored)."""
-    shape = index_space(nodes)
-    if not _static(shape):
-        raise Unsupported("symbolic shape")
-    row_dims, final = _row_dims(nodes, shape)
-    row_shape = shape[:len(shape) - row_dims] + (1,) * row_dims     # a per-row value, keepdim
-    row_flat = shape[:len(shape) - row_dims]                          # ... and without
-    k = Kernel(name, shape, nodes=[n.out.name for n in nodes], row_dims=row_dims)
-    rows = k.rows_cols()[0]
-    ref = {}    # member value name -> instruction index
-    user = [shape]   # the output shape of the node being lowered
+class _Group:
+    """What a lowering rule builds with: the kernel `k` and the node's operands as instructions."""
 
-    def arg(x, dtype=None):
+    def __init__(self, k, shape, row_shape, row_flat):
+        self.k, self.shape, self.row_shape, self.row_flat = k, shape, row_shape, row_flat
+        self.ref = {}          # member value name -> instruction index
+        self.user = shape      # the output shape of the node being lowered
+
+    def arg(self, x, dtype=None):
         """The instruction for node input `x`: a member, a load, or a constant of `dtype`."""
+        k = self.k
         if hasattr(x, "name"):
             if x.dtype not in DTYPES:
                 raise Unsupported(f"dtype {x.dtype}")
-            if x.name in ref:
+            if x.name in self.ref:
                 xs = tuple(x.shape)
-                if xs != user[0] and not (user[0] == shape and xs == row_shape):
-                    raise Unsupported(f"{x.name} {xs} read at shape {user[0]} (index space {shape})")
-                return ref[x.name]
+                if xs != self.user and not (self.user == self.shape and xs == self.row_shape):
+                    raise Unsupported(f"{x.name} {xs} read at shape {self.user} (index space {self.shape})")
+                return self.ref[x.name]
             if not _static(x.shape):
                 raise Unsupported("symbolic shape")
             try:
-                strides = broadcast_strides(x.shape, user[0])
-                if row_dims and user[0] == row_flat:      # per-row work without keepdim
-                    strides += (0,) * row_dims
+                strides = broadcast_strides(x.shape, self.user)
+                if k.row_dims and self.user == self.row_flat:      # per-row work without keepdim
+                    strides += (0,) * k.row_dims
                 return k.load(x.name, x.dtype, x.shape, strides)
             except ValueError as e:
                 raise Unsupported(str(e))
         if dtype is None:
             raise Unsupported("constant without a dtype")
-        return const(x, dtype)
+        return self.const(x, dtype)
 
-    def const(value, dtype):
+    def const(self, value, dtype):
         if isinstance(value, bool):
             value = int(value)
         if not isinstance(value, (int, float)):
@@ -181,15 +174,16 @@ def lower_group(nodes, needed, name="k0"):
             info = np.iinfo(dtype)
             if not isinstance(value, int) or not info.min <= value <= info.max:
                 raise Unsupported(f"constant {value!r} for {dtype}")
-        return k.add("const", (value,), dtype)
+        return self.k.add("const", (value,), dtype)
 
-    def dtype_of(x):
-        return x.dtype if hasattr(x, "name") else None
+    def cast(self, i, dtype):
+        return i if self.k.instrs[i].dtype == dtype else self.k.add("cast", (i,), dtype)
 
-    def cast(i, dtype):
-        return i if k.instrs[i].dtype == dtype else k.add("cast", (i,), dtype)
+    def args(self, xs, dtype):
+        """Every operand as an instruction of `dtype`."""
+        return tuple(self.cast(self.arg(x, dtype), dtype) for x in xs)
 
-    def common(xs):
+    def common(self, xs):
         """The dtype numpy computes a mix of tensors and weak Python scalars in (NEP 50)."""
         ts = {x.dtype for x in xs if hasattr(x, "name")}
         if len(ts) != 1:
@@ -210,106 +204,160 @@ def lower_group(nodes, needed, name="k0"):
                 raise Unsupported(f"constant {x!r}")
         return d
 
+
+def _dtype(x):
+    return x.dtype if hasattr(x, "name") else None
+
+
+# ---------------------------------------------------------------- the lowering rules
+
+@lowers("sum", "mean", "amax", "amin")
+def _row_reduce(g, n):
+    _check_reduction(n)
+    i = g.arg(n.inputs[0])
+    if g.k.row_level()[i]:
+        raise Unsupported(f"{n.op} of a value that is constant along the row")
+    return g.k.add(ROW_OP[n.op], (i,), n.out.dtype)
+
+
+lowers("clone")(lambda g, n: g.arg(n.inputs[0]))
+lowers("cast")(lambda g, n: g.k.add("cast", (g.arg(n.inputs[0]),), n.out.dtype))
+
+
+def _unary(computes):
+    """The rule of unary ops that are one instruction of their name, for the operand dtype `x`
+    and result dtype `out` where `computes(op, x, out)` (numpy computes those the same way)."""
+    def rule(g, n):
+        x, out = _dtype(n.inputs[0]), n.out.dtype
+        if not computes(n.op, x, out):
+            raise Unsupported(f"{n.op} of {x} -> {out}")
+        return g.k.add(n.op, (g.arg(n.inputs[0]),), out)
+    return rule
+
+
+lowers("exp", "exp2", "log", "log2", "log1p", "expm1", "sqrt", "rsqrt", "sin", "cos", "tan", "tanh", "sigmoid", "erf",
+       "reciprocal", "floor", "ceil", "round", "trunc")(_unary(lambda op, x, out: out in FLOATS and x == out))
+lowers("neg", "abs", "square", "relu", "sign")(_unary(
+    lambda op, x, out: x == out != "bool" and not (out.startswith("uint") and op in ("neg", "abs"))))
+lowers("isnan", "isinf", "isfinite")(_unary(lambda op, x, out: out == "bool" and x in FLOATS))
+lowers("logical_not")(_unary(lambda op, x, out: out == "bool"))
+_RESULTS = {"same": lambda out: out != "bool", "integral": lambda out: out not in FLOATS,
+            "float": lambda out: out in FLOATS, "float_only": lambda out: out in FLOATS}
+
+
+@lowers("add", "sub", "mul", "maximum", "minimum", "div", "logaddexp", "hypot", "bitwise_and", "bitwise_or",
+        "bitwise_xor")
+def _binary(g, n):
+    """One instruction of the op's name over operands of the result dtype, which must be one
+    the op's promotion allows (no bool arithmetic, float division, integer bitwise ops)."""
+    d, out = g.common(n.inputs), n.out.dtype
+    if d != out or not _RESULTS[OPS[n.op].promotion](out):
+        raise Unsupported(f"{n.op} -> {out}")
+    return g.k.add(n.op, g.args(n.inputs, d), out)
+
+
+@lowers("pow")
+def _pow(g, n):
+    d, out = g.common(n.inputs), n.out.dtype
+    if d != out or out not in FLOATS:
+        raise Unsupported(f"pow -> {out}")
+    base, e = n.inputs
+    k = g.k
+    if not hasattr(e, "name") and hasattr(base, "name") and e in (2, 2.0):
+        return k.add("square", (g.arg(base),), out)
+    if not hasattr(e, "name") and hasattr(base, "name") and e in (3, 3.0):
+        b = g.arg(base)
+        return k.add("mul", (k.add("square", (b,), out), b), out)
+    return k.add("pow", g.args(n.inputs, d), out)
+
+
+@lowers("lerp")
+def _lerp(g, n):
+    d, out = g.common(n.inputs), n.out.dtype
+    if d != out or out not in FLOATS:
+        raise Unsupported(f"lerp -> {out}")
+    a, b, w = g.args(n.inputs, d)
+    k = g.k
+    return k.add("add", (a, k.add("mul", (w, k.add("sub", (b, a), d)), d)), d)
+
+
+@lowers("eq", "ne", "lt", "le", "gt", "ge")
+def _compare(g, n):
+    if n.out.dtype != "bool":
+        raise Unsupported(f"{n.op} -> {n.out.dtype}")
+    return g.k.add(n.op, g.args(n.inputs, g.common(n.inputs)), "bool")
+
+
+@lowers("logical_and", "logical_or", "logical_xor")
+def _logical(g, n):
+    if n.out.dtype != "bool":
+        raise Unsupported(f"{n.op} -> {n.out.dtype}")
+    return g.k.add(n.op, tuple(g.arg(x, "bool") for x in n.inputs), "bool")
+
+
+@lowers("bitwise_not")
+def _bitwise_not(g, n):
+    out = n.out.dtype
+    if _dtype(n.inputs[0]) != out or out in FLOATS:
+        raise Unsupported(f"bitwise_not on {out}")
+    return g.k.add("logical_not" if out == "bool" else "bitwise_not", (g.arg(n.inputs[0]),), out)
+
+
+@lowers("where")
+def _where(g, n):
+    cond, a, b = n.inputs
+    if _dtype(cond) != "bool":
+        raise Unsupported("where with a non-bool condition")
+    d = g.common([a, b]) if (hasattr(a, "name") or hasattr(b, "name")) else None
+    if d != n.out.dtype:
+        raise Unsupported(f"where -> {n.out.dtype}")
+    return g.k.add("where", (g.arg(cond), g.cast(g.arg(a, d), d), g.cast(g.arg(b, d), d)), d)
+
+
+@lowers("clamp")
+def _clamp(g, n):
+    x, out = n.inputs[0], n.out.dtype
+    lo, hi = n.attrs.get("min"), n.attrs.get("max")
+    if set(n.attrs) - {"min", "max"} or _dtype(x) != out or out == "bool":
+        raise Unsupported("clamp")
+    d = g.common([x] + [b for b in (lo, hi) if b is not None])
+    if d != out:
+        raise Unsupported(f"clamp -> {out}")
+    i = g.arg(x)
+    if lo is not None:
+        i = g.k.add("maximum", (i, g.const(lo, d)), d)
+    if hi is not None:
+        i = g.k.add("minimum", (i, g.const(hi, d)), d)
+    return i
+
+
+def lower_group(nodes, needed, name="k0"):
+    """The Kernel computing `nodes` (a fusion group, in graph order). `needed`: names of the
+    members' values read outside the group (stored)."""
+    shape = index_space(nodes)
+    if not _static(shape):
+        raise Unsupported("symbolic shape")
+    row_dims, final = _row_dims(nodes, shape)
+    row_shape = shape[:len(shape) - row_dims] + (1,) * row_dims     # a per-row value, keepdim
+    row_flat = shape[:len(shape) - row_dims]                          # ... and without
+    k = Kernel(name, shape, nodes=[n.out.name for n in nodes], row_dims=row_dims)
+    rows = k.rows_cols()[0]
+    g = _Group(k, shape, row_shape, row_flat)
+    ref = g.ref
+
     body = nodes[:-1] if final is not None else nodes
     for n in body:
         op, out, xs = n.op, n.out.dtype, n.inputs
-        if op not in LOWERABLE and op not in ROW_OP and op not in RANDOM:
+        rule = LOWERINGS.get(op)
+        if rule is None:
             raise Unsupported(f"op {op}")
         if out not in DTYPES:
             raise Unsupported(f"dtype {out}")
-        user[0] = shape if op in ROW_OP else tuple(n.out.shape)
-        if row_dims and user[0] == row_flat and any(hasattr(x, "name") and x.name in ref and
-                                                    tuple(x.shape) != row_flat for x in xs):
+        g.user = shape if op in ROW_OP else tuple(n.out.shape)
+        if row_dims and g.user == row_flat and any(hasattr(x, "name") and x.name in ref and
+                                                   tuple(x.shape) != row_flat for x in xs):
             raise Unsupported(f"{n.out.name}: mixes per-row values with and without kept dims")
-        if op in ROW_OP:
-            _check_reduction(n)
-            i = arg(xs[0])
-            if k.row_level()[i]:
-                raise Unsupported(f"{op} of a value that is constant along the row")
-            i = k.add(ROW_OP[op], (i,), out)
-        elif op == "clone":
-            i = arg(xs[0])
-        elif op == "cast":
-            i = k.add("cast", (arg(xs[0]),), out)
-        elif op in FLOAT_MATH or op in SAME_FLOAT:
-            if out not in FLOATS or dtype_of(xs[0]) != out:
-                raise Unsupported(f"{op} on {dtype_of(xs[0])}")
-            i = k.add(op, (arg(xs[0]),), out)
-        elif op in SAME_NUM:
-            if dtype_of(xs[0]) != out or out == "bool" or (out.startswith("uint") and op in ("neg", "abs")):
-                raise Unsupported(f"{op} on {out}")
-            i = k.add(op, (arg(xs[0]),), out)
-        elif op in ARITH or op == "div":
-            d = common(xs)
-            if d != out or out == "bool" or (op == "div" and out not in FLOATS):
-                raise Unsupported(f"{op} -> {out}")
-            i = k.add(op, tuple(cast(arg(x, d), d) for x in xs), out)
-        elif op == "pow":
-            d = common(xs)
-            if d != out or out not in FLOATS:
-                raise Unsupported(f"pow -> {out}")
-            base, e = xs
-            if not hasattr(e, "name") and hasattr(base, "name") and e in (2, 2.0):
-                i = k.add("square", (arg(base),), out)
-            elif not hasattr(e, "name") and hasattr(base, "name") and e in (3, 3.0):
-                b = arg(base)
-                i = k.add("mul", (k.add("square", (b,), out), b), out)
-            else:
-                i = k.add("pow", (cast(arg(base, d), d), cast(arg(e, d), d)), out)
-        elif op == "lerp":
-            d = common(xs)
-            if d != out or out not in FLOATS:
-                raise Unsupported(f"lerp -> {out}")
-            a, b, w = (cast(arg(x, d), d) for x in xs)
-            i = k.add("add", (a, k.add("mul", (w, k.add("sub", (b, a), d)), d)), d)
-        elif op in COMPARE:
-            if out != "bool":
-                raise Unsupported(f"{op} -> {out}")
-            d = common(xs)
-            i = k.add(op, tuple(cast(arg(x, d), d) for x in xs), "bool")
-        elif op in LOGICAL:
-            if out != "bool":
-                raise Unsupported(f"{op} -> {out}")
-            i = k.add(op, tuple(arg(x, "bool") for x in xs), "bool")
-        elif op == "logical_not":
-            i = k.add("logical_not", (arg(xs[0]),), "bool")
-        elif op in BOOL_TEST:
-            if out != "bool" or dtype_of(xs[0]) not in FLOATS:
-                raise Unsupported(f"{op} on {dtype_of(xs[0])}")
-            i = k.add(op, (arg(xs[0]),), "bool")
-        elif op in BITWISE:
-            d = common(xs)
-            if d != out or d in FLOATS:
-                raise Unsupported(f"{op} -> {out}")
-            i = k.add(op, tuple(cast(arg(x, d), d) for x in xs), out)
-        elif op == "bitwise_not":
-            if dtype_of(xs[0]) != out or out in FLOATS:
-                raise Unsupported(f"bitwise_not on {out}")
-            i = k.add("logical_not" if out == "bool" else "bitwise_not", (arg(xs[0]),), out)
-        elif op == "where":
-            cond, a, b = xs
-            if dtype_of(cond) != "bool":
-                raise Unsupported("where with a non-bool condition")
-            d = common([a, b]) if (hasattr(a, "name") or hasattr(b, "name")) else None
-            if d != out:
-                raise Unsupported(f"where -> {out}")
-            i = k.add("where", (arg(cond), cast(arg(a, d), d), cast(arg(b, d), d)), out)
-        elif op == "clamp":
-            lo, hi = n.attrs.get("min"), n.attrs.get("max")
-            if set(n.attrs) - {"min", "max"} or dtype_of(xs[0]) != out or out == "bool":
-                raise Unsupported("clamp")
-            d = common([xs[0]] + [b for b in (lo, hi) if b is not None])
-            if d != out:
-                raise Unsupported(f"clamp -> {out}")
-            i = arg(xs[0])
-            if lo is not None:
-                i = k.add("maximum", (i, const(lo, d)), d)
-            if hi is not None:
-                i = k.add("minimum", (i, const(hi, d)), d)
-        elif op in RANDOM:
-            i = _lower_random(k, n)
-        else:   # pragma: no cover - LOWERABLE and the branches above agree
-            raise Unsupported(f"op {op}")
+        i = rule(g, n)
         if k.instrs[i].dtype != out:
             raise Unsupported(f"{op}: computed {k.instrs[i].dtype}, recorded {out}")
         row_value = op in ROW_OP or (row_dims > 0 and tuple(n.out.shape) in (row_shape, row_flat))
@@ -326,8 +374,8 @@ def lower_group(nodes, needed, name="k0"):
 
     if final is not None:
         _check_reduction(final)
-        user[0] = shape
-        src = arg(final.inputs[0])
+        g.user = shape
+        src = g.arg(final.inputs[0])
         k.outputs.append(Buffer(final.out.name, final.out.dtype, tuple(final.out.shape)))
         lead = len(_reduce_dims(final, len(shape)))
         axis = "all" if lead == len(shape) else "lead"
@@ -336,3 +384,42 @@ def lower_group(nodes, needed, name="k0"):
     if not k.outputs:
         raise Unsupported("nothing to store")
     return k
+
+
+# ---------------------------------------------------------------- attached to the declarations
+
+# composites lowered through their decomposition (the frontend's part): backend c decomposes them
+# before fusion, so each becomes one row kernel together with the elementwise work around it
+DECOMPOSED = "decomposed into a row kernel"
+LOWERINGS.update(dict.fromkeys(("softmax", "log_softmax", "softmax_backward", "log_softmax_backward", "layer_norm",
+                                "layer_norm_backward", "layer_norm_weight_backward", "gelu", "gelu_backward",
+                                "cross_entropy", "cross_entropy_backward"), DECOMPOSED))
+
+LOWERABLE = frozenset(n for n, rule in LOWERINGS.items() if rule not in (_row_reduce, _random, DECOMPOSED))
+RANDOM = {n: "rand_" + n for n, rule in LOWERINGS.items() if rule is _random}    # graph op -> instruction
+
+# why the others have no lowering: op by op, else by kind
+_NOT_LOWERED = {
+    **dict.fromkeys(("floor_divide", "remainder"), "an integer divisor of 0 must raise, and a kernel cannot"),
+    **dict.fromkeys(("prod", "all", "any"), "kernels reduce floats with sum, mean, max and min only"),
+    "nan_to_num": "not lowered: numpy's nan_to_num", "linear": "stays a library call (BLAS through numpy)",
+    "embedding": "a gather by index: a numpy kernel", "embedding_backward": "a scatter-add by index: a numpy kernel"}
+_NOT_BY_KIND = {
+    **dict.fromkeys(("reshape", "view", "copy", "shape"), "data movement: numpy's views and copies compute nothing"),
+    **dict.fromkeys(("linalg", "conv"), "stays a library call (BLAS through numpy)"),
+    "indexing": "gathers and scatters by index stay numpy kernels", "scan": "kernels have no scans",
+    "creation": "made by numpy once (kernels draw uniform and normal floats only)",
+    "index_reduction": "kernels reduce to values, not indices", "window": "window loops stay numpy kernels",
+    "composite": "stays one numpy kernel: its decomposition is not a row kernel"}
+
+
+def _attach():
+    load_all()
+    for name, op in OPS.items():
+        if name in LOWERINGS:
+            op.lowering = LOWERINGS[name]
+        else:
+            op.why_not["lowering"] = _NOT_LOWERED.get(name) or _NOT_BY_KIND.get(op.kind)
+
+
+_attach()

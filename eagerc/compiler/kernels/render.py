@@ -1,6 +1,7 @@
 """Renderers: Kernel IR -> source, through one table of C-style expressions.
 
-`code_for_op[op](r, *args)` returns the C expression of one instruction; `args` are the
+`code_for_op[op](r, *args)` returns the C expression of one instruction (each row is the
+rendering part of the op or kernel instruction of that name); `args` are the
 names of earlier instructions' variables (each instruction is bound to a `const` local,
 so an argument may be used twice safely) and `r` is the instruction's context: its dtype
 (`r.dtype`), its first operand's dtype (`r.src`), the math function name for that dtype
@@ -22,16 +23,8 @@ from .ir import FLOATS
 
 __all__ = ["code_for_op", "CRenderer", "render_c"]
 
-# ops whose float16 result needs no rounding: they pick or compare half values
-HALF_EXACT = frozenset(["neg", "abs", "relu", "maximum", "minimum", "sign", "where", "floor", "ceil", "trunc",
-                        "round", "eq", "ne", "lt", "le", "gt", "ge", "isnan", "isinf", "isfinite",
-                        "logical_and", "logical_or", "logical_xor", "logical_not"])
 # elements below which a kernel runs on one thread (OpenMP start-up costs a few us)
 PARALLEL_MIN = 1 << 15
-# row kernels keep these values in a per-row scratch array (on the stack, at most
-# SCRATCH_BYTES) rather than recomputing them in a later pass
-SCRATCH_OPS = frozenset(["exp", "exp2", "expm1", "log", "log2", "log1p", "tanh", "erf", "sin", "cos", "tan",
-                         "pow", "sigmoid"])
 SCRATCH_BYTES = 1 << 15
 SUM_BLOCK = 256   # float32 row sums: float partial sums over this many elements, then double
 ROW_THREADS_MIN = 8   # fewer rows than this (and enough elements): threads split each row
@@ -39,6 +32,27 @@ ROW_THREADS_MIN = 8   # fewer rows than this (and enough elements): threads spli
 
 def _call(name):
     return lambda r, *a: f"{r.fn(name)}({', '.join(a)})"
+
+
+def _exact(expr):
+    """A row whose result picks or compares its operands' values: a float16 result needs no rounding."""
+    expr.exact = True
+    return expr
+
+
+def _costly(expr):
+    """A row worth computing once: row kernels keep its values in a per-row scratch array (on the
+    stack, at most SCRATCH_BYTES) rather than recomputing them in a later pass."""
+    expr.costly = True
+    return expr
+
+
+def _logaddexp(r, a, b):
+    # numpy's formula: log1p of exp of a non-positive difference only (no overflow); equal
+    # operands (infinities of one sign included) give a + log(2); NaNs propagate
+    d = f"({a} - {b})"
+    return (f"({a} == {b} ? {a} + {r.lit(math.log(2.0))} : ({d} > 0 ? {a} + {r.fn('log1p')}({r.fn('exp')}(-{d})) : "
+            f"({d} <= 0 ? {b} + {r.fn('log1p')}({r.fn('exp')}({d})) : {d})))")
 
 
 def _maximum(r, a, b):
@@ -92,44 +106,49 @@ code_for_op = {
     "sub": lambda r, a, b: f"({a} - {b})",
     "mul": lambda r, a, b: f"({a} * {b})",
     "div": lambda r, a, b: f"({a} / {b})",
-    "neg": lambda r, a: f"(-{a})",
+    "neg": _exact(lambda r, a: f"(-{a})"),
     "square": lambda r, a: f"({a} * {a})",
     "reciprocal": lambda r, a: f"({r.lit(1)} / {a})",
     "rsqrt": lambda r, a: f"({r.lit(1)} / {r.fn('sqrt')}({a}))",
-    "relu": lambda r, a: _maximum(r, a, r.lit(0)),
-    "maximum": _maximum,
-    "minimum": _minimum,
-    "abs": _abs,
-    "sign": _sign,
-    "sigmoid": _sigmoid,
-    "pow": _call("pow"),
-    "exp": _call("exp"), "exp2": _call("exp2"), "log": _call("log"), "log2": _call("log2"),
-    "log1p": _call("log1p"), "expm1": _call("expm1"), "sqrt": _call("sqrt"), "sin": _call("sin"),
-    "cos": _call("cos"), "tan": _call("tan"), "tanh": _call("tanh"), "erf": _call("erf"),
-    "floor": _call("floor"), "ceil": _call("ceil"), "trunc": _call("trunc"),
-    "round": _call("rint"),   # half to even, like numpy
-    "eq": lambda r, a, b: f"({a} == {b})",
-    "ne": lambda r, a, b: f"({a} != {b})",
-    "lt": lambda r, a, b: f"({a} < {b})",
-    "le": lambda r, a, b: f"({a} <= {b})",
-    "gt": lambda r, a, b: f"({a} > {b})",
-    "ge": lambda r, a, b: f"({a} >= {b})",
-    "logical_and": lambda r, a, b: f"(({a} != 0) & ({b} != 0))",
-    "logical_or": lambda r, a, b: f"(({a} != 0) | ({b} != 0))",
-    "logical_xor": lambda r, a, b: f"(({a} != 0) ^ ({b} != 0))",
-    "logical_not": lambda r, a: f"({a} == 0)",
-    "isnan": lambda r, a: f"({a} != {a})",
-    "isinf": lambda r, a: f"({r.fn('fabs')}({a}) == INFINITY)",
-    "isfinite": lambda r, a: f"({a} - {a} == 0)",
+    "relu": _exact(lambda r, a: _maximum(r, a, r.lit(0))),
+    "maximum": _exact(_maximum),
+    "minimum": _exact(_minimum),
+    "abs": _exact(_abs),
+    "sign": _exact(_sign),
+    "sigmoid": _costly(_sigmoid),
+    "pow": _costly(_call("pow")),
+    "exp": _costly(_call("exp")), "exp2": _costly(_call("exp2")), "log": _costly(_call("log")),
+    "log2": _costly(_call("log2")), "log1p": _costly(_call("log1p")), "expm1": _costly(_call("expm1")),
+    "sqrt": _call("sqrt"), "sin": _costly(_call("sin")), "cos": _costly(_call("cos")),
+    "tan": _costly(_call("tan")), "tanh": _costly(_call("tanh")), "erf": _costly(_call("erf")),
+    "logaddexp": _costly(_logaddexp),
+    "hypot": _call("hypot"),
+    "floor": _exact(_call("floor")), "ceil": _exact(_call("ceil")), "trunc": _exact(_call("trunc")),
+    "round": _exact(_call("rint")),   # half to even, like numpy
+    "eq": _exact(lambda r, a, b: f"({a} == {b})"),
+    "ne": _exact(lambda r, a, b: f"({a} != {b})"),
+    "lt": _exact(lambda r, a, b: f"({a} < {b})"),
+    "le": _exact(lambda r, a, b: f"({a} <= {b})"),
+    "gt": _exact(lambda r, a, b: f"({a} > {b})"),
+    "ge": _exact(lambda r, a, b: f"({a} >= {b})"),
+    "logical_and": _exact(lambda r, a, b: f"(({a} != 0) & ({b} != 0))"),
+    "logical_or": _exact(lambda r, a, b: f"(({a} != 0) | ({b} != 0))"),
+    "logical_xor": _exact(lambda r, a, b: f"(({a} != 0) ^ ({b} != 0))"),
+    "logical_not": _exact(lambda r, a: f"({a} == 0)"),
+    "isnan": _exact(lambda r, a: f"({a} != {a})"),
+    "isinf": _exact(lambda r, a: f"({r.fn('fabs')}({a}) == INFINITY)"),
+    "isfinite": _exact(lambda r, a: f"({a} - {a} == 0)"),
     "bitwise_and": lambda r, a, b: f"({a} & {b})",
     "bitwise_or": lambda r, a, b: f"({a} | {b})",
     "bitwise_xor": lambda r, a, b: f"({a} ^ {b})",
     "bitwise_not": lambda r, a: f"(~{a})",
-    "where": lambda r, c, a, b: f"({c} ? {a} : {b})",
+    "where": _exact(lambda r, c, a, b: f"({c} ? {a} : {b})"),
     "cast": _cast,
     "rand_uniform": _rand("uniform"),
     "rand_normal": _rand("normal"),
 }
+HALF_EXACT = frozenset(op for op, expr in code_for_op.items() if getattr(expr, "exact", False))
+SCRATCH_OPS = frozenset(op for op, expr in code_for_op.items() if getattr(expr, "costly", False))
 
 
 class _Ctx:

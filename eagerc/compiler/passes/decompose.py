@@ -4,7 +4,8 @@ The fused nn ops (linear, softmax, log_softmax, layer_norm, batch_norm, cross_en
 gelu, embedding) and the backward kernels a traced training step records (softmax_backward,
 log_softmax_backward, gelu_backward, layer_norm_backward, layer_norm_weight_backward,
 cross_entropy_backward) each have a decomposition written with Tensor ops next to their
-fast path (`eagerc.nn.functional.*_decomposed`). This pass re-traces that function with
+fast path (`eagerc.nn.functional.*_decomposed`), attached to the op by the frontend
+(`OpDef.decomposition`, `defdecomp`). This pass re-traces that function with
 the tracer on placeholder tensors of the node's input types and splices the recorded
 primitives in place of the node; the last one defines the node's own output value, so
 users, outputs and mutations need no renaming.
@@ -30,32 +31,15 @@ import numpy as np
 
 from ...runtime import dtypes
 from ...runtime.ir import Node, Value
+from ...runtime.ops import OPS
 from .util import attrs_key, const_key, is_random, numel, rewrite
 
 __all__ = ["decompose", "decomposable", "DECOMPOSITIONS"]
 
 
 def _table():
-    from ...nn import functional as F
-    return {
-        "linear": lambda x, w, b: F.linear_decomposed(x, w, b),
-        "softmax": lambda x, dim: F.softmax_decomposed(x, dim),
-        "log_softmax": lambda x, dim: F.log_softmax_decomposed(x, dim),
-        "layer_norm": lambda x, w, b, normalized_shape, eps:
-            F.layer_norm_decomposed(x, normalized_shape, w, b, eps),
-        "batch_norm": lambda x, w, b, eps: F.batch_norm_decomposed(x, w, b, eps),
-        "cross_entropy": lambda x, t, w, **a: F.cross_entropy_decomposed(x, t, w, **a),
-        "gelu": lambda x, approximate="none": F.gelu_decomposed(x, approximate),
-        "embedding": lambda w, idx, padding_idx=None: F.embedding_decomposed(idx, w, padding_idx),
-        "softmax_backward": lambda g, out, dim: F.softmax_backward_decomposed(g, out, dim),
-        "log_softmax_backward": lambda g, out, dim: F.log_softmax_backward_decomposed(g, out, dim),
-        "gelu_backward": lambda g, x, approximate="none": F.gelu_backward_decomposed(g, x, approximate),
-        "layer_norm_backward": lambda g, x, w, normalized_shape, eps:
-            F.layer_norm_backward_decomposed(g, x, w, normalized_shape, eps),
-        "layer_norm_weight_backward": lambda g, x, normalized_shape, eps:
-            F.layer_norm_weight_backward_decomposed(g, x, normalized_shape, eps),
-        "cross_entropy_backward": lambda g, x, t, w, **a: F.cross_entropy_backward_decomposed(g, x, t, w, **a),
-    }
+    from ...nn import functional  # noqa: F401  (attaches the decompositions: defdecomp)
+    return {n: op.decomposition for n, op in OPS.items() if op.decomposition is not None}
 
 
 DECOMPOSITIONS = {}     # op name -> fn(*inputs, **attrs) over Tensors; filled on first use

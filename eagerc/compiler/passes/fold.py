@@ -28,10 +28,10 @@ from .util import ELEMENTWISE, is_random, may_alias, numel, rewrite
 __all__ = ["fold", "FOLD_LIMIT"]
 
 FOLD_LIMIT = 4096
-_CREATION = frozenset(["full", "arange", "linspace", "eye"])
+# deterministic creation ops (random ones are never folded)
+_CREATION = frozenset(n for n, op in OPS.items() if op.kind == "creation" and not op.effects)
 # ops whose output elements are input elements rearranged: a uniform input gives a uniform output
-_SHAPE_OPS = frozenset(["reshape", "expand", "permute", "squeeze", "unsqueeze", "contiguous", "clone",
-                        "slice", "getitem", "flip", "roll", "repeat", "diagonal", "to_device"])
+_SHAPE_OPS = frozenset(n for n, op in OPS.items() if op.kind in ("reshape", "view", "copy"))
 
 
 def _uniform_value(arr):

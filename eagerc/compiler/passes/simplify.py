@@ -21,11 +21,11 @@ Pure view identities (same-shape reshape, identity permute...) are always fine: 
 mode's result was a view of x already.
 """
 from ...runtime.ir import Node
+from ...runtime.ops import OPS
 from .util import Escape, rewrite
 
-_NEUTRAL = {"mul": (1, "both"), "add": (0, "both"), "sub": (0, "right"), "div": (1, "right"),
-            "pow": (1, "right")}
-_RESHAPES = ("reshape", "squeeze", "unsqueeze")
+_NEUTRAL = {n: op.neutral for n, op in OPS.items() if op.neutral}        # op -> (identity element, side)
+_RESHAPES = frozenset(n for n, op in OPS.items() if op.kind == "reshape")
 
 
 def _same_type(a, b):

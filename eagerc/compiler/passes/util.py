@@ -1,17 +1,17 @@
 """What the passes share: op classes, aliasing, liveness, sizes, and one rewrite loop.
 
-Op classes are read from the op registry (OpDef.broadcasts, OpDef.view, attribute
-names), so a newly declared op is classified without touching the passes:
+Op classes are the declared ops' traits (runtime/ops/__init__.py), so a newly declared
+op is classified without touching the passes:
 
-- random:      an op with a `seed` attribute (uniform, normal, randint, randperm). Its
+- random:      an op with the "random" effect (uniform, normal, randint, randperm). Its
                output name is its identity: compile.Entry.rng overrides the offset of
                that node every call, so passes never rename, merge or fold random nodes.
-- may-alias:   the output may share the input's memory (declared views, plus kernels
-               that can hand back their input or a view of it: contiguous, to_device,
-               einsum), and any op not in the registry.
-- elementwise: one output element per (broadcast) input element, no cross-element
-               reads: broadcasting binaries, the unary math families, cast, clamp...
-- reduction:   sum, mean, prod, amax, amin, all, any.
+- may-alias:   the output may share the input's memory (`aliases`: declared views, plus
+               kernels that can hand back their input or a view of it: contiguous,
+               to_device, einsum), and any op not in the registry.
+- elementwise: `pointwise` -- one output element per (broadcast) input element, no
+               cross-element reads: the elementwise ops, clone, gelu.
+- reduction:   kind "reduction": sum, mean, prod, amax, amin, all, any.
 
 Aliasing and escape. A graph is functional: every Value is written once, and external
 tensors change only through `mutations`, applied after the run. Still, values returned
@@ -23,8 +23,7 @@ check `Escape.allows` before such a replacement.
 import json
 
 from ...runtime import dtypes
-from ...runtime.ops import OPS
-from ...runtime.ops.elementwise import BOOL_UNARY, FLOAT_UNARY, SAME_UNARY
+from ...runtime.ops import OPS, load_all
 
 __all__ = ["is_random", "may_alias", "ELEMENTWISE", "REDUCTIONS", "is_elementwise", "numel", "nbytes",
            "alias_roots", "Escape", "rewrite", "ANALYSIS_META", "attrs_key", "const_key",
@@ -33,22 +32,19 @@ __all__ = ["is_random", "may_alias", "ELEMENTWISE", "REDUCTIONS", "is_elementwis
 # meta keys that describe one node order / node set; a pass that changes either drops them
 ANALYSIS_META = ("fusion_groups", "memory_plan", "inplace", "buffers")
 
-ELEMENTWISE = frozenset(
-    [n for n, op in OPS.items() if op.broadcasts]
-    + list(FLOAT_UNARY) + list(SAME_UNARY) + list(BOOL_UNARY)
-    + ["cast", "clamp", "nan_to_num", "bitwise_not", "clone", "gelu"])
-REDUCTIONS = frozenset(["sum", "mean", "prod", "amax", "amin", "all", "any"])
-_ALIASING_KERNELS = frozenset(["contiguous", "to_device", "einsum"])   # may return (a view of) an input
+load_all()
+ELEMENTWISE = frozenset(n for n, op in OPS.items() if op.pointwise)
+REDUCTIONS = frozenset(n for n, op in OPS.items() if op.kind == "reduction")
 
 
 def is_random(node):
     op = OPS.get(node.op)
-    return op is None or "seed" in op.attrs
+    return op is None or "random" in op.effects
 
 
 def may_alias(node):
     op = OPS.get(node.op)
-    return op is None or op.view or node.op in _ALIASING_KERNELS
+    return op is None or op.aliases is not None
 
 
 def is_elementwise(node):

@@ -39,10 +39,12 @@ elementwise ops. max/avg pooling decompose into kh*kw strided slices folded with
 maximum / add and a divide; the adaptive average pool and its backward are two small
 matmuls with averaging matrices; nearest upsampling is a gather along H and W.
 """
+import math
+
 import numpy as np
 
 from ...runtime import dtypes
-from . import declare
+from . import Flops, declare
 from .meta import Spec, fail, fmt_shape
 from .reduction import array_sum
 
@@ -433,15 +435,21 @@ def _conv2d_weight_scratch(x, gy, kernel_size, stride, padding, dilation, groups
                                + 2 * co * (c // max(groups, 1)) * kh * kw)
 
 
-declare("conv2d", ("x", "w", "b"), _conv2d, _conv2d_rule,
-        attrs=("stride", "padding", "dilation", "groups"), scratch=_conv2d_scratch,
-        doc="2-d cross-correlation; b is a (C_out,) bias or a scalar constant (0 for none)")
+# 2 x multiply-accumulates: each output element of conv2d sums over one window of every input
+# channel of its group (w is (C_out, C_in/groups, kH, kW)); each input element of
+# conv_transpose2d is spread over a window of every output channel (w is (C_in, C_out/groups, kH, kW))
+_CONV_FLOPS = Flops("matmul-like", lambda out, ins, attrs: 2 * math.prod(out) * math.prod(ins[1][1:]))
+_CONV_T_FLOPS = Flops("matmul-like", lambda out, ins, attrs: 2 * math.prod(ins[0]) * math.prod(ins[1][1:]))
+# 2-d cross-correlation; b is a (C_out,) bias or a scalar constant (0 for none)
+declare("conv2d", ("x", "w", "b"), _conv2d, _conv2d_rule, attrs=("stride", "padding", "dilation", "groups"),
+        scratch=_conv2d_scratch, kind="conv", flops=_CONV_FLOPS)
+# the adjoint of conv2d w.r.t. its input (a 'deconvolution'); w is (C_in, C_out/groups, kH, kW)
 declare("conv_transpose2d", ("x", "w", "b"), _conv_transpose2d, _conv_transpose2d_rule,
         attrs=("stride", "padding", "output_padding", "dilation", "groups"), scratch=_conv_transpose2d_scratch,
-        doc="the adjoint of conv2d w.r.t. its input (a 'deconvolution'); w is (C_in, C_out/groups, kH, kW)")
+        kind="conv", flops=_CONV_T_FLOPS)
+# the weight gradient of conv2d: sum over the batch of gy times the input windows
 declare("conv2d_weight", ("x", "gy"), _conv2d_weight, _conv2d_weight_rule,
-        attrs=("kernel_size", "stride", "padding", "dilation", "groups"), scratch=_conv2d_weight_scratch,
-        doc="the weight gradient of conv2d: sum over the batch of gy times the input windows")
+        attrs=("kernel_size", "stride", "padding", "dilation", "groups"), scratch=_conv2d_weight_scratch, kind="conv")
 
 
 # ---------------------------------------------------------------- pooling kernels
@@ -893,25 +901,36 @@ def _upsample_backward_scratch(gy, input_size, output_size, scales, exact):
 _WINDOW = ("kernel_size", "stride", "padding", "dilation", "ceil_mode")
 _AVG = ("kernel_size", "stride", "padding", "ceil_mode", "count_include_pad", "divisor_override")
 
-declare("max_pool2d", ("x",), _max_pool2d, _max_pool2d_rule, attrs=_WINDOW, scratch=_max_pool2d_scratch)
+
+def _window_flops(out, ins, attrs):
+    """Each output element reads one window."""
+    k = attrs.get("kernel_size", 1)
+    return math.prod(out) * math.prod(k if isinstance(k, (list, tuple)) else (k, k))
+
+
+_POOL = Flops("pooling", _window_flops)
+_ADAPTIVE = Flops("pooling", lambda out, ins, attrs: math.prod(ins[0]))   # each input element read once
+declare("max_pool2d", ("x",), _max_pool2d, _max_pool2d_rule, attrs=_WINDOW, scratch=_max_pool2d_scratch,
+        kind="window", flops=_POOL)
+# the gradient of max_pool2d: gy routed to each window's first argmax in x
 declare("max_pool2d_backward", ("gy", "x"), _max_pool2d_backward, _max_pool2d_backward_rule, attrs=_WINDOW,
-        scratch=_max_pool2d_backward_scratch,
-        doc="the gradient of max_pool2d: gy routed to each window's first argmax in x")
+        scratch=_max_pool2d_backward_scratch, kind="window")
+# v read at each window's first argmax of x (the adjoint of max_pool2d_backward)
 declare("max_pool2d_select", ("v", "x"), _max_pool2d_select, _max_pool2d_select_rule, attrs=_WINDOW,
-        scratch=_max_pool2d_select_scratch,
-        doc="v read at each window's first argmax of x (the adjoint of max_pool2d_backward)")
+        scratch=_max_pool2d_select_scratch, kind="window")
+# flat H*W index of each window's first max (return_indices)
 declare("max_pool2d_indices", ("x",), _max_pool2d_indices, _max_pool2d_indices_rule, attrs=_WINDOW,
-        scratch=_window_mask_scratch, differentiable=False,
-        doc="flat H*W index of each window's first max (return_indices)")
-declare("avg_pool2d", ("x",), _avg_pool2d, _avg_pool2d_rule, attrs=_AVG, scratch=_avg_pool2d_scratch)
+        scratch=_window_mask_scratch, kind="window", differentiable=False)
+declare("avg_pool2d", ("x",), _avg_pool2d, _avg_pool2d_rule, attrs=_AVG, scratch=_avg_pool2d_scratch,
+        kind="window", flops=_POOL)
 declare("avg_pool2d_backward", ("gy",), _avg_pool2d_backward, _avg_pool2d_backward_rule,
-        attrs=("input_size",) + _AVG, scratch=_avg_pool2d_backward_scratch)
+        attrs=("input_size",) + _AVG, scratch=_avg_pool2d_backward_scratch, kind="window")
 declare("adaptive_avg_pool2d", ("x",), _adaptive_avg_pool2d, _adaptive_rule, attrs=("output_size",),
-        scratch=_adaptive_scratch)
+        scratch=_adaptive_scratch, kind="window", flops=_ADAPTIVE)
 declare("adaptive_avg_pool2d_backward", ("gy",), _adaptive_avg_pool2d_backward, _adaptive_backward_rule,
-        attrs=("input_size",), scratch=_adaptive_backward_scratch)
+        attrs=("input_size",), scratch=_adaptive_backward_scratch, kind="window")
 declare("upsample_nearest2d", ("x",), _upsample_nearest2d, _upsample_rule,
-        attrs=("output_size", "scales", "exact"), scratch=_upsample_scratch)
+        attrs=("output_size", "scales", "exact"), scratch=_upsample_scratch, kind="window")
 declare("upsample_nearest2d_backward", ("gy",), _upsample_nearest2d_backward, _upsample_backward_rule,
-        attrs=("input_size", "output_size", "scales", "exact"), scratch=_upsample_backward_scratch)
+        attrs=("input_size", "output_size", "scales", "exact"), scratch=_upsample_backward_scratch, kind="window")
 

@@ -138,14 +138,16 @@ def _randperm_rule(n, dtype, **attrs):
     return Spec((check_count("randperm", "n", n),), dtypes.as_dtype(dtype))
 
 
-declare("full", (), _full, _shape_rule("full"), attrs=("shape", "value", "dtype"), differentiable=False)
-declare("arange", (), _arange, _arange_rule, attrs=("start", "end", "step", "dtype"), differentiable=False)
-declare("linspace", (), _linspace, _linspace_rule, attrs=("start", "end", "steps", "dtype"), differentiable=False)
-declare("eye", (), _eye, _eye_rule, attrs=("n", "m", "dtype"), differentiable=False)
-declare("uniform", (), _draw(random.uniform), _shape_rule("uniform"),
-        attrs=("shape", "dtype", "seed", "offset"), differentiable=False)
-declare("normal", (), _draw(random.normal), _shape_rule("normal"),
-        attrs=("shape", "dtype", "seed", "offset"), differentiable=False)
-declare("randint", (), _randint, _shape_rule("randint"),
-        attrs=("shape", "low", "high", "dtype", "seed", "offset"), differentiable=False)
-declare("randperm", (), _randperm, _randperm_rule, attrs=("n", "dtype", "seed", "offset"), differentiable=False)
+_CREATION = dict(kind="creation", differentiable=False)
+_RANDOM = dict(kind="creation", effects=("random",), differentiable=False)
+declare("full", (), _full, _shape_rule("full"), attrs=("shape", "value", "dtype"), **_CREATION)
+declare("arange", (), _arange, _arange_rule, attrs=("start", "end", "step", "dtype"), **_CREATION)
+declare("linspace", (), _linspace, _linspace_rule, attrs=("start", "end", "steps", "dtype"), **_CREATION)
+declare("eye", (), _eye, _eye_rule, attrs=("n", "m", "dtype"), **_CREATION)
+declare("uniform", (), _draw(random.uniform), _shape_rule("uniform"), attrs=("shape", "dtype", "seed", "offset"),
+        **_RANDOM)
+declare("normal", (), _draw(random.normal), _shape_rule("normal"), attrs=("shape", "dtype", "seed", "offset"),
+        **_RANDOM)
+declare("randint", (), _randint, _shape_rule("randint"), attrs=("shape", "low", "high", "dtype", "seed", "offset"),
+        **_RANDOM)
+declare("randperm", (), _randperm, _randperm_rule, attrs=("n", "dtype", "seed", "offset"), **_RANDOM)

@@ -1,5 +1,11 @@
 """Elementwise primitives: unary math, binary arithmetic, comparisons, logic, casts.
 
+One line per op: its name, its `promotion` (which gives its dtype rule here and how the
+frontend promotes its operands), the numpy ufunc it is (which then is its kernel) or a
+kernel written below, and its other traits (see runtime/ops/__init__.py). The frontend
+function, Tensor method, passes' op classes and the numpy backend's direct ufunc calls
+all follow from that line.
+
 Type promotion is settled by the frontend before an op runs (it inserts `cast`
 nodes), so kernels see operands of one dtype (or a Python scalar) and the rules
 here only check that and broadcast shapes.
@@ -15,42 +21,24 @@ from .meta import Spec, broadcast_shapes, fail, promoted
 # ---------------------------------------------------------------- rules
 
 
-def _same(op):
-    def rule(*specs, **attrs):
-        return Spec(broadcast_shapes(op, specs), promoted(specs))
-    return rule
+_EXPECTED = {"float": "expected floating-point inputs (integers are cast to the default float first)",
+             "float_only": "expected floating-point inputs (as in PyTorch, there is no integer {op})",
+             "integral": "expected integer or bool inputs"}
 
 
-def _floating(op):
+def _rule(op, promotion):
+    """The shape/dtype rule of an elementwise op: the broadcast shape, the dtype its promotion gives."""
     def rule(*specs, **attrs):
+        if promotion == "bool":
+            return Spec(broadcast_shapes(op, specs), dtypes.bool)
         d = promoted(specs)
-        if not d.is_floating_point:
-            fail(op, specs, "expected floating-point inputs (integers are cast to the default float first)",
-                 TypeError)
-        return Spec(broadcast_shapes(op, specs), d)
-    return rule
-
-
-def _to_bool(op):
-    def rule(*specs, **attrs):
-        return Spec(broadcast_shapes(op, specs), dtypes.bool)
-    return rule
-
-
-def _integral(op):
-    def rule(*specs, **attrs):
-        d = promoted(specs)
-        if d.is_floating_point:
-            fail(op, specs, "expected integer or bool inputs", TypeError)
+        if promotion != "same" and d.is_floating_point != (promotion != "integral"):
+            fail(op, specs, _EXPECTED[promotion].format(op=op), TypeError)
         return Spec(broadcast_shapes(op, specs), d)
     return rule
 
 
 # ---------------------------------------------------------------- kernels
-
-def _ufunc(name):
-    return lambda xp: getattr(xp, name)
-
 
 def _sigmoid(xp):
     def sigmoid(x):
@@ -84,14 +72,6 @@ def _relu(xp):
     return relu
 
 
-def _round(xp):
-    return lambda x: xp.round(x)
-
-
-def _div(xp):
-    return xp.true_divide
-
-
 def _pow(xp):
     def power(a, b):
         out = xp.power(a, b)
@@ -106,17 +86,6 @@ def _sign(xp):
             return x.copy()
         return xp.sign(x)
     return sign
-
-
-def _logical(name):
-    def impl(xp):
-        f = getattr(xp, name)
-        return lambda *xs: f(*xs)
-    return impl
-
-
-def _where(xp):
-    return lambda cond, a, b: xp.where(cond, a, b)
 
 
 def _clamp(xp):
@@ -153,8 +122,8 @@ class IntegerDivisionByZero(RuntimeError, ZeroDivisionError):
 def _checked_int_division(xp, name, ufunc):
     """`ufunc` (floor_divide, remainder) that raises for an integer divisor of 0, as PyTorch
     does on CPU (its CUDA kernels return garbage; eagerc checks on every device). Only integer
-    operands pay for the scan of the divisor; floats give inf/nan. The factory is not named
-    after the op, so the numpy backend calls this kernel rather than the bare ufunc."""
+    operands pay for the scan of the divisor; floats give inf/nan. The op's ufunc trait names the
+    ufunc but is not exact, so the numpy backend calls this kernel rather than the bare ufunc."""
     def division(a, b):
         if hasattr(b, "dtype"):
             zero = b.dtype.kind in "biu" and xp.count_nonzero(b) != b.size
@@ -179,54 +148,60 @@ def _checked_remainder(xp):
 
 # ---------------------------------------------------------------- declarations
 
-FLOAT_UNARY = {
-    "exp": _ufunc("exp"), "exp2": _ufunc("exp2"), "log": _ufunc("log"), "log2": _ufunc("log2"),
-    "log1p": _ufunc("log1p"), "expm1": _ufunc("expm1"), "sqrt": _ufunc("sqrt"), "rsqrt": _rsqrt,
-    "sin": _ufunc("sin"), "cos": _ufunc("cos"), "tan": _ufunc("tan"), "tanh": _ufunc("tanh"),
-    "sigmoid": _sigmoid, "erf": _erf, "reciprocal": _ufunc("reciprocal"),
-}
-SAME_UNARY = {
-    "neg": _ufunc("negative"), "abs": _ufunc("abs"), "sign": _sign, "relu": _relu,
-    "square": _ufunc("square"), "floor": _ufunc("floor"), "ceil": _ufunc("ceil"),
-    "round": _round, "trunc": _ufunc("trunc"),
-}
-BOOL_UNARY = {
-    "isnan": _ufunc("isnan"), "isinf": _ufunc("isinf"), "isfinite": _ufunc("isfinite"),
-    "logical_not": _ufunc("logical_not"),
-}
-SAME_BINARY = {
-    "add": _ufunc("add"), "sub": _ufunc("subtract"), "mul": _ufunc("multiply"),
-    "maximum": _ufunc("maximum"), "minimum": _ufunc("minimum"), "pow": _pow,
-    "floor_divide": _checked_floor_divide, "remainder": _checked_remainder,
-}
-COMPARE = {
-    "eq": _ufunc("equal"), "ne": _ufunc("not_equal"), "lt": _ufunc("less"),
-    "le": _ufunc("less_equal"), "gt": _ufunc("greater"), "ge": _ufunc("greater_equal"),
-    "logical_and": _logical("logical_and"), "logical_or": _logical("logical_or"),
-    "logical_xor": _logical("logical_xor"),
-}
-BITWISE = {
-    "bitwise_and": _ufunc("bitwise_and"), "bitwise_or": _ufunc("bitwise_or"),
-    "bitwise_xor": _ufunc("bitwise_xor"),
-}
+NONDIFF = dict(differentiable=False)
 
-NONDIFF = {"sign", "floor", "ceil", "round", "trunc", "floor_divide"}
 
-for _name, _impl in FLOAT_UNARY.items():
-    declare(_name, ("x",), _impl, _floating(_name))
-for _name, _impl in SAME_UNARY.items():
-    declare(_name, ("x",), _impl, _same(_name), differentiable=_name not in NONDIFF)
-for _name, _impl in BOOL_UNARY.items():
-    declare(_name, ("x",), _impl, _to_bool(_name), differentiable=False)
-for _name, _impl in SAME_BINARY.items():
-    declare(_name, ("a", "b"), _impl, _same(_name), broadcasts=True,
-            differentiable=_name not in NONDIFF)
-declare("div", ("a", "b"), _div, _floating("div"), broadcasts=True)
-for _name, _impl in COMPARE.items():
-    declare(_name, ("a", "b"), _impl, _to_bool(_name), broadcasts=True, differentiable=False)
-for _name, _impl in BITWISE.items():
-    declare(_name, ("a", "b"), _impl, _integral(_name), broadcasts=True, differentiable=False)
-declare("bitwise_not", ("x",), _ufunc("invert"), _integral("bitwise_not"), differentiable=False)
+def _elementwise(name, inputs, promotion, impl=None, **traits):
+    """An elementwise op whose dtype rule is its `promotion` (see runtime/ops/__init__.py)."""
+    declare(name, inputs, impl, _rule(name, promotion), kind="elementwise", promotion=promotion,
+            broadcasts=len(inputs) > 1, **traits)
+
+
+def _unary(name, promotion, impl=None, **traits):
+    _elementwise(name, ("x",), promotion, impl, **traits)
+
+
+def _binary(name, promotion, impl=None, **traits):
+    _elementwise(name, ("a", "b"), promotion, impl, **traits)
+
+
+# float math: integer inputs are cast to the default float first
+for _name in ("exp", "exp2", "log", "log2", "log1p", "expm1", "sqrt", "sin", "cos", "tan", "tanh", "reciprocal"):
+    _unary(_name, "float", ufunc=_name)
+_unary("rsqrt", "float", _rsqrt)
+_unary("sigmoid", "float", _sigmoid)
+_unary("erf", "float", _erf)
+# same dtype in and out
+_unary("neg", "same", ufunc="negative")
+_unary("abs", "same", ufunc="absolute")
+_unary("square", "same", ufunc="square")
+_unary("relu", "same", _relu)
+_unary("sign", "same", _sign, ufunc="sign", **NONDIFF)       # a bool input is copied
+for _name in ("floor", "ceil", "trunc"):
+    _unary(_name, "same", ufunc=_name, **NONDIFF)
+_unary("round", "same", lambda xp: xp.round, **NONDIFF)     # half to even, like numpy and PyTorch
+# bool results
+for _name in ("isnan", "isinf", "isfinite", "logical_not"):
+    _unary(_name, "bool", ufunc=_name, **NONDIFF)
+_unary("bitwise_not", "integral", ufunc="invert", **NONDIFF)
+
+_binary("add", "same", ufunc="add", neutral=(0, "both"))
+_binary("sub", "same", ufunc="subtract", neutral=(0, "right"))
+_binary("mul", "same", ufunc="multiply", neutral=(1, "both"))
+_binary("div", "float", ufunc="divide", neutral=(1, "right"))
+_binary("pow", "same", _pow, ufunc="power", neutral=(1, "right"))    # the result has the tensor's dtype
+_binary("maximum", "same", ufunc="maximum")
+_binary("minimum", "same", ufunc="minimum")
+_binary("floor_divide", "same", _checked_floor_divide, ufunc="floor_divide", **NONDIFF)
+_binary("remainder", "same", _checked_remainder, ufunc="remainder")
+for _name, _uf in (("eq", "equal"), ("ne", "not_equal"), ("lt", "less"), ("le", "less_equal"),
+                   ("gt", "greater"), ("ge", "greater_equal"), ("logical_and", "logical_and"),
+                   ("logical_or", "logical_or"), ("logical_xor", "logical_xor")):
+    _binary(_name, "bool", ufunc=_uf, **NONDIFF)
+for _name in ("bitwise_and", "bitwise_or", "bitwise_xor"):
+    _binary(_name, "integral", ufunc=_name, **NONDIFF)
+_binary("logaddexp", "float_only", ufunc="logaddexp")     # log(exp(a) + exp(b)), without overflow
+_binary("hypot", "float_only", ufunc="hypot")             # sqrt(a*a + b*b), without overflow
 
 
 def _where_rule(cond, a, b):
@@ -235,7 +210,7 @@ def _where_rule(cond, a, b):
     return Spec(broadcast_shapes("where", (cond, a, b)), promoted((a, b)))
 
 
-declare("where", ("cond", "a", "b"), _where, _where_rule, broadcasts=True)
+declare("where", ("cond", "a", "b"), lambda xp: xp.where, _where_rule, kind="elementwise", broadcasts=True)
 
 
 def _clamp_rule(x, min=None, max=None):
@@ -244,29 +219,30 @@ def _clamp_rule(x, min=None, max=None):
     return Spec(x.shape, promoted((x,) + tuple(v for v in (min, max) if v is not None)))
 
 
-declare("clamp", ("x",), _clamp, _clamp_rule, attrs=("min", "max"))
-declare("lerp", ("a", "b", "w"), _lerp, _floating("lerp"), broadcasts=True)
+declare("clamp", ("x",), _clamp, _clamp_rule, attrs=("min", "max"), kind="elementwise")
+_elementwise("lerp", ("a", "b", "w"), "float", _lerp)
 
 
 def _cast_rule(x, dtype):
     return Spec(x.shape, dtypes.as_dtype(dtype))
 
 
-declare("cast", ("x",), _cast, _cast_rule, attrs=("dtype",))
+declare("cast", ("x",), _cast, _cast_rule, attrs=("dtype",), kind="elementwise")
 
 
 def _nan_to_num_rule(x, **attrs):
     return Spec(x.shape, x.dtype)
 
 
-declare("nan_to_num", ("x",), _nan_to_num, _nan_to_num_rule, attrs=("nan", "posinf", "neginf"))
+declare("nan_to_num", ("x",), _nan_to_num, _nan_to_num_rule, attrs=("nan", "posinf", "neginf"), kind="elementwise")
 
 
 def _clone(xp):
     return lambda x: x.copy()
 
 
-declare("clone", ("x",), _clone, lambda x: Spec(x.shape, x.dtype))
+# a copy of the elements (kind copy), also pointwise: fused and planned like elementwise ops
+declare("clone", ("x",), _clone, lambda x: Spec(x.shape, x.dtype), kind="copy", pointwise=True)
 
 
 def _to_device(xp):
@@ -281,4 +257,5 @@ def _to_device(xp):
     return to_device
 
 
-declare("to_device", ("x",), _to_device, lambda x, device: Spec(x.shape, x.dtype), attrs=("device",))
+declare("to_device", ("x",), _to_device, lambda x, device: Spec(x.shape, x.dtype), attrs=("device",),
+        kind="copy", aliases="may")     # a tensor already on the device is returned as it is

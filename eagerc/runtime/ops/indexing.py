@@ -462,14 +462,13 @@ def _index_put_rule(x, values, *indices, index, accumulate):
     return Spec(tuple(x.shape), x.dtype)
 
 
-declare("getitem", ("x",), _getitem, _getitem_rule, attrs=("index",), view=True,
-        doc="basic indexing (ints, slices, None, Ellipsis): a view of x")
-declare("index", ("x", "indices"), _index, _index_rule, attrs=("index",),
-        doc="advanced indexing with index tensors: index(x, *indices); a copy")
-declare("index_put", ("x", "values", "indices"), _index_put, _index_put_rule,
-        attrs=("index", "accumulate"),
-        doc="x with x[index] = values (or += with accumulate, repeated indices adding up): "
-            "index_put(x, values, *indices)")
+# basic indexing (ints, slices, None, Ellipsis): a view of x
+declare("getitem", ("x",), _getitem, _getitem_rule, attrs=("index",), kind="view", aliases="view")
+# advanced indexing with index tensors: index(x, *indices); a copy
+declare("index", ("x", "indices"), _index, _index_rule, attrs=("index",), kind="indexing")
+# x with x[index] = values (or += with accumulate, repeated indices adding up): index_put(x, values, *indices)
+declare("index_put", ("x", "values", "indices"), _index_put, _index_put_rule, attrs=("index", "accumulate"),
+        kind="indexing")
 
 
 # ---------------------------------------------------------------- dim-wise ops
@@ -644,13 +643,14 @@ def _nonzero_rule(x, count):
     return Spec((count, len(x.shape)), dtypes.int64)
 
 
-declare("index_select", ("x", "index"), _index_select, _index_select_rule, attrs=("dim",))
-declare("index_add", ("x", "index", "source"), _index_add, _index_add_rule, attrs=("dim",),
-        doc="x with source added at the positions index names along dim (repeats add up)")
-declare("gather", ("x", "index"), _gather, _gather_rule, attrs=("dim",))
-declare("scatter", ("x", "index", "src"), _scatter(False), _scatter_rule("scatter"), attrs=("dim",),
-        doc="x with src written at the positions index names along dim; src may be a number")
-declare("scatter_add", ("x", "index", "src"), _scatter(True), _scatter_rule("scatter_add"), attrs=("dim",))
+declare("index_select", ("x", "index"), _index_select, _index_select_rule, attrs=("dim",), kind="indexing")
+# x with source added at the positions index names along dim (repeats add up)
+declare("index_add", ("x", "index", "source"), _index_add, _index_add_rule, attrs=("dim",), kind="indexing")
+declare("gather", ("x", "index"), _gather, _gather_rule, attrs=("dim",), kind="indexing")
+# x with src written at the positions index names along dim; src may be a number
+declare("scatter", ("x", "index", "src"), _scatter(False), _scatter_rule("scatter"), attrs=("dim",), kind="indexing")
+declare("scatter_add", ("x", "index", "src"), _scatter(True), _scatter_rule("scatter_add"), attrs=("dim",),
+        kind="indexing")
 def _nonzero_scratch(x, count):
     """argwhere's result before the count is checked: up to every element's coordinates."""
     numel = 1
@@ -659,7 +659,7 @@ def _nonzero_scratch(x, count):
     return 8 * numel * len(x.shape)
 
 
-declare("nonzero", ("x",), _nonzero, _nonzero_rule, attrs=("count",), differentiable=False,
-        scratch=_nonzero_scratch,
-        doc="coordinates of the nonzero entries, shape (count, ndim); count is counted by the "
-            "frontend so the shape is static")
+# coordinates of the nonzero entries, shape (count, ndim); count is counted by the frontend so
+# the shape is static
+declare("nonzero", ("x",), _nonzero, _nonzero_rule, attrs=("count",), kind="indexing", differentiable=False,
+        scratch=_nonzero_scratch)

@@ -77,7 +77,7 @@ def _stack(xp):
     return stack
 
 
-declare("cat", ("tensors",), _cat, _cat_rule, attrs=("dim",),
-        doc="concatenate any number of tensors of one dtype along `dim`")
-declare("stack", ("tensors",), _stack, _stack_rule, attrs=("dim",),
-        doc="stack any number of same-shape tensors of one dtype along a new dimension `dim`")
+# concatenate any number of tensors of one dtype along `dim`
+declare("cat", ("tensors",), _cat, _cat_rule, attrs=("dim",), kind="shape")
+# stack any number of same-shape tensors of one dtype along a new dimension `dim`
+declare("stack", ("tensors",), _stack, _stack_rule, attrs=("dim",), kind="shape")

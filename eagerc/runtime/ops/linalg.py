@@ -22,7 +22,7 @@ import string
 import numpy as np
 
 from ...runtime import dtypes
-from . import declare
+from . import Flops, declare
 from .meta import Spec, fmt_shape
 
 __all__ = ["matmul_rule", "mm_rule", "bmm_rule", "dot_rule", "mv_rule", "outer_rule",
@@ -145,12 +145,15 @@ def outer_rule(a, b):
     return Spec((a.shape[0], b.shape[0]), a.dtype)
 
 
-def _matmul(xp):
-    return xp.matmul  # the BLAS call itself: no wrapper, no copies
+def _matmul_flops(out, ins, attrs):
+    """2 x multiply-accumulates: each output element sums over a's last dimension."""
+    return 2 * math.prod(out) * (ins[0][-1] if ins[0] else 1)
 
 
-declare("matmul", ("a", "b"), _matmul, matmul_rule,
-        doc="Matrix product with batch broadcasting; 1-d operands are vectors (PyTorch semantics).")
+# Matrix product with batch broadcasting; 1-d operands are vectors (PyTorch semantics). The
+# kernel is the ufunc xp.matmul itself: the BLAS call, no wrapper, no copies.
+declare("matmul", ("a", "b"), None, matmul_rule, kind="linalg", ufunc="matmul",
+        flops=Flops("matmul-like", _matmul_flops))
 
 
 # ---------------------------------------------------------------- einsum
@@ -273,5 +276,19 @@ def _einsum_scratch(*specs, equation):
     return (len(specs) - 2) * largest * max(s.dtype.itemsize for s in specs)
 
 
+def _einsum_flops(out, ins, attrs):
+    """2 x the product of every index's size (each output element sums over the others)."""
+    lhs = attrs.get("equation", "").split("->")[0].replace(" ", "")
+    if "..." in lhs:
+        return 2 * math.prod(out)
+    sizes = {}
+    for term, shape in zip(lhs.split(","), ins):
+        for letter, n in zip(term, shape):
+            sizes[letter] = n
+    return 2 * math.prod(sizes.values())
+
+
+# Einstein summation over any number of operands (variadic); the equation is canonical. The
+# kernel may return a view of its operand ("ij->ji").
 declare("einsum", ("operands",), _einsum, einsum_rule, attrs=("equation",), scratch=_einsum_scratch,
-        doc="Einstein summation over any number of operands (variadic); the equation is canonical.")
+        kind="linalg", aliases="may", flops=Flops("matmul-like", _einsum_flops))

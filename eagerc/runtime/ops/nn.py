@@ -33,7 +33,7 @@ Kernels are xp-generic (numpy or cupy); class dimensions and normalised dimensio
 are attributes, so the shape rules below work on shapes alone.
 """
 from ...runtime import dtypes
-from . import declare
+from . import NORMALISATION, Flops, declare
 from .meta import Spec, fail, fmt_shape, normalize_dim
 from .reduction import array_mean, array_sum
 
@@ -47,11 +47,14 @@ def _numel(shape):
 
 # ---------------------------------------------------------------- linear
 
+FEW_ROWS = 64   # linear of a 2-d input of at most this many rows computes (weight @ x.T).T
+
+
 def _linear(xp):
     def linear(x, weight, bias=None):
         if x.ndim > 2 and x.flags.c_contiguous:  # one big GEMM instead of a batch of small ones
             out = (x.reshape(-1, x.shape[-1]) @ weight.T).reshape(x.shape[:-1] + (weight.shape[0],))
-        elif x.ndim == 2 and x.shape[0] <= 64 and weight.flags.c_contiguous:
+        elif x.ndim == 2 and x.shape[0] <= FEW_ROWS and weight.flags.c_contiguous:
             # OpenBLAS is several times slower on x @ W.T than on W @ x.T for a few rows; the
             # result is the transpose of a C-contiguous product (same values, F-ordered)
             out = (weight @ x.T).T
@@ -60,6 +63,9 @@ def _linear(xp):
         if bias is not None:
             out += bias
         return out
+    # what the numpy backend relies on when it hands a 2-d x of more rows a weight whose transpose
+    # is C-contiguous (backends/numpy_backend.py, _c_rhs): that product is x @ weight.T
+    linear.few_rows = FEW_ROWS
     return linear
 
 
@@ -77,8 +83,9 @@ def _linear_rule(x, weight, bias=None):
     return Spec(tuple(x.shape[:-1]) + (weight.shape[0],), x.dtype)
 
 
-declare("linear", ("x", "weight", "bias"), _linear, _linear_rule,
-        doc="x @ weight.T + bias over the last dimension of x")
+# x @ weight.T + bias over the last dimension of x; 2 x multiply-accumulates
+declare("linear", ("x", "weight", "bias"), _linear, _linear_rule, kind="composite",
+        flops=Flops("matmul-like", lambda out, ins, attrs: 2 * _numel(out) * (ins[1][-1] if ins[1] else 1)))
 
 
 # ---------------------------------------------------------------- softmax, log_softmax
@@ -141,12 +148,13 @@ def _softmax_backward_rule(g, out, dim):
     return Spec(tuple(out.shape), out.dtype)
 
 
-declare("softmax", ("x",), _softmax, _softmax_rule("softmax"), attrs=("dim",))
-declare("log_softmax", ("x",), _log_softmax, _softmax_rule("log_softmax"), attrs=("dim",))
-declare("softmax_backward", ("g", "out"), _softmax_backward, _softmax_backward_rule, attrs=("dim",),
-        differentiable=False)
+_COMPOSITE = dict(kind="composite", flops=NORMALISATION)      # max/mean, subtract, exp or square, sum, scale
+_BACKWARD = dict(kind="composite", differentiable=False)
+declare("softmax", ("x",), _softmax, _softmax_rule("softmax"), attrs=("dim",), **_COMPOSITE)
+declare("log_softmax", ("x",), _log_softmax, _softmax_rule("log_softmax"), attrs=("dim",), **_COMPOSITE)
+declare("softmax_backward", ("g", "out"), _softmax_backward, _softmax_backward_rule, attrs=("dim",), **_BACKWARD)
 declare("log_softmax_backward", ("g", "out"), _log_softmax_backward, _softmax_backward_rule, attrs=("dim",),
-        differentiable=False)
+        **_BACKWARD)
 
 
 # ---------------------------------------------------------------- layer_norm
@@ -218,12 +226,12 @@ def _layer_norm_weight_backward_rule(g, x, normalized_shape, eps):
     return Spec(tuple(normalized_shape), x.dtype)
 
 
-declare("layer_norm", ("x", "weight", "bias"), _layer_norm, _layer_norm_rule,
-        attrs=("normalized_shape", "eps"))
+declare("layer_norm", ("x", "weight", "bias"), _layer_norm, _layer_norm_rule, attrs=("normalized_shape", "eps"),
+        **_COMPOSITE)
 declare("layer_norm_backward", ("g", "x", "weight"), _layer_norm_backward, _layer_norm_backward_rule,
-        attrs=("normalized_shape", "eps"), differentiable=False)
+        attrs=("normalized_shape", "eps"), **_BACKWARD)
 declare("layer_norm_weight_backward", ("g", "x"), _layer_norm_weight_backward, _layer_norm_weight_backward_rule,
-        attrs=("normalized_shape", "eps"), differentiable=False)
+        attrs=("normalized_shape", "eps"), **_BACKWARD)
 
 
 # ---------------------------------------------------------------- batch_norm (training: batch statistics)
@@ -316,14 +324,14 @@ def _batch_norm_stats_rule(x):
     return Spec((2, x.shape[1]), x.dtype)
 
 
-declare("batch_norm", ("x", "weight", "bias"), _batch_norm, _batch_norm_rule, attrs=("eps",),
-        doc="normalise each channel (dim 1) by the batch's mean and biased variance, then weight * x + bias")
+# normalise each channel (dim 1) by the batch's mean and biased variance, then weight * x + bias
+declare("batch_norm", ("x", "weight", "bias"), _batch_norm, _batch_norm_rule, attrs=("eps",), **_COMPOSITE)
 declare("batch_norm_backward", ("g", "x", "weight"), _batch_norm_backward, _batch_norm_backward_rule,
-        attrs=("eps",), differentiable=False)
+        attrs=("eps",), **_BACKWARD)
 declare("batch_norm_weight_backward", ("g", "x"), _batch_norm_weight_backward, _batch_norm_weight_backward_rule,
-        attrs=("eps",), differentiable=False)
-declare("batch_norm_stats", ("x",), _batch_norm_stats, _batch_norm_stats_rule, differentiable=False,
-        doc="per-channel [mean, biased variance] as a (2, C) array (for the running statistics)")
+        attrs=("eps",), **_BACKWARD)
+# per-channel [mean, biased variance] as a (2, C) array (for the running statistics)
+declare("batch_norm_stats", ("x",), _batch_norm_stats, _batch_norm_stats_rule, **_BACKWARD)
 
 
 # ---------------------------------------------------------------- gelu
@@ -416,9 +424,8 @@ def _gelu_backward_rule(g, x, approximate="none"):
     return _gelu_rule(x, approximate)
 
 
-declare("gelu", ("x",), _gelu, _gelu_rule, attrs=("approximate",))
-declare("gelu_backward", ("g", "x"), _gelu_backward, _gelu_backward_rule, attrs=("approximate",),
-        differentiable=False)
+declare("gelu", ("x",), _gelu, _gelu_rule, attrs=("approximate",), pointwise=True, **_COMPOSITE)
+declare("gelu_backward", ("g", "x"), _gelu_backward, _gelu_backward_rule, attrs=("approximate",), **_BACKWARD)
 
 
 # ---------------------------------------------------------------- cross_entropy (class indices)
@@ -550,10 +557,9 @@ def _cross_entropy_backward_rule(g, x, target, weight=None, **attrs):
 
 
 declare("cross_entropy", ("x", "target", "weight"), _cross_entropy, _cross_entropy_rule,
-        attrs=("ignore_index", "reduction", "label_smoothing"))
+        attrs=("ignore_index", "reduction", "label_smoothing"), **_COMPOSITE)
 declare("cross_entropy_backward", ("g", "x", "target", "weight"), _cross_entropy_backward,
-        _cross_entropy_backward_rule, attrs=("ignore_index", "reduction", "label_smoothing"),
-        differentiable=False)
+        _cross_entropy_backward_rule, attrs=("ignore_index", "reduction", "label_smoothing"), **_BACKWARD)
 
 
 # ---------------------------------------------------------------- embedding
@@ -601,9 +607,9 @@ def _embedding_backward_rule(g, indices, num_weights, padding_idx=None):
     return Spec((num_weights, g.shape[-1]), g.dtype)
 
 
-declare("embedding", ("weight", "indices"), _embedding, _embedding_rule, attrs=("padding_idx",))
+declare("embedding", ("weight", "indices"), _embedding, _embedding_rule, attrs=("padding_idx",), kind="composite")
 declare("embedding_backward", ("g", "indices"), _embedding_backward, _embedding_backward_rule,
-        attrs=("num_weights", "padding_idx"))
+        attrs=("num_weights", "padding_idx"), kind="composite")
 
 
 # ---------------------------------------------------------------- constant pad (negative widths crop)
@@ -638,4 +644,4 @@ def _pad_rule(x, pad, value=0.0):
     return Spec(shape, x.dtype)
 
 
-declare("pad", ("x",), _pad, _pad_rule, attrs=("pad", "value"))
+declare("pad", ("x",), _pad, _pad_rule, attrs=("pad", "value"), kind="shape")

@@ -122,19 +122,18 @@ def _int_to_long(d):
     return dtypes.int64 if not d.is_floating_point else d
 
 
-declare("sum", ("x",), _sum, _reduce_rule("sum", _int_to_long), attrs=("dim", "keepdim"))
-declare("mean", ("x",), _mean, _reduce_rule("mean", floating=True), attrs=("dim", "keepdim"))
-declare("prod", ("x",), _prod, _reduce_rule("prod", _int_to_long), attrs=("dim", "keepdim"))
-declare("amax", ("x",), _extreme("amax"), _reduce_rule("amax"), attrs=("dim", "keepdim"))
-declare("amin", ("x",), _extreme("amin"), _reduce_rule("amin"), attrs=("dim", "keepdim"))
+_DIMS = dict(attrs=("dim", "keepdim"), kind="reduction")
+declare("sum", ("x",), _sum, _reduce_rule("sum", _int_to_long), **_DIMS)
+declare("mean", ("x",), _mean, _reduce_rule("mean", floating=True), **_DIMS)
+declare("prod", ("x",), _prod, _reduce_rule("prod", _int_to_long), **_DIMS)
+declare("amax", ("x",), _extreme("amax"), _reduce_rule("amax"), **_DIMS)
+declare("amin", ("x",), _extreme("amin"), _reduce_rule("amin"), **_DIMS)
+declare("all", ("x",), _extreme("all"), _reduce_rule("all", lambda d: dtypes.bool), **_DIMS, differentiable=False)
+declare("any", ("x",), _extreme("any"), _reduce_rule("any", lambda d: dtypes.bool), **_DIMS, differentiable=False)
 declare("argmax", ("x",), _arg("argmax"), _reduce_rule("argmax", lambda d: dtypes.int64),
-        attrs=("dim", "keepdim"), differentiable=False)
+        attrs=("dim", "keepdim"), kind="index_reduction", differentiable=False)
 declare("argmin", ("x",), _arg("argmin"), _reduce_rule("argmin", lambda d: dtypes.int64),
-        attrs=("dim", "keepdim"), differentiable=False)
-declare("all", ("x",), _extreme("all"), _reduce_rule("all", lambda d: dtypes.bool),
-        attrs=("dim", "keepdim"), differentiable=False)
-declare("any", ("x",), _extreme("any"), _reduce_rule("any", lambda d: dtypes.bool),
-        attrs=("dim", "keepdim"), differentiable=False)
+        attrs=("dim", "keepdim"), kind="index_reduction", differentiable=False)
 
 
 def _cum_rule(name):
@@ -144,5 +143,5 @@ def _cum_rule(name):
     return rule
 
 
-declare("cumsum", ("x",), _cum("cumsum"), _cum_rule("cumsum"), attrs=("dim",))
-declare("cumprod", ("x",), _cum("cumprod"), _cum_rule("cumprod"), attrs=("dim",))
+declare("cumsum", ("x",), _cum("cumsum"), _cum_rule("cumsum"), attrs=("dim",), kind="scan")
+declare("cumprod", ("x",), _cum("cumprod"), _cum_rule("cumprod"), attrs=("dim",), kind="scan")

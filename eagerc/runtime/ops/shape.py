@@ -95,12 +95,13 @@ def _contiguous(xp):
     return lambda x: xp.ascontiguousarray(x)
 
 
-declare("reshape", ("x",), _reshape, _reshape_rule, attrs=("shape",), view=True)
-declare("expand", ("x",), _expand, _expand_rule, attrs=("shape",), view=True)
-declare("permute", ("x",), _permute, _permute_rule, attrs=("dims",), view=True)
-declare("squeeze", ("x",), _squeeze, _squeeze_rule, attrs=("dim",), view=True)
-declare("unsqueeze", ("x",), _unsqueeze, _unsqueeze_rule, attrs=("dim",), view=True)
-declare("contiguous", ("x",), _contiguous, lambda x: Spec(x.shape, x.dtype))
+declare("reshape", ("x",), _reshape, _reshape_rule, attrs=("shape",), kind="reshape", aliases="view")
+declare("expand", ("x",), _expand, _expand_rule, attrs=("shape",), kind="view", aliases="view")
+declare("permute", ("x",), _permute, _permute_rule, attrs=("dims",), kind="view", aliases="view")
+declare("squeeze", ("x",), _squeeze, _squeeze_rule, attrs=("dim",), kind="reshape", aliases="view")
+declare("unsqueeze", ("x",), _unsqueeze, _unsqueeze_rule, attrs=("dim",), kind="reshape", aliases="view")
+# a C-contiguous input is returned as it is
+declare("contiguous", ("x",), _contiguous, lambda x: Spec(x.shape, x.dtype), kind="copy", aliases="may")
 
 
 # ---------------------------------------------------------------- slicing, diagonals, movement
@@ -274,17 +275,19 @@ def _repeat(xp):
     return repeat
 
 
-declare("slice", ("x",), _slice, _slice_rule, attrs=("dim", "start", "stop", "step"), view=True,
-        doc="x[..., start:stop:step] along `dim` (step > 0): a view")
+# x[..., start:stop:step] along `dim` (step > 0)
+declare("slice", ("x",), _slice, _slice_rule, attrs=("dim", "start", "stop", "step"), kind="view", aliases="view")
+# a copy of x with the slice replaced by src
 declare("slice_scatter", ("x", "src"), _slice_scatter, _slice_scatter_rule,
-        attrs=("dim", "start", "stop", "step"), doc="a copy of x with the slice replaced by src")
-declare("diagonal", ("x",), _diagonal, _diagonal_rule, attrs=("offset", "dim1", "dim2"), view=True,
-        doc="the diagonal of dims dim1/dim2 moved to the last dimension: a view")
+        attrs=("dim", "start", "stop", "step"), kind="indexing")
+# the diagonal of dims dim1/dim2 moved to the last dimension
+declare("diagonal", ("x",), _diagonal, _diagonal_rule, attrs=("offset", "dim1", "dim2"), kind="view", aliases="view")
+# a copy of x with the diagonal replaced by src
 declare("diagonal_scatter", ("x", "src"), _diagonal_scatter, _diagonal_scatter_rule,
-        attrs=("offset", "dim1", "dim2"), doc="a copy of x with the diagonal replaced by src")
-declare("tril", ("x",), _tri("tril"), _tri_rule("tril"), attrs=("diagonal",))
-declare("triu", ("x",), _tri("triu"), _tri_rule("triu"), attrs=("diagonal",))
-declare("flip", ("x",), _flip, _flip_rule, attrs=("dims",), doc="a copy, like torch.flip")
-declare("roll", ("x",), _roll, _roll_rule, attrs=("shifts", "dims"))
-declare("repeat", ("x",), _repeat, _repeat_rule, attrs=("sizes",),
-        doc="torch's Tensor.repeat (numpy's tile): sizes may add leading dimensions")
+        attrs=("offset", "dim1", "dim2"), kind="indexing")
+declare("tril", ("x",), _tri("tril"), _tri_rule("tril"), attrs=("diagonal",), kind="shape")
+declare("triu", ("x",), _tri("triu"), _tri_rule("triu"), attrs=("diagonal",), kind="shape")
+declare("flip", ("x",), _flip, _flip_rule, attrs=("dims",), kind="copy")     # a copy, like torch.flip
+declare("roll", ("x",), _roll, _roll_rule, attrs=("shifts", "dims"), kind="copy")
+# torch's Tensor.repeat (numpy's tile): sizes may add leading dimensions
+declare("repeat", ("x",), _repeat, _repeat_rule, attrs=("sizes",), kind="copy")
