@@ -110,3 +110,24 @@ def test_users_own_numpy_warnings_and_eagercs_deliberate_ones_still_show(tmp_pat
     ''')
     assert _run(code, tmp_path).splitlines() == [
         "user: divide by zero encountered in log", "eagerc: eagerc backend 'c': no C compiler found"]
+
+
+def test_silent_eagerly_when_the_user_turns_every_warning_into_an_error_after_import(tmp_path):
+    # `warnings.simplefilter("error")` after `import eagerc` (or pytest's `filterwarnings = error`,
+    # which resets the filters around each test) puts the user's filter in front of eagerc's: the
+    # dispatch point then reruns the pure kernel with numpy's checks off, as PyTorch is silent
+    code = _REFERENCE + _F + textwrap.dedent('''
+        import warnings
+        warnings.simplefilter("error")
+        check(f(eagerc.tensor(X)), "eager, all warnings errors")
+        y = eagerc.tensor(X, requires_grad=True)
+        (y.sqrt().sum() + y.log().sum()).backward()
+        with np.errstate(all="ignore"):
+            np.testing.assert_allclose(y.grad.numpy(), 0.5 / np.sqrt(X) + 1 / X)
+        try:
+            np.log(np.zeros(1))                    # the user's own numpy call still raises
+        except RuntimeWarning as e:
+            print("user:", e)
+        print("ok")
+    ''')
+    assert _run(code, tmp_path).splitlines() == ["user: divide by zero encountered in log", "ok"]

@@ -12,10 +12,14 @@ when the kernels are imported, silences exactly those and costs nothing on the h
 (an `np.errstate` per op would cost about 1 us). Warnings eagerc raises on purpose (a
 missing C compiler, graph breaks) have other messages and still show.
 
-Its limit: `warnings.catch_warnings()` restores the filter list it found, so a filter added
-while such a block is open is gone when it closes -- pytest opens one around collection
-and each test. Under pytest add `NUMERIC_WARNINGS_FILTER` to the `filterwarnings` ini
-option (this project's tests/conftest.py does).
+Its limit: a filter the user adds later goes in front of it (`warnings.simplefilter("error")`
+after `import eagerc`), and `warnings.catch_warnings()` restores the filter list it found, so
+a filter added while such a block is open is gone when it closes -- pytest opens one around
+collection and each test. Eagerly that costs nothing: when a kernel's floating-point warning
+reaches `dispatch.apply` as an error, apply reruns the pure kernel with numpy's checks off
+(only that error path pays). For compiled programs under such filters, add
+`NUMERIC_WARNINGS_FILTER` to pytest's `filterwarnings` ini option (this project's
+tests/conftest.py does).
 """
 import os
 import traceback
