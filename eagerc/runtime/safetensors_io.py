@@ -430,6 +430,9 @@ def _header_bytes(tensors, metadata):
                         "data_offsets": [pos, pos + arr.nbytes]}
         pos += arr.nbytes
     raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    if len(raw) > MAX_HEADER - 8:  # a file no reader (this one, the safetensors package) would open
+        raise ValueError(f"safetensors_io: the header of {len(tensors)} tensors takes {len(raw)} bytes, more "
+                         f"than the format's limit of {MAX_HEADER}: store fewer, larger tensors")
     return raw + b" " * (-len(raw) % 8)  # pad so the data starts 8-byte aligned
 
 
