@@ -163,7 +163,7 @@ def _check_fixed(backend, fixed, overrides):
 
 
 _RESERVED = {"np", "cp", "env", "overrides", "bufs", "POOL", "OPS", "asarray", "alloc_buffers", "program",
-             "c_rhs", "A_empty", "ptr", "A_u64",
+             "msqrt", "fsqrt", "fpow", "fdiv", "c_rhs", "A_empty", "ptr", "A_u64",
              "NO_OVERRIDES", "FIXED", "per_call", "check_fixed", "UPDATED", "OTHERS", "shared_or_readonly",
              *dir(builtins)}
 
@@ -235,6 +235,7 @@ class Driver:
         self.buffers = []       # [(local name or None, source line)]: allocating one buffer set
         self.buffer_note = ""
         self.updated = []       # input names written in place
+        self.float_inputs = ()  # input names read as Python floats (numpy backend's scalars.py)
         self.globs = {}
 
     def const(self, x):
@@ -305,8 +306,13 @@ class Driver:
             lines += [f"    {src}" for _, src in self.buffers]
             lines.append(f"    return ({', '.join(bufnames)}{',' if len(bufnames) == 1 else ''})")
         lines += ["", "", "def program(env, overrides=None):", "    # inputs"]
-        inputs = [(f"{names[v.name]} = env[{v.name!r}]",
-                   f"{v.type_str()} {'external' if kind == 'external' else 'argument'}") for kind, v in g.inputs]
+        inputs = []
+        for kind, v in g.inputs:
+            what = "external" if kind == "external" else "argument"
+            if v.name in self.float_inputs:
+                inputs.append((f"{names[v.name]} = float(env[{v.name!r}])", f"{v.type_str()} {what}, as a float"))
+            else:
+                inputs.append((f"{names[v.name]} = env[{v.name!r}]", f"{v.type_str()} {what}"))
         ipad = min(max([len(c) for c, _ in inputs] + [0]), 88)
         lines += [f"    {c:<{ipad}}  # {cm}" for c, cm in inputs]
         if self.per_call:

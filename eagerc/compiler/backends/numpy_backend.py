@@ -49,6 +49,7 @@ from ..passes.memplan import alias_ends, returned
 from ..passes.util import may_alias as _may_alias
 from . import register_backend
 from .driver import Binding, Driver, literal, np_type, where, wrap_comment
+from .scalars import GLOBALS as SCALAR_GLOBALS, scalar_expr, scalar_nodes
 
 __all__ = ["NumpyBackend", "render", "build_program"]
 
@@ -217,9 +218,16 @@ class _Plan:
             uf = _direct(n, table) if n.out.name not in per_call else None
             if uf is not None:
                 self.direct[i] = uf
+        # node index -> "f" or "f32"; inputs bound as Python floats (scalars.py)
+        self.scalar, self.scalar_inputs = scalar_nodes(graph, self.direct, per_call)
+        self.scalar_ufunc = {i: self.direct.pop(i, None) for i in self.scalar}
+        self.scalar_values = {graph.nodes[i].out.name for i, k in self.scalar.items() if k == "f"} | \
+            self.scalar_inputs
         handed_out = self._handed_out(graph, ends)
         forced = self._update_chains(graph, ends, storage)
         for i, n in enumerate(graph.nodes):
+            if i in self.scalar:   # a Python (or numpy) scalar: no array memory at all
+                continue
             out = n.out
             uf = self.direct.get(i)
             escapes = ends[out.name] == _INF
@@ -423,7 +431,10 @@ def _driver(graph):
         if n.op not in OPS:
             raise ValueError(f"numpy backend: node {n.out.name} applies unknown op {n.op!r}")
         uf, target = plan.direct.get(i), plan.target.get(i)
-        if uf is not None:
+        if i in plan.scalar:
+            expr = scalar_expr(n, plan.scalar[i], plan.scalar_ufunc[i], names, plan.scalar_values)
+            drv.globs.update(SCALAR_GLOBALS)
+        elif uf is not None:
             outarg = ""
             if target is not None and target[0] == "inplace":
                 outarg = names[target[1]]
@@ -470,6 +481,7 @@ def _driver(graph):
                                       f".reshape({literal(tuple(shape))})"))
     drv.buffer_note = "planned buffers: allocated once per buffer set, reused by every call"
     drv.updated = list(plan.targets)
+    drv.float_inputs = plan.scalar_inputs
     return drv, plan
 
 
