@@ -366,9 +366,15 @@ def _buffered_graph():
     return _trace(f, _rand(6, 5), _rand(5, seed=1))
 
 
+def _planned(graph):
+    """The graph through the backend's own pipeline: memplan makes its buffers."""
+    from eagerc.compiler.passes import optimize
+    return optimize(graph, NumpyBackend.pipeline)
+
+
 def test_buffers_never_leak_between_calls():
     graph, _, env = _buffered_graph()
-    program = build_program(graph)
+    program = build_program(_planned(graph))
     assert program.buffers, program.source    # intermediates go to planned buffers
     ref1, _ = run_graph(graph, env)
     out1, _ = program(env)
@@ -398,7 +404,8 @@ def test_escaping_views_are_never_buffers():
 
 def test_concurrent_calls_use_separate_buffers():
     graph, _, env = _buffered_graph()
-    program = build_program(graph)
+    program = build_program(_planned(graph))
+    assert program.buffers
     envs = [{k: v + t for k, v in env.items()} for t in range(4)]
     refs = [run_graph(graph, e)[0] for e in envs]
     errors = []

@@ -17,11 +17,11 @@ How a node is rendered
       and reused by every call: only for values whose memory never escapes (neither
       returned, nor written back as a mutation, nor reachable from those through
       views), so no call ever hands out memory that the next call overwrites.
-  Buffers come from graph.meta["memory_plan"] ({value: buffer id}) when a pass made
-  one -- each planned assignment is checked against the backend's own alias-aware
-  liveness and dropped if unsafe -- and otherwise from a small greedy planner here
-  (reuse by liveness, same shape and dtype). Each call takes a buffer set from a pool
-  and puts it back at the end, so concurrent or re-entrant calls never share one.
+  Buffers come from graph.meta["memory_plan"] ({value: buffer id}), made by passes/memplan.py
+  in this backend's pipeline with its predicate (`plannable`); each planned assignment is
+  checked against the alias-aware liveness (memplan.alias_ends) and dropped if unsafe. A
+  graph without a plan gets no buffers. Each call takes a buffer set from a pool and puts
+  it back at the end, so concurrent or re-entrant calls never share one.
 - Any other node calls its op's kernel, bound once as a global (`k_linear =
   OPS["linear"].cpu`), as eager mode's dispatch calls it (driver.Driver.call).
 - A mutation (an external updated in place: parameters, optimizer state, running
@@ -46,7 +46,7 @@ import numpy as np
 from ...runtime.ops import OPS
 from ..passes import CLEANUP, fusion, memplan, schedule
 from ..passes.memplan import alias_ends, returned
-from ..passes.util import may_alias as _may_alias
+from ..passes.util import may_alias as _may_alias, nbytes, numel
 from . import register_backend
 from .driver import Binding, Driver, literal, np_type, where, wrap_comment
 from .scalars import GLOBALS as SCALAR_GLOBALS, scalar_expr, scalar_nodes
@@ -99,21 +99,6 @@ def _scalar_dtype(x):
 
 
 # ---------------------------------------------------------------- analysis
-
-def _static_shape(shape):
-    return all(type(s) is int for s in shape)
-
-
-def _nbytes(v):
-    return _size(v.shape, v.dtype)
-
-
-def _size(shape, dtype):
-    n = 1
-    for s in shape:
-        n *= s
-    return n * np.dtype(dtype).itemsize
-
 
 class _Storage:
     """Memory made by this program: 'fresh' (allocated during the call) or 'buffer'."""
@@ -212,8 +197,6 @@ class _Plan:
         plan = graph.meta.get("memory_plan") or None
         planned = {}          # plan buffer id -> _Buffer
         storage = {}          # value name -> the _Storage it directly owns or shares in place
-        active = []           # own planner: buffers whose contents may still be read
-        free = {}             # own planner: (shape, dtype) -> [_Buffer] free for reuse
         for i, n in enumerate(graph.nodes):
             uf = _direct(n, table) if n.out.name not in per_call else None
             if uf is not None:
@@ -223,7 +206,6 @@ class _Plan:
         self.scalar_ufunc = {i: self.direct.pop(i, None) for i in self.scalar}
         self.scalar_values = {graph.nodes[i].out.name for i, k in self.scalar.items() if k == "f"} | \
             self.scalar_inputs
-        handed_out = self._handed_out(graph, ends)
         forced = self._update_chains(graph, ends, storage)
         for i, n in enumerate(graph.nodes):
             if i in self.scalar:   # a Python (or numpy) scalar: no array memory at all
@@ -231,11 +213,6 @@ class _Plan:
             out = n.out
             uf = self.direct.get(i)
             escapes = ends[out.name] == _INF
-            if plan is None and active:
-                still = []
-                for b in active:
-                    (free.setdefault(b.key, []) if b.storage.end < i else still).append(b)
-                active = still
             if i in forced:
                 chosen = ("inplace", forced[i])
             else:
@@ -251,19 +228,6 @@ class _Plan:
                         self.followed += 1
                 else:
                     self.followed += 1   # in place: the plan's chain, or no new memory at all
-            if chosen is None and uf is not None and plan is None and not escapes \
-                    and _static_shape(out.shape) and out.shape and out.name not in handed_out:
-                key = (tuple(out.shape), out.dtype)
-                pool = free.get(key)
-                if pool:
-                    b = pool.pop()
-                else:
-                    b = _Buffer(key)
-                    b.nbytes = _nbytes(out)
-                    b.views[key] = None
-                    self.buffers.append(b)
-                active.append(b)
-                chosen = ("buffer", b, key)
             # the memory the output lives in
             if chosen is not None and chosen[0] == "inplace":
                 st = storage[chosen[1]]
@@ -286,23 +250,6 @@ class _Plan:
             for key in b.views:
                 b.views[key] = f"buf{k}"
                 k += 1
-
-    def _handed_out(self, graph, ends):
-        """Values whose memory a chain of in-place direct nodes would hand to the user: they
-        are better fresh than in a buffer (the escaping end of the chain can then reuse them)."""
-        made_fresh = {n.out.name for n in graph.nodes if not _may_alias(n)}
-        out = set()
-        for j in range(len(graph.nodes) - 1, -1, -1):
-            if j not in self.direct:
-                continue
-            n = graph.nodes[j]
-            for x in n.inputs:
-                if hasattr(x, "name") and x.name in made_fresh and ends[x.name] == j \
-                        and tuple(x.shape) == tuple(n.out.shape) and x.dtype == n.out.dtype:
-                    if ends[n.out.name] == _INF or n.out.name in out:
-                        out.add(x.name)
-                    break
-        return out
 
     def _update_chains(self, graph, ends, storage):
         """Mutation outputs computed straight into their target's memory.
@@ -335,7 +282,7 @@ class _Plan:
         for target, m in muts.items():
             v = inputs.get(target)
             if v is None or target.endswith(".grad") or counts[target] > 1 or counts[m] > 1 or m in escaping \
-                    or ends.get(target) == _INF or not _static_shape(v.shape):
+                    or ends.get(target) == _INF or numel(v.shape) is None:
                 continue
             chain, x = [], target
             while x in reader and x != m:
@@ -372,7 +319,7 @@ class _Plan:
         out = n.out
         if escapes:
             return None, "returned or written back: a buffer is overwritten by the next call"
-        if not _static_shape(out.shape):
+        if numel(out.shape) is None:
             return None, "symbolic shape"
         b = planned.get(bid)
         if b is None:
@@ -381,7 +328,7 @@ class _Plan:
         elif b.storage is not None and b.storage.end > i:
             last = b.storage.members[-1]
             return None, f"buffer {bid!r} still holds {last} (or a view of it), read later"
-        b.nbytes = max(b.nbytes, _nbytes(out))
+        b.nbytes = max(b.nbytes, nbytes(out))
         key = (tuple(out.shape), out.dtype)
         b.views.setdefault(key, None)
         return ("buffer", b, key), None
@@ -477,8 +424,8 @@ def _driver(graph):
         drv.buffers.append((None, f"raw{j} = np.empty({b.nbytes}, np.uint8)"))
     for j, b in enumerate(plan.buffers):
         for (shape, dtype), name in b.views.items():
-            drv.buffers.append((name, f"{name} = raw{j}[:{_size(shape, dtype)}].view({np_type(dtype)})"
-                                      f".reshape({literal(tuple(shape))})"))
+            size = math.prod(shape) * np.dtype(dtype).itemsize
+            drv.buffers.append((name, f"{name} = raw{j}[:{size}].view({np_type(dtype)}).reshape({literal(tuple(shape))})"))
     drv.buffer_note = "planned buffers: allocated once per buffer set, reused by every call"
     drv.updated = list(plan.targets)
     drv.float_inputs = plan.scalar_inputs
