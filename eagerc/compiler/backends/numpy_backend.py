@@ -425,7 +425,8 @@ def _driver(graph):
     for j, b in enumerate(plan.buffers):
         for (shape, dtype), name in b.views.items():
             size = math.prod(shape) * np.dtype(dtype).itemsize
-            drv.buffers.append((name, f"{name} = raw{j}[:{size}].view({np_type(dtype)}).reshape({literal(tuple(shape))})"))
+            view = f"raw{j}[:{size}].view({np_type(dtype)}).reshape({literal(tuple(shape))})"
+            drv.buffers.append((name, f"{name} = {view}"))
     drv.buffer_note = "planned buffers: allocated once per buffer set, reused by every call"
     drv.updated = list(plan.targets)
     drv.float_inputs = plan.scalar_inputs
