@@ -17,7 +17,8 @@ import pytest
 import eagerc
 import eagerc.nn as nn
 import eagerc.nn.functional as F
-from eagerc.compiler.backends.c_backend import CBackend, plan_kernels
+from eagerc.compiler.backends.c_backend import CBackend
+from eagerc.compiler.backends.fused import PIPELINE, plan_kernels
 from eagerc.compiler.kernels.ir import Kernel, broadcast_strides
 from eagerc.compiler.kernels.lower import LOWERABLE, REDUCIBLE
 from eagerc.compiler.passes import optimize
@@ -40,7 +41,7 @@ def _compile_traced(fn, arrays, singleton_min=0):
         pytest.skip(f"trace breaks: {tracer.broken}")
     env = {f"arg{i}": t._array for i, t in enumerate(ts)}
     env.update({name: t._array for name, t in tracer.externals.items()})
-    program = CBackend(singleton_min=singleton_min).compile(optimize(graph))
+    program = CBackend(singleton_min=singleton_min).compile(optimize(graph, CBackend().pipeline))
     leaves = [t for t in (result if isinstance(result, (tuple, list)) else (result,))
               if isinstance(t, eagerc.Tensor)]
     return program, env, [np.asarray(t._array) for t in leaves]
@@ -519,3 +520,23 @@ def test_failing_compiler_falls_back_to_numpy_with_the_error(monkeypatch, tmp_pa
     assert len(rec) == 1 and "\n" not in str(rec[0].message)
     assert "numpy_backend" in program.source
     _close(program(env)[0][0], want[0], 1e-12, 0)
+
+
+def test_line_nodes_name_every_node_a_fused_kernel_computes():
+    """program.line_nodes maps a K_<name>(...) line to all nodes the kernel fuses, and every other
+    node's line to that node."""
+    x = np.random.default_rng(0).standard_normal((8, 16)).astype(np.float32)
+    program, env, want = _compile_traced(lambda a: ((a.exp() + 1).sum(-1), a @ a.T), [x])
+    lines = program.source.splitlines()
+    fused = {k.name: k for k in program.kernels}
+    assert fused
+    seen = []
+    for number, nodes in program.line_nodes.items():
+        code = lines[number - 1].strip()
+        if code.startswith("K_"):
+            k = fused[code[2:code.index("(")]]
+            assert set(nodes) == set(k.nodes)
+        else:
+            assert len(nodes) == 1 and code.startswith(f"{nodes[0]} = ")
+        seen += nodes
+    assert sorted(seen) == sorted(n.out.name for n in program.graph.nodes)

@@ -17,7 +17,8 @@ import pytest
 import eagerc
 import eagerc.nn as nn
 import eagerc.nn.functional as F
-from eagerc.compiler.backends.c_backend import CBackend, plan_kernels, prepare
+from eagerc.compiler.backends.c_backend import CBackend
+from eagerc.compiler.backends.fused import PIPELINE, plan_kernels
 from eagerc.compiler.kernels.cuda_render import render_cuda
 from eagerc.compiler.kernels.ir import RANDOM
 from eagerc.compiler.kernels.render import render_c
@@ -169,7 +170,7 @@ def test_kernel_params_follow_overrides_and_the_generator():
     """The driver passes each call's seed/offset (compile.py's overrides) to the kernel; a
     program run with explicit overrides draws at exactly that point of the stream."""
     g = trace(lambda x: F.dropout(x, p=0.5), (eagerc.ones(50, 51),))[0]
-    program = CBackend(singleton_min=0).compile(optimize(g))
+    program = CBackend(singleton_min=0).compile(optimize(g, CBackend().pipeline))
     (rnode,) = [n for n in g.nodes if n.op == "uniform"]
     assert "A_u64(" in program.source and program.kernels[0].params
     env = {"arg0": np.ones((50, 51), np.float32)}
@@ -213,7 +214,7 @@ def test_training_step_with_dropout_matches_eager():
 def test_source_without_rng_is_unchanged():
     ts = [eagerc.tensor(np.ones((4, 5), np.float32))]
     g = trace(lambda a: (a * 2).exp() + 1, tuple(ts))[0]
-    ks = [k for _, _, k in plan_kernels(prepare(optimize(g)), 0)]
+    ks = [k for _, _, k in plan_kernels(optimize(g, PIPELINE), 0)]
     assert ks and not any(k.uses_rng() for k in ks)
     src = render_c(ks)
     assert "eagerc_philox" not in src and "uint64_t p0" not in src
@@ -265,7 +266,7 @@ def test_cuda_driver_passes_uint64_params(monkeypatch):
     monkeypatch.setattr(eagerc.runtime.ops.OpDef, "kernel", lambda self, xp: self.cpu)
     from eagerc.compiler.backends.cuda_backend import CudaBackend
     g = trace(lambda x: F.dropout(x, p=0.5), (eagerc.ones(50, 51),))[0]
-    program = CudaBackend(singleton_min=0).compile(prepare(optimize(g)))
+    program = CudaBackend(singleton_min=0).compile(optimize(g, CudaBackend.pipeline))
     assert program.kernels[0].uses_rng() and "eagerc_philox_word" in program.cuda_source
     (rnode,) = [n for n in g.nodes if n.op == "uniform"]
     program({"arg0": np.ones((50, 51), np.float32)}, {rnode.out.name: {"seed": 2**64 - 5, "offset": 77}})

@@ -19,7 +19,7 @@ import eagerc
 import eagerc.nn as nn
 import eagerc.nn.functional as F
 from eagerc.compiler.backends import register_backend
-from eagerc.compiler.backends.c_backend import prepare, plan_kernels
+from eagerc.compiler.backends.fused import PIPELINE, plan_kernels
 from eagerc.compiler.backends.numpy_backend import NumpyBackend
 from eagerc.compiler.kernels.cuda_render import THREADS, CudaRenderer, launch_config, render_cuda
 from eagerc.compiler.kernels.ir import Kernel, Reduction
@@ -47,7 +47,7 @@ def _kernels_of(fn, arrays, singleton_min=0):
         return []
     if graph is None:
         return []
-    return [k for _, _, k in plan_kernels(prepare(optimize(graph)), singleton_min)]
+    return [k for _, _, k in plan_kernels(optimize(graph, PIPELINE), singleton_min)]
 
 
 def _renamed(kernels, prefix):
@@ -91,14 +91,11 @@ class _Capture:
     name = "capture_cuda"
     supports_dynamic = False
     kernels = []
+    pipeline = PIPELINE
 
     def compile(self, graph):
-        _Capture.kernels += [k for _, _, k in plan_kernels(prepare(graph))]
+        _Capture.kernels += [k for _, _, k in plan_kernels(graph)]
         return NumpyBackend().compile(graph)
-
-    @staticmethod
-    def plannable(node):
-        return False
 
 
 register_backend("capture_cuda", _Capture)
@@ -271,7 +268,7 @@ def test_backend_imports_without_cupy_and_says_so(monkeypatch):
     ts = [eagerc.tensor(np.ones((4, 4), np.float32))]
     graph, _, _ = trace(lambda a: (a.exp() + 1).sum(-1), tuple(ts))
     with pytest.raises(RuntimeError, match="needs cupy"):
-        backend.compile(optimize(graph))
+        backend.compile(optimize(graph, backend.pipeline))
     assert isinstance(backend, cb.CudaBackend)
 
 
@@ -297,7 +294,7 @@ def test_backend_driver_with_a_stand_in_cupy(monkeypatch):
     x = np.ones((4, 8), np.float32)
     ts = [eagerc.tensor(x), eagerc.tensor(np.ones((8, 3), np.float32))]
     graph, _, tracer = trace(lambda a, w: ((a.exp() + 1).sum(-1), (a * 2) @ w), tuple(ts))
-    program = CudaBackend(singleton_min=0).compile(optimize(graph))
+    program = CudaBackend(singleton_min=0).compile(optimize(graph, CudaBackend.pipeline))
     assert "OPS['matmul'].kernel(cp)" in program.source and ".cpu" not in program.source
     assert program.kernels and 'extern "C"' in program.cuda_source
     env = {f"arg{i}": t._array for i, t in enumerate(ts)}
@@ -335,7 +332,7 @@ def test_cuda_backend_matches_eager_on_cupy(dtype):
             continue
         if graph is None:
             continue
-        program = CudaBackend(singleton_min=0).compile(optimize(graph))
+        program = CudaBackend(singleton_min=0).compile(optimize(graph, CudaBackend.pipeline))
         if not program.kernels:
             continue
         env = {f"arg{i}": t._array for i, t in enumerate(ts)}

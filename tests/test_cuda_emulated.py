@@ -41,7 +41,7 @@ def _run_cuda(fn, arrays, max_grid=None):
     ts = [eagerc.tensor(a) for a in arrays]
     graph, result, tracer = trace(fn, tuple(ts))
     assert graph is not None, tracer.broken
-    program = CudaBackend(singleton_min=0).compile(optimize(graph))
+    program = CudaBackend(singleton_min=0).compile(optimize(graph, CudaBackend.pipeline))
     env = {f"arg{i}": t._array for i, t in enumerate(ts)}
     env.update({name: t._array for name, t in tracer.externals.items()})
     EmulatedRawModule.max_grid = max_grid
@@ -125,7 +125,7 @@ def test_emulated_reduction_over_everything_uses_many_blocks_and_relaunches():
     x = np.random.default_rng(3).standard_normal(40_000)
     ts = (eagerc.tensor(x),)
     graph, _, _ = trace(lambda a: ((a * 2).exp() - 1).sum(), ts)
-    program = CudaBackend(singleton_min=0).compile(optimize(graph))
+    program = CudaBackend(singleton_min=0).compile(optimize(graph, CudaBackend.pipeline))
     for scale in (1.0, -0.5):
         EmulatedRawModule.launches = []
         (got,), _ = program({"arg0": x * scale})

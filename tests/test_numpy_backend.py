@@ -366,9 +366,15 @@ def _buffered_graph():
     return _trace(f, _rand(6, 5), _rand(5, seed=1))
 
 
+def _planned(graph):
+    """The graph through the backend's own pipeline: memplan makes its buffers."""
+    from eagerc.compiler.passes import optimize
+    return optimize(graph, NumpyBackend.pipeline)
+
+
 def test_buffers_never_leak_between_calls():
     graph, _, env = _buffered_graph()
-    program = build_program(graph)
+    program = build_program(_planned(graph))
     assert program.buffers, program.source    # intermediates go to planned buffers
     ref1, _ = run_graph(graph, env)
     out1, _ = program(env)
@@ -398,7 +404,8 @@ def test_escaping_views_are_never_buffers():
 
 def test_concurrent_calls_use_separate_buffers():
     graph, _, env = _buffered_graph()
-    program = build_program(graph)
+    program = build_program(_planned(graph))
+    assert program.buffers
     envs = [{k: v + t for k, v in env.items()} for t in range(4)]
     refs = [run_graph(graph, e)[0] for e in envs]
     errors = []
@@ -686,3 +693,17 @@ def test_compiled_training_step_matches_eager():
         np.testing.assert_allclose(q.detach().numpy(), p.detach().numpy(), rtol=1e-5, atol=1e-7)
     if any(e.program is not None for e in sc.entries.values()):
         assert "updated in place" in sc.code()
+
+
+def test_line_nodes_map_each_generated_line_to_its_node():
+    """program.line_nodes: {line number: node names}, one line per node, each the line that
+    computes it (what an observer such as the profiler reads instead of counting lines)."""
+    graph, _, _ = _buffered_graph()
+    program = build_program(graph)
+    lines = program.source.splitlines()
+    assert sorted(n for ns in program.line_nodes.values() for n in ns) == sorted(n.out.name for n in graph.nodes)
+    names = {n.out.name: n for n in graph.nodes}
+    for number, (node,) in program.line_nodes.items():
+        code = lines[number - 1].strip()
+        assert code.startswith(f"{node} = "), code
+        assert ("np." in code) or (f"k_{names[node].op}(" in code), code

@@ -55,9 +55,10 @@ def _runner(prog, backend):
     except ValueError:
         raise CommandError(f"the {backend!r} backend does not exist yet in this eagerc; exported programs run "
                            "with --backend numpy") from None
+    from ..compiler.backends import pipeline
     from ..compiler.passes import optimize
     from ..runtime.pytree import unflatten
-    compiled = b.compile(optimize(prog.graph))   # as eagerc.compile does: fusion groups, memory plan
+    compiled = b.compile(optimize(prog.graph, pipeline(b)))   # as eagerc.compile does
     names = [s["name"] for s in prog.input_specs]
 
     def call(*arrays):

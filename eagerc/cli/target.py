@@ -42,8 +42,7 @@ class Target:
         if stage == "traced":
             return self.graph
         if stage == "optimized":
-            return passes.optimize(self.graph, passes=[p for p in passes.PIPELINE
-                                                       if p.__name__ not in ("fusion", "memplan")])
+            return passes.optimize(self.graph, passes=passes.CLEANUP + [passes.schedule])
         return passes.optimize(self.graph)
 
 

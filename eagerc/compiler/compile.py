@@ -356,8 +356,9 @@ class CompiledFunction:
         return result
 
     def _compile_entry(self, key, graph, tracer, owners):
+        from .backends import pipeline
         from .passes import optimize
-        opt = optimize(graph)
+        opt = optimize(graph, pipeline(self.backend))
         program = self.backend.compile(opt)
         entry = Entry(key, opt, program, tracer.externals, rng=tracer.rng_draws(), traced=graph)
         self._guard_entry(entry, tracer, owners)

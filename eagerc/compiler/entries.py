@@ -14,6 +14,7 @@ from .._tensor import Tensor
 from ..ops.inplace import _bump
 from ..runtime.pytree import unflatten
 from . import dynamic as dyn
+from .backends import pipeline
 
 __all__ = ["Entry", "Dynamic", "run", "inputs", "readers", "tensor_guards", "write_back", "reseed",
            "MAX_SPECIALISED"]
@@ -97,7 +98,7 @@ class Dynamic:
         self.generic_attrs = None
         if getattr(backend, "supports_dynamic", False):
             from .passes import optimize
-            g = optimize(graph)
+            g = optimize(graph, pipeline(backend))
             self.generic = backend.compile(g)
             self.generic_attrs = dyn.scan_symbolic(g, symbols)
 
@@ -108,7 +109,8 @@ class Dynamic:
         p = self.programs.get(b)
         if p is None:
             from .passes import optimize
-            p = self.backend.compile(optimize(dyn.specialize(self.graph, self.sym_attrs, env)))
+            g = optimize(dyn.specialize(self.graph, self.sym_attrs, env), pipeline(self.backend))
+            p = self.backend.compile(g)
             if len(self.programs) >= MAX_SPECIALISED:
                 del self.programs[next(iter(self.programs))]
             self.programs[b] = p
@@ -271,13 +273,13 @@ def reseed(entry, backend):
                              if n.out.name in seeds else n for n in g.nodes])
     entry.traced = patch(entry.traced)
     if entry.dynamic is None:
-        entry.graph = optimize(entry.traced)
+        entry.graph = optimize(entry.traced, pipeline(backend))
         entry.program = backend.compile(entry.graph)
     else:
         d = entry.dynamic
         d.graph = entry.graph = entry.traced
         d.programs.clear()
         if d.generic is not None:
-            g = optimize(d.graph)
+            g = optimize(d.graph, pipeline(backend))
             d.generic, d.generic_attrs = backend.compile(g), dyn.scan_symbolic(g, d.symbols)
     return sorted(set(seeds.values()))

@@ -201,23 +201,15 @@ def _trace(fn, args, kwargs, names, paths):
         if n.op in _program.NOT_IN_PROGRAMS:
             raise ExportError(f"eagerc.export: the function moves tensors between devices at {n.loc}; "
                               "export a program that stays on one device")
-    graph = _prune_externals(_passes.optimize(graph, passes=_program_passes()))
+    # the clean-up only: the runtime interprets the graph (no fusion groups or memory plan), and
+    # scheduling runs last, on the final graph only, since the order it picks may change with sizes
+    graph = _prune_externals(_passes.optimize(graph, passes=_passes.CLEANUP))
     for target, _ in graph.mutations:
         if target.endswith(".grad") or not any(k == "external" and v.name == target for k, v in graph.inputs):
             raise ExportError(f"eagerc.export: the function writes into {target!r} in place; exported "
                               "programs may only update module buffers")
     verify(graph)
     return graph, result, tracer
-
-
-# Passes that only annotate graph.meta for a backend (fusion groups, memory plans) are left
-# out: the runtime interprets the graph. Scheduling runs last, on the final graph only, since
-# the order it picks may change with sizes.
-_NOT_FOR_PROGRAMS = {"schedule", "fusion", "memplan"}
-
-
-def _program_passes():
-    return [p for p in _passes.PIPELINE if p.__name__ not in _NOT_FOR_PROGRAMS]
 
 
 def _finalize(graph, patches):

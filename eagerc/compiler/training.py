@@ -198,9 +198,10 @@ class JointEntry:
     """A compiled specialisation for calls that need autograd: forward + backward programs."""
 
     def __init__(self, forward, backward, backend, tracer, n_args):
+        from .backends import pipeline
         from .passes import optimize
-        self.forward = optimize(forward)
-        self.backward = optimize(backward)
+        self.forward = optimize(forward, pipeline(backend))
+        self.backward = optimize(backward, pipeline(backend))
         self.fwd_program = backend.compile(self.forward)
         self.bwd_program = backend.compile(self.backward)
         self.externals = dict(tracer.externals)

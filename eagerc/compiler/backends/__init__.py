@@ -15,6 +15,16 @@ def register_backend(name, cls):
 _LAZY = {"numpy": "numpy_backend", "c": "c_backend", "cuda": "cuda_backend"}  # modules that register themselves on import
 
 
+def pipeline(backend):
+    """The passes `optimize` runs, once, before `backend.compile`: the backend's own `pipeline`,
+    else passes.PIPELINE (the interpreter reads no annotations: any pipeline does)."""
+    p = getattr(backend, "pipeline", None)
+    if p is None:
+        from ..passes import PIPELINE
+        p = PIPELINE
+    return p
+
+
 def get_backend(name):
     if name not in _BACKENDS and name in _LAZY:
         import importlib

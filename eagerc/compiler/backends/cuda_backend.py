@@ -1,7 +1,7 @@
 """Backend "cuda": fused groups as CUDA kernels (cupy.RawModule), everything else on cupy.
 
-The same preparation, plan and Python driver as backend "c" (c_backend.prepare,
-plan_kernels and render); only what the driver is bound to changes:
+The same pass pipeline, kernel plan and Python driver as backend "c" (fused.py); only
+what the driver is bound to changes (its `Binding`):
 
 - kernels: all kernels of a graph are one CUDA source (kernels/cuda_render.py), one
   `cupy.RawModule` compiled with `--fmad=false` (no fused multiply-add: eager's
@@ -20,17 +20,14 @@ plan_kernels and render); only what the driver is bound to changes:
 Importing this module needs no cupy (it registers "cuda"); compiling a graph without cupy
 raises a RuntimeError that says so.
 """
-import re
-
 import numpy as np
 
 from . import register_backend
-from .c_backend import SINGLETON_MIN, plan_kernels, prepare, render
-from .numpy_backend import load_program
+from .driver import Binding
+from .fused import PIPELINE, SINGLETON_MIN, driver, plan_kernels
 from ..kernels.cuda_render import launch_config, render_cuda
 
 __all__ = ["CudaBackend", "import_cupy"]
-
 
 
 def import_cupy():
@@ -55,6 +52,7 @@ class CudaBackend:
 
     # no fused multiply-add: every operation rounds as numpy's ufuncs do (as backend "c")
     OPTIONS = ("--fmad=false",)
+    pipeline = PIPELINE   # the same decompositions and fusion as backend "c"
 
     def __init__(self, singleton_min=SINGLETON_MIN, options=()):
         self.singleton_min = singleton_min
@@ -62,36 +60,26 @@ class CudaBackend:
 
     def compile(self, graph):
         cp = import_cupy()
-        graph = prepare(graph)      # the same decompositions and fusion as backend "c"
         plan = plan_kernels(graph, self.singleton_min)
         kernels = [k for _, _, k in plan]
-        source, globs = render(graph, plan, inplace=False)
+        # unfused ops: their cupy kernels; arrays, constants and buffers on the GPU; kernel params
+        # (a fused random node's seed / offset) go to RawKernel as uint64 scalars
+        binding = Binding("cuda_backend", kernel="OPS[{op!r}].kernel(cp)", to_device=cp.asarray,
+                          globs={"cp": cp, "asarray": cp.asarray, "A_empty": cp.empty, "ptr": lambda a: a,
+                                 "A_u64": np.uint64})
+        drv = driver(graph, plan, binding, "CUDA", inplace=False)
         cuda_source = render_cuda(kernels) if kernels else ""
-        # the C driver calls the numpy kernels of unfused ops; here they are cupy's
-        source = re.sub(r"^(k_\w+ = OPS\[[^\]]+\])\.cpu$", r"\1.kernel(cp)", source, flags=re.M)
-        source = source.replace("# Constructed by c_backend", "# Constructed by cuda_backend", 1)
-        source = source.replace("fused C kernel", "fused CUDA kernel", 1)
-        # kernel params (a fused random node's seed / offset) go to RawKernel as uint64 scalars
-        globs.update(cp=cp, asarray=cp.asarray, A_empty=cp.empty, ptr=lambda a: a, A_u64=np.uint64,
-                     __name__="eagerc_compiled_cuda")
-        for g, v in list(globs.items()):
-            if g.startswith("A_") and isinstance(v, np.ndarray):
-                globs[g] = cp.asarray(v)
         module = None
         if kernels:
             module = cp.RawModule(code=cuda_source, options=self.options)
             for k in kernels:
-                globs["K_" + k.name] = _launcher(module.get_function(k.name), *launch_config(k))
-        program = load_program(source, globs, graph, "cuda-")
+                drv.globs["K_" + k.name] = _launcher(module.get_function(k.name), *launch_config(k))
+        program = drv.load("cuda-")
         program.cuda_source = cuda_source
         program.kernels = kernels
         program.buffers = []
         program._module = module
         return program
-
-    @staticmethod
-    def plannable(node):
-        return False
 
 
 register_backend("cuda", CudaBackend)

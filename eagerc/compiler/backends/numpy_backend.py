@@ -1,11 +1,9 @@
 """The numpy backend: the scheduled graph as one generated Python function over numpy.
 
-`NumpyBackend().compile(graph)` renders the graph as readable source, registers it with
-`linecache` under a fake file name (`<eagerc-compiled-3>`, like torch.fx), compiles it
-once and returns the generated function itself -- `program(env, overrides=None) ->
-(outputs, mutations)` -- with `.source`, `.graph`, `.filename` and `.buffers` attached.
-A traceback through a program shows the generated line, whose trailing comment names
-the user's source line and module path.
+`NumpyBackend().compile(graph)` decides how each node is computed and where its result
+goes, and hands the lines to the shared driver emitter (driver.py), which assembles,
+registers and compiles the program -- `program(env, overrides=None) -> (outputs,
+mutations)`, with `.source`, `.graph`, `.filename`, `.line_nodes` and `.buffers`.
 
 How a node is rendered
 ----------------------
@@ -19,14 +17,13 @@ How a node is rendered
       and reused by every call: only for values whose memory never escapes (neither
       returned, nor written back as a mutation, nor reachable from those through
       views), so no call ever hands out memory that the next call overwrites.
-  Buffers come from graph.meta["memory_plan"] ({value: buffer id}) when a pass made
-  one -- each planned assignment is checked against the backend's own alias-aware
-  liveness and dropped if unsafe -- and otherwise from a small greedy planner here
-  (reuse by liveness, same shape and dtype). Each call takes a buffer set from a pool
-  and puts it back at the end, so concurrent or re-entrant calls never share one.
+  Buffers come from graph.meta["memory_plan"] ({value: buffer id}), made by passes/memplan.py
+  in this backend's pipeline with its predicate (`plannable`); each planned assignment is
+  checked against the alias-aware liveness (memplan.alias_ends) and dropped if unsafe. A
+  graph without a plan gets no buffers. Each call takes a buffer set from a pool and puts
+  it back at the end, so concurrent or re-entrant calls never share one.
 - Any other node calls its op's kernel, bound once as a global (`k_linear =
-  OPS["linear"].cpu`), with tensor inputs positional and attributes as keyword
-  literals, exactly as eager mode's dispatch calls it.
+  OPS["linear"].cpu`), as eager mode's dispatch calls it (driver.Driver.call).
 - A mutation (an external updated in place: parameters, optimizer state, running
   stats) is computed straight into the target's array when the chain of direct nodes
   that makes the new value starts where the old value is read for the last time
@@ -35,35 +32,29 @@ How a node is rendered
   input is a view of a target or a target is read-only.
 - A value is `del`-ed after its last use.
 
-Per-call attributes come from `overrides` ({node name: {attr: value}}): a random op's
-seed and offset (compile.py passes fresh offsets every call) and, in a dynamic graph,
-the attributes holding size expressions ("s0*16"), so one program serves every size
-(`supports_dynamic`). Every other attribute is a literal in the source; overrides that
-would change one raise instead of being ignored.
+Per-call attributes (a random op's seed and offset; size expressions of a dynamic graph,
+so one program serves every size: `supports_dynamic`) come from `overrides` (driver.py).
 
 Values whose memory may be shared: ops declared `aliases` (views, and kernels that may hand
 back their input: contiguous, to_device, einsum) and any op this backend does not know.
 Their readers keep the base's memory alive.
 """
-import builtins
-import itertools
-import keyword
-import linecache
 import math
-import re
-import weakref
 
 import numpy as np
 
 from ...runtime.ops import OPS
-from ...runtime.executor import last_uses
-from ..passes.util import may_alias as _may_alias
+from ..passes import CLEANUP, fusion, memplan, schedule
+from ..passes.memplan import alias_ends, returned
+from ..passes.util import may_alias as _may_alias, nbytes, numel
 from . import register_backend
+from .driver import Binding, Driver, literal, np_type, where, wrap_comment
+from .scalars import GLOBALS as SCALAR_GLOBALS, scalar_expr, scalar_nodes
 
-__all__ = ["NumpyBackend", "render", "build_program", "per_call_attrs"]
+__all__ = ["NumpyBackend", "render", "build_program"]
 
-_COUNTER = itertools.count()
 _INF = math.inf
+NUMPY = Binding("numpy_backend")   # kernels: the ops' numpy kernels, OPS[op].cpu
 
 # Ops rendered as direct ufunc calls: every elementwise op whose kernel is exactly its declared
 # ufunc (the declaration gave no kernel of its own), and these, direct only under the conditions
@@ -96,33 +87,6 @@ def _direct_table():
 
 # ---------------------------------------------------------------- literals
 
-def _literal(x):
-    """Python source for a JSON-plain value, or None when it has no literal form."""
-    if x is None or isinstance(x, (bool, str)):
-        return repr(x)
-    if type(x) is int:
-        return repr(x)
-    if type(x) is float:
-        if math.isnan(x):
-            return "float('nan')"
-        if math.isinf(x):
-            return "float('inf')" if x > 0 else "-float('inf')"
-        return repr(x)
-    if type(x) in (list, tuple):
-        parts = [_literal(v) for v in x]
-        if any(p is None for p in parts):
-            return None
-        if type(x) is list:
-            return "[" + ", ".join(parts) + "]"
-        return "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
-    if type(x) is dict:
-        items = [(_literal(k), _literal(v)) for k, v in x.items()]
-        if any(k is None or v is None for k, v in items):
-            return None
-        return "{" + ", ".join(f"{k}: {v}" for k, v in items) + "}"
-    return None
-
-
 def _scalar_dtype(x):
     """What ufunc.resolve_dtypes takes for a constant input (Python scalars are 'weak')."""
     if isinstance(x, bool):
@@ -135,51 +99,6 @@ def _scalar_dtype(x):
 
 
 # ---------------------------------------------------------------- analysis
-
-def _static_alias_ends(graph):
-    """value name -> index of the last node that reads it or any value that may alias it;
-    inf when it (or such a value) is returned or written back; its definition if unread."""
-    end = {}
-    for i, n in enumerate(graph.nodes):
-        end[n.out.name] = i
-        for v in n.input_values():
-            end[v.name] = i
-    for v in graph.outputs:
-        end[v.name] = _INF
-    for _, v in graph.mutations:
-        end[v.name] = _INF
-    for n in reversed(graph.nodes):
-        if _may_alias(n):
-            e = end[n.out.name]
-            for v in n.input_values():
-                if e > end.get(v.name, -1):
-                    end[v.name] = e
-    return end
-
-
-def _returned(graph):
-    """Names of the outputs and of every value an output may be a view of."""
-    out = {v.name for v in graph.outputs}
-    for n in reversed(graph.nodes):
-        if n.out.name in out and _may_alias(n):
-            out.update(v.name for v in n.input_values())
-    return out
-
-
-def _static_shape(shape):
-    return all(type(s) is int for s in shape)
-
-
-def _nbytes(v):
-    return _size(v.shape, v.dtype)
-
-
-def _size(shape, dtype):
-    n = 1
-    for s in shape:
-        n *= s
-    return n * np.dtype(dtype).itemsize
-
 
 class _Storage:
     """Memory made by this program: 'fresh' (allocated during the call) or 'buffer'."""
@@ -259,120 +178,6 @@ def _direct(node, table):
     return uf
 
 
-def _symbols(graph):
-    """The size symbols of a dynamic graph ("s0", "s1", ...): identifiers in value shapes."""
-    syms = set()
-    for v in [v for _, v in graph.inputs] + [n.out for n in graph.nodes]:
-        for d in v.shape:
-            if isinstance(d, str):
-                syms.update(re.findall(r"[A-Za-z_][A-Za-z_0-9]*", d))
-    return syms
-
-
-def per_call_attrs(graph):
-    """node output name -> names of the attributes that change per call and come from
-    `overrides`: a random op's seed and offset, and in a dynamic graph the attributes that
-    hold size expressions ("s0*16")."""
-    table = {}
-    for n in graph.nodes:
-        op = OPS.get(n.op)
-        if op is not None and "random" in op.effects:
-            table[n.out.name] = [k for k in ("seed", "offset") if k in n.attrs]
-    syms = _symbols(graph)
-    if syms:
-        from ..dynamic import scan_symbolic
-        for name, attrs in scan_symbolic(graph, syms).table.items():
-            table.setdefault(name, [])
-            table[name] += [k for k in attrs if k not in table[name]]
-    return {k: v for k, v in table.items() if v}
-
-
-_SCALAR_OPS = {"add": "+", "sub": "-", "mul": "*", "div": "/", "pow": None, "neg": None, "sqrt": None}
-
-
-def _scalar_const(x):
-    return (type(x) is float) or (type(x) is int and abs(x) < 2 ** 53)
-
-
-def _scalar_nodes(graph, direct, per_call):
-    """0-d float64 arithmetic computed with Python floats instead of 0-d ufunc calls.
-
-    Optimizer bias corrections (1 - beta ** step, sqrt, lr / bias...) are chains of 0-d
-    nodes; a ufunc call on a 0-d array costs ~0.6 us, Python float arithmetic ~0.03 us.
-    A node is a scalar node when its value is 0-d and
-      "f":   float64 add/sub/mul/div/pow/neg/sqrt (a direct node) whose tensor inputs are
-             all "f" values (other inputs: Python int/float constants), or a cast to
-             float64 of a 0-d float array (`float(x)`, exact) or of an "f" value;
-      "f32": a cast to float32 of an "f" value (`np.float32(x)`, rounded like astype),
-             read only by direct ufunc nodes (a numpy scalar there acts like a 0-d array).
-    An "f" value is read only by scalar nodes; neither kind is returned or written back.
-    0-d float64 graph inputs (an optimizer's lr, betas... read at every call) read only by
-    scalar nodes are "f" values too: the program binds them with float().
-    Python float +, -, *, / are IEEE double like numpy's; division by zero, sqrt of a
-    negative number and pow overflow / complex results go to numpy (helpers fdiv, fsqrt,
-    fpow), so results and infs/nans agree. pow is C pow() as in Python (`beta ** step`,
-    the eager optimizers' arithmetic), where numpy's array loop may use a SIMD pow.
-    Returns ({node index: kind}, {names of the inputs that are "f" values})."""
-    f64, f32 = np.dtype(np.float64), np.dtype(np.float32)
-    kept = {v.name for v in graph.outputs} | {v.name for _, v in graph.mutations}
-    index = {}
-    cand = {v.name: ("f", None) for _, v in graph.inputs
-            if not v.shape and v.dtype == "float64" and v.name not in kept}
-    for i, n in enumerate(graph.nodes):
-        out = n.out
-        index[out.name] = i
-        if out.shape or out.name in per_call or out.name in kept:
-            continue
-        try:
-            odt = np.dtype(out.dtype)
-        except TypeError:
-            continue
-        if n.op == "cast":
-            if len(n.inputs) != 1 or set(n.attrs) != {"dtype"} or not hasattr(n.inputs[0], "name"):
-                continue
-            x = n.inputs[0]
-            if x.shape:
-                continue
-            if odt == f64:
-                if x.name in cand and cand[x.name][0] == "f":
-                    cand[out.name] = ("f", i)
-                elif np.dtype(x.dtype).kind == "f":
-                    cand[out.name] = ("f", i)
-            elif odt == f32 and x.name in cand and cand[x.name][0] == "f":
-                cand[out.name] = ("f32", i)
-            continue
-        if n.op not in _SCALAR_OPS or odt != f64 or i not in direct or n.attrs:
-            continue
-        vals = [x for x in n.inputs if hasattr(x, "name")]
-        if not vals or any(cand.get(x.name, ("",))[0] != "f" for x in vals):
-            continue
-        if any(not hasattr(x, "name") and not _scalar_const(x) for x in n.inputs):
-            continue
-        cand[out.name] = ("f", i)
-    readers = {}
-    for i, n in enumerate(graph.nodes):
-        for x in n.input_values():
-            readers.setdefault(x.name, []).append(i)
-    changed = True
-    while changed:
-        changed = False
-        nodes = {i for _, i in cand.values()}
-        for name, (kind, i) in list(cand.items()):
-            rs = readers.get(name, ())
-            if kind == "f":
-                ok = all(j in nodes for j in rs)
-            else:
-                ok = all(j in direct and j not in nodes for j in rs)
-            if ok and kind == "f" and i is not None:
-                n = graph.nodes[i]
-                ok = n.op == "cast" or all(x.name in cand for x in n.input_values())
-            if not ok:
-                del cand[name]
-                changed = True
-    return ({i: kind for kind, i in cand.values() if i is not None},
-            {name for name, (_, i) in cand.items() if i is None})
-
-
 class _Plan:
     """Per node: how it is rendered (direct ufunc or kernel call) and where its result goes.
 
@@ -388,23 +193,19 @@ class _Plan:
         self.kernel_planned = []  # planned values made by kernel calls (they keep fresh arrays)
         self.followed = 0
         self.has_plan = bool(graph.meta.get("memory_plan"))
-        ends = _static_alias_ends(graph)
+        ends = alias_ends(graph)
         plan = graph.meta.get("memory_plan") or None
         planned = {}          # plan buffer id -> _Buffer
         storage = {}          # value name -> the _Storage it directly owns or shares in place
-        active = []           # own planner: buffers whose contents may still be read
-        free = {}             # own planner: (shape, dtype) -> [_Buffer] free for reuse
         for i, n in enumerate(graph.nodes):
             uf = _direct(n, table) if n.out.name not in per_call else None
             if uf is not None:
                 self.direct[i] = uf
-        # node index -> "f" or "f32"; inputs bound as Python floats
-        self.scalar, self.scalar_inputs = _scalar_nodes(graph, self.direct, per_call)
-        for i in self.scalar:
-            self.direct.pop(i, None)
+        # node index -> "f" or "f32"; inputs bound as Python floats (scalars.py)
+        self.scalar, self.scalar_inputs = scalar_nodes(graph, self.direct, per_call)
+        self.scalar_ufunc = {i: self.direct.pop(i, None) for i in self.scalar}
         self.scalar_values = {graph.nodes[i].out.name for i, k in self.scalar.items() if k == "f"} | \
             self.scalar_inputs
-        handed_out = self._handed_out(graph, ends)
         forced = self._update_chains(graph, ends, storage)
         for i, n in enumerate(graph.nodes):
             if i in self.scalar:   # a Python (or numpy) scalar: no array memory at all
@@ -412,11 +213,6 @@ class _Plan:
             out = n.out
             uf = self.direct.get(i)
             escapes = ends[out.name] == _INF
-            if plan is None and active:
-                still = []
-                for b in active:
-                    (free.setdefault(b.key, []) if b.storage.end < i else still).append(b)
-                active = still
             if i in forced:
                 chosen = ("inplace", forced[i])
             else:
@@ -432,19 +228,6 @@ class _Plan:
                         self.followed += 1
                 else:
                     self.followed += 1   # in place: the plan's chain, or no new memory at all
-            if chosen is None and uf is not None and plan is None and not escapes \
-                    and _static_shape(out.shape) and out.shape and out.name not in handed_out:
-                key = (tuple(out.shape), out.dtype)
-                pool = free.get(key)
-                if pool:
-                    b = pool.pop()
-                else:
-                    b = _Buffer(key)
-                    b.nbytes = _nbytes(out)
-                    b.views[key] = None
-                    self.buffers.append(b)
-                active.append(b)
-                chosen = ("buffer", b, key)
             # the memory the output lives in
             if chosen is not None and chosen[0] == "inplace":
                 st = storage[chosen[1]]
@@ -468,23 +251,6 @@ class _Plan:
                 b.views[key] = f"buf{k}"
                 k += 1
 
-    def _handed_out(self, graph, ends):
-        """Values whose memory a chain of in-place direct nodes would hand to the user: they
-        are better fresh than in a buffer (the escaping end of the chain can then reuse them)."""
-        made_fresh = {n.out.name for n in graph.nodes if not _may_alias(n)}
-        out = set()
-        for j in range(len(graph.nodes) - 1, -1, -1):
-            if j not in self.direct:
-                continue
-            n = graph.nodes[j]
-            for x in n.inputs:
-                if hasattr(x, "name") and x.name in made_fresh and ends[x.name] == j \
-                        and tuple(x.shape) == tuple(n.out.shape) and x.dtype == n.out.dtype:
-                    if ends[n.out.name] == _INF or n.out.name in out:
-                        out.add(x.name)
-                    break
-        return out
-
     def _update_chains(self, graph, ends, storage):
         """Mutation outputs computed straight into their target's memory.
 
@@ -498,7 +264,7 @@ class _Plan:
         self.targets = []
         muts = {t: v.name for t, v in graph.mutations}
         inputs = {v.name: v for _, v in graph.inputs}
-        returned = _returned(graph)
+        escaping = returned(graph)
         reader = {}   # value name -> (node index, output) where it dies in place-ably
         for j, n in enumerate(graph.nodes):
             if j not in self.direct:
@@ -515,8 +281,8 @@ class _Plan:
         forced = {}
         for target, m in muts.items():
             v = inputs.get(target)
-            if v is None or target.endswith(".grad") or counts[target] > 1 or counts[m] > 1 or m in returned \
-                    or ends.get(target) == _INF or not _static_shape(v.shape):
+            if v is None or target.endswith(".grad") or counts[target] > 1 or counts[m] > 1 or m in escaping \
+                    or ends.get(target) == _INF or numel(v.shape) is None:
                 continue
             chain, x = [], target
             while x in reader and x != m:
@@ -553,7 +319,7 @@ class _Plan:
         out = n.out
         if escapes:
             return None, "returned or written back: a buffer is overwritten by the next call"
-        if not _static_shape(out.shape):
+        if numel(out.shape) is None:
             return None, "symbolic shape"
         b = planned.get(bid)
         if b is None:
@@ -562,102 +328,13 @@ class _Plan:
         elif b.storage is not None and b.storage.end > i:
             last = b.storage.members[-1]
             return None, f"buffer {bid!r} still holds {last} (or a view of it), read later"
-        b.nbytes = max(b.nbytes, _nbytes(out))
+        b.nbytes = max(b.nbytes, nbytes(out))
         key = (tuple(out.shape), out.dtype)
         b.views.setdefault(key, None)
         return ("buffer", b, key), None
 
 
 # ---------------------------------------------------------------- rendering
-
-_RESERVED = {"np", "env", "overrides", "bufs", "POOL", "OPS", "asarray", "alloc_buffers", "program",
-             "msqrt", "fsqrt", "fpow", "fdiv", "c_rhs",
-             "NO_OVERRIDES", "FIXED", "per_call", "check_fixed", "UPDATED", "OTHERS", "shared_or_readonly",
-             *dir(builtins)}
-
-
-class _Names:
-    """Graph value names -> Python identifiers (unique, no keywords, no generated globals)."""
-
-    def __init__(self):
-        self.map = {}
-        self.used = set(_RESERVED)
-
-    def __getitem__(self, name):
-        return self.map[name]
-
-    def add(self, name):
-        ident = re.sub(r"\W", "_", name)
-        if not ident or ident[0].isdigit():
-            ident = "v_" + ident
-        if keyword.iskeyword(ident) or ident in self.used or ident.startswith(("k_", "buf", "raw", "A_")):
-            base, k = "v_" + ident, 0
-            ident = base
-            while ident in self.used:
-                k += 1
-                ident = f"{base}_{k}"
-        self.map[name] = ident
-        self.used.add(ident)
-        return ident
-
-
-def _wrap_comment(head, items, width=100):
-    """`head` + comma-separated items as comment lines of at most `width` characters."""
-    indent = head[:len(head) - len(head.lstrip())] + "#" + " " * 5
-    lines, line = [], head
-    for k, item in enumerate(items):
-        piece = item + ("," if k < len(items) - 1 else "")
-        if len(line) + len(piece) > width and line.strip() not in ("#", head.strip()):
-            lines.append(line.rstrip())
-            line = indent
-        line += piece + " "
-    lines.append(line.rstrip())
-    return lines
-
-
-def _np_type(dtype):
-    name = np.dtype(dtype).name
-    return "np.bool_" if name == "bool" else f"np.{name}"
-
-
-def _tuple_src(names):
-    return "(" + ", ".join(names) + ("," if len(names) == 1 else "") + ")"
-
-
-def _unpack_src(names):
-    return names[0] + "," if len(names) == 1 else ", ".join(names)
-
-
-def _scalar_src(x, names):
-    if hasattr(x, "name"):
-        return names[x.name]
-    lit = repr(float(x)) if type(x) is float else repr(x)
-    return f"({lit})" if lit.startswith("-") or lit.startswith("float") else lit
-
-
-def _scalar_expr(n, kind, names, scalar_values):
-    """Python source of a scalar node (see _scalar_nodes)."""
-    if n.op == "cast":
-        x = n.inputs[0]
-        a = names[x.name]
-        if kind == "f32":
-            return f"np.float32({a})"
-        return a if x.name in scalar_values else f"float({a})"
-    args = [_scalar_src(x, names) for x in n.inputs]
-    if n.op == "neg":
-        return f"-{args[0]}"
-    if n.op == "sqrt":
-        return f"(msqrt({args[0]}) if {args[0]} >= 0.0 else fsqrt({args[0]}))"
-    if n.op == "pow":
-        return f"fpow({args[0]}, {args[1]})"
-    a, b = args
-    if n.op == "div":
-        y = n.inputs[1]
-        if not hasattr(y, "name") and y != 0:
-            return f"{a} / {b}"
-        return f"({a} / {b} if {b} else fdiv({a}, {b}))"
-    return f"{a} {_SCALAR_OPS[n.op]} {b}"
-
 
 def _small_inner_linear(n):
     """A linear node the kernel computes as x @ weight.T (2-d x of more than `few_rows` rows, an
@@ -685,91 +362,40 @@ def _c_rhs(w):
 
 _ndarray = np.ndarray
 
-
-def _fpow(a, b):
-    try:
-        r = a ** b
-    except (ArithmeticError, ValueError):  # 0.0 ** -1, overflow: numpy's inf and warning
-        return float(np.power(np.float64(a), b))
-    return r if r.__class__ is float else float(np.power(np.float64(a), b))  # complex: nan
-
-
-def _fsqrt(a):
-    return float(np.sqrt(np.float64(a)))
-
-
-def _fdiv(a, b):
-    return float(np.divide(np.float64(a), b))
-
-
-def _where(node):
-    parts = [x for x in (node.loc, f"({node.module})" if node.module else None) if x]
-    return " ".join(parts)
-
-
-def driver_names(graph):
-    """What a generated driver (numpy and c backends) names things with: `names` (a Python
-    variable per graph value), `consts` (global name -> object without a literal form),
-    `const(x)` (the source text of a constant: a literal, or a new A_<i> global) and
-    `arg(x)` (the source text of a node input: its variable or its constant)."""
-    names = _Names()
-    consts = {}
-    for _, v in graph.inputs:
-        names.add(v.name)
-    for n in graph.nodes:
-        names.add(n.out.name)
-
-    def const(x):
-        lit = _literal(x)
-        if lit is not None:
-            return lit
-        g = f"A_{len(consts)}"
-        consts[g] = x
-        return g
-
-    def arg(x):
-        return names[x.name] if hasattr(x, "name") else const(x)
-    return names, consts, const, arg
-
-
 def render(graph):
-    """(source, globals) of the program for `graph`; deterministic for the same graph."""
-    per_call = per_call_attrs(graph)
-    plan = _Plan(graph, per_call)
-    names, consts, const, arg = driver_names(graph)
-    kernels = {}           # op -> global name
+    """(source, globals, plan) of the program for `graph`; deterministic for the same graph."""
+    drv, plan = _driver(graph)
+    source, globs, _ = drv.render()
+    return source, globs, plan
 
-    free = last_uses(graph)
-    kept = {v.name for v in graph.outputs} | {v.name for _, v in graph.mutations}
-    read = {v.name for n in graph.nodes for v in n.input_values()}
 
-    body = []   # (code, comment)
-    uses_c_rhs = False
+def _driver(graph):
+    """The program's Driver, every node's line added, and the _Plan it follows."""
+    drv = Driver(graph, NUMPY)
+    plan = _Plan(graph, drv.per_call)
+    names = drv.names
     for i, n in enumerate(graph.nodes):
-        out = names[n.out.name]
-        uf = plan.direct.get(i)
-        target = plan.target.get(i)
-        where = f"{n.out.name}: {n.out.type_str()}"
         if n.op not in OPS:
             raise ValueError(f"numpy backend: node {n.out.name} applies unknown op {n.op!r}")
+        uf, target = plan.direct.get(i), plan.target.get(i)
         if i in plan.scalar:
-            expr = _scalar_expr(n, plan.scalar[i], names, plan.scalar_values)
+            expr = scalar_expr(n, plan.scalar[i], plan.scalar_ufunc[i], names, plan.scalar_values)
+            drv.globs.update(SCALAR_GLOBALS)
         elif uf is not None:
             outarg = ""
             if target is not None and target[0] == "inplace":
                 outarg = names[target[1]]
             elif target is not None:
-                b, key = target[1], (tuple(n.out.shape), n.out.dtype)
-                outarg = b.views[key]
-            args = [arg(x) for x in n.inputs]
+                outarg = target[1].views[(tuple(n.out.shape), n.out.dtype)]
+            args = [drv.arg(x) for x in n.inputs]
             o = f", out={outarg}" if outarg else ""
             if uf == "clamp":
                 lo, hi = n.attrs.get("min"), n.attrs.get("max")
                 expr = args[0]
                 if lo is not None:
-                    expr = f"np.maximum({expr}, {const(lo)}{o})"
+                    expr = f"np.maximum({expr}, {drv.const(lo)}{o})"
                 if hi is not None:
-                    expr = f"np.minimum({expr}, {const(hi)}{o})"
+                    expr = f"np.minimum({expr}, {drv.const(hi)}{o})"
             elif n.op == "relu":
                 expr = f"np.maximum({args[0]}, 0{o})"
             else:
@@ -777,212 +403,63 @@ def render(graph):
             if not outarg and not n.out.shape:
                 expr = f"asarray({expr})"   # ufuncs return numpy scalars for 0-d results
         else:
-            k = kernels.get(n.op)
-            if k is None:
-                k = kernels[n.op] = "k_" + re.sub(r"\W", "_", n.op)
-            args = [arg(x) for x in n.inputs]
+            args = None
             if n.op == "linear" and _small_inner_linear(n):
+                args = [drv.arg(x) for x in n.inputs]
                 args[1] = f"c_rhs({args[1]})"
-                uses_c_rhs = True
-            varying = per_call.get(n.out.name, ())
-            for key, val in n.attrs.items():
-                if key in varying:
-                    continue
-                if key.isidentifier() and not keyword.iskeyword(key):
-                    args.append(f"{key}={const(val)}")
-                else:
-                    args.append(f"**{{{key!r}: {const(val)}}}")
-            if varying:
-                recorded = ", ".join(f"{key}={const(n.attrs[key])}" for key in varying)
-                args.append(f"**per_call(overrides, {n.out.name!r}, {recorded})")
-            expr = f"{k}({', '.join(args)})"
-            if not n.out.shape:
-                expr = f"asarray({expr})"   # kernels may return numpy scalars for 0-d results
-        comment = " ".join(x for x in (_where(n), "[in place]" if target and target[0] == "inplace" else "")
-                           if x)
-        body.append((f"{out} = {expr}", comment or where))
-        dead = [names[x] for x in free.get(i, ())]
-        if n.out.name not in read and n.out.name not in kept:
-            dead.append(out)
-        if dead:
-            body.append((f"del {', '.join(dead)}", ""))
-
-    # ---- assemble
-    lines = ["# Constructed by numpy_backend",
-             f"# {len(graph.nodes)} nodes; {len(plan.buffers)} planned buffer"
-             f"{'s' if len(plan.buffers) != 1 else ''}"]
+                drv.globs["c_rhs"] = _c_rhs
+            expr = drv.call(n, args)
+        comment = where(n) + (" [in place]" if target and target[0] == "inplace" else "")
+        drv.step(f"{names[n.out.name]} = {expr}", comment, [n.out.name],
+                 [v.name for v in n.input_values()], [n.out.name])
+    nb = len(plan.buffers)
+    drv.notes.append(f"# {len(graph.nodes)} nodes; {nb} planned buffer{'s' if nb != 1 else ''}")
     if plan.has_plan:
-        lines.append(f"# memory plan: {plan.followed} planned value{'s' if plan.followed != 1 else ''} "
-                     "written with out=")
+        drv.notes.append(f"# memory plan: {plan.followed} planned value{'s' if plan.followed != 1 else ''} "
+                         "written with out=")
         if plan.kernel_planned:
-            lines += _wrap_comment("#   kernel calls keep fresh arrays: ", plan.kernel_planned)
-        for v, why in plan.dropped:
-            lines.append(f"#   not followed for {v}: {why}")
-    if kernels:
-        lines.append("")
-        for op, k in kernels.items():
-            lines.append(f"{k} = OPS[{op!r}].cpu")
-    views = [(b, key, name) for b in plan.buffers for key, name in b.views.items()]
-    if plan.buffers:
-        lines += ["", "", "def alloc_buffers():",
-                  "    # planned buffers: allocated once per buffer set, reused by every call"]
-        for j, b in enumerate(plan.buffers):
-            lines.append(f"    raw{j} = np.empty({b.nbytes}, np.uint8)")
-        rawname = {id(b): f"raw{j}" for j, b in enumerate(plan.buffers)}
-        for b, (shape, dtype), name in views:
-            nb = _size(shape, dtype)
-            lines.append(f"    {name} = {rawname[id(b)]}[:{nb}].view({_np_type(dtype)})"
-                         f".reshape({_literal(tuple(shape))})")
-        lines.append(f"    return {_tuple_src([name for _, _, name in views])}")
-    lines += ["", "", "def program(env, overrides=None):"]
-    width = max([len(c) for c, _ in body] + [0])
-    pad = min(max(width, 40), 88)
-    inputs = []
-    for kind, v in graph.inputs:
-        what = "external" if kind == "external" else "argument"
-        if v.name in plan.scalar_inputs:  # read by Python float arithmetic only
-            inputs.append((f"{names[v.name]} = float(env[{v.name!r}])", f"{v.type_str()} {what}, as a float"))
-        else:
-            inputs.append((f"{names[v.name]} = env[{v.name!r}]", f"{v.type_str()} {what}"))
-    ipad = min(max([len(c) for c, _ in inputs] + [0]), 88)
-    lines.append("    # inputs")
-    for c, cm in inputs:
-        lines.append(f"    {c:<{ipad}}  # {cm}")
-    if per_call:
-        lines += ["    if overrides is None:  # per-call attributes: the values recorded in the graph",
-                  "        overrides = NO_OVERRIDES",
-                  "    elif not FIXED.isdisjoint(overrides):",
-                  "        check_fixed(overrides)"]
-    else:
-        lines += ["    if overrides and not FIXED.isdisjoint(overrides):",
-                  "        check_fixed(overrides)"]
-    if plan.targets:
-        lines += _wrap_comment("    # updated in place (the write-back after the run then has nothing to copy): ",
-                               plan.targets)
-        lines.append("    if shared_or_readonly(env, UPDATED, OTHERS):  # another input views one of them: "
-                     "update copies instead")
-        for t in plan.targets:
-            lines.append(f"        {names[t]} = {names[t]}.copy()")
-    if plan.buffers:
-        lines += ["    try:  # a buffer set no other call is using",
-                  "        bufs = POOL.pop()",
-                  "    except IndexError:",
-                  "        bufs = alloc_buffers()"]
-        lines.append(f"    {_unpack_src([name for _, _, name in views])} = bufs")
-    lines.append("    # program")
-    for c, cm in body:
-        lines.append(f"    {c:<{pad}}  # {cm}" if cm else f"    {c}")
-    if plan.buffers:
-        lines.append("    POOL.append(bufs)")
-    outs = ", ".join(names[v.name] for v in graph.outputs)
-    muts = ", ".join(f"({t!r}, {names[v.name]})" for t, v in graph.mutations)
-    lines.append(f"    return [{outs}], [{muts}]")
-    source = "\n".join(lines) + "\n"
-
-    globs = {"np": np, "OPS": OPS, "asarray": np.asarray, "POOL": [], "__name__": "eagerc_compiled"}
-    if uses_c_rhs:
-        globs["c_rhs"] = _c_rhs
-    if plan.scalar:
-        globs.update(msqrt=math.sqrt, fsqrt=_fsqrt, fpow=_fpow, fdiv=_fdiv)
-    globs.update(consts)
-    fixed = {n.out.name: n for n in graph.nodes if n.out.name not in per_call}
-    globs["FIXED"] = frozenset(fixed)
-    globs["UPDATED"] = tuple(plan.targets)
-    globs["OTHERS"] = tuple(v.name for _, v in graph.inputs if v.name not in set(plan.targets))
-    globs["shared_or_readonly"] = _shared_or_readonly
-    globs["NO_OVERRIDES"] = {}
-    globs["per_call"] = _per_call
-    globs["check_fixed"] = lambda overrides: _check_fixed(fixed, overrides)
-    return source, globs, plan
-
-
-def _root(a):
-    while isinstance(a, np.ndarray) and a.base is not None:
-        a = a.base
-    return a
-
-
-def _shared_or_readonly(env, targets, others=None):
-    """May the program write into these inputs' arrays? Not if one is read-only, or shares its
-    base array with another input (a view of it: it must keep showing the old values).
-    `others`: the names of the other inputs (default: every other key of env)."""
-    roots = set()
-    for t in targets:
-        a = env[t]
-        if not a.flags.writeable:
-            return True
-        r = id(a) if a.base is None else id(_root(a))
-        if r in roots:
-            return True
-        roots.add(r)
-    if others is None:
-        others = [name for name in env if name not in set(targets)]
-    for name in others:
-        a = env.get(name)
-        if a is not None and id(a if a.base is None else _root(a)) in roots:
-            return True
-    return False
-
-
-def _per_call(overrides, name, **recorded):
-    """A node's per-call attributes: those recorded in the graph, updated from `overrides`."""
-    o = overrides.get(name)
-    if o:
-        recorded.update(o)
-    return recorded
-
-
-def _check_fixed(fixed, overrides):
-    """Overrides for nodes whose attributes were rendered as literals: fine only when they
-    repeat the recorded values (the program could not honour a change: never silent)."""
-    for name, attrs in overrides.items():
-        n = fixed.get(name)
-        if n is None:
-            continue
-        for k, v in attrs.items():
-            if k not in n.attrs or n.attrs[k] != v:
-                raise ValueError(f"numpy backend: overrides set {name}.{k} = {v!r}, but this program "
-                                 f"renders node {name} ({n.op}) with its attributes fixed "
-                                 f"({n.attrs.get(k, '<absent>')!r}); only random ops' seed/offset "
-                                 "and size expressions of dynamic graphs change per call")
-
-
-def load_program(source, globs, graph, tag=""):
-    """Compile generated driver source under a fake file name registered with linecache
-    (tracebacks show the generated lines; the entry goes with the program) and return its
-    `program` function with .source, .graph and .filename attached."""
-    filename = f"<eagerc-compiled-{tag}{next(_COUNTER)}>"
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    exec(compile(source, filename, "exec"), globs)
-    program = globs["program"]
-    program.source = source
-    program.graph = graph
-    program.filename = filename
-    weakref.finalize(program, linecache.cache.pop, filename, None)
-    return program
+            drv.notes += wrap_comment("#   kernel calls keep fresh arrays: ", plan.kernel_planned)
+        drv.notes += [f"#   not followed for {v}: {why}" for v, why in plan.dropped]
+    for j, b in enumerate(plan.buffers):
+        drv.buffers.append((None, f"raw{j} = np.empty({b.nbytes}, np.uint8)"))
+    for j, b in enumerate(plan.buffers):
+        for (shape, dtype), name in b.views.items():
+            size = math.prod(shape) * np.dtype(dtype).itemsize
+            view = f"raw{j}[:{size}].view({np_type(dtype)}).reshape({literal(tuple(shape))})"
+            drv.buffers.append((name, f"{name} = {view}"))
+    drv.buffer_note = "planned buffers: allocated once per buffer set, reused by every call"
+    drv.updated = list(plan.targets)
+    drv.float_inputs = plan.scalar_inputs
+    return drv, plan
 
 
 def build_program(graph):
-    source, globs, plan = render(graph)
-    program = load_program(source, globs, graph)
+    drv, plan = _driver(graph)
+    program = drv.load()
     program.buffers = [(name, tuple(shape), dtype) for b in plan.buffers
                        for (shape, dtype), name in b.views.items()]
-    program.pool = globs["POOL"]
+    program.pool = program.__globals__["POOL"]
     return program
+
+
+def plannable(node):
+    """Can this node write into a given buffer (a direct ufunc call with out=)? Kernel calls
+    always make fresh arrays."""
+    return _direct(node, _direct_table()) is not None
+
+
+def plan_memory(graph):
+    """passes.memplan, fed by what this backend can write into a given buffer."""
+    return memplan(graph, plannable=plannable)
 
 
 class NumpyBackend:
     name = "numpy"
     supports_dynamic = True   # one program for every binding of a dynamic graph's size symbols
+    pipeline = CLEANUP + [schedule, fusion, plan_memory]
 
     def compile(self, graph):
         return build_program(graph)
-
-    @staticmethod
-    def plannable(node):
-        """Can this node write into a given buffer (a direct ufunc call with out=)? For
-        passes.memplan(graph, plannable=...): kernel calls always make fresh arrays."""
-        return _direct(node, _direct_table()) is not None
 
 
 register_backend("numpy", NumpyBackend)

@@ -1,6 +1,7 @@
 """Graph -> Graph passes and the pipeline that runs them.
 
-Each pass is a plain function in its own module, listed here in pipeline order:
+Each pass is a plain function in its own module, listed here in pipeline order (CLEANUP
+is the first five, PIPELINE all but decompose; backends name theirs as `pipeline`):
 
     dce        dead-code elimination (outputs and mutations are the roots)
     decompose  fused composites -> primitives (off by default; decompose=True)
@@ -29,10 +30,16 @@ from .memplan import check_memory_plan, memplan, peak_bytes
 from .schedule import schedule
 from .simplify import simplify
 
-__all__ = ["optimize", "PIPELINE", "dce", "cse", "simplify", "fold", "decompose", "schedule", "fusion",
+__all__ = ["optimize", "CLEANUP", "PIPELINE", "dce", "cse", "simplify", "fold", "decompose", "schedule", "fusion",
            "memplan", "peak_bytes", "check_memory_plan"]
 
-PIPELINE = [dce, cse, simplify, fold, dce, schedule, fusion, memplan]
+# the clean-up every pipeline starts with; exported programs stop here (the runtime interprets
+# the graph; export schedules the final graph itself)
+CLEANUP = [dce, cse, simplify, fold, dce]
+# the full pipeline: scheduling, fusion groups and a memory plan in graph.meta. Each backend
+# names its own (`backend.pipeline`: numpy's plans only what it writes with out=, c and cuda
+# decompose and fuse for their kernels), run once by `optimize` before `backend.compile`
+PIPELINE = CLEANUP + [schedule, fusion, memplan]
 _decompose = decompose
 
 

@@ -30,11 +30,12 @@ Result, all JSON-plain:
 `peak_bytes(graph)` / `peak_bytes(graph, plan=True)` measure the peak without / with it;
 `check_memory_plan(graph)` proves that no two values alive at once share a buffer.
 """
+import math
 from bisect import bisect_left
 
 from .util import is_elementwise, last_reads, may_alias, numel, peak_bytes
 
-__all__ = ["memplan", "peak_bytes", "check_memory_plan", "planned_bytes", "SEARCH"]
+__all__ = ["memplan", "peak_bytes", "check_memory_plan", "planned_bytes", "alias_ends", "returned", "SEARCH"]
 
 SEARCH = 64   # buffers tried per value (smallest first) before a new one: keeps the pass linear
 
@@ -143,3 +144,32 @@ def planned_bytes(graph):
     from ...runtime import dtypes
     return sum(b["numel"] * dtypes.as_dtype(b["dtype"]).itemsize for b in graph.meta.get("buffers", []))
 
+
+def alias_ends(graph):
+    """value name -> index of the last node that reads it or any value that may alias it;
+    inf when it (or such a value) is returned or written back; its definition if unread."""
+    end = {}
+    for i, n in enumerate(graph.nodes):
+        end[n.out.name] = i
+        for v in n.input_values():
+            end[v.name] = i
+    for v in graph.outputs:
+        end[v.name] = math.inf
+    for _, v in graph.mutations:
+        end[v.name] = math.inf
+    for n in reversed(graph.nodes):
+        if may_alias(n):
+            e = end[n.out.name]
+            for v in n.input_values():
+                if e > end.get(v.name, -1):
+                    end[v.name] = e
+    return end
+
+
+def returned(graph):
+    """Names of the outputs and of every value an output may be a view of."""
+    out = {v.name for v in graph.outputs}
+    for n in reversed(graph.nodes):
+        if n.out.name in out and may_alias(n):
+            out.update(v.name for v in n.input_values())
+    return out

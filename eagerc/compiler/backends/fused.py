@@ -1,0 +1,246 @@
+"""Fused kernels for backends c and cuda: the pass pipeline, the kernel plan and the driver.
+
+Both backends compute fusion groups with generated kernels and everything else with the
+ops' kernels; they differ only in the kernels' language and device (`Binding`):
+
+1. `PIPELINE`: the usual clean-up, then the row composites (softmax, layer_norm,
+   cross-entropy, gelu and their backward ops) decomposed into primitives and fused again
+   with only what kernels compute (`fusible`), so each becomes one row kernel with its
+   neighbours.
+2. `plan_kernels`: each fusion group -- and each lone elementwise or reduction node over at
+   least `singleton_min` elements -- is lowered to a Kernel (compiler/kernels/lower.py); a
+   group that does not lower as a whole gives its longest lowerable prefix, and the rest is
+   tried again.
+3. `driver`: the Python driver (driver.py) calling kernel K_<name> with data pointers per
+   group, the op's kernel for other nodes. Kernel outputs go into the arrays of the mutation
+   targets they update (optimizer steps, in place), into buffers reused by every call
+   (values that stay inside the program), or into fresh arrays (values the user receives).
+"""
+import math
+
+from ...runtime.ops import OPS
+from ..kernels.ir import DTYPES, contiguous_strides
+from ..kernels.lower import DECOMPOSED, LOWERABLE, RANDOM, REDUCIBLE, Unsupported, index_space, lower_group
+from ..passes import CLEANUP, cse, dce, fusion, schedule, simplify
+from ..passes.decompose import decompose, decomposable
+from ..passes.memplan import alias_ends, returned
+from ..passes.util import numel
+from .driver import Driver, literal, np_type, where
+
+__all__ = ["PIPELINE", "SINGLETON_MIN", "fusible", "plan_kernels", "uses_float16", "driver"]
+
+SINGLETON_MIN = 1 << 16     # a lone op is worth a kernel (threads) only when this large
+# composite ops whose lowering is their decomposition into a row kernel (softmax, layer_norm,
+# cross-entropy and their derivatives, kernels/lower.py): decomposed before fusion, so each
+# becomes one fused kernel together with the elementwise work around it; linear, embedding,
+# batch_norm and conv stay as they are (their `why_not["lowering"]` says why)
+ROW_COMPOSITES = tuple(n for n, op in OPS.items() if op.lowering is DECOMPOSED)
+
+
+def fusible(node):
+    """Can a kernel compute this node? (the lowering may still refuse a dtype or shape)"""
+    return (node.op in LOWERABLE or node.op in REDUCIBLE or node.op in RANDOM) and node.out.dtype in DTYPES
+
+
+def decompose_rows(graph):
+    """The row composites decomposed into primitives (each lowers to one row kernel)."""
+    return decompose(graph, ops=[op for op in ROW_COMPOSITES if op in decomposable()])
+
+
+def fuse_kernels(graph):
+    """Fusion groups restricted to what kernels compute."""
+    return fusion(graph, fusible=fusible)
+
+
+PIPELINE = CLEANUP + [decompose_rows, dce, cse, simplify, schedule, fuse_kernels]
+
+
+def uses_float16(k):
+    return any(b.dtype == "float16" for b in k.inputs + k.outputs) or any(i.dtype == "float16" for i in k.instrs)
+
+
+def plan_kernels(graph, singleton_min=SINGLETON_MIN, float16=True):
+    """[(first node index, member names, Kernel)] for the groups that lower, in graph order.
+    float16=False: groups computing float16 values are left to numpy."""
+    index = {n.out.name: i for i, n in enumerate(graph.nodes)}
+    readers = {}
+    for n in graph.nodes:
+        for v in n.input_values():
+            readers.setdefault(v.name, set()).add(n.out.name)
+    escaping = {v.name for v in graph.outputs} | {v.name for _, v in graph.mutations}
+    groups = [list(g) for g in graph.meta.get("fusion_groups", ())]
+    grouped = {m for g in groups for m in g}
+    for n in graph.nodes:
+        if n.out.name in grouped or not (n.op in LOWERABLE or n.op in REDUCIBLE):
+            continue
+        size = numel(index_space([n])) if all(hasattr(x, "shape") for x in n.input_values()) else None
+        if size is not None and size >= singleton_min:
+            groups.append([n.out.name])
+    groups.sort(key=lambda g: index[g[0]])
+    plan = []
+
+    def needed(ms):
+        return {m for m in ms if m in escaping or readers.get(m, set()) - ms}
+
+    for g in groups:
+        idx = [index.get(m) for m in g]
+        if None in idx or idx != list(range(idx[0], idx[0] + len(idx))):
+            continue      # not contiguous in this order: leave it to the kernels
+        nodes = [graph.nodes[i] for i in idx]
+        while nodes:
+            # the longest prefix that lowers becomes a kernel; the rest is tried again
+            for cut in range(len(nodes), 0, -1):
+                part = nodes[:cut]
+                members = {n.out.name for n in part}
+                try:
+                    k = lower_group(part, needed(members), f"k{len(plan)}")
+                except Unsupported:
+                    continue
+                if not float16 and uses_float16(k):
+                    continue
+                size = numel(k.shape)
+                if cut > 1 or (size is not None and size >= singleton_min):
+                    plan.append((index[part[0].out.name], [n.out.name for n in part], k))
+                break
+            else:
+                cut = 1
+            nodes = nodes[cut:]
+    return plan
+
+
+def _inplace_targets(graph, plan, ends):
+    """{kernel name: {output slot: input slot}}: mutation outputs a kernel writes straight into
+    the array of the input they update (an optimizer step: p, m, v read and written at the
+    same index). Only for elementwise kernels reading the target over the whole index space,
+    when nothing reads the target (or a view of it) after the kernel, and the value is
+    neither returned nor written to a second target."""
+    counts = {}
+    for t, v in graph.mutations:
+        counts[t] = counts.get(t, 0) + 1
+        counts[v.name] = counts.get(v.name, 0) + 1
+    inputs = {v.name for _, v in graph.inputs}
+    target_of = {v.name: t for t, v in graph.mutations}
+    escaping = returned(graph)
+    out = {}
+    for start, members, k in plan:
+        if k.row_dims or k.reduction is not None:
+            continue
+        last = start + len(members) - 1
+        slots = {b.name: s for s, b in enumerate(k.inputs)}
+        for o, b in enumerate(k.outputs):
+            t = target_of.get(b.name)
+            s = slots.get(t)
+            if t is None or s is None or t not in inputs or counts[t] > 1 or counts[b.name] > 1 \
+                    or b.name in escaping or ends.get(t, math.inf) > last:
+                continue
+            src = k.inputs[s]
+            if src.dtype != b.dtype or tuple(src.shape) != tuple(k.shape) or tuple(b.shape) != tuple(k.shape) \
+                    or src.strides != contiguous_strides(k.shape) or s in out.get(k.name, {}).values():
+                continue
+            out.setdefault(k.name, {})[o] = s
+    return out
+
+
+def _param_args(k, node_of, drv, code, temps):
+    """Driver arguments for kernel `k`'s scalar params (ir.Param: a fused random node's seed
+    and offset), taken per call from `overrides` exactly as an unfused random node takes
+    them (`per_call`), so a compiled program draws the numbers eager mode would. Appends the
+    lookups to `code` (their variables to `temps`); returns the argument expressions, each
+    `A_u64(...)` (int for ctypes' c_uint64, numpy.uint64 for cupy)."""
+    args, looked_up = [], {}
+    for p in k.params:
+        var = looked_up.get(p.node)
+        if var is None:
+            n = node_of[p.node]
+            attrs = [q.attr for q in k.params if q.node == p.node]
+            recorded = ", ".join(f"{a}={drv.const(n.attrs[a])}" for a in attrs)
+            var = looked_up[p.node] = drv.names.add(f"_r{len(looked_up)}")
+            temps.append(var)
+            code.append(f"{var} = per_call(overrides, {p.node!r}, {recorded})")
+        args.append(f"A_u64({var}[{p.attr!r}])")
+    return args
+
+
+def driver(graph, plan, binding, language, inplace=True):
+    """The Driver of the program that runs `plan` ([(first node index, member names, Kernel)])
+    over `graph`; the backend binds each kernel as global K_<name>, then loads it.
+
+    Kernel outputs go (1) for a mutation whose target the kernel reads elementwise: into the
+    target's own array (`inplace`; the write-back then has nothing to copy), (2) for values
+    used only inside the program: into buffers allocated once per buffer set and reused by
+    every call (by liveness: a buffer is taken again after the last read of its value or a
+    view of it), (3) otherwise into fresh arrays (the user receives them)."""
+    drv = Driver(graph, binding)
+    names = drv.names
+    starts = {start: (members, k) for start, members, k in plan}
+    node_of = {n.out.name: n for n in graph.nodes}
+    fused = {m for _, members, _ in plan for m in members}
+    ends = alias_ends(graph)
+    targets = _inplace_targets(graph, plan, ends) if inplace else {}
+    for k in (k for _, _, k in plan):
+        k.inplace = targets.get(k.name, {})
+    drv.updated = [t for _, _, k in plan for o, b in enumerate(k.outputs) if o in k.inplace
+                   for t, v in graph.mutations if v.name == b.name]
+    unit_of = {}             # node index -> unit index
+    count = 0
+    for i, n in enumerate(graph.nodes):
+        if n.out.name in fused and i not in starts:
+            unit_of[i] = unit_of[i - 1]
+        else:
+            unit_of[i] = count
+            count += 1
+    buffers = []             # [(name, shape, dtype)] allocated once per buffer set
+    busy = []                # [(buffer index, last unit reading it)]
+    free = {}                # (shape, dtype) -> [buffer index]
+    contiguous = set()       # values made by kernels: contiguous, recorded dtype
+    for i, n in enumerate(graph.nodes):
+        if n.op not in OPS:
+            raise ValueError(f"{binding.backend.replace('_backend', '')} backend: node {n.out.name} applies "
+                             f"unknown op {n.op!r}")
+        if i not in starts:
+            if n.out.name not in fused:
+                drv.step(f"{names[n.out.name]} = {drv.call(n)}", where(n), [n.out.name],
+                         [v.name for v in n.input_values()], [n.out.name])
+            continue
+        members, k = starts[i]
+        u = unit_of[i]
+        for bi, last in busy:
+            if last < u:
+                free.setdefault(buffers[bi][1:], []).append(bi)
+        busy = [(bi, last) for bi, last in busy if last >= u]
+        code, ptrs, temps, loaded = [], [], [], []
+        for b in k.inputs:
+            if b.name in contiguous:
+                loaded.append(names[b.name])
+            else:
+                tmp = names.add("_c" + str(len(loaded)))
+                temps.append(tmp)
+                code.append(f"{tmp} = asarray({names[b.name]}, {np_type(b.dtype)}, order='C')")
+                loaded.append(tmp)
+            ptrs.append(f"ptr({loaded[-1]})")
+        for o, b in enumerate(k.outputs):
+            key = (tuple(b.shape), b.dtype)
+            end = ends.get(b.name, math.inf)
+            if o in k.inplace:
+                code.append(f"{names[b.name]} = {loaded[k.inplace[o]]}")
+            elif end != math.inf and b.shape:
+                pool = free.get(key)
+                bi = pool.pop() if pool else None
+                if bi is None:
+                    bi = len(buffers)
+                    buffers.append((f"buf{bi}",) + key)
+                busy.append((bi, unit_of[end]))
+                code.append(f"{names[b.name]} = {buffers[bi][0]}")
+            else:
+                code.append(f"{names[b.name]} = A_empty({literal(tuple(b.shape))}, {np_type(b.dtype)})")
+            ptrs.append(f"ptr({names[b.name]})")
+            contiguous.add(b.name)
+        ptrs += _param_args(k, node_of, drv, code, temps)
+        drv.step(f"K_{k.name}({', '.join(ptrs)})", f"{k.name}: fused {' '.join(members)}", members,
+                 [b.name for b in k.inputs], [b.name for b in k.outputs], setup=code,
+                 cleanup=[f"del {', '.join(temps)}"] if temps else ())
+    drv.notes.append(f"# {len(graph.nodes)} nodes; {len(plan)} fused {language} kernel"
+                     f"{'s' if len(plan) != 1 else ''}; {len(buffers)} reused buffer{'s' if len(buffers) != 1 else ''}")
+    drv.buffers = [(name, f"{name} = A_empty({literal(shape)}, {np_type(dtype)})") for name, shape, dtype in buffers]
+    drv.buffer_note = "kernel outputs used only inside the program, reused by every call"
+    return drv
