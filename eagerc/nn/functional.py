@@ -15,9 +15,10 @@ embedding and constant pad -- run one fused kernel declared in
 import math
 import warnings
 
-from .. import _api as _E  # noqa: F401  (attaches every Tensor method)
-from .._api import (arange, exp, log, log1p, expm1, erf, minimum, rand, relu as _relu, sigmoid as _sigmoid,
-                    tanh as _tanh, where)
+from ..ops.creation import arange, rand, tensor as _tensor
+from ..ops.elementwise import (exp, log, log1p, expm1, erf, minimum, relu as _relu, sigmoid as _sigmoid,
+                               tanh as _tanh, where)
+from ..ops.linalg import einsum
 from .._tensor import Tensor
 from ..autograd.engine import _saved_input
 from ..autograd.formulas import defdecomp, defgrad, defgrad_node
@@ -111,7 +112,6 @@ defdecomp("linear", linear_decomposed)
 
 def bilinear(input1, input2, weight, bias=None):
     """y_k = x1 @ W_k @ x2 + b_k, weight of shape (out, in1, in2)."""
-    from .._api import einsum
     out = einsum("...i,kij,...j->...k", input1, weight, input2)
     return out if bias is None else out + bias
 
@@ -748,7 +748,7 @@ def pad(input, pad, mode="constant", value=None):
             idx = np.clip(idx, 0, n - 1)
         else:
             idx = idx % n
-        out = out.index_select(dim, _E.tensor(idx, device=input.device))
+        out = out.index_select(dim, _tensor(idx, device=input.device))
     return out
 
 
