@@ -210,7 +210,7 @@ def _trace(fn, args, kwargs, names, paths):
     return graph, result, tracer
 
 
-# Passes that only annotate graph.meta for a backend (fusion groups, memory plans) are left
+# Passes that only annotate the graph for a backend (fusion groups, memory plans) are left
 # out: the runtime interprets the graph. Scheduling runs last, on the final graph only, since
 # the order it picks may change with sizes.
 _NOT_FOR_PROGRAMS = {"schedule", "fusion", "memplan"}
@@ -224,7 +224,7 @@ def _finalize(graph, patches):
     """Schedule the graph for low peak memory, drop backend annotations; renumber the patches."""
     schedule = getattr(_passes, "schedule", None)
     final = schedule(graph) if schedule is not None else graph
-    final = Graph(final.inputs, final.nodes, final.outputs, final.out_tree, final.mutations, {})
+    final = Graph(final.inputs, final.nodes, final.outputs, final.out_tree, final.mutations)  # the program alone
     verify(final)
     index = {n.out.name: i for i, n in enumerate(final.nodes)}
     for p in patches:
@@ -238,7 +238,7 @@ def _prune_externals(graph):
     used = {v.name for n in graph.nodes for v in n.input_values()}
     used |= {v.name for v in graph.outputs} | {t for t, _ in graph.mutations}
     inputs = [(k, v) for k, v in graph.inputs if k == "arg" or v.name in used]
-    return Graph(inputs, graph.nodes, graph.outputs, graph.out_tree, graph.mutations, graph.meta)
+    return graph.copy(inputs=inputs)
 
 
 # ---------------------------------------------------------------- argument paths and dynamic specs

@@ -138,15 +138,31 @@ class Graph:
                {"tuple": [...]}, {"list": [...]}, {"dict": [[key, tree], ...]}, {"none": null}
     mutations: [(external name, Value)] written back into that external tensor after a run;
                a name ending in ".grad" targets that tensor's .grad
+
+    Typed fields that compiled calls and backends rely on. They are fields, not keys of a
+    free-form dict, because a pass that rebuilds a graph silently drops what it does not
+    know about (fx's `meta`): `copy` carries every field over, JSON holds them, `verify`
+    checks the names they hold.
+
+    grads_none:     [input name] whose .grad the function set to None (zero_grad)
+    output_aliases: {output index: input name} for outputs that are an input tensor itself
+                    (`return x` after x.add_(1)): a compiled call returns that very tensor
+    fusion_groups:  [[node output name, ...]] (passes/fusion.py), None before fusion ran;
+                    an analysis of one node order: passes that change the nodes drop it
+    meta:           the memory plan (passes/memplan.py: memory_plan, inplace, buffers)
     """
 
-    def __init__(self, inputs=(), nodes=(), outputs=(), out_tree=None, mutations=(), meta=None):
+    def __init__(self, inputs=(), nodes=(), outputs=(), out_tree=None, mutations=(), meta=None,
+                 grads_none=(), output_aliases=None, fusion_groups=None):
         self.inputs = list(inputs)
         self.nodes = list(nodes)
         self.outputs = list(outputs)
         self.out_tree = out_tree if out_tree is not None else {"t": 0}
         self.mutations = list(mutations)
         self.meta = dict(meta or {})
+        self.grads_none = tuple(grads_none)
+        self.output_aliases = dict(output_aliases or {})
+        self.fusion_groups = fusion_groups
 
     # ------------------------------------------------------------ views
     def args(self):
@@ -155,9 +171,12 @@ class Graph:
     def externals(self):
         return [v for k, v in self.inputs if k == "external"]
 
-    def copy(self, nodes=None):
-        return Graph(self.inputs, self.nodes if nodes is None else nodes, self.outputs, self.out_tree,
-                     self.mutations, self.meta)
+    def copy(self, **fields):
+        """This graph with some fields replaced (`nodes=...`): the one way to derive a graph, so
+        every typed field carries over unless the caller says otherwise."""
+        kw = {k: getattr(self, k) for k in _FIELDS}
+        kw.update(fields)
+        return Graph(**kw)
 
     def producers(self):
         return {n.out.name: n for n in self.nodes}
@@ -186,7 +205,7 @@ class Graph:
 
     # ------------------------------------------------------------ serialisation
     def to_json(self):
-        return {
+        d = {
             "format_version": FORMAT_VERSION,
             "inputs": [{"kind": k, **v.to_json()} for k, v in self.inputs],
             "nodes": [n.to_json() for n in self.nodes],
@@ -195,6 +214,13 @@ class Graph:
             "mutations": [[t, v.name] for t, v in self.mutations],
             "meta": self.meta,
         }
+        if self.grads_none:  # the typed fields only where set: a program file holds none of them
+            d["grads_none"] = list(self.grads_none)
+        if self.output_aliases:
+            d["output_aliases"] = [[i, name] for i, name in sorted(self.output_aliases.items())]
+        if self.fusion_groups is not None:
+            d["fusion_groups"] = [list(g) for g in self.fusion_groups]
+        return d
 
     def dumps(self):
         return json.dumps(self.to_json(), sort_keys=True)
@@ -228,7 +254,9 @@ class Graph:
                 raise ValueError(f"graph output/mutation names undefined value {name!r}")
             return env[name]
         return cls(inputs, nodes, [lookup(n) for n in d["outputs"]], d["out_tree"],
-                   [(t, lookup(n)) for t, n in d.get("mutations", [])], d.get("meta"))
+                   [(t, lookup(n)) for t, n in d.get("mutations", [])], d.get("meta"),
+                   d.get("grads_none", ()), {i: name for i, name in d.get("output_aliases", ())},
+                   d.get("fusion_groups"))
 
     @classmethod
     def loads(cls, text):
@@ -246,6 +274,10 @@ class Graph:
             for v in n.input_values():
                 g.add_edge(v.name, n.out.name, shape=v.shape, dtype=v.dtype)
         return g
+
+
+_FIELDS = ("inputs", "nodes", "outputs", "out_tree", "mutations", "meta", "grads_none", "output_aliases",
+           "fusion_groups")
 
 
 def spec_of(value):

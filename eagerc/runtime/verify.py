@@ -168,7 +168,28 @@ def verify(graph: Graph, check_types=True, structure=True):
             raise GraphError(f"mutation of {target!r}: value shape {list(v.shape)} != target shape "
                              f"{list(externals[base].shape)}")
     _check_tree(graph.out_tree, len(graph.outputs))
+    _check_fields(graph)
     return graph
+
+
+def _check_fields(graph):
+    """The typed fields name what the graph has: inputs, outputs, nodes (each node in at most
+    one fusion group)."""
+    inputs = {v.name for _, v in graph.inputs}
+    for name in graph.grads_none:
+        if name not in inputs:
+            raise GraphError(f"grads_none names {name!r}, not a graph input")
+    for i, name in graph.output_aliases.items():
+        if not (isinstance(i, int) and 0 <= i < len(graph.outputs)) or name not in inputs:
+            raise GraphError(f"output alias {i} -> {name!r} is not an output and an input")
+    if graph.fusion_groups is not None:
+        nodes, seen = {n.out.name for n in graph.nodes}, set()
+        for g in graph.fusion_groups:
+            for name in g:
+                if name not in nodes or name in seen:
+                    raise GraphError(f"fusion group {list(g)} names {name!r}: "
+                                     + ("in two groups" if name in seen else "not a node"))
+                seen.add(name)
 
 
 def _check_tree(tree, n, depth=0):

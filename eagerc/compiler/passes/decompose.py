@@ -21,8 +21,8 @@ Templates are cached per (op, input types, attributes): a transformer's twelve
 layer_norms are traced once. A decomposition whose type differs from the node's, or
 which reads a tensor it did not receive, is not applied (the node stays fused).
 
-Off in the default numpy pipeline (one fused numpy kernel beats five primitive ones);
-`optimize(graph, decompose=True)` turns it on for backends that fuse elementwise code.
+Not in the default numpy pipeline (one fused numpy kernel beats five primitive ones):
+backends that fuse elementwise code run it first (backend c's prepare).
 Mind that the fused kernels check their inputs at run time (cross_entropy and its backward
 raise on an out-of-range class index); the decomposed form computes without that check (such
 a target matches no column of the one-hot compare: its row gets a meaningless value, no error).
