@@ -3,4 +3,5 @@
 Importing the package loads every family, so every Tensor method exists: `eagerc.nn` imports
 from here (never from `eagerc._api`, the public namespace built on top of both).
 """
-from . import creation, elementwise, indexing, inplace, joining, linalg, reduction, shape, tensor_methods  # noqa: F401
+from . import (creation, elementwise, indexing, inplace, joining, linalg, reduction, shape,  # noqa: F401
+               tensor_methods, nn, conv)

@@ -4,7 +4,7 @@ The fused nn ops (linear, softmax, log_softmax, layer_norm, batch_norm, cross_en
 gelu, embedding) and the backward kernels a traced training step records (softmax_backward,
 log_softmax_backward, gelu_backward, layer_norm_backward, layer_norm_weight_backward,
 cross_entropy_backward) each have a decomposition written with Tensor ops next to their
-fast path (`eagerc.nn.functional.*_decomposed`), attached to the op by the frontend
+fast path (`eagerc.ops.nn.*_decomposed`), attached to the op by the frontend
 (`OpDef.decomposition`, `defdecomp`). This pass re-traces that function with
 the tracer on placeholder tensors of the node's input types and splices the recorded
 primitives in place of the node; the last one defines the node's own output value, so
