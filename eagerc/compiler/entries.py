@@ -26,7 +26,7 @@ _ARG_NAMES = [f"arg{i}" for i in range(256)]
 class Entry:
     """One specialisation: a graph, its program, and how to feed it."""
     __slots__ = ("key", "graph", "traced", "program", "externals", "ext_items", "ext_grads", "ext_guards",
-                 "eager", "reason", "rng", "calls", "aliases", "single", "dynamic", "grads_none", "retries",
+                 "eager", "reason", "rng", "calls", "aliases", "single", "dynamic", "grads_none",
                  "joint", "wb", "guards", "readers")
 
     def __init__(self, key, graph=None, program=None, externals=None, eager=False, reason=None, rng=(),
@@ -42,21 +42,16 @@ class Entry:
         self.guards = None          # guards.Guards: what the trace read from Python, checked per call
         self.readers = ()           # [(input name, function)]: inputs made at call time (optimizer
                                     # options, numpy arrays the function turns into tensors)
-        self.grads_none = ()
-        self.retries = 0
         self.eager = eager
         self.reason = reason
         self.rng = rng              # [(node name, generator, words, seed)] in draw order
         self.calls = 0
-        self.aliases = ()
-        self.single = False
         self.wb = None              # (program, write-back plan): see write_back
         self.dynamic = None         # a Dynamic for symbolic graphs
         self.joint = None           # a training.JointEntry when calls need autograd
-        if graph is not None:
-            self.single = graph.out_tree == {"t": 0}
-            self.aliases = tuple(graph.output_aliases.items())
-            self.grads_none = graph.grads_none
+        self.single = graph is not None and graph.out_tree == {"t": 0}
+        self.aliases = tuple(graph.output_aliases.items()) if graph is not None else ()
+        self.grads_none = graph.grads_none if graph is not None else ()
 
     def stale(self):
         """None while every external tensor is the one traced, with the same type; else why not."""

@@ -21,7 +21,6 @@ import numpy as np
 
 from .. import dispatch
 from .._tensor import Tensor
-from ..dispatch import Node
 from ..runtime.ir import Graph
 from ..runtime.pytree import flatten
 from .tracer import Tracer, tracing
@@ -135,21 +134,12 @@ def _dedupe(inputs):
     return out
 
 
-class _CompiledBackward:
-    """Stands in for an OpDef on the Node of a compiled call's outputs."""
-    __slots__ = ("name", "grads", "grad_params", "broadcasts", "view")
-
-    def __init__(self):
-        self.name = "CompiledFunction"
-        self.grads = _run_backward
-        self.grad_params = None
-        self.broadcasts = False
-        self.view = False
-
-
 class _Ctx:
-    """What one compiled call's backward needs: the program, the saved arrays, the inputs."""
-    __slots__ = ("program", "graph", "slots", "env", "n_outs", "index", "edges")
+    """What one compiled call's backward needs: its JointEntry, the saved arrays, which output."""
+    __slots__ = ("joint", "env", "n_outs", "index")
+
+    def __init__(self, joint, env, n_outs, index):
+        self.joint, self.env, self.n_outs, self.index = joint, env, n_outs, index
 
 
 def _run_backward(node, g):
@@ -164,43 +154,23 @@ def _run_backward(node, g):
         if k == ctx.index:
             env[grad_name] = g._array
         else:  # other outputs' gradients are zero on this path (one node per output)
-            shape_src = next(v for kk, v in ctx.graph.inputs if v.name == grad_name)
+            shape_src = next(v for kk, v in ctx.joint.backward.inputs if v.name == grad_name)
             env[grad_name] = np.zeros(shape_src.shape, dtype=shape_src.dtype)
-    outs, _ = ctx.program(env, None)
+    outs, _ = ctx.joint.bwd_program(env, None)
     it = iter(outs)
-    grads = [dispatch.wrap(np.asarray(next(it))) if present else None for present in ctx.slots]
-    return grads
+    return [dispatch.wrap(np.asarray(next(it))) if present else None for present in ctx.joint.grad_slots]
 
 
-_OP = _CompiledBackward()
+_OP = dispatch.CustomOp("CompiledFunction", _run_backward)   # the op of a compiled call's output Nodes
 
 
 def attach_backward(outs, diff_indices, joint, saved_env, edges):
     """Give each differentiable output a Node that runs the backward program of `joint`."""
     for k, i in enumerate(diff_indices):
         t = outs[i]
-        ctx = _Ctx()
-        ctx.program = joint.bwd_program
-        ctx.graph = joint.backward
-        ctx.slots = joint.grad_slots
-        ctx.env = saved_env
-        ctx.n_outs = len(diff_indices)
-        ctx.index = k
-        node = Node.__new__(Node)
-        node.op = _OP
-        node.attrs = ctx
-        node.next = list(edges)
-        node.saved = []          # released by the engine after use unless retain_graph
-        node.versions = None
-        node.shapes = None
-        node.out = None
-        node.out_vc = None
-        node.out_dtype = t._array.dtype
-        node.hooks = None
-        node.retained = None
-        node.created_at = None
         t._requires_grad = True  # (the slot: t may be an aliased non-leaf output)
-        t.grad_fn = node
+        t.grad_fn = dispatch.custom_node(_OP, _Ctx(joint, saved_env, len(diff_indices), k), list(edges),
+                                         t._array.dtype, saved=[])  # ([]: freed after use)
 
 
 class JointEntry:

@@ -139,16 +139,11 @@ class Graph:
     mutations: [(external name, Value)] written back into that external tensor after a run;
                a name ending in ".grad" targets that tensor's .grad
 
-    Typed fields that compiled calls and backends rely on. They are fields, not keys of a
-    free-form dict, because a pass that rebuilds a graph silently drops what it does not
-    know about (fx's `meta`): `copy` carries every field over, JSON holds them, `verify`
-    checks the names they hold.
-
+    What compiled calls and backends rely on are typed fields, not keys of a free-form dict
+    (which passes silently drop, pytorch#95314): `copy`, JSON and `verify` know each one.
     grads_none:     [input name] whose .grad the function set to None (zero_grad)
-    output_aliases: {output index: input name} for outputs that are an input tensor itself
-                    (`return x` after x.add_(1)): a compiled call returns that very tensor
-    fusion_groups:  [[node output name, ...]] (passes/fusion.py), None before fusion ran;
-                    an analysis of one node order: passes that change the nodes drop it
+    output_aliases: {output index: input name}: outputs that are that input tensor itself
+    fusion_groups:  [[node output name, ...]] (passes/fusion.py) or None; dropped with the nodes
     meta:           the memory plan (passes/memplan.py: memory_plan, inplace, buffers)
     """
 
@@ -214,12 +209,9 @@ class Graph:
             "mutations": [[t, v.name] for t, v in self.mutations],
             "meta": self.meta,
         }
-        if self.grads_none:  # the typed fields only where set: a program file holds none of them
-            d["grads_none"] = list(self.grads_none)
-        if self.output_aliases:
-            d["output_aliases"] = [[i, name] for i, name in sorted(self.output_aliases.items())]
-        if self.fusion_groups is not None:
-            d["fusion_groups"] = [list(g) for g in self.fusion_groups]
+        typed = {"grads_none": list(self.grads_none) or None, "fusion_groups": self.fusion_groups,
+                 "output_aliases": [[i, name] for i, name in sorted(self.output_aliases.items())] or None}
+        d.update((k, v) for k, v in typed.items() if v is not None)  # where set: a program file has none
         return d
 
     def dumps(self):

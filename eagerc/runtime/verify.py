@@ -173,23 +173,16 @@ def verify(graph: Graph, check_types=True, structure=True):
 
 
 def _check_fields(graph):
-    """The typed fields name what the graph has: inputs, outputs, nodes (each node in at most
-    one fusion group)."""
+    """The typed fields name what the graph has: inputs, outputs, nodes (each in one group)."""
     inputs = {v.name for _, v in graph.inputs}
-    for name in graph.grads_none:
-        if name not in inputs:
-            raise GraphError(f"grads_none names {name!r}, not a graph input")
-    for i, name in graph.output_aliases.items():
-        if not (isinstance(i, int) and 0 <= i < len(graph.outputs)) or name not in inputs:
-            raise GraphError(f"output alias {i} -> {name!r} is not an output and an input")
-    if graph.fusion_groups is not None:
-        nodes, seen = {n.out.name for n in graph.nodes}, set()
-        for g in graph.fusion_groups:
-            for name in g:
-                if name not in nodes or name in seen:
-                    raise GraphError(f"fusion group {list(g)} names {name!r}: "
-                                     + ("in two groups" if name in seen else "not a node"))
-                seen.add(name)
+    if not inputs.issuperset(graph.grads_none):
+        raise GraphError(f"grads_none {list(graph.grads_none)} names what is not a graph input")
+    if any(not (type(i) is int and 0 <= i < len(graph.outputs)) or name not in inputs
+           for i, name in graph.output_aliases.items()):
+        raise GraphError(f"output_aliases {graph.output_aliases} names what is not an output and an input")
+    grouped = [name for g in graph.fusion_groups or () for name in g]
+    if len(set(grouped)) < len(grouped) or not {n.out.name for n in graph.nodes}.issuperset(grouped):
+        raise GraphError(f"fusion_groups {graph.fusion_groups} name a node twice or what is not a node")
 
 
 def _check_tree(tree, n, depth=0):
