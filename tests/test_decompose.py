@@ -474,8 +474,10 @@ def test_decomposed_functions_run_eagerly_and_match_the_kernels():
     x, g, w = _t(r.standard_normal((2, 3, 8))), _t(r.standard_normal((2, 3, 8))), _t(r.standard_normal(8))
     attrs = {"normalized_shape": (8,), "eps": 1e-5}
     pairs = [
-        (apply(OPS["layer_norm_backward"], (g, x, w), attrs), nn_ops.layer_norm_backward_decomposed(g, x, w, (8,), 1e-5)),
-        (apply(OPS["layer_norm_weight_backward"], (g, x), attrs), nn_ops.layer_norm_weight_backward_decomposed(g, x, 8)),
+        (apply(OPS["layer_norm_backward"], (g, x, w), attrs),
+         nn_ops.layer_norm_backward_decomposed(g, x, w, (8,), 1e-5)),
+        (apply(OPS["layer_norm_weight_backward"], (g, x), attrs),
+         nn_ops.layer_norm_weight_backward_decomposed(g, x, 8)),
         (apply(OPS["gelu_backward"], (g, x), {"approximate": "tanh"}), nn_ops.gelu_backward_decomposed(g, x, "tanh")),
         (apply(OPS["softmax_backward"], (g, x), {"dim": 1}), nn_ops.softmax_backward_decomposed(g, x, 1)),
         (apply(OPS["log_softmax_backward"], (g, x), {"dim": 0}), nn_ops.log_softmax_backward_decomposed(g, x, 0)),

@@ -60,7 +60,8 @@ def test_linear_matches_decomposition():
 @pytest.mark.parametrize("ns", [(3,), (5, 3)])
 def test_layer_norm_matches_decomposition(ns):
     w, b = RNG.standard_normal(ns), RNG.standard_normal(ns)
-    _same(lambda x, w, b: F.layer_norm(x, ns, w, b), lambda x, w, b: nn_ops.layer_norm_decomposed(x, ns, w, b), X3, w, b)
+    _same(lambda x, w, b: F.layer_norm(x, ns, w, b), lambda x, w, b: nn_ops.layer_norm_decomposed(x, ns, w, b),
+          X3, w, b)
     _same(lambda x: F.layer_norm(x, ns, eps=0.1), lambda x: nn_ops.layer_norm_decomposed(x, ns, eps=0.1), X3)
 
 

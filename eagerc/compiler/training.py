@@ -34,7 +34,7 @@ class Joint(NamedTuple):
     backward: Graph     # inputs: the saved values, the tensors it reads, one gradient per diff output
     n_user: int         # the forward outputs that are the user's
     saved: list         # names of the saved values (the backward graph's inputs of the same names)
-    grad_slots: list    # per gradient target: whether it gets one (the backward's outputs), or None
+    grad_slots: list    # per gradient target: whether the backward outputs one (else it is None)
     n_diff: int         # differentiable outputs (the backward's inputs grad0, grad1, ...)
 
 
@@ -42,8 +42,9 @@ def trace_joint(fn, args, kwargs, external_names, module_paths, fullgraph=False,
     """Run fn eagerly with grad, then a traced autograd.grad over its differentiable outputs.
 
     Returns (forward graph, Joint, result, tracer); (graph, None, ...) when there is no backward
-    to trace (a training step, or nothing requires grad); (None, None, ...) on a graph break. The eager result keeps its own autograd graph (retain_graph=True),
-    so the first call behaves exactly like eager mode.
+    to trace (a training step, or nothing requires grad); (None, None, ...) on a graph break.
+    The eager result keeps its own autograd graph (retain_graph=True), so the first call
+    behaves exactly like eager mode.
     """
     from ..autograd import grad as autograd_grad
     tracer = Tracer(external_names, fullgraph)

@@ -175,7 +175,8 @@ def _ce_case(name, ref_kw, make_t=None, shapes=CE_SHAPES, weight=None, **kw):
 def _ce_decomposed_case(name, ref_kw, make_t, shapes, weight=None):
     import eagerc
     wt = None if weight is None else eagerc.tensor(weight)
-    return Case(name, lambda x, t: nn_ops.cross_entropy_decomposed(x, t, None if wt is None else wt.to(x.dtype), **ref_kw),
+    return Case(name, lambda x, t: nn_ops.cross_entropy_decomposed(x, t, None if wt is None else wt.to(x.dtype),
+                                                                    **ref_kw),
                 lambda x, t: _ref_ce(x, t, weight, **ref_kw), shapes, make=(None, make_t), grad_variants=1)
 
 
