@@ -5,13 +5,10 @@ from .runtime.dtypes import (bool, uint8, int8, int16, int32, int64, float16, fl
 from .runtime.device import Device as device_type, device  # noqa: F401
 from ._tensor import Tensor, Size  # noqa: F401
 from . import dispatch  # noqa: F401
-from .ops import elementwise as _elementwise, reduction as _reduction, shape as _shape  # noqa: F401
-from .ops import indexing as _indexing, joining as _joining, linalg as _linalg  # noqa: F401
-from .ops import tensor_methods as _tensor_methods  # noqa: F401
+from . import ops as _ops  # noqa: F401  (every op family: functions, Tensor methods, derivatives)
 from .ops.tensor_methods import LEGACY_TYPES as _LEGACY_TYPES
 globals().update(_LEGACY_TYPES)   # FloatTensor, LongTensor, ... (PyTorch's legacy typed tensors)
 from .ops.creation import *  # noqa: F401,F403
-from .ops.creation import __all__ as _creation_all
 from .ops.elementwise import *  # noqa: F401,F403  (one function per declared elementwise op, and aliases)
 from .ops.elementwise import result_dtype  # noqa: F401
 from .ops.reduction import (  # noqa: F401

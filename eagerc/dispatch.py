@@ -270,6 +270,24 @@ def _make_node(op, args, attrs, out_tensor, out, anomaly):
     return node
 
 
+class CustomOp:
+    """Stands in for an OpDef on a custom_node: the engine reads its name and `grads(node, g)`."""
+    __slots__ = ("name", "grads", "grad_params")
+
+    def __init__(self, name, grads):
+        self.name, self.grads, self.grad_params = name, grads, None
+
+
+def custom_node(op, attrs, edges, out_dtype, saved=None, versions=None, created_at=None):
+    """A Node whose derivative is not a registered op's (autograd.Function, a compiled backward):
+    `op` is a CustomOp, `attrs` whatever its `grads` reads."""
+    node = _new(Node)
+    node.op, node.attrs, node.next, node.saved, node.versions = op, attrs, edges, saved, versions
+    node.shapes = node.out = node.out_vc = node.hooks = node.retained = None
+    node.out_dtype, node.created_at = out_dtype, created_at
+    return node
+
+
 def wrap(data, requires_grad=False):
     """A fresh leaf Tensor around an array (no copy)."""
     t = _new(Tensor)

@@ -14,7 +14,7 @@ program in a subprocess. Without it, `render` writes the DOT file and raises
 Program pictures (`program_graph`): one vertex per op (its name and key attributes),
 small named vertices for parameters, edges labelled with the value's type (`f32[8,16]`).
 The module hierarchy (Node.module, e.g. "layers.0.attn") becomes nested clusters; `depth=N`
-draws modules deeper than N as one vertex each. Fusion groups (graph.meta["fusion_groups"])
+draws modules deeper than N as one vertex each. Fusion groups (graph.fusion_groups)
 are clusters inside the innermost module holding all their members. Large graphs
 collapse repeated blocks: sibling modules whose ops are identical (a ModuleList of
 transformer layers) are drawn once, labelled "x12", and edges that would cross many
@@ -417,7 +417,7 @@ def program_graph(graph, *, depth=None, repeats="auto", times=None, value_shapes
     # fusion groups (only those fully drawn as single ops)
     fusion_of = {}
     groups = []
-    for g in graph.meta.get("fusion_groups", ()) or ():
+    for g in graph.fusion_groups or ():
         idx = [producer[m] for m in g if m in producer]
         drawn = [i for i in idx if i not in alias and vertex_of[i].startswith("n")]
         if len(drawn) < 2:

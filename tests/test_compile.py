@@ -215,7 +215,7 @@ def test_parameter_changes_are_seen():
 
 def test_device_is_part_of_the_key():
     c = eagerc.compile(lambda x: x + 1)
-    key, _ = c.guard_key((eagerc.ones(2),), {})
+    key = c.keys.of((eagerc.ones(2),), {})[0]
     assert key[1][0][2] == "cpu"
 
 

@@ -15,6 +15,7 @@ import pytest
 
 import eagerc
 import eagerc.nn.functional as F
+import eagerc.ops.nn as nn_ops
 from eagerc.compiler.backends import get_backend
 from eagerc.compiler.passes import decompose
 from eagerc.compiler.passes.decompose import DECOMPOSITIONS
@@ -473,20 +474,22 @@ def test_decomposed_functions_run_eagerly_and_match_the_kernels():
     x, g, w = _t(r.standard_normal((2, 3, 8))), _t(r.standard_normal((2, 3, 8))), _t(r.standard_normal(8))
     attrs = {"normalized_shape": (8,), "eps": 1e-5}
     pairs = [
-        (apply(OPS["layer_norm_backward"], (g, x, w), attrs), F.layer_norm_backward_decomposed(g, x, w, (8,), 1e-5)),
-        (apply(OPS["layer_norm_weight_backward"], (g, x), attrs), F.layer_norm_weight_backward_decomposed(g, x, 8)),
-        (apply(OPS["gelu_backward"], (g, x), {"approximate": "tanh"}), F.gelu_backward_decomposed(g, x, "tanh")),
-        (apply(OPS["softmax_backward"], (g, x), {"dim": 1}), F.softmax_backward_decomposed(g, x, 1)),
-        (apply(OPS["log_softmax_backward"], (g, x), {"dim": 0}), F.log_softmax_backward_decomposed(g, x, 0)),
+        (apply(OPS["layer_norm_backward"], (g, x, w), attrs),
+         nn_ops.layer_norm_backward_decomposed(g, x, w, (8,), 1e-5)),
+        (apply(OPS["layer_norm_weight_backward"], (g, x), attrs),
+         nn_ops.layer_norm_weight_backward_decomposed(g, x, 8)),
+        (apply(OPS["gelu_backward"], (g, x), {"approximate": "tanh"}), nn_ops.gelu_backward_decomposed(g, x, "tanh")),
+        (apply(OPS["softmax_backward"], (g, x), {"dim": 1}), nn_ops.softmax_backward_decomposed(g, x, 1)),
+        (apply(OPS["log_softmax_backward"], (g, x), {"dim": 0}), nn_ops.log_softmax_backward_decomposed(g, x, 0)),
     ]
     for fused, dec in pairs:
         _close(dec.numpy(), fused.numpy(), 1e-12, "eager")
     logits, t = _t(r.standard_normal((4, 6))), _t(np.array([0, 5, 3, 3]))
     with pytest.raises(IndexError):   # the eager call keeps the kernel's target check
-        F.cross_entropy_backward_decomposed(_t(1.0), logits, _t(np.array([0, 6, 3, 3])))
+        nn_ops.cross_entropy_backward_decomposed(_t(1.0), logits, _t(np.array([0, 6, 3, 3])))
     ce = {"ignore_index": 3, "reduction": "mean", "label_smoothing": 0.1}
     fused = apply(OPS["cross_entropy_backward"], (_t(1.0), logits, t, None), ce)
-    _close(F.cross_entropy_backward_decomposed(_t(1.0), logits, t, None, **ce).numpy(), fused.numpy(), 1e-12, "ce")
+    _close(nn_ops.cross_entropy_backward_decomposed(_t(1.0), logits, t, None, **ce).numpy(), fused.numpy(), 1e-12, "ce")
 
 
 def test_template_tracing_is_quiet():

@@ -140,10 +140,10 @@ def test_dce_removes_dead_and_keeps_outputs_and_mutations():
     b("sin", x)                         # dead
     upd = b("add", p, b("mul", x, 2.0))  # only a mutation reads it
     g = b.graph(used, mutations=[("p", upd)])
-    g.meta["fusion_groups"] = [["v0", "v1"]]
+    g.fusion_groups = [["v0", "v1"]]
     out = assert_same(g, dce(g))
     assert ops_of(out) == ["exp", "mul", "add"]
-    assert "fusion_groups" not in out.meta      # stale analyses are dropped
+    assert out.fusion_groups is None            # stale analyses are dropped
     assert dce(out) is out                      # nothing to do: the same graph
 
 
@@ -458,16 +458,16 @@ def _one_node_graph(op, **attrs):
     return b.graph(b(op, x, **attrs))
 
 
-def test_decompose_is_off_by_default_and_feeds_fusion():
+def test_decompose_feeds_fusion():
     lin = nn.Linear(8, 8)
 
     def f(x):
         return F.softmax(lin(x), -1)
     g, env = traced(f, eagerc.randn(4, 8), modules=lin)
     assert "softmax" in ops_of(optimize(g))
-    out = assert_same(g, optimize(g, decompose=True), env)
+    out = assert_same(g, optimize(decompose(g)), env)
     assert "softmax" not in ops_of(out) and "linear" not in ops_of(out)
-    groups = out.meta["fusion_groups"]
+    groups = out.fusion_groups
     ops = {n.out.name: n.op for n in out.nodes}
     assert any({"sub", "exp", "sum"} <= {ops[m] for m in grp} for grp in groups)
 
@@ -477,7 +477,7 @@ def test_decompose_is_off_by_default_and_feeds_fusion():
 def _groups_adjacent(graph):
     pos = {n.out.name: i for i, n in enumerate(graph.nodes)}
     return all([pos[m] for m in grp] == list(range(pos[grp[0]], pos[grp[0]] + len(grp)))
-               for grp in graph.meta["fusion_groups"])
+               for grp in graph.fusion_groups)
 
 
 def _quotient_is_dag(graph):
@@ -485,7 +485,7 @@ def _quotient_is_dag(graph):
     import networkx as nx
     dg = graph.to_networkx()
     rep = {}
-    for i, grp in enumerate(graph.meta["fusion_groups"]):
+    for i, grp in enumerate(graph.fusion_groups):
         for m in grp:
             rep[m] = f"group{i}"
     q = nx.DiGraph()
@@ -506,9 +506,9 @@ def test_fusion_groups_chain_with_trailing_reduction():
     after = b("neg", s)
     g = b.graph(after)
     out = fusion(g)
-    assert out.meta["fusion_groups"] == [[e.name, m.name, a.name, s.name]]
-    assert "fusion_groups" not in g.meta and out.nodes == g.nodes
-    json.dumps(out.meta)
+    assert out.fusion_groups == [[e.name, m.name, a.name, s.name]]
+    assert g.fusion_groups is None and out.nodes == g.nodes
+    json.dumps(out.to_json())
 
 
 def test_fusion_row_groups_continue_after_keepdim_reductions():
@@ -524,14 +524,14 @@ def test_fusion_row_groups_continue_after_keepdim_reductions():
     after = b("exp", lead)
     g = b.graph(after)
     out = fusion(g)
-    (grp,) = out.meta["fusion_groups"]
+    (grp,) = out.fusion_groups
     # without keepdim, per-row work joins too (cross-entropy's per-row loss)
     b2 = B()
     z = b2.arg("z", (4, 8))
     lse = b2("log", b2("sum", b2("exp", z), dim=-1, keepdim=False))     # (4,)
     loss = b2("mul", lse, 0.5)
     total = b2("sum", loss)                                              # everything: closes
-    grp2 = fusion(b2.graph(b2("neg", total))).meta["fusion_groups"]
+    grp2 = fusion(b2.graph(b2("neg", total))).fusion_groups
     assert grp2 == [[n.name for n in (b2.nodes[0].out, b2.nodes[1].out, lse, loss, total)]]
     assert grp[0] == mu.name and grp[-1] == lead.name and after.name not in grp and len(grp) == 9
 
@@ -543,7 +543,7 @@ def test_fusion_row_groups_need_one_row_width():
     d = b("sub", x, m1)
     m2 = b("sum", d, dim=(1, 2), keepdim=True)      # a different row: starts its own group
     g = b.graph(b("div", d, m2))
-    groups = fusion(g).meta["fusion_groups"]
+    groups = fusion(g).fusion_groups
     assert [m1.name, d.name] in groups and not any(m1.name in grp and m2.name in grp for grp in groups)
 
 
@@ -556,7 +556,7 @@ def test_fusion_respects_shapes_and_non_fusible_ops():
     mm = b("matmul", big, w)            # not fusible
     r = b("relu", mm)
     g = b.graph(r)
-    assert fusion(g).meta["fusion_groups"] == []
+    assert fusion(g).fusion_groups == []
 
 
 def test_fusion_legality_no_cycles():
@@ -568,7 +568,7 @@ def test_fusion_legality_no_cycles():
     d = b("neg", c)
     g = b.graph(d)
     out = fusion(g)
-    assert out.meta["fusion_groups"] == [[c.name, d.name]]
+    assert out.fusion_groups == [[c.name, d.name]]
     assert _quotient_is_dag(out)
 
 
@@ -584,8 +584,8 @@ def test_fusion_legality_through_other_groups():
     p3 = b("add", p2, q2)
     g = b.graph(p3)
     out = assert_same(g, fusion(g))
-    assert _quotient_is_dag(out) and out.meta["fusion_groups"]
-    for grp in out.meta["fusion_groups"]:
+    assert _quotient_is_dag(out) and out.fusion_groups
+    for grp in out.fusion_groups:
         assert not (p1.name in grp and p2.name in grp and q2.name not in grp)
 
 
@@ -598,7 +598,7 @@ def test_fusion_makes_groups_adjacent():
     g = b.graph(b("add", m, c))
     out = assert_same(g, fusion(g))
     assert [n.out.name for n in out.nodes] == [a.name, c.name, m.name, out.nodes[-1].out.name]
-    assert out.meta["fusion_groups"][0][:2] == [a.name, c.name] and _groups_adjacent(out)
+    assert out.fusion_groups[0][:2] == [a.name, c.name] and _groups_adjacent(out)
 
 
 def test_fusion_fuel(monkeypatch):
@@ -608,22 +608,22 @@ def test_fusion_fuel(monkeypatch):
     for _ in range(6):
         v = b("exp", v)
     g = b.graph(v)
-    assert [len(grp) for grp in fusion(g).meta["fusion_groups"]] == [6]
+    assert [len(grp) for grp in fusion(g).fusion_groups] == [6]
     monkeypatch.setenv("EAGERC_FUSION_FUEL", "0")
-    assert fusion(g).meta["fusion_groups"] == []
+    assert fusion(g).fusion_groups == []
     monkeypatch.setenv("EAGERC_FUSION_FUEL", "2")
-    assert [len(grp) for grp in fusion(g).meta["fusion_groups"]] == [3]
+    assert [len(grp) for grp in fusion(g).fusion_groups] == [3]
     monkeypatch.setenv("EAGERC_FUSION_FUEL", "many")
     with pytest.raises(ValueError, match="EAGERC_FUSION_FUEL"):
         fusion(g)
     monkeypatch.delenv("EAGERC_FUSION_FUEL")
-    assert [len(grp) for grp in fusion(g, fuel=4).meta["fusion_groups"]] == [5]
+    assert [len(grp) for grp in fusion(g, fuel=4).fusion_groups] == [5]
 
 
 def test_fusion_on_traced_training_step_is_legal():
     g, env = mlp_step_graph()
-    out = optimize(g, decompose=True)
-    groups = out.meta["fusion_groups"]
+    out = optimize(decompose(g))
+    groups = out.fusion_groups
     assert groups and _quotient_is_dag(out)
     members = [m for grp in groups for m in grp]
     assert len(members) == len(set(members))
@@ -826,8 +826,8 @@ def test_pipeline_debug_and_dump(monkeypatch, capsys):
 def test_pipeline_leaves_its_input_alone():
     g, env = mlp_step_graph()
     before, meta = str(g), dict(g.meta)
-    optimize(g, decompose=True)
-    assert str(g) == before and g.meta == meta
+    optimize(decompose(g))
+    assert str(g) == before and g.meta == meta and g.fusion_groups is None
     assert_same(g, g, env)
 
 
@@ -843,10 +843,10 @@ def test_pipeline_symbolic_shapes():
     b.nodes += [Node("exp", [x], {}, e), Node("mul", [e, 1.0], {}, y), Node("exp", [x], {}, y2),
                 Node("add", [y, y2], {}, r), Node("sum", [r], {"dim": 1, "keepdim": True}, s)]
     g = verify(Graph(b.inputs, b.nodes, [s], {"t": 0}))
-    out = optimize(g, decompose=True)
+    out = optimize(decompose(g))
     verify(out)
     assert ops_of(out) == ["exp", "add", "sum"]
-    assert out.meta["fusion_groups"] == [["e", "r", "s"]]
+    assert out.fusion_groups == [["e", "r", "s"]]
     assert out.meta["memory_plan"] == {}
     for n in (3, 5):
         env = {"x": np.random.default_rng(n).standard_normal((n, 8)).astype(np.float32),
@@ -856,10 +856,10 @@ def test_pipeline_symbolic_shapes():
 
 def test_pipeline_json_round_trip():
     g, env = mlp_step_graph()
-    out = optimize(g, decompose=True)
+    out = optimize(decompose(g))
     back = Graph.loads(out.dumps())
     verify(back)
-    assert back.meta == json.loads(json.dumps(out.meta))
+    assert back.meta == json.loads(json.dumps(out.meta)) and back.fusion_groups == out.fusion_groups
     check_memory_plan(back)
     assert_same(out, back, env)
 
@@ -885,7 +885,7 @@ def test_compile_with_default_pipeline_matches_eager():
             x = eagerc.randn(5, 6)
             np.testing.assert_allclose(c(x).numpy(), m(x).numpy(), rtol=1e-5, atol=1e-6)
     graph = c._compiled.graphs[0]
-    assert "memory_plan" in graph.meta and "fusion_groups" in graph.meta
+    assert "memory_plan" in graph.meta and graph.fusion_groups is not None
 
 
 # ====================================================================== random programs
@@ -949,7 +949,7 @@ def programs(draw):
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(programs(), st.booleans())
 def test_random_programs_through_the_pipeline(g, with_decompose):
-    out = optimize(g, decompose=with_decompose)
+    out = optimize(decompose(g) if with_decompose else g)
     assert_same(g, out, random_env(g, 3))
     check_memory_plan(out)
     _check_plan_independently(out)

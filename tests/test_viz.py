@@ -116,7 +116,7 @@ def test_fusion_groups_are_clusters():
                             {id(p): n for n, p in list(m.named_parameters()) + list(m.named_buffers())},
                             {id(mod): (n or "CNN") for n, mod in m.named_modules()}, fullgraph=True)
     fused = passes.optimize(graph)
-    groups = fused.meta["fusion_groups"]
+    groups = fused.fusion_groups
     assert groups
     src = viz.program_graph(fused).source
     assert src.count("subgraph cluster_f") == viz.program_graph(fused).stats["fusion_groups"] >= 1

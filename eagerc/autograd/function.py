@@ -25,7 +25,6 @@ output)` -- works too.
 import weakref
 
 from .. import dispatch
-from ..dispatch import Node
 from .._tensor import Tensor
 from ..runtime.ownership import user_stack
 
@@ -70,17 +69,6 @@ class FunctionCtx:
                     f"inplace operation: a tensor saved by {self._name}.forward is at version "
                     f"{t._version}; expected version {v} instead.")
         return tuple(saved)
-
-
-class _FunctionOp:
-    """Stands in for an OpDef in a FunctionNode (the engine reads name/grads)."""
-    __slots__ = ("name", "grads", "grad_params", "broadcasts")
-
-    def __init__(self, cls):
-        self.name = cls.__name__
-        self.grads = _function_backward
-        self.grad_params = None
-        self.broadcasts = False
 
 
 def _function_backward(node, g):
@@ -175,21 +163,10 @@ class Function:
             if o.grad_fn is not None or o.requires_grad or any(o is a for a in args) or \
                     any(o is result[j] for j in diff if j < i):
                 o = o.detach()  # a returned input (or an intermediate, or a repeat) gets a fresh node
-            node = Node.__new__(Node)
-            node.op = _function_op(cls)
-            node.attrs = _Slot(ctx, i)
-            node.next = list(edges)
             # each node holds the saved tensors: the engine frees them after its backward unless
             # retain_graph, and a second backward then raises the freed-graph error
-            node.saved = list(saved) if saved is not None else None
-            node.versions = versions
-            node.shapes = None
-            node.out = None
-            node.out_vc = None
-            node.hooks = None
-            node.retained = None
-            node.created_at = created
-            node.out_dtype = o._array.dtype
+            node = dispatch.custom_node(_function_op(cls), _Slot(ctx, i), list(edges), o._array.dtype,
+                                        list(saved) if saved is not None else None, versions, created)
             ctx._node = weakref.ref(node)
             o._requires_grad = True
             o.grad_fn = node
@@ -213,5 +190,5 @@ _ops = {}
 def _function_op(cls):
     op = _ops.get(cls)
     if op is None:
-        op = _ops[cls] = _FunctionOp(cls)
+        op = _ops[cls] = dispatch.CustomOp(cls.__name__, _function_backward)
     return op

@@ -37,7 +37,7 @@ class Target:
 
     def stage(self, stage):
         """The graph at `stage`: traced, optimized (the pass pipeline that export runs) or fused
-        (the whole pipeline: fusion groups and memory plan in graph.meta)."""
+        (the whole pipeline: graph.fusion_groups and the memory plan)."""
         from ..compiler import passes
         if stage == "traced":
             return self.graph

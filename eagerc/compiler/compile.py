@@ -87,10 +87,6 @@ class CompiledFunction:
         for m in mods:
             self.keys.add_module(m, type(m).__name__)
 
-    def guard_key(self, args, kwargs):
-        key, leaves, _ = self.keys.of(args, kwargs)
-        return key, leaves
-
     # ------------------------------------------------------------ calls
     def __call__(self, *args, **kwargs):
         if dispatch.active_tracer() is not None:  # called while tracing another function: inline it
@@ -275,21 +271,21 @@ class CompiledFunction:
     # ------------------------------------------------------------ tracing
     def _do_trace(self, args, kwargs, fullgraph, symbolic=None, joint=False):
         """Trace one call (its forward and backward together when `joint`, training.py).
-        Returns (graph or forward graph, backward graph or None, result, tracer, owners)."""
+        Returns (graph or forward graph, training.Joint or None, result, tracer, owners)."""
         self._refresh_roots(args)
         names, owners = self._external_index()
         self.traces += 1
         watch = self._watch(args)
         if joint:
             from .training import trace_joint
-            fwd, bwd, result, tracer = trace_joint(self.fn, args, kwargs, names, self._module_paths(),
-                                                   fullgraph, watch)
+            fwd, split, result, tracer = trace_joint(self.fn, args, kwargs, names, self._module_paths(),
+                                                     fullgraph, watch)
         else:
             fwd, result, tracer = trace(self.fn, args, kwargs, names, self._module_paths(), fullgraph, watch,
                                         symbolic)
-            bwd = None
+            split = None
         tracer.watch = watch
-        return fwd, bwd, result, tracer, owners
+        return fwd, split, result, tracer, owners
 
     def _watch(self, args):
         return Watch(self.fn, args, [m for m, _ in self._roots])
@@ -310,14 +306,14 @@ class CompiledFunction:
         (and an optimizer step) itself is an ordinary graph whose mutations update parameters,
         optimizer state and .grad."""
         training = self._wants_autograd(leaves)
-        fwd, bwd, result, tracer, owners = self._do_trace(args, kwargs, self.fullgraph, joint=training)
+        fwd, split, result, tracer, owners = self._do_trace(args, kwargs, self.fullgraph, joint=training)
         self._learn_modules(tracer)
         key = self.keys.of(args, kwargs, masked=False)[0]
         if fwd is None:
             return self._after_break(key, tracer, result)
-        if bwd is not None:
+        if split is not None:
             from .training import JointEntry
-            joint = JointEntry(fwd, bwd, self.backend, tracer, len(leaves))
+            joint = JointEntry(split, self.backend, tracer, len(leaves))
             entry = Entry(key, joint.forward, joint.fwd_program, tracer.externals, rng=tracer.rng_draws(),
                           traced=fwd)
             entry.joint = joint

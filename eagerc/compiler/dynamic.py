@@ -27,7 +27,7 @@ import numpy as np
 
 from .. import dispatch
 from .._tensor import Tensor
-from ..runtime.ir import Graph, Node, Value
+from ..runtime.ir import Node, Value
 from ..runtime.pytree import flatten
 from .guards import is_user_file
 
@@ -253,10 +253,10 @@ def _sym_shape(shape, primes):
     return tuple((_express(s, primes) or s) if isinstance(s, int) else s for s in shape)
 
 
-def generalize(graph, primes, dims):
+def generalize(graph, primes):
     """The graph traced on synthetic sizes, with those sizes as symbols.
 
-    primes: {symbol: prime used for it}; dims: {symbol: [(input name, dim), ...]}.
+    primes: {symbol: prime used for it}.
     Returns (symbolic graph, SymbolicAttrs, problems); problems lists the Python
     numbers that were computed from a size (the graph cannot be dynamic if any).
     """
@@ -298,9 +298,8 @@ def generalize(graph, primes, dims):
             sym_attrs[n.out.name] = symbolic
         nodes.append(Node(n.op, ins, attrs, val(n.out), n.loc, n.module))
     _check_tree(graph.out_tree, primes, problems)
-    g = Graph([(k, val(v)) for k, v in graph.inputs], nodes, [val(v) for v in graph.outputs],
-              graph.out_tree, [(t, val(v)) for t, v in graph.mutations], dict(graph.meta))
-    g.meta["dynamic"] = {s: [list(d) for d in ds] for s, ds in dims.items()}
+    g = graph.copy(inputs=[(k, val(v)) for k, v in graph.inputs], nodes=nodes,
+                   outputs=[val(v) for v in graph.outputs], mutations=[(t, val(v)) for t, v in graph.mutations])
     return g, SymbolicAttrs(sym_attrs), problems
 
 
@@ -398,9 +397,8 @@ def specialize(graph, sym_attrs, env):
             attrs = {**attrs, **o}
         nodes.append(Node(n.op, [val(x) if isinstance(x, Value) else x for x in n.inputs], attrs,
                           val(n.out), n.loc, n.module))
-    meta = {k: v for k, v in graph.meta.items() if k != "dynamic"}
-    return Graph([(k, val(v)) for k, v in graph.inputs], nodes, [val(v) for v in graph.outputs],
-                 graph.out_tree, [(t, val(v)) for t, v in graph.mutations], meta)
+    return graph.copy(inputs=[(k, val(v)) for k, v in graph.inputs], nodes=nodes,
+                      outputs=[val(v) for v in graph.outputs], mutations=[(t, val(v)) for t, v in graph.mutations])
 
 
 def same_program(static, symbolic, sym_attrs, env):
@@ -838,9 +836,6 @@ def make_dynamic(cf, ref, changed, key, leaves, args, kwargs, verify_call=True, 
             ref_env = None
             break
         ref_env[s] = n
-    dim_names = {}
-    for (i, d), s in sorted(dims.items()):
-        dim_names.setdefault(s, []).append([f"arg{i}", d])
     gens = _generators(ref)
     saved = [g.get_state() for g in gens]
     errors = []
@@ -872,7 +867,7 @@ def make_dynamic(cf, ref, changed, key, leaves, args, kwargs, verify_call=True, 
         if graph_p.mutations:
             errors.append("it updates its inputs or buffers in place")
             break
-        g_sym, sym_attrs, problems = generalize(graph_p, primes, dim_names)
+        g_sym, sym_attrs, problems = generalize(graph_p, primes)
         if problems:
             errors.append(problems[0])
             break

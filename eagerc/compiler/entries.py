@@ -16,7 +16,7 @@ from ..runtime.pytree import unflatten
 from . import dynamic as dyn
 from .backends import pipeline
 
-__all__ = ["Entry", "Dynamic", "run", "inputs", "readers", "tensor_guards", "write_back", "reseed",
+__all__ = ["Entry", "Dynamic", "run", "tensor_of", "inputs", "readers", "tensor_guards", "write_back", "reseed",
            "MAX_SPECIALISED"]
 
 MAX_SPECIALISED = 64   # programs kept per dynamic graph (one per distinct size binding)
@@ -27,7 +27,7 @@ _ARG_NAMES = [f"arg{i}" for i in range(256)]
 class Entry:
     """One specialisation: a graph, its program, and how to feed it."""
     __slots__ = ("key", "graph", "traced", "program", "externals", "ext_items", "ext_grads", "ext_guards",
-                 "eager", "reason", "rng", "calls", "aliases", "single", "dynamic", "grads_none", "retries",
+                 "eager", "reason", "rng", "calls", "aliases", "single", "dynamic", "grads_none",
                  "joint", "wb", "guards", "readers")
 
     def __init__(self, key, graph=None, program=None, externals=None, eager=False, reason=None, rng=(),
@@ -43,23 +43,16 @@ class Entry:
         self.guards = None          # guards.Guards: what the trace read from Python, checked per call
         self.readers = ()           # [(input name, function)]: inputs made at call time (optimizer
                                     # options, numpy arrays the function turns into tensors)
-        self.grads_none = ()
-        self.retries = 0
         self.eager = eager
         self.reason = reason
         self.rng = rng              # [(node name, generator, words, seed)] in draw order
         self.calls = 0
-        self.aliases = ()
-        self.single = False
         self.wb = None              # (program, write-back plan): see write_back
         self.dynamic = None         # a Dynamic for symbolic graphs
         self.joint = None           # a training.JointEntry when calls need autograd
-        if graph is not None:
-            self.single = graph.out_tree == {"t": 0}
-            al = graph.meta.get("output_aliases")
-            if al:
-                self.aliases = [(int(i), name) for i, name in al.items()]
-            self.grads_none = tuple(graph.meta.get("grads_none", ()))
+        self.single = graph is not None and graph.out_tree == {"t": 0}
+        self.aliases = tuple(graph.output_aliases.items()) if graph is not None else ()
+        self.grads_none = graph.grads_none if graph is not None else ()
 
     def stale(self):
         """None while every external tensor is the one traced, with the same type; else why not."""
@@ -213,23 +206,16 @@ def write_back(entry, leaves, program, mutations):
         _target(entry, leaves, name).grad = None
 
 
-def _run_joint(entry, leaves):
-    overrides = None
-    if entry.rng:  # random ops draw fresh numbers each call, like eager mode
-        overrides = {name: {"seed": gen.initial_seed(), "offset": gen.next_offset(words)}
-                     for name, gen, words, _ in entry.rng}
-    result, mutations = entry.joint.run(leaves, inputs(entry, leaves), overrides)
-    if mutations or entry.grads_none:
-        write_back(entry, leaves, entry.joint.fwd_program, mutations)
-    return result
+def tensor_of(a):
+    """A program's output array as a Tensor (a numpy scalar becomes a 0-d array)."""
+    return dispatch.wrap(a if type(a) is _ndarray or not isinstance(a, np.generic) else np.asarray(a))
 
 
 def run(entry, leaves, env):
     """One call of a compiled specialisation: bind the inputs, run the program with this call's
     random offsets (and size attributes when symbolic), write mutation outputs back, wrap
-    the outputs. `env`: the symbol bindings of a dynamic entry (None when static)."""
-    if entry.joint is not None:
-        return _run_joint(entry, leaves)
+    the outputs (a call that needs autograd: training.JointEntry.outputs attaches the backward).
+    `env`: the symbol bindings of a dynamic entry (None when static)."""
     env_ = inputs(entry, leaves)
     d = entry.dynamic
     overrides = None
@@ -250,12 +236,11 @@ def run(entry, leaves, env):
     outs, mutations = program(env_, overrides)
     if mutations or entry.grads_none:
         write_back(entry, leaves, program, mutations)
-    wrap = dispatch.wrap
+    if entry.joint is not None:
+        return entry.joint.outputs(outs, leaves, env_)
     if entry.single and not entry.aliases:
-        a = outs[0]
-        return wrap(a if type(a) is _ndarray or not isinstance(a, np.generic) else np.asarray(a))
-    tensors = [wrap(a if type(a) is _ndarray or not isinstance(a, np.generic) else np.asarray(a))
-               for a in outs]
+        return tensor_of(outs[0])
+    tensors = [tensor_of(a) for a in outs]
     for i, name in entry.aliases:
         tensors[i] = leaves[int(name[3:])] if name.startswith("arg") else entry.externals[name]
     return unflatten(entry.graph.out_tree, tensors)

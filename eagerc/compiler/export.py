@@ -216,7 +216,7 @@ def _finalize(graph, patches):
     """Schedule the graph for low peak memory, drop backend annotations; renumber the patches."""
     schedule = getattr(_passes, "schedule", None)
     final = schedule(graph) if schedule is not None else graph
-    final = Graph(final.inputs, final.nodes, final.outputs, final.out_tree, final.mutations, {})
+    final = Graph(final.inputs, final.nodes, final.outputs, final.out_tree, final.mutations)  # the program alone
     verify(final)
     index = {n.out.name: i for i, n in enumerate(final.nodes)}
     for p in patches:
@@ -230,7 +230,7 @@ def _prune_externals(graph):
     used = {v.name for n in graph.nodes for v in n.input_values()}
     used |= {v.name for v in graph.outputs} | {t for t, _ in graph.mutations}
     inputs = [(k, v) for k, v in graph.inputs if k == "arg" or v.name in used]
-    return Graph(inputs, graph.nodes, graph.outputs, graph.out_tree, graph.mutations, graph.meta)
+    return graph.copy(inputs=inputs)
 
 
 # ---------------------------------------------------------------- argument paths and dynamic specs

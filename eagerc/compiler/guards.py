@@ -786,7 +786,7 @@ class Watch:
         for what, where, why in self.effects:
             tracer.side_effect(what, deferred=True, where=where, why=why)
 
-    def guards(self, tracer, module_names, cell_snapshot=None):
+    def guards(self, tracer, module_names):
         """The Guards of the graph this trace made."""
         from ..runtime import dtypes
         r = self.reach

@@ -337,7 +337,7 @@ class Tracer:
 
     def set_grad(self, t, g):
         """t.grad was set to g (a Tensor or None) by autograd or an optimizer: a compiled call
-        writes it back (mutation target "<name>.grad"; None is listed in meta["grads_none"])."""
+        writes it back (mutation target "<name>.grad"; None is listed in Graph.grads_none)."""
         if self.broken is not None:
             return
         self.value_of(t)
@@ -451,16 +451,11 @@ class Tracer:
         outputs = [self.value_of(t) for t in leaves]
         mutations = [(name, v) for name, v in self.mutations.items()]
         mutations += [(name + ".grad", v) for name, v in self.grads.items() if v is not None]
-        g = Graph(self.inputs, self.nodes, outputs, tree, mutations)
-        none = [name for name, v in self.grads.items() if v is None]
-        if none:
-            g.meta["grads_none"] = none
         # outputs that are an argument or external tensor itself (e.g. `return x` after x.add_(1)):
         # the compiled call returns that very tensor, like eager mode
-        alias = {i: self.input_of[id(t)] for i, t in enumerate(leaves) if id(t) in self.input_of}
-        if alias:
-            g.meta["output_aliases"] = {str(i): name for i, name in alias.items()}
-        return g
+        return Graph(self.inputs, self.nodes, outputs, tree, mutations,
+                     grads_none=[name for name, v in self.grads.items() if v is None],
+                     output_aliases={i: self.input_of[id(t)] for i, t in enumerate(leaves) if id(t) in self.input_of})
 
 
 @contextlib.contextmanager

@@ -15,25 +15,36 @@ Node; `backward()` through it runs the backward program. Double backward through
 compiled function raises (never a silently wrong higher-order gradient).
 """
 import sys
+from typing import NamedTuple
 
 import numpy as np
 
 from .. import dispatch
 from .._tensor import Tensor
-from ..dispatch import Node
 from ..runtime.ir import Graph
 from ..runtime.pytree import flatten
 from .tracer import Tracer, tracing
 
-__all__ = ["trace_joint", "split_joint", "JointEntry"]
+__all__ = ["trace_joint", "split_joint", "Joint", "JointEntry"]
+
+
+class Joint(NamedTuple):
+    """A joint trace split in two (split_joint), with what running the halves needs to know."""
+    forward: Graph      # outputs: the user's, then the saved values
+    backward: Graph     # inputs: the saved values, the tensors it reads, one gradient per diff output
+    n_user: int         # the forward outputs that are the user's
+    saved: list         # names of the saved values (the backward graph's inputs of the same names)
+    grad_slots: list    # per gradient target: whether the backward outputs one (else it is None)
+    n_diff: int         # differentiable outputs (the backward's inputs grad0, grad1, ...)
 
 
 def trace_joint(fn, args, kwargs, external_names, module_paths, fullgraph=False, watch=None):
     """Run fn eagerly with grad, then a traced autograd.grad over its differentiable outputs.
 
-    Returns (forward graph, backward graph, result, tracer) or (None, None, result, tracer)
-    on a graph break. The eager result keeps its own autograd graph (retain_graph=True),
-    so the first call behaves exactly like eager mode.
+    Returns (forward graph, Joint, result, tracer); (graph, None, ...) when there is no backward
+    to trace (a training step, or nothing requires grad); (None, None, ...) on a graph break.
+    The eager result keeps its own autograd graph (retain_graph=True), so the first call
+    behaves exactly like eager mode.
     """
     from ..autograd import grad as autograd_grad
     tracer = Tracer(external_names, fullgraph)
@@ -49,8 +60,8 @@ def trace_joint(fn, args, kwargs, external_names, module_paths, fullgraph=False,
         return None, None, result, tracer
     if joint is None:  # a training step (backward ran inside) or nothing to differentiate
         return tracer.graph(result), None, result, tracer
-    fwd, bwd = split_joint(tracer, *joint)
-    return fwd, bwd, result, tracer
+    split = split_joint(tracer, *joint)
+    return split.forward, split, result, tracer
 
 
 def _trace_backward(tracer, leaves, result, autograd_grad):
@@ -105,16 +116,14 @@ def split_joint(tracer, n_forward, out_values, out_tree, grad_values, n_grad_out
             seen.add(v.name)
     fwd_inputs = [(k, v) for k, v in tracer.inputs if not v.name.startswith("grad")]
     mutations = list(tracer.mutations.items())
-    forward = Graph(fwd_inputs, fwd_nodes, list(out_values) + saved, out_tree, mutations,
-                    meta={"n_user_outputs": len(out_values)})
+    forward = Graph(fwd_inputs, fwd_nodes, list(out_values) + saved, out_tree, mutations)
     grad_inputs = [(k, v) for k, v in tracer.inputs if v.name.startswith("grad")]
     saved_inputs = [("arg", v) for v in saved]
     b_inputs = saved_inputs + [iv for iv in bwd_inputs if not iv[1].name.startswith("grad")] + grad_inputs
     present = [v for v in grad_values if v is not None]
-    backward = Graph(_dedupe(b_inputs), bwd_nodes, present, {"tuple": [{"t": i} for i in range(len(present))]},
-                     meta={"grad_slots": [v is not None for v in grad_values],
-                           "saved": [v.name for v in saved], "n_grad_outputs": n_grad_outs})
-    return forward, backward
+    backward = Graph(_dedupe(b_inputs), bwd_nodes, present, {"tuple": [{"t": i} for i in range(len(present))]})
+    return Joint(forward, backward, len(out_values), [v.name for v in saved], [v is not None for v in grad_values],
+                 n_grad_outs)
 
 
 def _dedupe(inputs):
@@ -126,21 +135,12 @@ def _dedupe(inputs):
     return out
 
 
-class _CompiledBackward:
-    """Stands in for an OpDef on the Node of a compiled call's outputs."""
-    __slots__ = ("name", "grads", "grad_params", "broadcasts", "view")
-
-    def __init__(self):
-        self.name = "CompiledFunction"
-        self.grads = _run_backward
-        self.grad_params = None
-        self.broadcasts = False
-        self.view = False
-
-
 class _Ctx:
-    """What one compiled call's backward needs: the program, the saved arrays, the inputs."""
-    __slots__ = ("program", "graph", "env", "n_outs", "index", "edges")
+    """What one compiled call's backward needs: its JointEntry, the saved arrays, which output."""
+    __slots__ = ("joint", "env", "n_outs", "index")
+
+    def __init__(self, joint, env, n_outs, index):
+        self.joint, self.env, self.n_outs, self.index = joint, env, n_outs, index
 
 
 def _run_backward(node, g):
@@ -155,78 +155,58 @@ def _run_backward(node, g):
         if k == ctx.index:
             env[grad_name] = g._array
         else:  # other outputs' gradients are zero on this path (one node per output)
-            shape_src = next(v for kk, v in ctx.graph.inputs if v.name == grad_name)
+            shape_src = next(v for kk, v in ctx.joint.backward.inputs if v.name == grad_name)
             env[grad_name] = np.zeros(shape_src.shape, dtype=shape_src.dtype)
-    outs, _ = ctx.program(env, None)
-    slots = ctx.graph.meta["grad_slots"]
+    outs, _ = ctx.joint.bwd_program(env, None)
     it = iter(outs)
-    grads = [dispatch.wrap(np.asarray(next(it))) if present else None for present in slots]
-    return grads
+    return [dispatch.wrap(np.asarray(next(it))) if present else None for present in ctx.joint.grad_slots]
 
 
-_OP = _CompiledBackward()
+_OP = dispatch.CustomOp("CompiledFunction", _run_backward)   # the op of a compiled call's output Nodes
 
 
-def attach_backward(outs, n_user, diff_indices, bwd_graph, bwd_program, saved_env, edges):
-    """Give each differentiable output a Node that runs the backward program."""
+def attach_backward(outs, diff_indices, joint, saved_env, edges):
+    """Give each differentiable output a Node that runs the backward program of `joint`."""
     for k, i in enumerate(diff_indices):
         t = outs[i]
-        ctx = _Ctx()
-        ctx.program = bwd_program
-        ctx.graph = bwd_graph
-        ctx.env = saved_env
-        ctx.n_outs = len(diff_indices)
-        ctx.index = k
-        node = Node.__new__(Node)
-        node.op = _OP
-        node.attrs = ctx
-        node.next = list(edges)
-        node.saved = []          # released by the engine after use unless retain_graph
-        node.versions = None
-        node.shapes = None
-        node.out = None
-        node.out_vc = None
-        node.out_dtype = t._array.dtype
-        node.hooks = None
-        node.retained = None
-        node.created_at = None
         t._requires_grad = True  # (the slot: t may be an aliased non-leaf output)
-        t.grad_fn = node
+        t.grad_fn = dispatch.custom_node(_OP, _Ctx(joint, saved_env, len(diff_indices), k), list(edges),
+                                         t._array.dtype, saved=[])  # ([]: freed after use)
 
 
 class JointEntry:
-    """A compiled specialisation for calls that need autograd: forward + backward programs."""
+    """A compiled specialisation for calls that need autograd: forward + backward programs.
+    entries.run runs the forward program like any other; `outputs` makes its results."""
 
-    def __init__(self, forward, backward, backend, tracer, n_args):
+    def __init__(self, joint, backend, tracer, n_args):
         from .backends import pipeline
         from .passes import optimize
-        self.forward = optimize(forward, pipeline(backend))
-        self.backward = optimize(backward, pipeline(backend))
+        self.forward = optimize(joint.forward, pipeline(backend))
+        self.backward = optimize(joint.backward, pipeline(backend))
         self.fwd_program = backend.compile(self.forward)
         self.bwd_program = backend.compile(self.backward)
         self.externals = dict(tracer.externals)
-        self.n_user = forward.meta["n_user_outputs"]
-        self.saved_names = backward.meta["saved"]
-        arg_vals = {v.name for k, v in tracer.inputs if k == "arg"}
-        self.bwd_reads = [v.name for k, v in backward.inputs
-                          if v.name not in set(self.saved_names) and not v.name.startswith("grad")]
+        self.n_user, self.saved_names, self.grad_slots, self.n_diff = \
+            joint.n_user, joint.saved, joint.grad_slots, joint.n_diff
+        saved = set(self.saved_names)
+        self.bwd_reads = [v.name for k, v in joint.backward.inputs
+                          if v.name not in saved and not v.name.startswith("grad")]
         # the order of gradient targets, as traced: args that require grad, then parameters
         self.target_args = [i for i in range(n_args) if tracer.keep[i].requires_grad]
         self.target_externals = [name for name, t in tracer.externals.items() if t.requires_grad]
-        self.arg_vals = arg_vals
 
-    def run(self, leaves, env, rng_overrides=None):
-        """env: the forward program's inputs by name (entries.inputs)."""
+    def outputs(self, outs, leaves, env):
+        """The user's outputs of one forward run (`outs`: the program's arrays, the saved values
+        after the user's), the differentiable ones carrying a Node that runs the backward program
+        on the saved values and the inputs it reads (`env`, the forward program's inputs)."""
+        from .entries import tensor_of
         from ..runtime.pytree import unflatten
-        outs, mutations = self.fwd_program(env, rng_overrides)
-        user, saved = outs[:self.n_user], outs[self.n_user:]
-        bwd_env = dict(zip(self.saved_names, saved))
+        user = [tensor_of(a) for a in outs[:self.n_user]]
+        bwd_env = dict(zip(self.saved_names, outs[self.n_user:]))
         for name in self.bwd_reads:
             bwd_env[name] = env[name]
-        tensors = [dispatch.wrap(np.asarray(a)) for a in user]
-        diff = [i for i, t in enumerate(tensors) if t._array.dtype.kind == "f"]
-        diff = diff[:self.backward.meta["n_grad_outputs"]] if len(diff) >= self.backward.meta["n_grad_outputs"] else diff
+        diff = [i for i, t in enumerate(user) if t._array.dtype.kind == "f"][:self.n_diff]
         edges = [(leaves[i].grad_fn if leaves[i].grad_fn is not None else leaves[i]) for i in self.target_args]
         edges += [self.externals[name] for name in self.target_externals]
-        attach_backward(tensors, self.n_user, diff, self.backward, self.bwd_program, bwd_env, edges)
-        return unflatten(self.forward.out_tree, tensors), mutations
+        attach_backward(user, diff, self, bwd_env, edges)
+        return unflatten(self.forward.out_tree, user)

@@ -1,5 +1,5 @@
 """eagerc.nn: Modules, Parameter, containers, layers, losses, `functional`, `init` and `utils`."""
-from .. import _api  # noqa: F401  (the whole frontend first: `import eagerc.nn` may come before `eagerc.<x>`)
+from .. import ops  # noqa: F401  (every op family first: `import eagerc.nn` may come before `eagerc.<x>`)
 from .parameter import Parameter, Buffer  # noqa: F401
 from .modules import *  # noqa: F401,F403
 from .modules import Module, RemovableHandle  # noqa: F401

@@ -4,27 +4,21 @@ Most functions are compositions of eagerc ops, so they differentiate (to any ord
 and trace without rules of their own. The hot composites -- linear, softmax,
 log_softmax, layer_norm, batch_norm (training), cross_entropy (class indices), gelu,
 embedding and constant pad -- run one fused kernel declared in
-`eagerc/runtime/ops/nn.py` (its docstring has the table). For each, this file holds
-
-- the PyTorch-named function that applies the fused op,
-- its derivative (`defgrad` / `defgrad_node`): a formula written with Tensor ops, used
-  under create_graph=True, and a fused `<op>_backward` kernel for plain backward,
-- its decomposition into primitives (`softmax_decomposed`, ...), attached to the op with
-  `defdecomp`: the tests check it against the fast path and the compiler uses it to fuse.
+`eagerc/runtime/ops/nn.py` (its docstring has the table); here is the PyTorch-named
+function that applies it (argument checks, modes, defaults). Their derivatives and
+decompositions into primitives live with the ops, in eagerc/ops/nn.py.
 """
 import math
 import warnings
 
-from .. import _api as _E  # noqa: F401  (attaches every Tensor method)
-from .._api import (arange, exp, log, log1p, expm1, erf, minimum, rand, relu as _relu, sigmoid as _sigmoid,
-                    tanh as _tanh, where)
+from ..ops.creation import arange, rand, tensor as _tensor
+from ..ops.elementwise import (exp, log, log1p, expm1, minimum, relu as _relu, sigmoid as _sigmoid,
+                               tanh as _tanh, where)
+from ..ops.linalg import einsum
+from ..ops.nn import channel_shape, check_targets, class_dim, class_shape, index_target_shape, reduce_loss
 from .._tensor import Tensor
-from ..autograd.engine import _saved_input
-from ..autograd.formulas import defdecomp, defgrad, defgrad_node
-from .. import dispatch
 from ..dispatch import apply
-from ..runtime.ops import OPS, no_part
-from ..runtime.ops import nn as _nn_kernels  # noqa: F401  (declares the fused ops)
+from ..runtime.ops import OPS
 
 __all__ = [
     # linear and activations
@@ -38,30 +32,12 @@ __all__ = [
     # losses
     "cross_entropy", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss",
     "binary_cross_entropy", "binary_cross_entropy_with_logits", "kl_div",
-    # decompositions of the fused ops
-    "linear_decomposed", "softmax_decomposed", "log_softmax_decomposed", "layer_norm_decomposed",
-    "cross_entropy_decomposed", "embedding_decomposed", "gelu_decomposed", "batch_norm_decomposed",
-    # decompositions of the fused backward kernels (for the compiler's decompose pass)
-    "softmax_backward_decomposed", "log_softmax_backward_decomposed", "gelu_backward_decomposed",
-    "layer_norm_backward_decomposed", "layer_norm_weight_backward_decomposed",
-    "cross_entropy_backward_decomposed",
 ]
 
 _LINEAR, _SOFTMAX, _LOG_SOFTMAX = OPS["linear"], OPS["softmax"], OPS["log_softmax"]
 _LAYER_NORM, _CROSS_ENTROPY, _PAD = OPS["layer_norm"], OPS["cross_entropy"], OPS["pad"]
-_EMBEDDING, _EMBEDDING_BACKWARD = OPS["embedding"], OPS["embedding_backward"]
-_GELU, _GELU_BACKWARD = OPS["gelu"], OPS["gelu_backward"]
-_SOFTMAX_BACKWARD, _LOG_SOFTMAX_BACKWARD = OPS["softmax_backward"], OPS["log_softmax_backward"]
-_LAYER_NORM_BACKWARD, _LAYER_NORM_WEIGHT_BACKWARD = OPS["layer_norm_backward"], OPS["layer_norm_weight_backward"]
-_CROSS_ENTROPY_BACKWARD = OPS["cross_entropy_backward"]
+_EMBEDDING, _GELU = OPS["embedding"], OPS["gelu"]
 _BATCH_NORM, _BATCH_NORM_STATS = OPS["batch_norm"], OPS["batch_norm_stats"]
-_BATCH_NORM_BACKWARD, _BATCH_NORM_WEIGHT_BACKWARD = OPS["batch_norm_backward"], OPS["batch_norm_weight_backward"]
-
-
-def _first_order():
-    """True while a plain backward runs (grad mode off): derivatives may use the fused
-    `*_backward` kernels. Under create_graph=True they use their Tensor-op formulas."""
-    return not dispatch.grad_enabled()
 
 
 def _float_input(name, x):
@@ -84,34 +60,8 @@ def linear(input, weight, bias=None):
     return apply(_LINEAR, (input, weight, bias))
 
 
-def linear_decomposed(input, weight, bias=None):
-    out = input @ weight.t()
-    return out if bias is None else out + bias
-
-
-def _linear_grad(node, g):
-    x_edge, w_edge, b_edge = node.next
-    weight = _saved_input(node, 1)
-    gx = gw = gb = None
-    if x_edge is not None:
-        gx = apply(_LINEAR, (g, weight.t(), None))  # g @ weight
-    g2 = g.reshape(-1, g.shape[-1]) if g.ndim != 2 else g
-    if w_edge is not None:
-        x = _saved_input(node, 0)
-        x2 = x.reshape(-1, x.shape[-1]) if x.ndim != 2 else x
-        gw = apply(_LINEAR, (g2.t(), x2.t(), None))  # g2.T @ x2
-    if b_edge is not None:
-        gb = g2.sum(0).reshape(node.shapes[2])
-    return gx, gw, gb
-
-
-defgrad_node("linear", _linear_grad, saves_inputs=True)
-defdecomp("linear", linear_decomposed)
-
-
 def bilinear(input1, input2, weight, bias=None):
     """y_k = x1 @ W_k @ x2 + b_k, weight of shape (out, in1, in2)."""
-    from .._api import einsum
     out = einsum("...i,kij,...j->...k", input1, weight, input2)
     return out if bias is None else out + bias
 
@@ -149,31 +99,6 @@ def gelu(input, approximate="none"):
     if input._array.dtype.kind != "f":
         _float_input("gelu", input)
     return apply(_GELU, (input,), {"approximate": approximate})
-
-
-def gelu_decomposed(input, approximate="none"):
-    """The fused gelu op as primitives, with the kernel's constants and order of operations."""
-    if approximate == "none":
-        return input * (erf(input * _nn_kernels._SQRT_HALF) + 1) * 0.5
-    if approximate == "tanh":
-        inner = (input * input * 0.044715 + 1) * (input * _nn_kernels._SQRT_2_OVER_PI)
-        return input * (_tanh(inner) + 1) * 0.5
-    raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
-
-
-def gelu_backward_decomposed(grad, input, approximate="none"):
-    """The fused gelu_backward kernel as elementwise primitives: grad * gelu'(input)."""
-    x = input
-    if approximate == "tanh":
-        k = _nn_kernels._SQRT_2_OVER_PI
-        x2 = x * x
-        t = _tanh(x * k * (x2 * 0.044715 + 1))
-        d = (t + 1) * 0.5 + x * 0.5 * (1 - t * t) * k * (x2 * (3 * 0.044715) + 1)
-    elif approximate == "none":   # Phi(x) + x phi(x)
-        d = (erf(x * _nn_kernels._SQRT_HALF) + 1) * 0.5 + exp(x * x * -0.5) * x * _nn_kernels._INV_SQRT_2PI
-    else:
-        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
-    return d * grad
 
 
 def silu(input, inplace=False):
@@ -279,68 +204,6 @@ def softmin(input, dim=None, _stacklevel=3, dtype=None):
     return softmax(-input, dim, _stacklevel + 1, dtype)
 
 
-def softmax_decomposed(input, dim):
-    if input.ndim == 0:
-        return input * 0 + 1
-    shifted = input - input.amax(dim, keepdim=True).detach()
-    e = shifted.exp()
-    return e / e.sum(dim, keepdim=True)
-
-
-def log_softmax_decomposed(input, dim):
-    if input.ndim == 0:
-        return input * 0
-    shifted = input - input.amax(dim, keepdim=True).detach()
-    return shifted - shifted.exp().sum(dim, keepdim=True).log()
-
-
-def softmax_backward_decomposed(grad, output, dim):
-    """The fused softmax_backward kernel as primitives (its order: g*out - out*sum(g*out))."""
-    if output.ndim == 0:
-        return grad * 0
-    gx = grad * output
-    return gx - output * gx.sum(dim, keepdim=True)
-
-
-def log_softmax_backward_decomposed(grad, output, dim):
-    if output.ndim == 0:
-        return grad * 0
-    return grad - output.exp() * grad.sum(dim, keepdim=True)
-
-
-def _softmax_grad(g, out, dim):
-    if _first_order():
-        return apply(_SOFTMAX_BACKWARD, (g, out), {"dim": dim})
-    return out * (g - (g * out).sum(dim, keepdim=True))
-
-
-def _log_softmax_grad(g, out, dim):
-    if _first_order():
-        return apply(_LOG_SOFTMAX_BACKWARD, (g, out), {"dim": dim})
-    return g - out.exp() * g.sum(dim, keepdim=True)
-
-
-def _gelu_grad(g, x, approximate):
-    if _first_order():
-        return apply(_GELU_BACKWARD, (g, x), {"approximate": approximate})
-    if approximate == "tanh":
-        k = math.sqrt(2 / math.pi)
-        t = _tanh((x + x * x * x * 0.044715) * k)
-        return g * ((t + 1) * 0.5 + x * (1 - t * t) * (x * x * (3 * 0.044715) + 1) * (0.5 * k))
-    cdf = (erf(x * (1 / math.sqrt(2))) + 1) * 0.5
-    pdf = exp(x * x * -0.5) * (1 / math.sqrt(2 * math.pi))
-    return g * (cdf + x * pdf)
-
-
-defgrad("softmax", _softmax_grad)
-defgrad("log_softmax", _log_softmax_grad)
-defgrad("gelu", _gelu_grad)
-defdecomp("softmax", softmax_decomposed)
-defdecomp("log_softmax", log_softmax_decomposed)
-defdecomp("softmax_backward", softmax_backward_decomposed)
-defdecomp("log_softmax_backward", log_softmax_backward_decomposed)
-defdecomp("gelu", gelu_decomposed)
-defdecomp("gelu_backward", gelu_backward_decomposed)
 for _n in ("softmax", "log_softmax", "softmin"):
     setattr(Tensor, _n, lambda self, dim=None, dtype=None, _f=globals()[_n]: _f(self, dim, 4, dtype))
 
@@ -425,29 +288,6 @@ def _embedding_renorm_(weight, input, max_norm, norm_type):
                 w[r] *= max_norm / (norm + 1e-7)
 
 
-def embedding_decomposed(input, weight, padding_idx=None):
-    out = weight.index_select(0, input.reshape(-1)).reshape(tuple(input.shape) + (weight.shape[1],))
-    if padding_idx is None:
-        return out
-    return where((input != padding_idx).unsqueeze(-1), out, out.detach())
-
-
-def _embedding_backward(g, indices, num_weights, padding_idx):
-    return apply(_EMBEDDING_BACKWARD, (g, indices), {"num_weights": num_weights, "padding_idx": padding_idx})
-
-
-def _embedding_double_backward(g, indices, padding_idx):
-    out = apply(_EMBEDDING, (g, indices), {"padding_idx": padding_idx})
-    return out if padding_idx is None else out * (indices != padding_idx).unsqueeze(-1)
-
-
-defgrad("embedding", lambda g, indices, weight_shape, padding_idx:
-        _embedding_backward(g, indices, weight_shape[0], padding_idx), None)
-defgrad("embedding_backward", _embedding_double_backward, None)
-defdecomp("embedding", lambda weight, indices, padding_idx=None: embedding_decomposed(indices, weight, padding_idx))
-no_part("decomposition", "a scatter-add by index: one kernel, no primitives to fuse", ["embedding_backward"])
-
-
 # =============================================================== normalisation
 
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
@@ -456,107 +296,6 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     if input._array.dtype.kind != "f":
         _float_input("layer_norm", input)
     return apply(_LAYER_NORM, (input, weight, bias), {"normalized_shape": ns, "eps": float(eps)})
-
-
-def _ln_flat(t, ns):
-    """t (shape [*, *ns]) with the normalised dims flattened into one last dim: every
-    reduction is then over the last dim (which fusing backends handle); a no-op for one dim."""
-    if len(ns) == 1:
-        return t
-    features = 1
-    for s in ns:
-        features *= s
-    return t.reshape(tuple(t.shape[:t.ndim - len(ns)]) + (features,))
-
-
-def _ln_normalized(x, eps):
-    """(xhat, 1/std) of x normalised over its last dim, in the fused kernel's order of operations."""
-    xc = x - x.mean(-1, keepdim=True)
-    rstd = ((xc * xc).mean(-1, keepdim=True) + eps).rsqrt()
-    return xc * rstd, rstd
-
-
-def _ns(normalized_shape):
-    return (int(normalized_shape),) if isinstance(normalized_shape, int) else tuple(normalized_shape)
-
-
-def layer_norm_decomposed(input, normalized_shape, weight=None, bias=None, eps=1e-5):
-    """The fused layer_norm op as primitives: keepdim reductions over the (flattened) last dim."""
-    ns = _ns(normalized_shape)
-    y, _ = _ln_normalized(_ln_flat(input, ns), eps)
-    if weight is not None:
-        y = y * _ln_flat(weight, ns)
-    if bias is not None:
-        y = y + _ln_flat(bias, ns)
-    return y if len(ns) == 1 else y.reshape(tuple(input.shape))
-
-
-def layer_norm_backward_decomposed(grad, input, weight, normalized_shape, eps=1e-5):
-    """The fused layer_norm_backward kernel (d loss / d input) as primitives:
-    (gy - mean(gy) - xhat * mean(gy * xhat)) * rstd with gy = grad * weight, per row."""
-    ns = _ns(normalized_shape)
-    xhat, rstd = _ln_normalized(_ln_flat(input, ns), eps)
-    gy = _ln_flat(grad, ns)
-    if weight is not None:
-        gy = gy * _ln_flat(weight, ns)
-    gx = (gy - gy.mean(-1, keepdim=True) - xhat * (gy * xhat).mean(-1, keepdim=True)) * rstd
-    return gx if len(ns) == 1 else gx.reshape(tuple(input.shape))
-
-
-def layer_norm_weight_backward_decomposed(grad, input, normalized_shape, eps=1e-5):
-    """The fused layer_norm_weight_backward kernel (d loss / d weight) as primitives: the per-row
-    product grad * xhat, then one sum over the leading (row) dims as the last step."""
-    ns = _ns(normalized_shape)
-    x = _ln_flat(input, ns)
-    xhat, _ = _ln_normalized(x, eps)
-    gw = _ln_flat(grad, ns) * xhat
-    if gw.ndim > 1:
-        features = gw.shape[-1]
-        rows = 1
-        for s in gw.shape[:-1]:
-            rows *= s
-        gw = (gw if gw.ndim == 2 else gw.reshape(rows, features)).sum(0)
-    return gw if len(ns) == 1 else gw.reshape(ns)
-
-
-def _layer_norm_grad(node, g):
-    x = _saved_input(node, 0)
-    weight = _saved_input(node, 1)
-    x_edge, w_edge, b_edge = node.next
-    k = len(node.attrs["normalized_shape"])
-    axes = tuple(range(x.ndim - k, x.ndim))
-    lead = tuple(range(x.ndim - k))
-    gx = gw = gb = None
-    if b_edge is not None:
-        gb = g.sum(lead) if lead else g
-    if _first_order():
-        if x_edge is not None:
-            gx = apply(_LAYER_NORM_BACKWARD, (g, x, weight), node.attrs)
-        if w_edge is not None:
-            gw = apply(_LAYER_NORM_WEIGHT_BACKWARD, (g, x), node.attrs)
-        return gx, gw, gb
-    xc = x - x.mean(axes, keepdim=True)
-    rstd = ((xc * xc).mean(axes, keepdim=True) + node.attrs["eps"]).rsqrt()
-    xhat = xc * rstd
-    if x_edge is not None:
-        gy = g * weight if weight is not None else g
-        gx = (gy - gy.mean(axes, keepdim=True) - xhat * (gy * xhat).mean(axes, keepdim=True)) * rstd
-    if w_edge is not None:
-        gw = (g * xhat).sum(lead) if lead else g * xhat
-    return gx, gw, gb
-
-
-defgrad_node("layer_norm", _layer_norm_grad, saves_inputs=True)
-defdecomp("layer_norm", lambda x, weight, bias, normalized_shape, eps:
-          layer_norm_decomposed(x, normalized_shape, weight, bias, eps))
-defdecomp("layer_norm_backward", lambda g, x, weight, normalized_shape, eps:
-          layer_norm_backward_decomposed(g, x, weight, normalized_shape, eps))
-defdecomp("layer_norm_weight_backward", lambda g, x, normalized_shape, eps:
-          layer_norm_weight_backward_decomposed(g, x, normalized_shape, eps))
-
-
-def _channel_shape(x):
-    return (1, -1) + (1,) * (x.ndim - 2)
 
 
 def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
@@ -569,9 +308,9 @@ def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
     grouped = input.reshape(n, num_groups, -1)
     y = layer_norm(grouped, (grouped.shape[-1],), None, None, eps).reshape(tuple(input.shape))
     if weight is not None:
-        y = y * weight.reshape(_channel_shape(input))
+        y = y * weight.reshape(channel_shape(input))
     if bias is not None:
-        y = y + bias.reshape(_channel_shape(input))
+        y = y + bias.reshape(channel_shape(input))
     return y
 
 
@@ -620,7 +359,7 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
         return apply(_BATCH_NORM, (input, weight, bias), {"eps": float(eps)})
     if running_mean is None or running_var is None:
         raise RuntimeError("batch_norm: running_mean and running_var are needed when training=False")
-    shape = _channel_shape(input)
+    shape = channel_shape(input)
     scale = (running_var + eps).rsqrt()  # per-channel vectors first, then two passes over the input
     if weight is not None:
         scale = scale * weight
@@ -628,51 +367,6 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
     if bias is not None:
         shift = shift + bias
     return input * scale.reshape(shape) + shift.reshape(shape)
-
-
-def batch_norm_decomposed(input, weight=None, bias=None, eps=1e-5):
-    """The fused training-mode batch_norm op as primitives."""
-    axes = (0,) + tuple(range(2, input.ndim))
-    shape = _channel_shape(input)
-    xc = input - input.mean(axes, keepdim=True)
-    y = xc * ((xc * xc).mean(axes, keepdim=True) + eps).rsqrt()
-    if weight is not None:
-        y = y * weight.reshape(shape)
-    if bias is not None:
-        y = y + bias.reshape(shape)
-    return y
-
-
-def _batch_norm_grad(node, g):
-    x = _saved_input(node, 0)
-    weight = _saved_input(node, 1)
-    x_edge, w_edge, b_edge = node.next
-    eps = node.attrs["eps"]
-    axes = (0,) + tuple(range(2, x.ndim))
-    gx = gw = gb = None
-    if b_edge is not None:
-        gb = g.sum(axes)
-    if _first_order():
-        if x_edge is not None:
-            gx = apply(_BATCH_NORM_BACKWARD, (g, x, weight), node.attrs)
-        if w_edge is not None:
-            gw = apply(_BATCH_NORM_WEIGHT_BACKWARD, (g, x), node.attrs)
-        return gx, gw, gb
-    xc = x - x.mean(axes, keepdim=True)
-    rstd = ((xc * xc).mean(axes, keepdim=True) + eps).rsqrt()
-    xhat = xc * rstd
-    if x_edge is not None:
-        gy = g * weight.reshape(_channel_shape(x)) if weight is not None else g
-        gx = (gy - gy.mean(axes, keepdim=True) - xhat * (gy * xhat).mean(axes, keepdim=True)) * rstd
-    if w_edge is not None:
-        gw = (g * xhat).sum(axes)
-    return gx, gw, gb
-
-
-defgrad_node("batch_norm", _batch_norm_grad, saves_inputs=True)
-defdecomp("batch_norm", batch_norm_decomposed)
-no_part("decomposition", "reduces over every axis but the channel's: a kernel of its own, not a row kernel",
-        ["batch_norm_backward", "batch_norm_weight_backward", "batch_norm_stats"])
 
 
 def _norm(x, p, dim, eps):
@@ -748,11 +442,8 @@ def pad(input, pad, mode="constant", value=None):
             idx = np.clip(idx, 0, n - 1)
         else:
             idx = idx % n
-        out = out.index_select(dim, _E.tensor(idx, device=input.device))
+        out = out.index_select(dim, _tensor(idx, device=input.device))
     return out
-
-
-defgrad("pad", lambda g, pad: apply(_PAD, (g,), {"pad": tuple(-p for p in pad), "value": 0.0}))
 
 
 # =============================================================== attention
@@ -873,35 +564,11 @@ def _reduction(size_average, reduce, reduction):
 _REDUCTIONS = ("mean", "sum", "none")
 
 
-def _reduce(loss, reduction):
-    if reduction == "mean":
-        return loss.mean()
-    if reduction == "sum":
-        return loss.sum()
-    if reduction == "none":
-        return loss
-    raise ValueError(f"{reduction} is not a valid value for reduction")
-
-
 def _check_same_size(name, input, target):
     if tuple(input.shape) != tuple(target.shape):
         warnings.warn(f"{name}: using a target size ({tuple(target.shape)}) that is different to the input size "
                       f"({tuple(input.shape)}). This will likely lead to incorrect results due to broadcasting. "
                       "Please ensure they have the same size.", UserWarning, stacklevel=3)
-
-
-def _class_dim(input):
-    return 1 if input.ndim > 1 else 0
-
-
-def _class_shape(input):
-    """Shape that broadcasts a (C,) vector along the class dimension."""
-    return (-1,) + (1,) * (input.ndim - 2) if input.ndim > 1 else (-1,)
-
-
-def _index_target_shape(input):
-    """The shape of class-index targets for `input`: (N, d1, ...) for (N, C, d1, ...), () for (C,)."""
-    return () if input.ndim == 1 else (input.shape[0],) + tuple(input.shape[2:])
 
 
 def _check_index_dtype(name, input, target):
@@ -913,29 +580,14 @@ def _check_index_dtype(name, input, target):
                               f"shape {list(input.shape)}" if name == "cross_entropy" else ""))
 
 
-def _check_targets(name, input, target, ignore_index):
-    cd = _class_dim(input)
-    C = input.shape[cd]
-    expected = _index_target_shape(input)
-    if tuple(target.shape) != expected:
-        raise ValueError(f"{name}: expected target of shape {expected} for input of shape {tuple(input.shape)}, "
-                         f"got {tuple(target.shape)}")
-    t = target._array
-    if t.size:
-        bad = ((t < 0) | (t >= C)) & (t != ignore_index)
-        if bool(bad.any()):
-            raise IndexError(f"{name}: target {int(t[bad].reshape(-1)[0])} is out of bounds for {C} classes")
-    return cd, C
-
-
 def _nll_terms(input, target, weight, ignore_index):
     """Per-element -weight[t] * input[..., t, ...] and the weights weight[t] * (t != ignore_index)."""
     _check_index_dtype("nll_loss", input, target)
-    cd, C = _check_targets("nll_loss", input, target, ignore_index)
-    hit = target.unsqueeze(cd) == arange(C, device=input.device).reshape(_class_shape(input))
+    cd, C = check_targets("nll_loss", input, target, ignore_index)
+    hit = target.unsqueeze(cd) == arange(C, device=input.device).reshape(class_shape(input))
     wt = (target != ignore_index).to(input.dtype)
     if weight is not None:
-        wt = where(hit, weight.reshape(_class_shape(input)), 0.0).sum(cd) * wt
+        wt = where(hit, weight.reshape(class_shape(input)), 0.0).sum(cd) * wt
     return -where(hit, input, 0.0).sum(cd) * wt, wt
 
 
@@ -945,7 +597,7 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, r
     loss, wt = _nll_terms(input, target, weight, ignore_index)
     if reduction == "mean":
         return loss.sum() / wt.sum()
-    return _reduce(loss, reduction)
+    return reduce_loss(loss, reduction)
 
 
 def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
@@ -962,7 +614,7 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
             raise RuntimeError(f"cross_entropy: Expected floating point type for target with class "
                                f"probabilities, got {target.dtype.name} (a target of the input's shape "
                                f"{list(input.shape)} holds class probabilities; class indices have shape "
-                               f"{list(_index_target_shape(input))})")
+                               f"{list(index_target_shape(input))})")
         if ignore_index >= 0:
             raise RuntimeError(f"cross_entropy: ignore_index is not supported for floating point target "
                                f"(class probabilities), got ignore_index={ignore_index}")
@@ -978,120 +630,18 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
 
 
 def _cross_entropy_probs(input, target, weight, reduction, label_smoothing):
-    cd = _class_dim(input)
+    cd = class_dim(input)
     C = input.shape[cd]
     logp = log_softmax(input, cd)
     if label_smoothing > 0:
         target = target * (1 - label_smoothing) + label_smoothing / C
     terms = logp * target
     if weight is not None:
-        terms = terms * weight.reshape(_class_shape(input))
+        terms = terms * weight.reshape(class_shape(input))
     loss = -terms.sum(cd)
     if reduction == "mean":
         return loss.sum() / max(input.numel() // C, 1) if C else loss.sum()
-    return _reduce(loss, reduction)
-
-
-def _classes_last(input):
-    """Logits with the class dim last: (C,) and (N, C) as they are, (N, C, d1, ...) moved to
-    (N, d1, ..., C), whose leading dims are then the target's."""
-    return input.movedim(1, -1) if input.ndim > 2 else input
-
-
-def cross_entropy_decomposed(input, target, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0):
-    """The fused cross_entropy op as primitives, in its order of operations: with z = x - max(x)
-    and lse = log(sum(exp(z))) per row, the loss is (lse - z[t]) * w[t] * (t != ignore_index)
-    (mixed with the smoothing term), z[t] picked by a one-hot compare against arange(C) --
-    elementwise ops and reductions over the class dim, moved last for (N, C, d...) inputs."""
-    _check_targets("cross_entropy", input, target, ignore_index)
-    x = _classes_last(input)
-    C = x.shape[-1]
-    z = x - x.amax(-1, keepdim=True).detach()
-    lse = z.exp().sum(-1).log()
-    hit = target.unsqueeze(-1) == arange(C, device=input.device)
-    valid = (target != ignore_index).to(input.dtype)
-    wt = valid if weight is None else where(hit, weight, 0.0).sum(-1) * valid
-    loss = (lse - where(hit, z, 0.0).sum(-1)) * wt       # -w[t] log p[t]
-    if label_smoothing:  # -sum_c w_c log p_c
-        if weight is None:
-            smooth = lse * C - z.sum(-1)
-        else:
-            smooth = lse * weight.sum() - (z * weight).sum(-1)
-        loss = loss * (1 - label_smoothing) + smooth * valid * (label_smoothing / C)
-    if reduction == "mean":
-        return loss.sum() / wt.sum()      # 0 / 0 = nan when every target is ignored, like the kernel
-    return _reduce(loss, reduction)
-
-
-def cross_entropy_backward_decomposed(grad, input, target, weight=None, ignore_index=-100, reduction="mean",
-                                      label_smoothing=0.0):
-    """The fused cross_entropy_backward kernel as primitives, in its order of operations:
-    softmax(x) * coef - target distribution per row, scaled by the incoming gradient (divided by
-    the total weight for 'mean'). Per row only elementwise ops, keepdim reductions over the class
-    dim and a one-hot compare against arange(C); the mean's denominator is a sum over the targets."""
-    _check_targets("cross_entropy", input, target, ignore_index)
-    x = _classes_last(input)
-    C = x.shape[-1]
-    e = (x - x.amax(-1, keepdim=True)).exp()
-    p = e / e.sum(-1, keepdim=True)
-    hit = target.unsqueeze(-1) == arange(C, device=input.device)
-    valid = (target != ignore_index).unsqueeze(-1).to(input.dtype)
-    eps = label_smoothing
-    if weight is None:
-        wt = valid
-        onehot = hit.to(input.dtype)
-        gx = ((p - onehot * (1 - eps)) - eps / C if eps else p - onehot) * valid
-    else:
-        wt = where(hit, weight, 0.0).sum(-1, keepdim=True) * valid      # w[t] * valid
-        if eps:
-            coef = wt * (1 - eps) + valid * (weight.sum() * eps / C)
-            gx = p * coef - where(hit, wt * (1 - eps), 0.0) - valid * (weight * (eps / C))
-        else:
-            gx = p * wt - where(hit, wt, 0.0)
-    if reduction == "none":
-        gx = gx * grad.unsqueeze(-1)
-    elif reduction == "sum":
-        gx = gx * grad
-    else:
-        gx = gx * (grad / wt.sum())
-    return gx.movedim(-1, 1) if input.ndim > 2 else gx
-
-
-def _cross_entropy_grad(g, x, target, weight, ignore_index, reduction, label_smoothing):
-    """d loss / d x = scale * valid * (softmax(x) * coef - target distribution)."""
-    if _first_order():
-        return apply(_CROSS_ENTROPY_BACKWARD, (g, x, target, weight),
-                     {"ignore_index": ignore_index, "reduction": reduction, "label_smoothing": label_smoothing})
-    cd = _class_dim(x)
-    C = x.shape[cd]
-    cshape = _class_shape(x)
-    p = softmax(x, cd)
-    hit = target.unsqueeze(cd) == arange(C, device=x.device).reshape(cshape)
-    valid = (target != ignore_index).unsqueeze(cd).to(x.dtype)
-    eps = label_smoothing
-    if weight is None:
-        w_hit = hit.to(x.dtype)
-        wt = valid
-        smooth_coef, smooth_target = float(eps), eps / C
-    else:
-        wc = weight.reshape(cshape)
-        w_hit = where(hit, wc, 0.0)
-        wt = w_hit.sum(cd, keepdim=True) * valid
-        smooth_coef, smooth_target = weight.sum() * (eps / C), wc * (eps / C)
-    coef = wt * (1 - eps) + valid * smooth_coef if eps else wt
-    dist = w_hit * (1 - eps) + smooth_target if eps else w_hit
-    grad = p * coef - dist * valid
-    if reduction == "none":
-        return grad * g.unsqueeze(cd)
-    if reduction == "mean":
-        g = g / wt.sum()
-    return grad * g
-
-
-defgrad("cross_entropy", _cross_entropy_grad, None, None)
-defdecomp("cross_entropy", lambda x, target, weight, **attrs: cross_entropy_decomposed(x, target, weight, **attrs))
-defdecomp("cross_entropy_backward", lambda g, x, target, weight, **attrs:
-          cross_entropy_backward_decomposed(g, x, target, weight, **attrs))
+    return reduce_loss(loss, reduction)
 
 
 def mse_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
@@ -1100,7 +650,7 @@ def mse_loss(input, target, size_average=None, reduce=None, reduction="mean", we
     loss = d * d
     if weight is not None:
         loss = loss * weight
-    return _reduce(loss, _reduction(size_average, reduce, reduction))
+    return reduce_loss(loss, _reduction(size_average, reduce, reduction))
 
 
 def l1_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
@@ -1108,7 +658,7 @@ def l1_loss(input, target, size_average=None, reduce=None, reduction="mean", wei
     loss = (input - target).abs()
     if weight is not None:
         loss = loss * weight
-    return _reduce(loss, _reduction(size_average, reduce, reduction))
+    return reduce_loss(loss, _reduction(size_average, reduce, reduction))
 
 
 def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mean", beta=1.0):
@@ -1118,7 +668,7 @@ def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mea
         raise RuntimeError("smooth_l1_loss does not support negative values for beta.")
     d = (input - target).abs()
     loss = d if beta == 0 else where(d < beta, d * d * (0.5 / beta), d - 0.5 * beta)
-    return _reduce(loss, _reduction(size_average, reduce, reduction))
+    return reduce_loss(loss, _reduction(size_average, reduce, reduction))
 
 
 def huber_loss(input, target, reduction="mean", delta=1.0, weight=None):
@@ -1127,7 +677,7 @@ def huber_loss(input, target, reduction="mean", delta=1.0, weight=None):
     loss = where(d < delta, d * d * 0.5, (d - 0.5 * delta) * delta)
     if weight is not None:
         loss = loss * weight
-    return _reduce(loss, reduction)
+    return reduce_loss(loss, reduction)
 
 
 def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None, reduction="mean"):
@@ -1141,7 +691,7 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
     loss = -(target * log(input).clamp_min(-100.0) + (1 - target) * log(1 - input).clamp_min(-100.0))
     if weight is not None:
         loss = loss * weight
-    return _reduce(loss, _reduction(size_average, reduce, reduction))
+    return reduce_loss(loss, _reduction(size_average, reduce, reduction))
 
 
 def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None, reduce=None,
@@ -1156,7 +706,7 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
         loss = (1 - target) * input + softplus_neg
     if weight is not None:
         loss = loss * weight
-    return _reduce(loss, _reduction(size_average, reduce, reduction))
+    return reduce_loss(loss, _reduction(size_average, reduce, reduction))
 
 
 def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_target=False):
@@ -1172,7 +722,7 @@ def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_
         warnings.warn("reduction: 'mean' divides the total loss by both the batch size and the support size."
                       "'batchmean' divides only by the batch size, and aligns with the KL div math definition.",
                       UserWarning, stacklevel=2)
-    return _reduce(loss, reduction)
+    return reduce_loss(loss, reduction)
 
 
 from .functional_conv import *  # noqa: F401,F403,E402

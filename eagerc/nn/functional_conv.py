@@ -3,23 +3,14 @@
 PyTorch's names, signatures and defaults. The primitives live in
 eagerc/runtime/ops/conv.py (im2col + BLAS kernels, shape rules); this file
 normalises arguments (ints or pairs, 'same'/'valid' padding, unbatched inputs,
-1-d ops as views onto the 2-d ones) and attaches the derivatives, written with
-these same ops so that gradients of any order work:
-
-    conv2d(x, w)            dx = conv_transpose2d(g, w)     dw = conv2d_weight(x, g)
-    conv_transpose2d(x, w)  dx = conv2d(g, w)               dw = conv2d_weight(g, x)
-    conv2d_weight(x, gy)    dx = conv_transpose2d(gy, g)    dgy = conv2d(x, g)
-    max_pool2d(x)           dx = max_pool2d_backward(g, x)  (g routed to each window's first argmax)
-    max_pool2d_backward     dgy = max_pool2d_select(g, x)   and back again
-    avg_pool2d, adaptive_avg_pool2d, upsample_nearest2d: linear, each with its *_backward adjoint.
+1-d ops as views onto the 2-d ones); the derivatives live with the ops, in eagerc/ops/conv.py.
 """
 import math
 
 from .._tensor import Tensor
-from ..autograd.formulas import defgrad
 from ..dispatch import apply
+from ..ops import conv as _conv_derivatives  # noqa: F401  (declares the ops, attaches their derivatives)
 from ..runtime.ops import OPS
-from ..runtime.ops import conv as _conv_kernels  # noqa: F401  (declares the ops; until load_all has "conv")
 
 __all__ = [
     "conv1d", "conv2d", "conv_transpose1d", "conv_transpose2d",
@@ -27,19 +18,9 @@ __all__ = [
     "adaptive_avg_pool1d", "adaptive_avg_pool2d", "interpolate", "upsample_nearest",
 ]
 
-_CONV2D = OPS["conv2d"]
-_CONV_T2D = OPS["conv_transpose2d"]
-_CONV2D_W = OPS["conv2d_weight"]
-_MAX_POOL = OPS["max_pool2d"]
-_MAX_POOL_BWD = OPS["max_pool2d_backward"]
-_MAX_POOL_SEL = OPS["max_pool2d_select"]
-_MAX_POOL_IDX = OPS["max_pool2d_indices"]
-_AVG_POOL = OPS["avg_pool2d"]
-_AVG_POOL_BWD = OPS["avg_pool2d_backward"]
-_ADAPTIVE = OPS["adaptive_avg_pool2d"]
-_ADAPTIVE_BWD = OPS["adaptive_avg_pool2d_backward"]
-_UPSAMPLE = OPS["upsample_nearest2d"]
-_UPSAMPLE_BWD = OPS["upsample_nearest2d_backward"]
+_CONV2D, _CONV_T2D = OPS["conv2d"], OPS["conv_transpose2d"]
+_MAX_POOL, _MAX_POOL_IDX, _AVG_POOL = OPS["max_pool2d"], OPS["max_pool2d_indices"], OPS["avg_pool2d"]
+_ADAPTIVE, _UPSAMPLE = OPS["adaptive_avg_pool2d"], OPS["upsample_nearest2d"]
 
 
 # ---------------------------------------------------------------- argument normalisation
@@ -187,62 +168,6 @@ def conv_transpose1d(input, weight, bias=None, stride=1, padding=0, output_paddi
                            (1, _ntuple("dilation", dilation, 1)[0]))
     out = out.squeeze(2)
     return out.squeeze(0) if unbatched else out
-
-
-# ---------------------------------------------------------------- conv derivatives
-
-def _output_padding(x_shape, gy_shape, kernel_size, stride, padding, dilation):
-    """The output_padding that makes conv_transpose2d of gy come back to x's size."""
-    return tuple(int(n + p0 + p1 - ((o - 1) * s + d * (k - 1) + 1))
-                 for n, o, k, s, d, (p0, p1) in zip(x_shape[2:], gy_shape[2:], kernel_size, stride, dilation,
-                                                    padding))
-
-
-def _conv_t_as_conv_padding(padding, output_padding, stride):
-    """conv_transpose2d's padding seen from the conv2d it is the adjoint of: rows that
-    output_padding >= stride adds are cropped (negative padding) so sizes match."""
-    return tuple((p0, p1 - (op // s) * s) for (p0, p1), op, s in zip(padding, output_padding, stride))
-
-
-def _conv2d_dx(g, w, x_shape, stride, padding, dilation, groups):
-    op = _output_padding(x_shape, g._array.shape, w._array.shape[2:], stride, padding, dilation)
-    return apply(_CONV_T2D, (g, w, 0), {"stride": stride, "padding": padding, "output_padding": op,
-                                        "dilation": dilation, "groups": groups})
-
-
-def _conv2d_dw(g, x, w_shape, stride, padding, dilation, groups):
-    return apply(_CONV2D_W, (x, g), {"kernel_size": tuple(w_shape[2:]), "stride": stride, "padding": padding,
-                                     "dilation": dilation, "groups": groups})
-
-
-def _bias_grad(g):
-    return g.sum(dim=(0, 2, 3))
-
-
-def _conv_t_dx(g, w, stride, padding, output_padding, dilation, groups):
-    pads = _conv_t_as_conv_padding(padding, output_padding, stride)
-    return apply(_CONV2D, (g, w, 0), {"stride": stride, "padding": pads, "dilation": dilation, "groups": groups})
-
-
-def _conv_t_dw(g, x, w_shape, stride, padding, output_padding, dilation, groups):
-    pads = _conv_t_as_conv_padding(padding, output_padding, stride)
-    return apply(_CONV2D_W, (g, x), {"kernel_size": tuple(w_shape[2:]), "stride": stride, "padding": pads,
-                                     "dilation": dilation, "groups": groups})
-
-
-def _conv_w_dx(g, gy, x_shape, kernel_size, stride, padding, dilation, groups):
-    op = _output_padding(x_shape, gy._array.shape, kernel_size, stride, padding, dilation)
-    return apply(_CONV_T2D, (gy, g, 0), {"stride": stride, "padding": padding, "output_padding": op,
-                                         "dilation": dilation, "groups": groups})
-
-
-def _conv_w_dgy(g, x, stride, padding, dilation, groups):
-    return apply(_CONV2D, (x, g, 0), {"stride": stride, "padding": padding, "dilation": dilation, "groups": groups})
-
-
-defgrad("conv2d", _conv2d_dx, _conv2d_dw, _bias_grad)
-defgrad("conv_transpose2d", _conv_t_dx, _conv_t_dw, _bias_grad)
-defgrad("conv2d_weight", _conv_w_dx, _conv_w_dgy)
 
 
 # ---------------------------------------------------------------- pooling
@@ -398,42 +323,3 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
 def upsample_nearest(input, size=None, scale_factor=None):
     """Deprecated alias of interpolate(..., mode='nearest')."""
     return interpolate(input, size, scale_factor, mode="nearest")
-
-
-# ---------------------------------------------------------------- pooling derivatives
-
-defgrad("max_pool2d",
-        lambda g, x, kernel_size, stride, padding, dilation, ceil_mode: apply(
-            _MAX_POOL_BWD, (g, x), {"kernel_size": kernel_size, "stride": stride, "padding": padding,
-                                    "dilation": dilation, "ceil_mode": ceil_mode}))
-defgrad("max_pool2d_backward",
-        lambda g, x, kernel_size, stride, padding, dilation, ceil_mode: apply(
-            _MAX_POOL_SEL, (g, x), {"kernel_size": kernel_size, "stride": stride, "padding": padding,
-                                    "dilation": dilation, "ceil_mode": ceil_mode}),
-        None)  # piecewise constant in x
-defgrad("max_pool2d_select",
-        lambda g, x, kernel_size, stride, padding, dilation, ceil_mode: apply(
-            _MAX_POOL_BWD, (g, x), {"kernel_size": kernel_size, "stride": stride, "padding": padding,
-                                    "dilation": dilation, "ceil_mode": ceil_mode}),
-        None)
-defgrad("avg_pool2d",
-        lambda g, x_shape, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override: apply(
-            _AVG_POOL_BWD, (g,), {"input_size": tuple(x_shape[2:]), "kernel_size": kernel_size, "stride": stride,
-                                  "padding": padding, "ceil_mode": ceil_mode,
-                                  "count_include_pad": count_include_pad, "divisor_override": divisor_override}))
-defgrad("avg_pool2d_backward",
-        lambda g, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override: apply(
-            _AVG_POOL, (g,), {"kernel_size": kernel_size, "stride": stride, "padding": padding,
-                              "ceil_mode": ceil_mode, "count_include_pad": count_include_pad,
-                              "divisor_override": divisor_override}))
-defgrad("adaptive_avg_pool2d",
-        lambda g, x_shape: apply(_ADAPTIVE_BWD, (g,), {"input_size": tuple(x_shape[2:])}))
-defgrad("adaptive_avg_pool2d_backward",
-        lambda g, gy_shape: apply(_ADAPTIVE, (g,), {"output_size": tuple(gy_shape[2:])}))
-defgrad("upsample_nearest2d",
-        lambda g, x_shape, output_size, scales, exact: apply(
-            _UPSAMPLE_BWD, (g,), {"input_size": tuple(x_shape[2:]), "output_size": output_size, "scales": scales,
-                                  "exact": exact}))
-defgrad("upsample_nearest2d_backward",
-        lambda g, output_size, scales, exact: apply(
-            _UPSAMPLE, (g,), {"output_size": output_size, "scales": scales, "exact": exact}))

@@ -16,7 +16,8 @@ CPU kernels disagree there between modes and dtypes, pytorch#191965). Only the 1
 value back from the data (the longest bag's length, a shape): under eagerc.compile that is a
 graph break (the call runs eagerly), never a silent constant.
 """
-from .. import _api as _E
+from ..ops import creation, elementwise, joining
+from ..runtime import dtypes
 
 __all__ = ["embedding_bag"]
 
@@ -119,7 +120,7 @@ def _check_offsets(offsets, n, include_last_offset):
 def _scale_grad_by_freq(rows, idx, n_weights):
     """Forward value unchanged (exactly); the gradient of each entry divided by how often its index
     occurs in the whole input (PyTorch's scale_grad_by_freq)."""
-    freq = _E.zeros(n_weights, dtype=_E.int64, device=idx.device).index_add(0, idx, _E.ones_like(idx))
+    freq = creation.zeros(n_weights, dtype=dtypes.int64, device=idx.device).index_add(0, idx, creation.ones_like(idx))
     scale = (1.0 / freq.index_select(0, idx).to(rows.dtype)).unsqueeze(-1)
     base = rows.detach()
     return base + (rows - base) * scale
@@ -129,13 +130,13 @@ def _reduce_dense(rows, valid, mode):
     """rows (B, N, D), valid (B, N) bool or None -> (B, D)."""
     if mode == "max":
         if rows.shape[1] == 0:
-            return _E.zeros(rows.shape[0], rows.shape[2], dtype=rows.dtype, device=rows.device)
+            return creation.zeros(rows.shape[0], rows.shape[2], dtype=rows.dtype, device=rows.device)
         if valid is None:
             return rows.max(1).values
-        vals = _E.where(valid.unsqueeze(-1), rows, float("-inf")).max(1).values
-        return _E.where(valid.any(1, keepdim=True), vals, 0.0)
+        vals = elementwise.where(valid.unsqueeze(-1), rows, float("-inf")).max(1).values
+        return elementwise.where(valid.any(1, keepdim=True), vals, 0.0)
     if valid is not None:
-        rows = _E.where(valid.unsqueeze(-1), rows, 0.0)
+        rows = elementwise.where(valid.unsqueeze(-1), rows, 0.0)
     out = rows.sum(1)
     if mode == "sum":
         return out
@@ -151,26 +152,26 @@ def _reduce_segments(rows, valid, offsets, n_bags, mode):
     n_segments = offsets.shape[0]                       # n_bags, or n_bags + 1 with an overflow segment
     dev = rows.device
     # each entry's segment: how many offsets are at or before its position, minus one
-    marks = _E.zeros(n + 1, dtype=_E.int64, device=dev).index_add(0, offsets, _E.ones_like(offsets))
+    marks = creation.zeros(n + 1, dtype=dtypes.int64, device=dev).index_add(0, offsets, creation.ones_like(offsets))
     bag = marks.cumsum(0)[:n] - 1
     if mode != "max":
         if valid is not None:
-            rows = _E.where(valid.unsqueeze(-1), rows, 0.0)
-        out = _E.zeros(n_segments, D, dtype=rows.dtype, device=dev).index_add(0, bag, rows)[:n_bags]
+            rows = elementwise.where(valid.unsqueeze(-1), rows, 0.0)
+        out = creation.zeros(n_segments, D, dtype=rows.dtype, device=dev).index_add(0, bag, rows)[:n_bags]
         if mode == "sum":
             return out
-        ones = _E.ones(n, dtype=rows.dtype, device=dev) if valid is None else valid.to(rows.dtype)
-        count = _E.zeros(n_segments, dtype=rows.dtype, device=dev).index_add(0, bag, ones)[:n_bags]
+        ones = creation.ones(n, dtype=rows.dtype, device=dev) if valid is None else valid.to(rows.dtype)
+        count = creation.zeros(n_segments, dtype=rows.dtype, device=dev).index_add(0, bag, ones)[:n_bags]
         return out / count.clamp(min=1).unsqueeze(-1)
     # max: scatter each segment into a row of a (segments, longest, D) block
-    ends = _E.cat([offsets[1:], _E.tensor([n], dtype=_E.int64, device=dev)])
+    ends = joining.cat([offsets[1:], creation.tensor([n], dtype=dtypes.int64, device=dev)])
     longest = int((ends - offsets).max()) if n_segments else 0       # a graph break under compile
     if longest == 0 or n_bags == 0:
-        return _E.zeros(n_bags, D, dtype=rows.dtype, device=dev)
-    slot = bag * longest + (_E.arange(n, device=dev) - offsets.index_select(0, bag))
-    block = _E.zeros(n_segments * longest, D, dtype=rows.dtype, device=dev).index_add(0, slot, rows)
-    keep = _E.ones(n, dtype=_E.int64, device=dev) if valid is None else valid.long()
-    filled = _E.zeros(n_segments * longest, dtype=_E.int64, device=dev).index_add(0, slot, keep) > 0
+        return creation.zeros(n_bags, D, dtype=rows.dtype, device=dev)
+    slot = bag * longest + (creation.arange(n, device=dev) - offsets.index_select(0, bag))
+    block = creation.zeros(n_segments * longest, D, dtype=rows.dtype, device=dev).index_add(0, slot, rows)
+    keep = creation.ones(n, dtype=dtypes.int64, device=dev) if valid is None else valid.long()
+    filled = creation.zeros(n_segments * longest, dtype=dtypes.int64, device=dev).index_add(0, slot, keep) > 0
     return _reduce_dense(block.reshape(n_segments, longest, D)[:n_bags],
                          filled.reshape(n_segments, longest)[:n_bags], "max")
 

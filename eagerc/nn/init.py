@@ -7,7 +7,8 @@ counter-based generator (Tensor.uniform_ / normal_, eagerc.rand / randn), so
 import math
 import warnings
 
-from .. import _api
+from ..ops import creation
+from ..runtime import dtypes
 from ..autograd.grad_mode import no_grad
 from ..ops.inplace import bump_version
 
@@ -77,7 +78,7 @@ def trunc_normal_(tensor, mean=0.0, std=1.0, a=-2.0, b=2.0, generator=None):
                       "The distribution of values may be incorrect.", stacklevel=2)
 
     def draw(n):
-        return (_api.randn(n, dtype=tensor.dtype, device=tensor.device, generator=generator) * std + mean)._array
+        return (creation.randn(n, dtype=tensor.dtype, device=tensor.device, generator=generator) * std + mean)._array
 
     with no_grad():
         vals = draw(tensor.numel())
@@ -112,7 +113,7 @@ def eye_(tensor):
     if tensor.ndim != 2:
         raise ValueError("Only tensors with 2 dimensions are supported")
     with no_grad():
-        return tensor.copy_(_api.eye(*tensor.shape, dtype=tensor.dtype, device=tensor.device))
+        return tensor.copy_(creation.eye(*tensor.shape, dtype=tensor.dtype, device=tensor.device))
 
 
 def dirac_(tensor, groups=1):
@@ -131,7 +132,7 @@ def dirac_(tensor, groups=1):
         for i in range(min_dim):
             w[(g * out_per_group + i, i) + tuple(s // 2 for s in sizes[2:])] = 1
     with no_grad():
-        return tensor.copy_(_api.tensor(w))
+        return tensor.copy_(creation.tensor(w))
 
 
 def xavier_uniform_(tensor, gain=1.0, generator=None):
@@ -181,7 +182,7 @@ def orthogonal_(tensor, gain=1, generator=None):
     import numpy as np
     rows = tensor.shape[0]
     cols = tensor.numel() // rows
-    flat = _api.randn(rows, cols, dtype=_api.float64, generator=generator).numpy()
+    flat = creation.randn(rows, cols, dtype=dtypes.float64, generator=generator).numpy()
     if rows < cols:
         flat = flat.T
     q, r = np.linalg.qr(flat)
@@ -189,7 +190,7 @@ def orthogonal_(tensor, gain=1, generator=None):
     if rows < cols:
         q = q.T
     with no_grad():
-        tensor.copy_(_api.tensor(q.reshape(tuple(tensor.shape)) * gain, dtype=tensor.dtype))
+        tensor.copy_(creation.tensor(q.reshape(tuple(tensor.shape)) * gain, dtype=tensor.dtype))
     return tensor
 
 
@@ -202,7 +203,7 @@ def sparse_(tensor, sparsity, std=0.01, generator=None):
     with no_grad():
         tensor.normal_(0, std, generator=generator)
         for c in range(cols):
-            idx = _api.randperm(rows, generator=generator)._array[:num_zeros]
+            idx = creation.randperm(rows, generator=generator)._array[:num_zeros]
             tensor._array[idx, c] = 0
     return tensor
 

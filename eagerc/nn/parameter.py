@@ -1,5 +1,6 @@
 """Parameter: a Tensor that a Module registers as one of its learnable weights."""
 from .._tensor import Tensor
+from ..ops.creation import empty
 
 __all__ = ["Parameter", "Buffer"]
 
@@ -12,9 +13,8 @@ class Parameter(Tensor):
     __slots__ = ()
 
     def __new__(cls, data=None, requires_grad=True):
-        from .. import _api
         if data is None:
-            data = _api.empty(0)
+            data = empty(0)
         elif not isinstance(data, Tensor):
             raise TypeError(f"Parameter: expected a Tensor, got {type(data).__name__}")
         if requires_grad and data._array.dtype.kind != "f":
@@ -50,9 +50,8 @@ class Buffer(Tensor):
     __slots__ = ("persistent",)
 
     def __new__(cls, data=None, *, persistent=True):
-        from .. import _api
         if data is None:
-            data = _api.empty(0)
+            data = empty(0)
         b = Tensor.__new__(cls)
         b._array = data._array
         b.requires_grad = data.requires_grad

@@ -138,15 +138,26 @@ class Graph:
                {"tuple": [...]}, {"list": [...]}, {"dict": [[key, tree], ...]}, {"none": null}
     mutations: [(external name, Value)] written back into that external tensor after a run;
                a name ending in ".grad" targets that tensor's .grad
+
+    What compiled calls and backends rely on are typed fields, not keys of a free-form dict
+    (which passes silently drop, pytorch#95314): `copy`, JSON and `verify` know each one.
+    grads_none:     [input name] whose .grad the function set to None (zero_grad)
+    output_aliases: {output index: input name}: outputs that are that input tensor itself
+    fusion_groups:  [[node output name, ...]] (passes/fusion.py) or None; dropped with the nodes
+    meta:           the memory plan (passes/memplan.py: memory_plan, inplace, buffers)
     """
 
-    def __init__(self, inputs=(), nodes=(), outputs=(), out_tree=None, mutations=(), meta=None):
+    def __init__(self, inputs=(), nodes=(), outputs=(), out_tree=None, mutations=(), meta=None,
+                 grads_none=(), output_aliases=None, fusion_groups=None):
         self.inputs = list(inputs)
         self.nodes = list(nodes)
         self.outputs = list(outputs)
         self.out_tree = out_tree if out_tree is not None else {"t": 0}
         self.mutations = list(mutations)
         self.meta = dict(meta or {})
+        self.grads_none = tuple(grads_none)
+        self.output_aliases = dict(output_aliases or {})
+        self.fusion_groups = fusion_groups
 
     # ------------------------------------------------------------ views
     def args(self):
@@ -155,9 +166,12 @@ class Graph:
     def externals(self):
         return [v for k, v in self.inputs if k == "external"]
 
-    def copy(self, nodes=None):
-        return Graph(self.inputs, self.nodes if nodes is None else nodes, self.outputs, self.out_tree,
-                     self.mutations, self.meta)
+    def copy(self, **fields):
+        """This graph with some fields replaced (`nodes=...`): the one way to derive a graph, so
+        every typed field carries over unless the caller says otherwise."""
+        kw = {k: getattr(self, k) for k in _FIELDS}
+        kw.update(fields)
+        return Graph(**kw)
 
     def producers(self):
         return {n.out.name: n for n in self.nodes}
@@ -186,7 +200,7 @@ class Graph:
 
     # ------------------------------------------------------------ serialisation
     def to_json(self):
-        return {
+        d = {
             "format_version": FORMAT_VERSION,
             "inputs": [{"kind": k, **v.to_json()} for k, v in self.inputs],
             "nodes": [n.to_json() for n in self.nodes],
@@ -195,6 +209,10 @@ class Graph:
             "mutations": [[t, v.name] for t, v in self.mutations],
             "meta": self.meta,
         }
+        typed = {"grads_none": list(self.grads_none) or None, "fusion_groups": self.fusion_groups,
+                 "output_aliases": [[i, name] for i, name in sorted(self.output_aliases.items())] or None}
+        d.update((k, v) for k, v in typed.items() if v is not None)  # where set: a program file has none
+        return d
 
     def dumps(self):
         return json.dumps(self.to_json(), sort_keys=True)
@@ -228,7 +246,9 @@ class Graph:
                 raise ValueError(f"graph output/mutation names undefined value {name!r}")
             return env[name]
         return cls(inputs, nodes, [lookup(n) for n in d["outputs"]], d["out_tree"],
-                   [(t, lookup(n)) for t, n in d.get("mutations", [])], d.get("meta"))
+                   [(t, lookup(n)) for t, n in d.get("mutations", [])], d.get("meta"),
+                   d.get("grads_none", ()), {i: name for i, name in d.get("output_aliases", ())},
+                   d.get("fusion_groups"))
 
     @classmethod
     def loads(cls, text):
@@ -246,6 +266,10 @@ class Graph:
             for v in n.input_values():
                 g.add_edge(v.name, n.out.name, shape=v.shape, dtype=v.dtype)
         return g
+
+
+_FIELDS = ("inputs", "nodes", "outputs", "out_tree", "mutations", "meta", "grads_none", "output_aliases",
+           "fusion_groups")
 
 
 def spec_of(value):

@@ -168,7 +168,21 @@ def verify(graph: Graph, check_types=True, structure=True):
             raise GraphError(f"mutation of {target!r}: value shape {list(v.shape)} != target shape "
                              f"{list(externals[base].shape)}")
     _check_tree(graph.out_tree, len(graph.outputs))
+    _check_fields(graph)
     return graph
+
+
+def _check_fields(graph):
+    """The typed fields name what the graph has: inputs, outputs, nodes (each in one group)."""
+    inputs = {v.name for _, v in graph.inputs}
+    if not inputs.issuperset(graph.grads_none):
+        raise GraphError(f"grads_none {list(graph.grads_none)} names what is not a graph input")
+    if any(not (type(i) is int and 0 <= i < len(graph.outputs)) or name not in inputs
+           for i, name in graph.output_aliases.items()):
+        raise GraphError(f"output_aliases {graph.output_aliases} names what is not an output and an input")
+    grouped = [name for g in graph.fusion_groups or () for name in g]
+    if len(set(grouped)) < len(grouped) or not {n.out.name for n in graph.nodes}.issuperset(grouped):
+        raise GraphError(f"fusion_groups {graph.fusion_groups} name a node twice or what is not a node")
 
 
 def _check_tree(tree, n, depth=0):

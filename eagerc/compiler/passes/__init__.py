@@ -4,12 +4,12 @@ Each pass is a plain function in its own module, listed here in pipeline order (
 is the first five, PIPELINE all but decompose; backends name theirs as `pipeline`):
 
     dce        dead-code elimination (outputs and mutations are the roots)
-    decompose  fused composites -> primitives (off by default; decompose=True)
+    decompose  fused composites -> primitives (not in PIPELINE: fusing backends put it in theirs)
     cse        common-subexpression elimination (never merges random draws)
     simplify   algebraic identities: x*1, x+0, double permutes, reshape chains, no-op casts
     fold       constant folding into `full` nodes
     schedule   a node order with a lower peak of live bytes
-    fusion     groups of elementwise ops + a trailing reduction -> meta["fusion_groups"]
+    fusion     groups of elementwise ops + a trailing reduction -> graph.fusion_groups
     memplan    buffer reuse by liveness, in place where safe -> meta["memory_plan"]
 
 With EAGERC_DEBUG=1 the verifier runs after every pass (and the memory plan is checked);
@@ -40,16 +40,12 @@ CLEANUP = [dce, cse, simplify, fold, dce]
 # names its own (`backend.pipeline`: numpy's plans only what it writes with out=, c and cuda
 # decompose and fuse for their kernels), run once by `optimize` before `backend.compile`
 PIPELINE = CLEANUP + [schedule, fusion, memplan]
-_decompose = decompose
 
 
-def optimize(graph, passes=None, decompose=False):
-    """Run `passes` (default PIPELINE) over `graph`; decompose=True adds the decomposition of
-    fused composites into primitives after the first DCE (for backends that fuse)."""
+def optimize(graph, passes=None):
+    """Run `passes` (default PIPELINE) over `graph`."""
     if passes is None:
         passes = PIPELINE
-        if decompose:
-            passes = [dce, _decompose] + PIPELINE[1:]
     debug = os.environ.get("EAGERC_DEBUG") == "1"
     dump = os.environ.get("EAGERC_DUMP_IR") == "1"
     if debug:
@@ -73,7 +69,7 @@ def optimize(graph, passes=None, decompose=False):
 def _meta_lines(graph):
     """The analyses' results under the dumped program, as comments."""
     lines = []
-    for i, g in enumerate(graph.meta.get("fusion_groups", ())):
+    for i, g in enumerate(graph.fusion_groups or ()):
         lines.append(f"# fusion{i}: [{', '.join(g)}]")
     plan = graph.meta.get("memory_plan")
     if plan is not None:

@@ -4,7 +4,7 @@ The fused nn ops (linear, softmax, log_softmax, layer_norm, batch_norm, cross_en
 gelu, embedding) and the backward kernels a traced training step records (softmax_backward,
 log_softmax_backward, gelu_backward, layer_norm_backward, layer_norm_weight_backward,
 cross_entropy_backward) each have a decomposition written with Tensor ops next to their
-fast path (`eagerc.nn.functional.*_decomposed`), attached to the op by the frontend
+fast path (`eagerc.ops.nn.*_decomposed`), attached to the op by the frontend
 (`OpDef.decomposition`, `defdecomp`). This pass re-traces that function with
 the tracer on placeholder tensors of the node's input types and splices the recorded
 primitives in place of the node; the last one defines the node's own output value, so
@@ -21,8 +21,8 @@ Templates are cached per (op, input types, attributes): a transformer's twelve
 layer_norms are traced once. A decomposition whose type differs from the node's, or
 which reads a tensor it did not receive, is not applied (the node stays fused).
 
-Off in the default numpy pipeline (one fused numpy kernel beats five primitive ones);
-`optimize(graph, decompose=True)` turns it on for backends that fuse elementwise code.
+Not in the default numpy pipeline (one fused numpy kernel beats five primitive ones):
+backends that fuse elementwise code run it first (backend c's prepare).
 Mind that the fused kernels check their inputs at run time (cross_entropy and its backward
 raise on an out-of-range class index); the decomposed form computes without that check (such
 a target matches no column of the one-hot compare: its row gets a meaningless value, no error).

@@ -23,7 +23,7 @@ importing networkx alone costs ~0.1 s, 40% of the whole compile-latency budget o
 MLP training step. The tests check every result on the networkx DiGraph itself (the
 graph with each group contracted is acyclic).
 
-Result: graph.meta["fusion_groups"] = [[node output name, ...], ...] for groups of two
+Result: graph.fusion_groups = [[node output name, ...], ...] for groups of two
 or more nodes, members in graph order; nodes are not rewritten, only reordered so that
 each group's members are adjacent (a topological order of the graph with every group
 contracted, otherwise keeping the scheduled order): a backend can emit one kernel
@@ -181,9 +181,8 @@ def fusion(graph, fuel=None, fusible=None):
             continue
         done.add(id(g))
         groups.append(sorted(g.members, key=index.__getitem__))
-    out = graph.copy(nodes=_contiguous(graph, groups, succ, index)) if groups else graph.copy()
-    out.meta["fusion_groups"] = groups
-    return out
+    return graph.copy(nodes=_contiguous(graph, groups, succ, index) if groups else graph.nodes,
+                      fusion_groups=groups)
 
 
 def _contiguous(graph, groups, succ, index):

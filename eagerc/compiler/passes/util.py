@@ -29,8 +29,9 @@ __all__ = ["is_random", "may_alias", "ELEMENTWISE", "REDUCTIONS", "is_elementwis
            "alias_roots", "Escape", "rewrite", "ANALYSIS_META", "attrs_key", "const_key",
            "last_reads", "peak_bytes", "schedule_peak", "successors", "drop_analysis"]
 
-# meta keys that describe one node order / node set; a pass that changes either drops them
-ANALYSIS_META = ("fusion_groups", "memory_plan", "inplace", "buffers")
+# meta keys that describe one node order / node set (with Graph.fusion_groups); a pass that
+# changes either drops them
+ANALYSIS_META = ("memory_plan", "inplace", "buffers")
 
 load_all()
 ELEMENTWISE = frozenset(n for n, op in OPS.items() if op.pointwise)
@@ -160,6 +161,7 @@ def rewrite(graph, visit):
 
 
 def drop_analysis(graph):
+    graph.fusion_groups = None
     for k in ANALYSIS_META:
         graph.meta.pop(k, None)
     return graph

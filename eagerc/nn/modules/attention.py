@@ -2,7 +2,8 @@
 mask rules it shares with the Transformer layers (`canonical_mask`)."""
 import warnings
 
-from ... import _api
+from ...ops.creation import empty, zeros_like
+from ...runtime import dtypes
 from .. import functional as F, init
 from ..parameter import Parameter
 from .linear import Linear
@@ -18,7 +19,7 @@ def canonical_mask(mask, mask_name, other, other_name, target_type, check_other=
     together still works but warns, as in PyTorch (where it is deprecated)."""
     if mask is None:
         return None
-    is_bool = mask.dtype == _api.bool
+    is_bool = mask.dtype == dtypes.bool
     if not is_bool and not mask.is_floating_point():
         raise AssertionError(f"only bool and floating types of {mask_name} are supported, got {mask.dtype.name} "
                              f"of shape {tuple(mask.shape)}")
@@ -26,7 +27,7 @@ def canonical_mask(mask, mask_name, other, other_name, target_type, check_other=
         warnings.warn(f"Support for mismatched {mask_name} and {other_name} is deprecated. Use same type for "
                       "both instead.", stacklevel=2)
     if is_bool:
-        return _api.zeros_like(mask, dtype=target_type).masked_fill(mask, float("-inf"))
+        return zeros_like(mask, dtype=target_type).masked_fill(mask, float("-inf"))
     return mask
 
 
@@ -64,17 +65,17 @@ class MultiheadAttention(Module):
             raise AssertionError("embed_dim must be divisible by num_heads")
         kw = {"device": device, "dtype": dtype}
         if self._qkv_same_embed_dim:
-            self.in_proj_weight = Parameter(_api.empty(3 * embed_dim, embed_dim, **kw))
+            self.in_proj_weight = Parameter(empty(3 * embed_dim, embed_dim, **kw))
             self.register_parameter("q_proj_weight", None)
             self.register_parameter("k_proj_weight", None)
             self.register_parameter("v_proj_weight", None)
         else:
-            self.q_proj_weight = Parameter(_api.empty(embed_dim, embed_dim, **kw))
-            self.k_proj_weight = Parameter(_api.empty(embed_dim, self.kdim, **kw))
-            self.v_proj_weight = Parameter(_api.empty(embed_dim, self.vdim, **kw))
+            self.q_proj_weight = Parameter(empty(embed_dim, embed_dim, **kw))
+            self.k_proj_weight = Parameter(empty(embed_dim, self.kdim, **kw))
+            self.v_proj_weight = Parameter(empty(embed_dim, self.vdim, **kw))
             self.register_parameter("in_proj_weight", None)
         if bias:
-            self.in_proj_bias = Parameter(_api.empty(3 * embed_dim, **kw))
+            self.in_proj_bias = Parameter(empty(3 * embed_dim, **kw))
         else:
             self.register_parameter("in_proj_bias", None)
         self.out_proj = NonDynamicallyQuantizableLinear(embed_dim, embed_dim, bias=bias, **kw)

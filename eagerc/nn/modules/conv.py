@@ -2,7 +2,7 @@
 initialisation and repr)."""
 import math
 
-from ... import _api
+from ...ops.creation import empty
 from .. import functional as F, init
 from ..parameter import Parameter
 from .module import Module
@@ -64,9 +64,9 @@ class _ConvNd(Module):
             pads = [(p, p) for p in padding]
         self._reversed_padding_repeated_twice = tuple(v for before, after in reversed(pads) for v in (before, after))
         shape = (in_channels, out_channels // groups) if transposed else (out_channels, in_channels // groups)
-        self.weight = Parameter(_api.empty(*shape, *kernel_size, device=device, dtype=dtype))
+        self.weight = Parameter(empty(*shape, *kernel_size, device=device, dtype=dtype))
         if bias:
-            self.bias = Parameter(_api.empty(out_channels, device=device, dtype=dtype))
+            self.bias = Parameter(empty(out_channels, device=device, dtype=dtype))
         else:
             self.register_parameter("bias", None)
         self.reset_parameters()

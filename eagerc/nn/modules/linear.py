@@ -1,7 +1,7 @@
 """Identity, Linear, Bilinear."""
 import math
 
-from ... import _api
+from ...ops.creation import empty
 from .. import functional as F, init
 from ..parameter import Parameter
 from .module import Module
@@ -29,9 +29,9 @@ class Linear(Module):
         super().__init__()
         self.in_features = in_features
         self.out_features = out_features
-        self.weight = Parameter(_api.empty(out_features, in_features, device=device, dtype=dtype))
+        self.weight = Parameter(empty(out_features, in_features, device=device, dtype=dtype))
         if bias:
-            self.bias = Parameter(_api.empty(out_features, device=device, dtype=dtype))
+            self.bias = Parameter(empty(out_features, device=device, dtype=dtype))
         else:
             self.register_parameter("bias", None)
         self.reset_parameters()
@@ -58,9 +58,9 @@ class Bilinear(Module):
         self.in1_features = in1_features
         self.in2_features = in2_features
         self.out_features = out_features
-        self.weight = Parameter(_api.empty(out_features, in1_features, in2_features, device=device, dtype=dtype))
+        self.weight = Parameter(empty(out_features, in1_features, in2_features, device=device, dtype=dtype))
         if bias:
-            self.bias = Parameter(_api.empty(out_features, device=device, dtype=dtype))
+            self.bias = Parameter(empty(out_features, device=device, dtype=dtype))
         else:
             self.register_parameter("bias", None)
         self.reset_parameters()

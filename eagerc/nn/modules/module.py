@@ -549,8 +549,8 @@ class Module:
             value = state_dict[key]
             if not isinstance(value, Tensor):
                 try:
-                    from ... import _api
-                    value = _api.tensor(value)
+                    from ...ops.creation import tensor
+                    value = tensor(value)
                 except Exception:
                     error_msgs.append(f'While copying the parameter named "{key}", expected a tensor-like object '
                                       f"from checkpoint but received {type(value).__name__}")

@@ -1,7 +1,8 @@
 """Normalisation layers: LayerNorm, GroupNorm, RMSNorm, BatchNorm1d/2d/3d."""
 import numbers
 
-from ... import _api
+from ...ops.creation import ones, tensor, zeros
+from ...runtime.dtypes import int64
 from .. import functional as F, init
 from ..parameter import Parameter
 from .module import Module
@@ -17,8 +18,8 @@ def _shape(normalized_shape):
 
 def _affine(module, shape, weight, bias, device, dtype):
     """Register the scale (ones) and shift (zeros) parameters every norm layer has, or None."""
-    module.register_parameter("weight", Parameter(_api.ones(shape, device=device, dtype=dtype)) if weight else None)
-    module.register_parameter("bias", Parameter(_api.zeros(shape, device=device, dtype=dtype))
+    module.register_parameter("weight", Parameter(ones(shape, device=device, dtype=dtype)) if weight else None)
+    module.register_parameter("bias", Parameter(zeros(shape, device=device, dtype=dtype))
                               if weight and bias else None)
 
 
@@ -83,7 +84,7 @@ class RMSNorm(Module):
         self.eps = eps
         self.elementwise_affine = elementwise_affine
         if elementwise_affine:
-            self.weight = Parameter(_api.ones(self.normalized_shape, device=device, dtype=dtype))
+            self.weight = Parameter(ones(self.normalized_shape, device=device, dtype=dtype))
         else:
             self.register_parameter("weight", None)
 
@@ -111,9 +112,9 @@ class _BatchNorm(Module):
         self.track_running_stats = track_running_stats
         _affine(self, num_features, affine, bias, device, dtype)
         if track_running_stats:
-            self.register_buffer("running_mean", _api.zeros(num_features, device=device, dtype=dtype))
-            self.register_buffer("running_var", _api.ones(num_features, device=device, dtype=dtype))
-            self.register_buffer("num_batches_tracked", _api.tensor(0, dtype=_api.int64, device=device))
+            self.register_buffer("running_mean", zeros(num_features, device=device, dtype=dtype))
+            self.register_buffer("running_var", ones(num_features, device=device, dtype=dtype))
+            self.register_buffer("num_batches_tracked", tensor(0, dtype=int64, device=device))
         else:
             self.register_buffer("running_mean", None)
             self.register_buffer("running_var", None)

@@ -1,6 +1,6 @@
 """Embedding: a lookup table of num_embeddings vectors of size embedding_dim; EmbeddingBag: the
 sum, mean or max of bags of its rows without materialising them (F.embedding_bag)."""
-from ... import _api
+from ...ops.creation import empty
 from ...autograd.grad_mode import no_grad
 from .. import functional as F, init
 from ..parameter import Parameter
@@ -32,7 +32,7 @@ class Embedding(Module):
         self.scale_grad_by_freq = scale_grad_by_freq
         self.sparse = sparse
         if _weight is None:
-            self.weight = Parameter(_api.empty(num_embeddings, embedding_dim, device=device, dtype=dtype),
+            self.weight = Parameter(empty(num_embeddings, embedding_dim, device=device, dtype=dtype),
                                     requires_grad=not _freeze)
             self.reset_parameters()
         else:
@@ -96,7 +96,7 @@ class EmbeddingBag(Module):
         self.scale_grad_by_freq = scale_grad_by_freq
         self.padding_idx = _padding_index(padding_idx, num_embeddings, "padding_idx")
         if _weight is None:
-            self.weight = Parameter(_api.empty(num_embeddings, embedding_dim, device=device, dtype=dtype))
+            self.weight = Parameter(empty(num_embeddings, embedding_dim, device=device, dtype=dtype))
             self.reset_parameters()
         else:
             if list(_weight.shape) != [num_embeddings, embedding_dim]:

@@ -18,7 +18,9 @@ in these layers.
 import copy
 import warnings
 
-from ... import _api
+from ...ops.creation import full
+from ...ops.elementwise import logical_and, where
+from ...ops.shape import triu
 from ...autograd import grad_mode
 from .. import functional as F
 from ..init import xavier_uniform_
@@ -36,7 +38,7 @@ __all__ = ["Transformer", "TransformerEncoder", "TransformerDecoder", "Transform
 
 def _generate_square_subsequent_mask(sz, device=None, dtype=None):
     """The causal mask: -inf above the diagonal (a position may not see later ones), 0 elsewhere."""
-    return _api.triu(_api.full((sz, sz), float("-inf"), dtype=dtype, device=device), diagonal=1)
+    return triu(full((sz, sz), float("-inf"), dtype=dtype, device=device), diagonal=1)
 
 
 def _get_clones(module, N):
@@ -165,7 +167,7 @@ class TransformerEncoder(Module):
         for mod in self.layers:
             output = mod(output, src_mask=mask, is_causal=bool(is_causal), src_key_padding_mask=src_key_padding_mask)
         if padded is not None:  # PyTorch's nested output leaves the padding out, then pads with zeros
-            output = _api.where(padded.unsqueeze(-1), 0.0, output)
+            output = where(padded.unsqueeze(-1), 0.0, output)
         if self.norm is not None:
             output = self.norm(output)
         return output
@@ -189,7 +191,7 @@ class TransformerEncoder(Module):
         padded = src_key_padding_mask != 0
         if self.mask_check:  # not left-aligned (padding before a real token): PyTorch keeps the plain path
             left_aligned = (padded[:, 1:] >= padded[:, :-1]).all()
-            padded = _api.logical_and(padded, left_aligned)
+            padded = logical_and(padded, left_aligned)
         return padded
 
 

@@ -19,7 +19,7 @@ Convolutions (im2col):
   back into the padded output, one strided add per kernel position;
 - `conv2d_weight` (the weight gradient) is `cols @ gy^T`, the batch sum being part of
   the GEMM's inner dimension.
-The three are each other's derivatives (see eagerc/nn/functional_conv.py), so
+The three are each other's derivatives (see eagerc/ops/conv.py), so
 gradients of any order stay on these kernels.
 
 Pooling: the window at kernel position (i, j) over all outputs is one strided slice

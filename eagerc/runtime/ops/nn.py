@@ -3,7 +3,7 @@
 Each op here is a *composite*: it could be written with primitives, and the frontend
 keeps exactly that decomposition next to its fast path. The pairs are
 
-| op (fast eager kernel here)   | derivative (eagerc/nn/functional.py)         | decomposition (same file)      |
+| op (fast eager kernel here)   | derivative (eagerc/ops/nn.py)                | decomposition (same file)      |
 |-------------------------------|----------------------------------------------|--------------------------------|
 | `linear(x, weight, bias)`     | `linear` again (g @ W, g.T @ x) + `sum`      | `linear_decomposed`            |
 | `softmax(x; dim)`             | `out * (g - sum(g * out))`                   | `softmax_decomposed`           |
