@@ -68,7 +68,7 @@ def plan_kernels(graph, singleton_min=SINGLETON_MIN, float16=True):
         for v in n.input_values():
             readers.setdefault(v.name, set()).add(n.out.name)
     escaping = {v.name for v in graph.outputs} | {v.name for _, v in graph.mutations}
-    groups = [list(g) for g in graph.meta.get("fusion_groups", ())]
+    groups = [list(g) for g in graph.fusion_groups or ()]
     grouped = {m for g in groups for m in g}
     for n in graph.nodes:
         if n.out.name in grouped or not (n.op in LOWERABLE or n.op in REDUCIBLE):
