@@ -20,7 +20,7 @@ from ..dispatch import apply
 from ..runtime import dtypes
 from ..runtime.ops import OPS
 from ..runtime.ops.meta import normalize_dim
-from ..runtime.ops.sorting import check_multinomial
+from ..runtime.ops.sorting import check_histc, check_multinomial
 from ..runtime.random import default_generator
 from .._tensor import Tensor
 from . import creation
@@ -346,6 +346,7 @@ def bincount(input, weights=None, minlength=0):
 def histc(input, bins=100, min=0, max=0):
     """Counts in `bins` equal bins over [min, max] (the data's range when min == max),
     values outside ignored; in input's dtype."""
+    check_histc(input, bins, min, max)
     return apply(OPS["histc"], (input,), {"bins": bins, "min": float(min), "max": float(max)})
 
 

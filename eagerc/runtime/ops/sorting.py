@@ -166,13 +166,18 @@ def _searchsorted_rule(seq, values, right, out_int32):
     return Spec(vshape, dtypes.int32 if out_int32 else dtypes.int64)
 
 
-def _histc_rule(x, bins, min, max):
+def check_histc(x, bins, min, max):
+    """PyTorch's checks of histc's arguments (run by the frontend, and by the rule for loaded programs)."""
     if not x.dtype.is_floating_point:
-        fail("histc", (x,), f'"histogram_cpu" not implemented for \'{x.dtype.name}\'', NotImplementedError)
+        raise NotImplementedError(f'"histogram_cpu" not implemented for \'{x.dtype.name}\'')
     if type(bins) is not int or bins <= 0:
         raise RuntimeError(f"torch.histc(): bins must be > 0, but got {bins} for dimension 0")
     if min > max:
         raise RuntimeError(f"torch.histc(): max must be larger than min, got min={min}, max={max}")
+
+
+def _histc_rule(x, bins, min, max):
+    check_histc(x, bins, min, max)
     return Spec((bins,), x.dtype)
 
 
