@@ -40,7 +40,7 @@ def _named(name):
 return_types_sort, return_types_topk, return_types_kthvalue = _named("sort"), _named("topk"), _named("kthvalue")
 return_types_median, return_types_nanmedian, return_types_mode = _named("median"), _named("nanmedian"), _named("mode")
 
-_ARGSORT, _ARGMODE, _SEARCHSORTED = OPS["argsort"], OPS["argmode"], OPS["searchsorted"]
+_ARGSORT, _ARGTOPK, _ARGMODE, _SEARCHSORTED = OPS["argsort"], OPS["argtopk"], OPS["argmode"], OPS["searchsorted"]
 
 
 # ---------------------------------------------------------------- sort, topk, kthvalue
@@ -70,12 +70,13 @@ def _size(x, d):
 
 
 def topk(input, k, dim=-1, largest=True, sorted=True):
+    """The k largest (smallest) along dim, always sorted; ties in index order."""
     d = _dim0(input, dim)
     if not 0 <= k <= _size(input, d):
         raise RuntimeError("selected index k out of range")
-    idx = argsort(input, d, largest)
-    if input._array.ndim:
-        idx = idx.narrow(d, 0, k)
+    if not input._array.ndim:
+        k = 1   # PyTorch gives a 0-d tensor's element for k = 0 too
+    idx = apply(_ARGTOPK, (input,), {"k": int(k), "dim": d, "largest": bool(largest)})
     return return_types_topk(gather(input, d, idx), idx)
 
 

@@ -40,7 +40,9 @@ def sparse_probs(rng, shape):
 def _argsort(x, axis=-1, descending=False):
     if x.ndim == 0:
         return np.int64(0)
-    return np.argsort(-x if descending else x, axis=axis, kind="stable").astype(np.int64)
+    if descending:  # PyTorch: NaN is the largest value
+        x = -np.where(np.isnan(x), np.inf, x) if x.dtype.kind == "f" else -x
+    return np.argsort(x, axis=axis, kind="stable").astype(np.int64)
 
 
 def _sort(x, axis=-1, descending=False):
@@ -140,6 +142,12 @@ CASES = [
     Case("topk_ties_first", lambda x: x.topk(2), lambda x: tuple(a[..., :2] for a in _sort(x, -1, True)),
          [((4, 6),)], make=(ties,), grad=False),
     Case("topk_0d", lambda x: x.topk(1), lambda x: (x.copy(), np.int64(0)), [((),)]),
+    Case("topk_long_rows", lambda x: x.topk(7, largest=False), lambda x: tuple(a[..., :7] for a in _sort(x)),
+         [((3, 100),), ((130,),)], make=(distinct,), grad_variants=1),
+    Case("topk_long_rows_ties", lambda x: x.topk(9, dim=0), lambda x: tuple(a[:9] for a in _sort(x, 0, True)),
+         [((80, 3),)], make=(ties,), grad=False),
+    Case("topk_long_rows_nan", lambda x: x.topk(5), lambda x: tuple(a[..., :5] for a in _sort(x, -1, True)),
+         [((2, 70),)], make=(with_nan,), grad=False),
     Case("kthvalue", lambda x: eagerc.kthvalue(x, 2, 1), lambda x: _kth(x, 2, 1, False), [((3, 4),), ((2, 5, 3),)],
          make=(distinct,)),
     Case("kthvalue_keepdim", lambda x: x.kthvalue(3, 0, keepdim=True), lambda x: _kth(x, 3, 0, True),

@@ -404,7 +404,7 @@ _NOT_LOWERED = {
     **dict.fromkeys(("prod", "all", "any"), "kernels reduce floats with sum, mean, max and min only"),
     "nan_to_num": "not lowered: numpy's nan_to_num", "linear": "stays a library call (BLAS through numpy)",
     "embedding": "a gather by index: a numpy kernel", "embedding_backward": "a scatter-add by index: a numpy kernel",
-    **dict.fromkeys(("argsort", "argmode", "searchsorted", "histc", "multinomial"),
+    **dict.fromkeys(("argsort", "argtopk", "argmode", "searchsorted", "histc", "multinomial"),
                     "sorts, searches and sampling stay numpy kernels")}
 _NOT_BY_KIND = {
     **dict.fromkeys(("reshape", "view", "copy", "shape"), "data movement: numpy's views and copies compute nothing"),

@@ -1,4 +1,4 @@
-"""Ordering and sampling primitives: argsort, argmode, searchsorted, histc, multinomial.
+"""Ordering and sampling primitives: argsort, argtopk, argmode, searchsorted, histc, multinomial.
 
 Only what cannot be composed cheaply is a primitive here, and every primitive returns
 indices or counts (no derivative): sort, topk, kthvalue, median and quantile take their
@@ -29,17 +29,43 @@ def _back(r, x, axis):
     return r.reshape(x.shape) if axis is None else (r if axis == x.ndim - 1 else r.swapaxes(axis, -1))
 
 
+def _sorted_last(xp, y, descending):
+    """Stable argsort along the last axis; descending sorts the reversed rows ascending and
+    reads them backwards, so ties still keep their order (and NaN, last ascending, comes first)."""
+    if not descending:
+        return xp.argsort(y, axis=-1, kind="stable")
+    return (y.shape[-1] - 1) - xp.argsort(y[..., ::-1], axis=-1, kind="stable")[..., ::-1]
+
+
 def _argsort(xp):
     def argsort(x, dim, descending, stable):
         y, axis = _last(x, dim)
-        if descending:  # stable descending: sort the reversed rows ascending, then read backwards
-            n = y.shape[-1]
-            r = (n - 1) - xp.argsort(y[..., ::-1], axis=-1, kind="stable")[..., ::-1]
-        else:  # numpy sorts NaN last, as PyTorch does; "stable" costs nothing extra for our sizes
-            r = xp.argsort(y, axis=-1, kind="stable")
-        r = _back(r, x, axis).astype(np.int64, copy=False)
+        r = _back(_sorted_last(xp, y, descending), x, axis).astype(np.int64, copy=False)
         return r if r.flags.c_contiguous else r.copy()
     return argsort
+
+
+def _argtopk(xp):
+    """The first k indices of the stable sort (descending for largest), without sorting
+    whole rows: a partition finds each row's k-th value, the k winners (ties at the k-th
+    value taken in index order) are sorted alone. Rows with NaN take the full sort."""
+    def argtopk(x, k, dim, largest):
+        y, axis = _last(x, dim)
+        n = y.shape[-1]
+        if k == n or k == 0 or n < 64 or (y.dtype.kind == "f" and bool(xp.isnan(y).any())):
+            r = _sorted_last(xp, y, largest)[..., :k]
+        else:
+            kth = xp.partition(y, n - k if largest else k - 1, axis=-1)[..., n - k if largest else k - 1, None]
+            beats = y > kth if largest else y < kth
+            tie = y == kth
+            need = k - beats.sum(axis=-1, keepdims=True)
+            win = beats | (tie & (xp.cumsum(tie, axis=-1) <= need))   # exactly k per row
+            idx = xp.nonzero(win.reshape(-1, n))[1].reshape(y.shape[:-1] + (k,))
+            order = _sorted_last(xp, xp.take_along_axis(y, idx, axis=-1), largest)
+            r = xp.take_along_axis(idx, order, axis=-1)
+        r = _back(r, x, axis).astype(np.int64, copy=False)
+        return r if r.flags.c_contiguous else r.copy()
+    return argtopk
 
 
 def _argmode(xp):
@@ -151,6 +177,18 @@ def _argsort_rule(x, dim, descending, stable):
     return Spec(tuple(x.shape), dtypes.int64)
 
 
+def _argtopk_rule(x, k, dim, largest):
+    shape = list(x.shape)
+    if shape:
+        d = normalize_dim("topk", dim, len(shape))
+        if not 0 <= k <= shape[d]:
+            raise RuntimeError("selected index k out of range")
+        shape[d] = k
+    elif k != 1:
+        raise RuntimeError("selected index k out of range")
+    return Spec(tuple(shape), dtypes.int64)
+
+
 def _argmode_rule(x, dim, keepdim):
     axes = (normalize_dim("mode", dim, len(x.shape)),) if x.shape else ()
     _dim_rule("mode", x, dim)
@@ -206,6 +244,8 @@ _INDICES = dict(kind="indexing", differentiable=False)
 # the permutation that sorts each row along dim (NaN last ascending, first descending); ties keep their
 # order when stable -- and always here, so sort, kthvalue and median pick PyTorch's indices for ties
 declare("argsort", ("x",), _argsort, _argsort_rule, attrs=("dim", "descending", "stable"), **_INDICES)
+# the indices of argsort's first k (PyTorch's topk order for distinct values; ties in index order)
+declare("argtopk", ("x",), _argtopk, _argtopk_rule, attrs=("k", "dim", "largest"), **_INDICES)
 declare("argmode", ("x",), _argmode, _argmode_rule, attrs=("dim", "keepdim"), kind="index_reduction",
         differentiable=False)
 declare("searchsorted", ("seq", "values"), _searchsorted, _searchsorted_rule, attrs=("right", "out_int32"),
