@@ -29,12 +29,18 @@ def _back(r, x, axis):
     return r.reshape(x.shape) if axis is None else (r if axis == x.ndim - 1 else r.swapaxes(axis, -1))
 
 
+def _stable(xp, y):
+    """Stable argsort along the last axis (cupy's argsort is always stable, and older versions
+    reject a `kind` argument)."""
+    return np.argsort(y, axis=-1, kind="stable") if xp is np else xp.argsort(y, axis=-1)
+
+
 def _sorted_last(xp, y, descending):
     """Stable argsort along the last axis; descending sorts the reversed rows ascending and
     reads them backwards, so ties still keep their order (and NaN, last ascending, comes first)."""
     if not descending:
-        return xp.argsort(y, axis=-1, kind="stable")
-    return (y.shape[-1] - 1) - xp.argsort(y[..., ::-1], axis=-1, kind="stable")[..., ::-1]
+        return _stable(xp, y)
+    return (y.shape[-1] - 1) - _stable(xp, y[..., ::-1])[..., ::-1]
 
 
 def _argsort(xp):
@@ -75,14 +81,14 @@ def _argmode(xp):
         y, axis = _last(x, dim)
         n = y.shape[-1]
         rows = y.reshape(-1, n)
-        order = xp.argsort(rows, axis=-1, kind="stable")
+        order = _stable(xp, rows)
         s = xp.take_along_axis(rows, order, axis=-1)
         start = xp.ones(s.shape, dtype=bool)
         start[:, 1:] = s[:, 1:] != s[:, :-1]
         pos = xp.flatnonzero(start)                        # run starts, row-major
-        length = xp.diff(xp.append(pos, s.size))
+        length = xp.diff(xp.concatenate([pos, xp.asarray([s.size])]))
         row = pos // n
-        best = xp.lexsort((pos, -length, row))             # per row: longest run, then smallest value
+        best = xp.lexsort(xp.stack([pos, -length, row]))   # per row: longest run, then smallest value
         first = xp.ones(best.shape, dtype=bool)
         first[1:] = row[best][1:] != row[best][:-1]
         pick = best[first]
