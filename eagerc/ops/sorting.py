@@ -165,58 +165,56 @@ def mode(input, dim=-1, keepdim=False):
 _INTERPOLATIONS = ("linear", "lower", "higher", "midpoint", "nearest")
 
 
-def _quantile(name, input, q, dim, keepdim, interpolation, ignore_nan):
+def _quantile_q(name, input, q):
+    """PyTorch's checks of quantile's arguments; q as a 1-d tensor, and whether it was a scalar."""
     if input.dtype not in (dtypes.float32, dtypes.float64):
         raise RuntimeError(f"{name}() input tensor must be either float or double dtype")
+    if input.numel() == 0:
+        raise RuntimeError(f"{name}() input tensor must be non-empty")
+    if not isinstance(q, Tensor):
+        if not 0 <= q <= 1:
+            raise RuntimeError(f"{name}() q must be in the range [0, 1] but got {q}")
+        return creation.tensor([q], dtype=input.dtype, device=input.device), True
+    if q._array.ndim > 1:
+        raise RuntimeError(f"{name}() q must be a scalar or 1D tensor")
+    if q.dtype != input.dtype:
+        raise RuntimeError(f"{name}() q tensor must be same dtype as the input tensor")
+    if q.numel() and not bool(((q >= 0) & (q <= 1)).all()):   # reads values: a graph break when traced
+        raise RuntimeError(f"{name}() q values must be in the range [0, 1]")
+    return q.reshape(-1), q._array.ndim == 0
+
+
+def _quantile(name, input, q, dim, keepdim, interpolation, ignore_nan):
+    """PyTorch's algorithm: sort each row (NaN last), rank = q * (n - 1) -- over the non-NaN
+    values for nanquantile, the last (NaN) position for quantile when a row has NaN -- then
+    gather below and above the rank and interpolate."""
     if interpolation not in _INTERPOLATIONS:
         raise RuntimeError(f"{name}() interpolation must be one of linear, lower, higher, midpoint or nearest. "
                            f"Got {interpolation}")
-    if input.numel() == 0:
-        raise RuntimeError(f"{name}() input tensor must be non-empty")
-    scalar_q = not isinstance(q, Tensor)
-    if scalar_q:
-        if not 0 <= q <= 1:
-            raise RuntimeError(f"{name}() q must be in the range [0, 1] but got {q}")
-        qt = creation.tensor([q], dtype=input.dtype, device=input.device)
-    else:
-        if q._array.ndim > 1:
-            raise RuntimeError(f"{name}() q must be a scalar or 1D tensor")
-        if q.dtype != input.dtype:
-            raise RuntimeError(f"{name}() q tensor must be same dtype as the input tensor")
-        if q.numel() and not bool(((q >= 0) & (q <= 1)).all()):
-            raise RuntimeError(f"{name}() q values must be in the range [0, 1]")
-        scalar_q, qt = q._array.ndim == 0, q.reshape(-1)
+    qt, scalar_q = _quantile_q(name, input, q)
     ndim = input._array.ndim
     if dim is None:
-        x, d = input.reshape(-1), 0
+        x, d, kept = input.reshape(-1), 0, (1,) * ndim
     else:
-        x, d = (input.reshape(1) if ndim == 0 else input), normalize_dim(name, dim, max(ndim, 1))
-    s = sort(x.movedim(d, -1), -1).values                     # (..., n), NaN last
+        d = normalize_dim(name, dim, max(ndim, 1))
+        x, kept = input.reshape(-1) if ndim == 0 else input, _kept(input, d) if ndim else ()
+    s = sort(x.movedim(d, -1), -1).values                       # (..., n), NaN last
     n = s._array.shape[-1]
-    lead = s._array.shape[:-1]
-    qcol = qt.reshape((-1,) + (1,) * (len(lead) + 1))          # (Q, 1, ..., 1)
+    qcol = qt.reshape((-1,) + (1,) * s._array.ndim)             # (Q, 1, ..., 1)
     nans = isnan(s).sum(-1, keepdim=True)
     if ignore_nan:
         ranks = (qcol * (n - nans - 1)).clamp(min=0)
     else:
         ranks = where(nans > 0, float(n - 1), qcol * (n - 1))
-    if interpolation == "lower":
-        ranks = ranks.floor()
-    elif interpolation == "higher":
-        ranks = ranks.ceil()
-    elif interpolation == "nearest":
-        ranks = ranks.round()
+    if interpolation in ("lower", "higher", "nearest"):
+        ranks = {"lower": ranks.floor, "higher": ranks.ceil, "nearest": ranks.round}[interpolation]()
     rows = s.unsqueeze(0).expand((qt._array.shape[0],) + tuple(s._array.shape))
     below = ranks.long()
-    out = gather(rows, -1, below)
+    out = gather(rows, -1, below)                               # (Q, ..., 1)
     if interpolation in ("linear", "midpoint"):
         weight = ranks - below if interpolation == "linear" else creation.full_like(ranks, 0.5)
         out = lerp(out, gather(rows, -1, ranks.ceil().long()), weight)
-    if keepdim:
-        out = out.reshape((-1,) + (1,) * ndim) if dim is None else out.movedim(-1, d + 1).reshape(
-            (-1,) + tuple(1 if i == d else n_ for i, n_ in enumerate(input._array.shape)))
-    else:
-        out = out.squeeze(-1)
+    out = out.reshape((-1,) + kept) if keepdim else out.squeeze(-1)
     return out.squeeze(0) if scalar_q else out
 
 
