@@ -21,6 +21,7 @@ from .ops.shape import *  # noqa: F401,F403
 from .ops.indexing import *  # noqa: F401,F403
 from .ops.joining import *  # noqa: F401,F403
 from .ops.linalg import *  # noqa: F401,F403
+from .ops.sorting import *  # noqa: F401,F403
 from . import autograd  # noqa: F401
 from .autograd import no_grad, enable_grad, set_grad_enabled, inference_mode, is_grad_enabled  # noqa: F401
 from . import cuda  # noqa: F401

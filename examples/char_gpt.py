@@ -117,25 +117,20 @@ class GPT(nn.Module):
         return self.ln_f(x) @ self.tok_emb.weight.T  # weight-tied head
 
     @eagerc.no_grad()
-    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, rng=None):
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, generator=None):
         """Append max_new_tokens sampled tokens to idx (1 x T, int64); returns a list of ids.
-
-        Sampling itself is done in numpy (eagerc has no multinomial/topk)."""
-        rng = rng if rng is not None else np.random.default_rng()
-        ids = list(idx.numpy().reshape(-1))
+        nanoGPT's sampler: top-k filtering, softmax, multinomial (from eagerc's Philox stream)."""
         was_training = self.training
         self.eval()
         for _ in range(max_new_tokens):
-            ctx = eagerc.tensor([ids[-self.block_size:]], dtype=eagerc.int64)
-            logits = self(ctx)[0, -1].numpy().astype(np.float64) / max(temperature, 1e-8)
-            if top_k is not None and top_k < logits.size:
-                kth = np.partition(logits, -top_k)[-top_k]
-                logits = np.where(logits < kth, -np.inf, logits)
-            probs = np.exp(logits - logits.max())
-            probs /= probs.sum()
-            ids.append(int(rng.choice(probs.size, p=probs)))
+            logits = self(idx[:, -self.block_size:])[:, -1, :] / max(temperature, 1e-8)
+            if top_k is not None and top_k < logits.shape[-1]:
+                v, _ = eagerc.topk(logits, top_k)
+                logits = logits.masked_fill(logits < v[:, [-1]], -math.inf)
+            probs = F.softmax(logits, dim=-1)
+            idx = eagerc.cat((idx, eagerc.multinomial(probs, num_samples=1, generator=generator)), dim=1)
         self.train(was_training)
-        return ids
+        return idx[0].tolist()
 
 
 def get_batch(data, block_size, batch_size, rng):
@@ -238,7 +233,8 @@ def main(argv=None):
     if args.sample_len > 0:
         prompt = "def "
         ids = model.generate(eagerc.tensor([[stoi[c] for c in prompt]], dtype=eagerc.int64), args.sample_len,
-                             temperature=args.temperature, top_k=args.top_k, rng=np.random.default_rng(args.seed))
+                             temperature=args.temperature, top_k=args.top_k,
+                             generator=eagerc.Generator().manual_seed(args.seed))
         sample = "".join(chars[i] for i in ids)
         main.last_sample = sample[len(prompt):]
         if not args.quiet:

@@ -24,7 +24,7 @@ def test_generate_length_and_causality():
     eagerc.manual_seed(0)
     model = GPT(vocab_size=11, block_size=8, n_layer=1, n_embd=16, n_head=2)
     ids = model.generate(eagerc.tensor([[1, 2, 3]], dtype=eagerc.int64), 12, temperature=1.0, top_k=3,
-                         rng=np.random.default_rng(0))
+                         generator=eagerc.Generator().manual_seed(0))
     assert len(ids) == 15 and ids[:3] == [1, 2, 3] and all(0 <= i < 11 for i in ids)
     # causal: changing a later token leaves the logits at earlier positions unchanged
     with eagerc.no_grad():

@@ -1262,6 +1262,41 @@ def reseeded_dropout(w):
 
 
 @program
+def sampling_with_multinomial(w):
+    """char-GPT / nanoGPT / makemore samplers: softmax, top-k filtering, multinomial with the default
+    generator and a seeded one, at two batch sizes (the second makes sizes symbolic)."""
+    eagerc.manual_seed(0)
+    head = nn.Linear(6, 11).to(F64)
+    g = eagerc.Generator().manual_seed(2147483647)
+
+    def sample(x, gen):
+        logits = head(x)
+        v, _ = eagerc.topk(logits, 4)
+        logits = logits.masked_fill(logits < v[:, [-1]], -math.inf)
+        probs = F.softmax(logits, dim=-1)
+        return (eagerc.multinomial(probs, num_samples=1), eagerc.multinomial(probs, 3, replacement=True, generator=gen),
+                probs.multinomial(2, generator=gen))
+    c = w.compile(sample)
+    out = []
+    with eagerc.no_grad():
+        for i, n in enumerate((5, 5, 7, 9, 7)):
+            x = eagerc.tensor(np.random.default_rng(i).standard_normal((n, 6)), dtype=F64)
+            out.append(c(x, g))
+    if w.is_compiled:  # one trace, one retrace that makes the batch size symbolic: no graph break
+        assert w.traces(c) == 2 and "graph break" not in w.log(c), w.log(c)
+    return out + [tuple(int(v) for v in g.get_state()), tuple(int(v) for v in eagerc.default_generator.get_state())]
+
+
+@program
+def data_dependent_sizes_unique_bincount(w):
+    def counts(x):
+        values, inverse, n = eagerc.unique(x, return_inverse=True, return_counts=True)
+        return values * 2, inverse, n, eagerc.bincount(x, minlength=3), x.sort().values + 1
+    c = w.compile(counts)
+    return [c(eagerc.tensor(np.random.default_rng(i).integers(0, 4 + i, 9))) for i in range(3)]
+
+
+@program
 def custom_function_inside(w):
     class Square(eagerc.autograd.Function):
         @staticmethod

@@ -80,7 +80,7 @@ def user_frame_info():
 
 def _data_dependent_size():
     """The eagerc function the user called, if a concrete value is being taken to size an
-    output (indexing.count_true: boolean masks, nonzero, masked_select); else None."""
+    output (indexing.data_size: boolean masks, nonzero, masked_select, unique, bincount); else None."""
     f = sys._getframe(2)
     seen = False
     api = None
@@ -88,7 +88,7 @@ def _data_dependent_size():
         fn = f.f_code.co_filename
         if not is_eagerc_file(fn):
             break
-        if f.f_code.co_name == "count_true":
+        if f.f_code.co_name == "data_size":
             seen = True
         api = f.f_code.co_name
         f = f.f_back

@@ -80,13 +80,21 @@ def count_true(t):
     """The number of nonzero entries of `t`, as a Python int.
 
     Indexing with a mask and nonzero have shapes that depend on it; under a tracer it
-    is computed with Tensor ops, so the tracer sees a tensor turned into a Python value
-    (a guard or a graph break) instead of a silently baked-in constant."""
+    is computed with Tensor ops and read by `data_size`."""
     if dispatch.active_tracer() is None:
         d = t._array
         return int(np.count_nonzero(d) if type(d) is np.ndarray else xp_of(d).count_nonzero(d))
     m = t if t._array.dtype.kind == "b" else t != 0
-    return int(m.sum().item())
+    return data_size(m.sum())
+
+
+def data_size(t):
+    """A 0-d integer tensor that sizes an output (a count, a maximum), as a Python int.
+
+    The one way sizes are read from tensor values: under a tracer `.item()` is seen, and
+    the tracer recognises this function in the stack, so the user gets a graph break that
+    says "data-dependent size" and names their call -- never a size baked into a graph."""
+    return int(t.item())
 
 
 def _index_tensor(k, device):

@@ -403,7 +403,9 @@ _NOT_LOWERED = {
     **dict.fromkeys(("floor_divide", "remainder"), "an integer divisor of 0 must raise, and a kernel cannot"),
     **dict.fromkeys(("prod", "all", "any"), "kernels reduce floats with sum, mean, max and min only"),
     "nan_to_num": "not lowered: numpy's nan_to_num", "linear": "stays a library call (BLAS through numpy)",
-    "embedding": "a gather by index: a numpy kernel", "embedding_backward": "a scatter-add by index: a numpy kernel"}
+    "embedding": "a gather by index: a numpy kernel", "embedding_backward": "a scatter-add by index: a numpy kernel",
+    **dict.fromkeys(("argsort", "argtopk", "argmode", "searchsorted", "histc", "multinomial"),
+                    "sorts, searches and sampling stay numpy kernels")}
 _NOT_BY_KIND = {
     **dict.fromkeys(("reshape", "view", "copy", "shape"), "data movement: numpy's views and copies compute nothing"),
     **dict.fromkeys(("linalg", "conv"), "stays a library call (BLAS through numpy)"),

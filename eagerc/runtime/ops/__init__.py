@@ -154,4 +154,4 @@ def get(name):
 
 def load_all():
     """Import every op family so the registry is complete."""
-    from . import elementwise, creation, reduction, shape, joining, indexing, linalg, nn, conv  # noqa: F401
+    from . import elementwise, creation, reduction, shape, joining, indexing, linalg, nn, conv, sorting  # noqa: F401
