@@ -369,3 +369,14 @@ def test_pytorch_state_dict_gives_the_same_outputs(cls, kw):
     np.testing.assert_allclose(ex.grad.numpy(), tx.grad.numpy(), rtol=1e-4, atol=1e-5)
     for (n, tp_), (_, ep_) in zip(tm.named_parameters(), m.named_parameters()):
         np.testing.assert_allclose(ep_.grad.numpy(), tp_.grad.numpy(), rtol=1e-4, atol=1e-5, err_msg=n)
+
+
+# ---------------------------------------------------------------- the example
+
+
+def test_lstm_language_model_example_learns():
+    pytest.importorskip("tqdm")
+    from examples.lstm_language_model import main
+    initial, final = main(["--steps", "40", "--quiet", "--seq-len", "16"])
+    assert initial > 4.0                       # chance: ln(vocabulary) ~ 4.3
+    assert final < initial - 0.8, (initial, final)

@@ -40,7 +40,8 @@ def lstm_cell(input, hx, w_ih, w_hh, b_ih=None, b_hh=None):
     """One LSTM step (gates i, f, g, o): returns (h', c')."""
     h, c = hx
     xg, hg = _projections(input, h, w_ih, w_hh, b_ih, b_hh)
-    return tuple(apply(_LSTM, (xg, hg, c)).unbind(0))
+    hc = apply(_LSTM, (xg, hg, c))
+    return hc[0], hc[1]
 
 
 def gru_cell(input, hx, w_ih, w_hh, b_ih=None, b_hh=None):
@@ -138,8 +139,8 @@ defdecomp("gru_cell_backward", gru_cell_backward_decomposed)
 def _step(mode, xg, state, w_hh, b_hh, w_hr):
     """One time step from the input projection xg: (output, new state)."""
     if mode == "LSTM":
-        h, c = state
-        h, c = apply(_LSTM, (xg, F.linear(h, w_hh, b_hh), c)).unbind(0)
+        hc = apply(_LSTM, (xg, F.linear(state[0], w_hh, b_hh), state[1]))
+        h, c = hc[0], hc[1]
         if w_hr is not None:
             h = F.linear(h, w_hr)
         return h, (h, c)
@@ -160,6 +161,8 @@ def recurrent_layer(mode, x, state, weights, reverse=False, batch_sizes=None):
     (w_ih, w_hh, b_ih, b_hh, w_hr), biases and w_hr may be None. Returns (output, final state):
     output (T, B, out), or packed (sum(batch_sizes), out)."""
     w_ih, w_hh, b_ih, b_hh, w_hr = weights
+    if mode != "GRU" and b_ih is not None:     # both biases add to the gates: add them once, not per step
+        b_ih, b_hh = b_ih + b_hh, None         # (GRU's b_hn sits inside r * (...), so it stays per step)
     xproj = F.linear(x, w_ih, b_ih)            # every step's input projection: one matmul
     if batch_sizes is None:
         steps = xproj.unbind(0)

@@ -14,6 +14,8 @@ keeps exactly that decomposition next to its fast path. The pairs are
 | `gelu(x; approximate)`        | `g * (Phi(x) + x phi(x))` (or the tanh form) | `gelu_decomposed`              |
 | `embedding(weight, idx)`      | `embedding_backward` (a scatter-add)         | `embedding_decomposed`         |
 | `pad(x; pad, value)`          | `pad` with negated widths (a crop)           | -- (a primitive itself)        |
+| `lstm_cell(xg, hg, c)`        | `lstm_cell_backward` (nn/functional_rnn.py)  | `lstm_cell_decomposed` (same)  |
+| `gru_cell(xg, hg, h)`         | `gru_cell_backward` (nn/functional_rnn.py)   | `gru_cell_decomposed` (same)   |
 
 Each derivative exists twice, and both are tested against each other and against
 finite differences: the formula written with Tensor ops (used under
@@ -21,7 +23,8 @@ finite differences: the formula written with Tensor ops (used under
 backward one fused kernel declared here, `<op>_backward` (softmax_backward,
 log_softmax_backward, layer_norm_backward + layer_norm_weight_backward,
 batch_norm_backward + batch_norm_weight_backward,
-cross_entropy_backward, gelu_backward, embedding_backward), the way PyTorch has
+cross_entropy_backward, gelu_backward, embedding_backward, lstm_cell_backward,
+gru_cell_backward), the way PyTorch has
 `_softmax_backward_data` or `nll_loss_backward`. Backward kernels are ops like any
 other: the tracer records them when it watches `loss.backward()`.
 
