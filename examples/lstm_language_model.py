@@ -4,11 +4,11 @@
 
 The text is built in (nothing to download): the Zen of Python (the `this` module) and the
 docstrings of a few standard-library modules. The model is PyTorch's word-language-model shape:
-Embedding -> nn.LSTM (2 layers, dropout between them) -> Linear over the characters, trained with
-Adam and gradient clipping on random windows. The progress bar shows the loss, every few steps the
-validation loss is printed, and at the end the model writes a sample one character at a time,
-carrying its (h, c) state. About half a minute on 2 cores; the validation loss falls from ln(vocab)
-(~4.2 nats, chance) to about 2.
+Embedding -> nn.LSTM -> Linear over the characters (`--layers 2 --dropout 0.1` for a deeper one),
+trained with Adam and gradient clipping on random windows. The progress bar shows the loss, every
+100 steps the validation loss is printed, and at the end the model writes a sample one character at
+a time, carrying its (h, c) state. Under a minute on 2 cores; the validation loss falls from
+ln(vocab) (~4.5 nats, chance) to about 2.1.
 """
 import argparse
 import codecs
@@ -92,12 +92,14 @@ def sample(model, chars, prompt, n, temperature=0.8, seed=0):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=400)
+    p.add_argument("--steps", type=int, default=300)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--seq-len", type=int, default=32)
     p.add_argument("--lr", type=float, default=4e-3)
     p.add_argument("--eval-every", type=int, default=100)
     p.add_argument("--sample-chars", type=int, default=200)
+    p.add_argument("--layers", type=int, default=1)
+    p.add_argument("--dropout", type=float, default=0.0, help="between LSTM layers")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quiet", action="store_true", help="no progress bar, no sample")
     args = p.parse_args(argv)
@@ -110,7 +112,7 @@ def main(argv=None):
     data = np.array([chars.index(c) for c in text], dtype=np.int64)
     split = int(len(data) * 0.9)
     train, val = data[:split], data[split:]
-    model = CharLSTM(len(chars))
+    model = CharLSTM(len(chars), layers=args.layers, dropout=args.dropout)
     opt = eagerc.optim.Adam(model.parameters(), lr=args.lr)
     initial = evaluate(model, val, args.seq_len)
     if not args.quiet:

@@ -233,6 +233,10 @@ def test_errors_like_pytorch():
         m(eagerc.zeros(2, 2, 5))
     with pytest.raises(RuntimeError, match="Expected hidden size \\(1, 2, 4\\), got \\[1, 3, 4\\]"):
         m(eagerc.zeros(2, 2, 3), (eagerc.zeros(1, 3, 4), eagerc.zeros(1, 2, 4)))
+    with pytest.raises(RuntimeError, match="Expected sequence length to be larger than 0"):
+        m(eagerc.zeros(0, 2, 3))
+    with pytest.raises(RuntimeError, match="hidden0 has inconsistent hidden_size: got 5, expected 4"):
+        nn.GRUCell(3, 4)(eagerc.zeros(2, 3), eagerc.zeros(2, 5))
 
 
 def test_dropout_between_layers_only_in_training():

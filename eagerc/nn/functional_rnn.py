@@ -165,12 +165,16 @@ def recurrent_layer(mode, x, state, weights, reverse=False, batch_sizes=None):
         b_ih, b_hh = b_ih + b_hh, None         # (GRU's b_hn sits inside r * (...), so it stays per step)
     xproj = F.linear(x, w_ih, b_ih)            # every step's input projection: one matmul
     if batch_sizes is None:
+        # one view per step; unbind's backward gathers the steps' gradients back into one
+        # (T, B, gates) gradient, so the projection's backward is one matmul too
         steps = xproj.unbind(0)
+        if not steps:
+            raise RuntimeError("Expected sequence length to be larger than 0 in RNN")
         order = range(len(steps) - 1, -1, -1) if reverse else range(len(steps))
         outs = [None] * len(steps)
         for t in order:
             outs[t], state = _step(mode, steps[t], state, w_hh, b_hh, w_hr)
-        return stack(outs) if outs else xproj.new_zeros((0,) + tuple(state[0].shape)), state
+        return stack(outs), state
     steps = xproj.split(list(batch_sizes))
     outs = [None] * len(steps)
     if reverse:  # the batch grows: sequences join with their initial state as their last step comes

@@ -277,6 +277,10 @@ class RNNCellBase(Module):
         hs = () if hx is None else (tuple(hx) if isinstance(hx, (tuple, list)) else (hx,))
         if any(h.ndim != input.ndim for h in hs):
             raise RuntimeError(f"{name}: Expected hidden to be {input.ndim}D, got {hs[0].ndim}D instead")
+        for i, h in enumerate(hs):
+            if h.shape[-1] != self.hidden_size:
+                raise RuntimeError(f"hidden{i} has inconsistent hidden_size: got {h.shape[-1]}, expected "
+                                   f"{self.hidden_size}")
         batched = input.ndim == 2
         if not batched:
             input, hs = input.unsqueeze(0), tuple(h.unsqueeze(0) for h in hs)
