@@ -4,8 +4,9 @@
 
 One nn.LSTM layer, sequence 64, batch 32, input 128, hidden 256 (issue 12 item 2: within 1.5x of
 PyTorch CPU eager at the same thread count), plus a GRU of the same size. The input requires grad,
-as it does after an embedding or a lower layer. Times are best-of-N with the libraries measured in
-turns inside one run (the machines here are shared and noisy).
+as it does after an embedding or a lower layer. Times are the best of N in CPU time of this process
+(time.process_time: every library runs on one thread, and on a shared, loaded machine CPU time
+still measures the work where wall time measures the neighbours), the libraries measured in turns.
 """
 import argparse
 import os
@@ -34,15 +35,15 @@ def _step(lib, model, x):
 
 
 def _best_ms(fns, repeat):
-    """Best time of each fn in ms, calling them in turns (so load spikes hit all alike)."""
+    """Best CPU time of each fn in ms, calling them in turns (so load spikes hit all alike)."""
     best = [float("inf")] * len(fns)
     for fn in fns:
         fn()  # warm up (and trace, for compiled)
     for _ in range(repeat):
         for i, fn in enumerate(fns):
-            t = time.perf_counter()
+            t = time.process_time()
             fn()
-            best[i] = min(best[i], (time.perf_counter() - t) * 1e3)
+            best[i] = min(best[i], (time.process_time() - t) * 1e3)
     return best
 
 
