@@ -51,6 +51,7 @@ float16, bool_ = float16, bool
 # Tensor methods when nn.functional is imported; the frontend is incomplete without them.
 from .nn import functional as _nn_functional  # noqa: E402,F401
 from .nn.functional import softmax, log_softmax  # noqa: E402,F401
+from .nn.functional_rnn import lstm_cell, gru_cell, rnn_tanh_cell, rnn_relu_cell  # noqa: E402,F401
 
 # The compiler is the layer above: eager use never imports it. `eagerc.compile` and
 # `eagerc.export` load it on first use (PEP 562).

@@ -31,7 +31,8 @@ INDEXING = {"gather", "getitem", "index", "index_select", "index_put", "index_ad
 REDUCTIONS = {"sum", "mean", "amax", "amin", "prod"}
 TESTED = {"linear", "softmax", "log_softmax", "layer_norm", "batch_norm", "cross_entropy", "gelu", "embedding",
           "softmax_backward", "log_softmax_backward", "gelu_backward", "layer_norm_backward",
-          "layer_norm_weight_backward", "cross_entropy_backward"}
+          "layer_norm_weight_backward", "cross_entropy_backward", "lstm_cell", "lstm_cell_backward", "gru_cell",
+          "gru_cell_backward"}
 
 
 # ---------------------------------------------------------------- helpers
@@ -465,6 +466,57 @@ def test_class_dim_moved_last_for_nd_inputs():
 
 
 # ---------------------------------------------------------------- the table and the pass
+
+# ---------------------------------------------------------------- recurrent cells
+
+def _np_sig(x):
+    return 1 / (1 + np.exp(-x))
+
+
+def _np_lstm(xg, hg, c, g):
+    """[h', c'] and (d gates, d c) given g = [d h', d c'] (PyTorch's gates i, f, g, o)."""
+    i, f, gg, o = np.split(xg + hg, 4, -1)
+    i, f, gg, o = _np_sig(i), _np_sig(f), np.tanh(gg), _np_sig(o)
+    c1 = f * c + i * gg
+    tc = np.tanh(c1)
+    dc = g[1] + g[0] * o * (1 - tc ** 2)
+    dgates = np.concatenate([dc * gg * i * (1 - i), dc * c * f * (1 - f), dc * i * (1 - gg ** 2),
+                             g[0] * tc * o * (1 - o)], -1)
+    return np.stack([o * tc, c1]), (dgates, dgates, dc * f)
+
+
+def _np_gru(xg, hg, h, g):
+    """h' and (d xg, d hg, d h) given g = d h' (gates r, z, n; b_hn inside r * (...))."""
+    (xr, xz, xn), (hr, hz, hn) = np.split(xg, 3, -1), np.split(hg, 3, -1)
+    r, z = _np_sig(xr + hr), _np_sig(xz + hz)
+    n = np.tanh(xn + r * hn)
+    dn = g * (1 - z) * (1 - n ** 2)
+    dr, dz = dn * hn * r * (1 - r), g * (h - n) * z * (1 - z)
+    return (1 - z) * n + z * h, (np.concatenate([dr, dz, dn], -1), np.concatenate([dr, dz, dn * r], -1), g * z)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+@pytest.mark.parametrize("batch", [(3,), ()])
+def test_recurrent_cells_and_their_backward(dtype, kind, batch):
+    from eagerc.dispatch import apply
+    from eagerc.runtime.ops import OPS
+    nt = DTYPES[dtype][1]
+    r = _rng(11)
+    H = 5
+    G = 4 if kind == "lstm" else 3
+    xg, hg = (r.standard_normal(batch + (G * H,)).astype(nt) for _ in range(2))
+    state = r.standard_normal(batch + (H,)).astype(nt)
+    g = r.standard_normal(((2,) if kind == "lstm" else ()) + batch + (H,)).astype(nt)
+    out, grads = (_np_lstm if kind == "lstm" else _np_gru)(*(a.astype(float) for a in (xg, hg, state, g)))
+    op = OPS[f"{kind}_cell"]
+    check(lambda *a: apply(op, a), (_t(xg), _t(hg), _t(state)), [op.name], [out], dtype)
+
+    def backward(xg, hg, state, g):
+        ins = [_req(a) for a in (xg, hg, state)]
+        return _grad_of(apply(op, tuple(ins)), ins, g)
+    check(backward, (_t(xg), _t(hg), _t(state), _t(g)), [op.name + "_backward"], list(grads), dtype)
+
 
 def test_decomposed_functions_run_eagerly_and_match_the_kernels():
     """The *_decomposed backward functions called directly (not traced) equal the fused kernels."""

@@ -270,6 +270,10 @@ def _loss(x, t):
     return F.cross_entropy(x, t), F.cross_entropy(x, t, reduction="none"), F.cross_entropy(x, t, reduction="sum")
 
 
+LSTM_W = tuple(eagerc.tensor(RNG.standard_normal(s).astype(np.float32)) for s in ((16, 5), (16, 4), (16,), (16,)))
+GRU_W = tuple(eagerc.tensor(RNG.standard_normal(s).astype(np.float32)) for s in ((12, 5), (12, 4), (12,), (12,)))
+
+
 OP_CASES = {
     "elementwise": (_elementwise, (X,)),
     "integers": (_integers, (RNG.integers(-5, 5, (3, 4)),)),
@@ -279,6 +283,8 @@ OP_CASES = {
     "nn": (_nn_ops, (X,)),
     "cross_entropy": (_loss, (X[0], np.array([1, 4, -100, 2], np.int64))),
     "float64": (lambda x: ((x @ x.mT).softmax(-1), F.layer_norm(x, (5,))), (X.astype(np.float64),)),
+    "recurrent_cells": (lambda x, h: (*eagerc.lstm_cell(x, (h, h), *LSTM_W), eagerc.gru_cell(x, h, *GRU_W)),
+                        (X[0], X[0, :, :4] * 0.5)),
     "bool": (lambda m, x: (eagerc.where(m, x, -x), m.sum(), ~m), (X > 0, X)),
 }
 

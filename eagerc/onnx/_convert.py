@@ -986,6 +986,30 @@ def _gelu(b, n, ins):
     return b.op("Mul", [half, b.op("Add", [erf, b.val(1.0, dt)])])
 
 
+@converts("lstm_cell")
+def _lstm_cell(b, n, ins):
+    """[h', c'] stacked: c' = sigmoid(f) c + sigmoid(i) tanh(g), h' = sigmoid(o) tanh(c')."""
+    dt = n.out.dtype
+    xg, hg, c = (b.val(v, dt) for v in ins)
+    i, f, g, o = b.op("Split", [b.op("Add", [xg, hg]), b.ints([ins[2].shape[-1]] * 4)], outputs=4, axis=-1)
+    c1 = b.op("Add", [b.op("Mul", [b.op("Sigmoid", [f]), c]), b.op("Mul", [b.op("Sigmoid", [i]), b.op("Tanh", [g])])])
+    h1 = b.op("Mul", [b.op("Sigmoid", [o]), b.op("Tanh", [c1])])
+    return b.op("Concat", [b.op("Unsqueeze", [h1, b.ints([0])]), b.op("Unsqueeze", [c1, b.ints([0])])], axis=0)
+
+
+@converts("gru_cell")
+def _gru_cell(b, n, ins):
+    """h' = n + z (h - n), n = tanh(x_n + r h_n), r and z sigmoids of x + h (PyTorch's GRU)."""
+    dt = n.out.dtype
+    xg, hg, h = (b.val(v, dt) for v in ins)
+    sizes = b.ints([ins[2].shape[-1]] * 3)
+    xr, xz, xn = b.op("Split", [xg, sizes], outputs=3, axis=-1)
+    hr, hz, hn = b.op("Split", [hg, sizes], outputs=3, axis=-1)
+    r, z = b.op("Sigmoid", [b.op("Add", [xr, hr])]), b.op("Sigmoid", [b.op("Add", [xz, hz])])
+    new = b.op("Tanh", [b.op("Add", [xn, b.op("Mul", [r, hn])])])
+    return b.op("Add", [new, b.op("Mul", [z, b.op("Sub", [h, new])])])
+
+
 def _pairs(v, n=2):
     """An int, (a, b) or ((lo, hi), (lo, hi)) -> ([begins], [ends]) for n spatial dims."""
     if isinstance(v, int):
@@ -1126,7 +1150,7 @@ for _why, _names in [
          "softmax_backward log_softmax_backward layer_norm_backward layer_norm_weight_backward batch_norm_backward "
          "batch_norm_weight_backward batch_norm_stats gelu_backward cross_entropy_backward embedding_backward "
          "conv2d_weight max_pool2d_backward max_pool2d_select avg_pool2d_backward adaptive_avg_pool2d_backward "
-         "upsample_nearest2d_backward"),
+         "upsample_nearest2d_backward lstm_cell_backward gru_cell_backward"),
         ("batch statistics of training mode; export in eval mode (running statistics)", "batch_norm"),
         ("ONNX has CumSum but no CumProd", "cumprod"),
         ("not converted yet (ONNX ScatterND / ScatterElements could express it)",

@@ -373,3 +373,77 @@ CASES = [
     Case("nn.kl_div_log_target", lambda x, t: F.kl_div(x, t, reduction="sum", log_target=True),
          lambda x, t: (np.exp(t) * (t - x)).sum(), [((3, 4), (3, 4))]),
 ]
+
+
+# ---------------------------------------------------------------- recurrent cells (eagerc.lstm_cell, ...)
+# numpy formulas of PyTorch's recurrences: LSTM gates i, f, g, o; GRU r, z, n with b_hn inside r * (...)
+
+def _ref_lstm_gates(xg, hg, c):
+    i, f, g, o = np.split(xg + hg, 4, -1)
+    c1 = _sigmoid(f) * c + _sigmoid(i) * np.tanh(g)
+    return _sigmoid(o) * np.tanh(c1), c1
+
+
+def _ref_lstm_cell(x, h, c, wi, wh, bi, bh):
+    return _ref_lstm_gates(x @ wi.T + bi, h @ wh.T + bh, c)
+
+
+def _ref_gru_gates(xg, hg, h):
+    (xr, xz, xn), (hr, hz, hn) = np.split(xg, 3, -1), np.split(hg, 3, -1)
+    z = _sigmoid(xz + hz)
+    n = np.tanh(xn + _sigmoid(xr + hr) * hn)
+    return (1 - z) * n + z * h
+
+
+def _ref_gru_cell(x, h, wi, wh, bi, bh):
+    return _ref_gru_gates(x @ wi.T + bi, h @ wh.T + bh, h)
+
+
+def _numeric_vjp(f, g, *args, eps=1e-6):
+    """sum(g * f(args)) differentiated by central differences: the reference for backward kernels."""
+    out = []
+    for k, a in enumerate(args):
+        d = np.zeros_like(a)
+        for idx in np.ndindex(a.shape):
+            hi, lo = [b.copy() for b in args], [b.copy() for b in args]
+            hi[k][idx] += eps
+            lo[k][idx] -= eps
+            d[idx] = ((g * f(*hi)).sum() - (g * f(*lo)).sum()) / (2 * eps)
+        out.append(d)
+    return np.concatenate(out, -1)
+
+
+def _rnn(name):
+    import eagerc
+    return getattr(eagerc, name)
+
+
+def _R():
+    import eagerc.nn.functional_rnn as R
+    return R
+
+
+CELL_LSTM = [((3, 4), (3, 5), (3, 5), (20, 4), (20, 5), (20,), (20,)), ((4,), (5,), (5,), (20, 4), (20, 5), (20,), (20,))]
+CELL_GRU = [((3, 4), (3, 5), (15, 4), (15, 5), (15,), (15,)), ((4,), (5,), (15, 4), (15, 5), (15,), (15,))]
+CELL_RNN = [((3, 4), (3, 5), (5, 4), (5, 5), (5,), (5,))]
+CASES += [
+    Case("nn.lstm_cell", lambda x, h, c, wi, wh, bi, bh: _rnn("lstm_cell")(x, (h, c), wi, wh, bi, bh),
+         _ref_lstm_cell, CELL_LSTM),
+    Case("nn.lstm_cell_nobias", lambda x, h, c, wi, wh: _rnn("lstm_cell")(x, (h, c), wi, wh),
+         lambda x, h, c, wi, wh: _ref_lstm_gates(x @ wi.T, h @ wh.T, c), [s[:5] for s in CELL_LSTM[:1]]),
+    Case("nn.gru_cell", lambda x, h, wi, wh, bi, bh: _rnn("gru_cell")(x, h, wi, wh, bi, bh), _ref_gru_cell, CELL_GRU),
+    Case("nn.rnn_tanh_cell", lambda *a: _rnn("rnn_tanh_cell")(*a),
+         lambda x, h, wi, wh, bi, bh: np.tanh(x @ wi.T + bi + h @ wh.T + bh), CELL_RNN),
+    Case("nn.rnn_relu_cell", lambda *a: _rnn("rnn_relu_cell")(*a),
+         lambda x, h, wi, wh, bi, bh: np.maximum(x @ wi.T + bi + h @ wh.T + bh, 0), CELL_RNN),
+    Case("nn.lstm_cell_decomposed", lambda xg, hg, c: _R().lstm_cell_decomposed(xg, hg, c),
+         lambda xg, hg, c: np.stack(_ref_lstm_gates(xg, hg, c)), [((3, 8), (3, 8), (3, 2))], grad_variants=1),
+    Case("nn.gru_cell_decomposed", lambda xg, hg, h: _R().gru_cell_decomposed(xg, hg, h), _ref_gru_gates,
+         [((3, 6), (3, 6), (3, 2))], grad_variants=1),
+    Case("nn.lstm_cell_backward_decomposed", lambda g, xg, hg, c: _R().lstm_cell_backward_decomposed(g, xg, hg, c),
+         lambda g, xg, hg, c: _numeric_vjp(lambda xg, c: np.stack(_ref_lstm_gates(xg, hg, c)), g, xg, c),
+         [((2, 3, 2), (3, 8), (3, 8), (3, 2))], grad_variants=1, rtol=1e-6, atol=1e-8),
+    Case("nn.gru_cell_backward_decomposed", lambda g, xg, hg, h: _R().gru_cell_backward_decomposed(g, xg, hg, h),
+         lambda g, xg, hg, h: _numeric_vjp(_ref_gru_gates, g, xg, hg, h),
+         [((3, 2), (3, 6), (3, 6), (3, 2))], grad_variants=1, rtol=1e-6, atol=1e-8),
+]

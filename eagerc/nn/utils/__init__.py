@@ -1,7 +1,8 @@
-"""eagerc.nn.utils: gradient clipping and flat-vector conversions."""
+"""eagerc.nn.utils: gradient clipping, flat-vector conversions and `rnn` (padding and packing sequences)."""
 from .clip_grad import (clip_grad_norm_, clip_grad_norm, clip_grad_value_, get_total_norm,  # noqa: F401
                         clip_grads_with_norm_)
 from .convert_parameters import parameters_to_vector, vector_to_parameters  # noqa: F401
+from . import rnn  # noqa: F401,E402
 
 __all__ = ["clip_grad_norm_", "clip_grad_norm", "clip_grad_value_", "get_total_norm", "clip_grads_with_norm_",
            "parameters_to_vector", "vector_to_parameters"]

@@ -14,6 +14,8 @@ keeps exactly that decomposition next to its fast path. The pairs are
 | `gelu(x; approximate)`        | `g * (Phi(x) + x phi(x))` (or the tanh form) | `gelu_decomposed`              |
 | `embedding(weight, idx)`      | `embedding_backward` (a scatter-add)         | `embedding_decomposed`         |
 | `pad(x; pad, value)`          | `pad` with negated widths (a crop)           | -- (a primitive itself)        |
+| `lstm_cell(xg, hg, c)`        | `lstm_cell_backward` (nn/functional_rnn.py)  | `lstm_cell_decomposed` (same)  |
+| `gru_cell(xg, hg, h)`         | `gru_cell_backward` (nn/functional_rnn.py)   | `gru_cell_decomposed` (same)   |
 
 Each derivative exists twice, and both are tested against each other and against
 finite differences: the formula written with Tensor ops (used under
@@ -21,7 +23,8 @@ finite differences: the formula written with Tensor ops (used under
 backward one fused kernel declared here, `<op>_backward` (softmax_backward,
 log_softmax_backward, layer_norm_backward + layer_norm_weight_backward,
 batch_norm_backward + batch_norm_weight_backward,
-cross_entropy_backward, gelu_backward, embedding_backward), the way PyTorch has
+cross_entropy_backward, gelu_backward, embedding_backward, lstm_cell_backward,
+gru_cell_backward), the way PyTorch has
 `_softmax_backward_data` or `nll_loss_backward`. Backward kernels are ops like any
 other: the tracer records them when it watches `loss.backward()`.
 
@@ -645,3 +648,170 @@ def _pad_rule(x, pad, value=0.0):
 
 
 declare("pad", ("x",), _pad, _pad_rule, attrs=("pad", "value"), kind="shape")
+
+
+# ---------------------------------------------------------------- recurrent cells (LSTM, GRU)
+#
+# One time step's gate math, given the two projections a layer computes with `linear`:
+# xg = x @ W_ih.T + b_ih (for every step of a sequence at once) and hg = h @ W_hh.T + b_hh.
+# PyTorch's gate order: LSTM i, f, g, o; GRU r, z, n, with b_hn inside r * (...).
+# Sigmoid is computed as 0.5 * tanh(0.5 x) + 0.5 (exact, and one ufunc pass instead of three).
+
+def _sigmoid_(xp, a):
+    """sigmoid(a) in place."""
+    a *= 0.5
+    xp.tanh(a, out=a)
+    a *= 0.5
+    a += 0.5
+    return a
+
+
+_GATE_AFFINE = {}
+
+
+def _lstm_affine(xp, H, dtype):
+    """(scale, shift) over the 4H gates: sigmoid(x) = 0.5 tanh(0.5 x) + 0.5 for i, f, o and tanh(x)
+    for g, so all four activations are three passes over one array: tanh(a * scale) * scale + shift."""
+    key = (xp.__name__, H, dtype)
+    if key not in _GATE_AFFINE:
+        scale = xp.full(4 * H, 0.5, dtype=dtype)
+        scale[2 * H:3 * H] = 1.0
+        _GATE_AFFINE[key] = scale, 1.0 - scale
+    return _GATE_AFFINE[key]
+
+
+def _lstm_gates(xp, xg, hg):
+    """The activated gates [i, f, g, o] as one C-ordered (..., 4H) array."""
+    a = xp.empty(xg.shape, dtype=xg.dtype)
+    xp.add(xg, hg, out=a)
+    H = a.shape[-1] // 4
+    scale, shift = _lstm_affine(xp, H, a.dtype)
+    a *= scale
+    xp.tanh(a, out=a)
+    a *= scale
+    a += shift
+    return a, H
+
+
+def _lstm_cell(xp):
+    def lstm_cell(xg, hg, c):
+        """[h', c'] stacked on a new first dimension: c' = f c + i g, h' = o tanh(c')."""
+        a, H = _lstm_gates(xp, xg, hg)
+        out = xp.empty((2,) + c.shape, dtype=c.dtype)
+        h1, c1 = out[0], out[1]
+        xp.multiply(a[..., H:2 * H], c, out=c1)
+        c1 += a[..., :H] * a[..., 2 * H:3 * H]
+        xp.tanh(c1, out=h1)
+        h1 *= a[..., 3 * H:]
+        return out
+    return lstm_cell
+
+
+def _lstm_cell_backward(xp):
+    def lstm_cell_backward(g, xg, hg, c):
+        """[d gates (4H) | d c (H)] on the last dimension, from g = [d h', d c'] (recomputes the gates)."""
+        a, H = _lstm_gates(xp, xg, hg)
+        i, f, gg, o = a[..., :H], a[..., H:2 * H], a[..., 2 * H:3 * H], a[..., 3 * H:]
+        tc = f * c
+        tc += i * gg
+        xp.tanh(tc, out=tc)
+        out = xp.empty(a.shape[:-1] + (5 * H,), dtype=a.dtype)
+        d = out[..., :4 * H]
+        dc = out[..., 4 * H:]
+        xp.multiply(g[0], tc, out=d[..., 3 * H:])              # d o = dh tanh(c')
+        xp.multiply(tc, tc, out=tc)
+        xp.subtract(1.0, tc, out=tc)
+        tc *= o
+        tc *= g[0]
+        tc += g[1]                                             # d c' in total
+        xp.multiply(tc, gg, out=d[..., :H])                    # d i
+        xp.multiply(tc, c, out=d[..., H:2 * H])                # d f
+        xp.multiply(tc, i, out=d[..., 2 * H:3 * H])            # d g
+        xp.multiply(tc, f, out=dc)                             # d c
+        deriv = 1.0 - a                                        # s (1 - s) for i, f, o; 1 - g^2 for g
+        deriv[..., 2 * H:3 * H] = 1.0 - gg * gg
+        deriv[..., :2 * H] *= a[..., :2 * H]
+        deriv[..., 3 * H:] *= o
+        d *= deriv
+        return out
+    return lstm_cell_backward
+
+
+def _gru_cell(xp):
+    def gru_cell(xg, hg, h):
+        """h' = (1 - z) n + z h with n = tanh(x_n + r (h_n)); r, z = sigmoid(x + h) gates."""
+        H = h.shape[-1]
+        rz = _sigmoid_(xp, xg[..., :2 * H] + hg[..., :2 * H])
+        n = rz[..., :H] * hg[..., 2 * H:]
+        n += xg[..., 2 * H:]
+        xp.tanh(n, out=n)
+        out = h - n
+        out *= rz[..., H:]
+        out += n
+        return out
+    return gru_cell
+
+
+def _gru_cell_backward(xp):
+    def gru_cell_backward(g, xg, hg, h):
+        """[d xg (3H) | d hg (3H) | d h (H)] on the last dimension (recomputes the gates)."""
+        H = h.shape[-1]
+        rz = _sigmoid_(xp, xg[..., :2 * H] + hg[..., :2 * H])
+        r, z, hn = rz[..., :H], rz[..., H:], hg[..., 2 * H:]
+        n = r * hn
+        n += xg[..., 2 * H:]
+        xp.tanh(n, out=n)
+        out = xp.empty(h.shape[:-1] + (7 * H,), dtype=h.dtype)
+        dx, dh = out[..., :3 * H], out[..., 3 * H:6 * H]
+        xp.multiply(g, z, out=out[..., 6 * H:])                # d h, directly
+        dn = 1.0 - z
+        dn *= g
+        n2 = n * n
+        xp.subtract(1.0, n2, out=n2)
+        dn *= n2                                               # d (x_n + r h_n)
+        dx[..., 2 * H:] = dn
+        xp.multiply(dn, r, out=dh[..., 2 * H:])                # d h_n
+        xp.multiply(dn, hn, out=dx[..., :H])                   # d r
+        xp.subtract(h, n, out=dx[..., H:2 * H])
+        dx[..., H:2 * H] *= g                                  # d z
+        deriv = 1.0 - rz
+        deriv *= rz
+        dx[..., :2 * H] *= deriv
+        dh[..., :2 * H] = dx[..., :2 * H]
+        return out
+    return gru_cell_backward
+
+
+def _cell_rule(name, gates):
+    def rule(xg, hg, state):
+        specs = (xg, hg, state)
+        H = state.shape[-1] if state.shape else 0
+        if (not state.shape or tuple(xg.shape) != tuple(hg.shape) or tuple(xg.shape[:-1]) != tuple(state.shape[:-1])
+                or xg.shape[-1] != gates * H):
+            fail(name, specs, f"expected projections of shape [*, {gates} * hidden] and a state of shape "
+                 "[*, hidden] with the same leading dimensions")
+        if any(s.dtype is not xg.dtype for s in specs) or not xg.dtype.is_floating_point:
+            fail(name, specs, "expected floating-point tensors of one dtype", TypeError)
+        return Spec(((2,) + tuple(state.shape)) if name == "lstm_cell" else tuple(state.shape), xg.dtype)
+    return rule
+
+
+def _cell_backward_rule(name, gates, width):
+    forward = _cell_rule(name, gates)
+
+    def rule(g, xg, hg, state):
+        out = forward(xg, hg, state)
+        if tuple(g.shape) != tuple(out.shape) or g.dtype is not xg.dtype:
+            fail(name + "_backward", (g, xg, hg, state), f"the gradient must have the output's shape "
+                 f"{fmt_shape(out.shape)} and dtype")
+        return Spec(tuple(state.shape[:-1]) + (width * state.shape[-1],), xg.dtype)
+    return rule
+
+
+_CELL_FLOPS = Flops("elementwise", lambda out, ins, attrs: 4 * _numel(ins[0]))   # add, activate, combine
+declare("lstm_cell", ("xg", "hg", "c"), _lstm_cell, _cell_rule("lstm_cell", 4), kind="composite", flops=_CELL_FLOPS)
+declare("lstm_cell_backward", ("g", "xg", "hg", "c"), _lstm_cell_backward, _cell_backward_rule("lstm_cell", 4, 5),
+        **_BACKWARD)
+declare("gru_cell", ("xg", "hg", "h"), _gru_cell, _cell_rule("gru_cell", 3), kind="composite", flops=_CELL_FLOPS)
+declare("gru_cell_backward", ("g", "xg", "hg", "h"), _gru_cell_backward, _cell_backward_rule("gru_cell", 3, 7),
+        **_BACKWARD)
