@@ -728,7 +728,6 @@ def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_
 from .functional_conv import *  # noqa: F401,F403,E402
 from .functional_conv import __all__ as _conv_all  # noqa: E402
 from .functional_sparse import embedding_bag  # noqa: F401,E402
-from . import functional_rnn as _functional_rnn  # noqa: F401,E402  (the recurrent cells' derivatives)
 
 __all__ = __all__ + [n for n in _conv_all if n not in __all__]
 

@@ -4,7 +4,8 @@ PyTorch's `torch.lstm_cell`, `torch.gru_cell`, `torch.rnn_tanh_cell` and `torch.
 (exported as `eagerc.<name>`), and `recurrent_layer`, the loop nn.RNN/LSTM/GRU run per layer and
 direction. A layer computes its input projection for every time step with one `linear`, then per
 step one `linear` for the hidden state and the gate math: for LSTM and GRU one fused op declared in
-eagerc/runtime/ops/nn.py (`lstm_cell`, `gru_cell`), whose pairs are
+eagerc/runtime/ops/nn.py (`lstm_cell`, `gru_cell`), whose derivatives and decompositions live with
+the ops (eagerc/ops/rnn.py):
 
 | op                       | derivative                                  | decomposition                    |
 |--------------------------|---------------------------------------------|----------------------------------|
@@ -16,18 +17,18 @@ element-wise gate math and BLAS does every product. Under create_graph=True the 
 backward kernel's decomposition (`*_backward_decomposed`, Tensor ops), so second derivatives work.
 A plain tanh/relu RNN step is tanh(xg + hg): composed, no op of its own.
 """
-from .._api import cat, sigmoid, stack, tanh
-from ..autograd.engine import _saved_input
-from ..autograd.formulas import defdecomp, defgrad_node
 from ..dispatch import apply
+from ..ops.elementwise import tanh
+from ..ops.joining import cat, stack
+from ..ops.rnn import (gru_cell_backward_decomposed, gru_cell_decomposed, lstm_cell_backward_decomposed,  # noqa: F401
+                       lstm_cell_decomposed)
 from ..runtime.ops import OPS
 from . import functional as F
 
 __all__ = ["lstm_cell", "gru_cell", "rnn_tanh_cell", "rnn_relu_cell", "lstm_cell_decomposed",
            "lstm_cell_backward_decomposed", "gru_cell_decomposed", "gru_cell_backward_decomposed"]
 
-_LSTM, _LSTM_BACKWARD = OPS["lstm_cell"], OPS["lstm_cell_backward"]
-_GRU, _GRU_BACKWARD = OPS["gru_cell"], OPS["gru_cell_backward"]
+_LSTM, _GRU = OPS["lstm_cell"], OPS["gru_cell"]
 
 
 # =============================================================== PyTorch's cell functions
@@ -58,80 +59,6 @@ def rnn_tanh_cell(input, hx, w_ih, w_hh, b_ih=None, b_hh=None):
 def rnn_relu_cell(input, hx, w_ih, w_hh, b_ih=None, b_hh=None):
     xg, hg = _projections(input, hx, w_ih, w_hh, b_ih, b_hh)
     return F.relu(xg + hg)
-
-
-# =============================================================== decompositions and derivatives
-
-def lstm_cell_decomposed(xg, hg, c):
-    i, f, g, o = (xg + hg).chunk(4, -1)
-    c1 = sigmoid(f) * c + sigmoid(i) * tanh(g)
-    return stack([sigmoid(o) * tanh(c1), c1])
-
-
-def lstm_cell_backward_decomposed(g, xg, hg, c):
-    """[d gates | d c] from g = [d h', d c'], as Tensor ops (also the create_graph derivative)."""
-    i, f, gg, o = (xg + hg).chunk(4, -1)
-    i, f, gg, o = sigmoid(i), sigmoid(f), tanh(gg), sigmoid(o)
-    tc = tanh(f * c + i * gg)
-    dh, dc1 = g.unbind(0)
-    dc = dc1 + dh * o * (1 - tc * tc)
-    return cat([dc * gg * i * (1 - i), dc * c * f * (1 - f), dc * i * (1 - gg * gg), dh * tc * o * (1 - o),
-                dc * f], -1)
-
-
-def gru_cell_decomposed(xg, hg, h):
-    xr, xz, xn = xg.chunk(3, -1)
-    hr, hz, hn = hg.chunk(3, -1)
-    z = sigmoid(xz + hz)
-    n = tanh(xn + sigmoid(xr + hr) * hn)
-    return (1 - z) * n + z * h
-
-
-def gru_cell_backward_decomposed(g, xg, hg, h):
-    """[d xg | d hg | d h] from g = d h', as Tensor ops (also the create_graph derivative)."""
-    xr, xz, xn = xg.chunk(3, -1)
-    hr, hz, hn = hg.chunk(3, -1)
-    r, z = sigmoid(xr + hr), sigmoid(xz + hz)
-    n = tanh(xn + r * hn)
-    dn = g * (1 - z) * (1 - n * n)
-    dr = dn * hn * r * (1 - r)
-    dz = g * (h - n) * z * (1 - z)
-    return cat([dr, dz, dn, dr, dz, dn * r, g * z], -1)
-
-
-def _pieces(d, H, widths):
-    out, at = [], 0
-    for w in widths:
-        out.append(d[..., at * H:(at + w) * H])
-        at += w
-    return out
-
-
-def _lstm_cell_grad(node, g):
-    xg, hg, c = (_saved_input(node, i) for i in range(3))
-    if F._first_order():
-        d = apply(_LSTM_BACKWARD, (g, xg, hg, c))
-    else:
-        d = lstm_cell_backward_decomposed(g, xg, hg, c)
-    dgates, dc = _pieces(d, c.shape[-1], (4, 1))
-    return dgates, dgates, dc
-
-
-def _gru_cell_grad(node, g):
-    xg, hg, h = (_saved_input(node, i) for i in range(3))
-    if F._first_order():
-        d = apply(_GRU_BACKWARD, (g, xg, hg, h))
-    else:
-        d = gru_cell_backward_decomposed(g, xg, hg, h)
-    return _pieces(d, h.shape[-1], (3, 3, 1))
-
-
-defgrad_node("lstm_cell", _lstm_cell_grad, saves_inputs=True)
-defgrad_node("gru_cell", _gru_cell_grad, saves_inputs=True)
-defdecomp("lstm_cell", lstm_cell_decomposed)
-defdecomp("lstm_cell_backward", lstm_cell_backward_decomposed)
-defdecomp("gru_cell", gru_cell_decomposed)
-defdecomp("gru_cell_backward", gru_cell_backward_decomposed)
 
 
 # =============================================================== one layer, one direction, a whole sequence

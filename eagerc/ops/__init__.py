@@ -4,4 +4,4 @@ Importing the package loads every family, so every Tensor method exists: `eagerc
 from here (never from `eagerc._api`, the public namespace built on top of both).
 """
 from . import (creation, elementwise, indexing, inplace, joining, linalg, reduction, shape,  # noqa: F401
-               tensor_methods, nn, conv)
+               tensor_methods, nn, conv, rnn)

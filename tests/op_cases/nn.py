@@ -419,7 +419,7 @@ def _rnn(name):
 
 
 def _R():
-    import eagerc.nn.functional_rnn as R
+    import eagerc.ops.rnn as R
     return R
 
 

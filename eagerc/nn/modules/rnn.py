@@ -11,7 +11,8 @@ import math
 import numbers
 import warnings
 
-from ... import _api
+from ...ops.creation import empty, zeros
+from ...ops.joining import cat, stack
 from .. import functional as F, init
 from ..functional_rnn import gru_cell, lstm_cell, recurrent_layer, rnn_relu_cell, rnn_tanh_cell
 from ..parameter import Parameter
@@ -85,7 +86,7 @@ class RNNBase(Module):
                 names = []
                 for base, shape in shapes:
                     name = f"{base}_l{layer}{suffix}"
-                    setattr(self, name, Parameter(_api.empty(shape, device=device, dtype=dtype)))
+                    setattr(self, name, Parameter(empty(shape, device=device, dtype=dtype)))
                     names.append(name)
                 self._flat_weights_names.extend(names)
                 self._all_weights.append(names)
@@ -124,7 +125,7 @@ class RNNBase(Module):
         """The initial state as a tuple of (layers * directions, B, size) tensors."""
         sizes = [self.proj_size or self.hidden_size] + ([self.hidden_size] if self.mode == "LSTM" else [])
         if hx is None:
-            return tuple(_api.zeros(self._state_shape(batch, n), dtype=input.dtype, device=input.device)
+            return tuple(zeros(self._state_shape(batch, n), dtype=input.dtype, device=input.device)
                          for n in sizes)
         hx = tuple(hx) if self.mode == "LSTM" else (hx,)
         for h, n, what in zip(hx, sizes, ("hidden", "cell")):
@@ -145,10 +146,10 @@ class RNNBase(Module):
                 outs.append(out)
                 for f, s in zip(finals, state):
                     f.append(s)
-            x = outs[0] if num_directions == 1 else _api.cat(outs, -1)
+            x = outs[0] if num_directions == 1 else cat(outs, -1)
             if self.dropout and self.training and layer < self.num_layers - 1:
                 x = F.dropout(x, self.dropout, True)
-        return x, tuple(_api.stack(f) for f in finals)
+        return x, tuple(stack(f) for f in finals)
 
     def forward(self, input, hx=None):
         name = type(self).__name__
@@ -247,11 +248,11 @@ class RNNCellBase(Module):
         self.input_size = input_size
         self.hidden_size = hidden_size
         self.bias = bias
-        self.weight_ih = Parameter(_api.empty(num_chunks * hidden_size, input_size, device=device, dtype=dtype))
-        self.weight_hh = Parameter(_api.empty(num_chunks * hidden_size, hidden_size, device=device, dtype=dtype))
+        self.weight_ih = Parameter(empty(num_chunks * hidden_size, input_size, device=device, dtype=dtype))
+        self.weight_hh = Parameter(empty(num_chunks * hidden_size, hidden_size, device=device, dtype=dtype))
         if bias:
-            self.bias_ih = Parameter(_api.empty(num_chunks * hidden_size, device=device, dtype=dtype))
-            self.bias_hh = Parameter(_api.empty(num_chunks * hidden_size, device=device, dtype=dtype))
+            self.bias_ih = Parameter(empty(num_chunks * hidden_size, device=device, dtype=dtype))
+            self.bias_hh = Parameter(empty(num_chunks * hidden_size, device=device, dtype=dtype))
         else:
             self.register_parameter("bias_ih", None)
             self.register_parameter("bias_hh", None)
@@ -284,8 +285,9 @@ class RNNCellBase(Module):
         batched = input.ndim == 2
         if not batched:
             input, hs = input.unsqueeze(0), tuple(h.unsqueeze(0) for h in hs)
-        zeros = lambda: _api.zeros(input.shape[0], self.hidden_size, dtype=input.dtype, device=input.device)  # noqa
-        return input, hs, zeros, batched
+        def zero_state():
+            return zeros(input.shape[0], self.hidden_size, dtype=input.dtype, device=input.device)
+        return input, hs, zero_state, batched
 
     def _weights(self):
         return self.weight_ih, self.weight_hh, self.bias_ih, self.bias_hh
@@ -299,9 +301,9 @@ class RNNCell(RNNCellBase):
         super().__init__(input_size, hidden_size, bias, num_chunks=1, device=device, dtype=dtype)
 
     def forward(self, input, hx=None):
-        input, hs, zeros, batched = self._batched(input, hx)
+        input, hs, zero_state, batched = self._batched(input, hx)
         cell = rnn_tanh_cell if self.nonlinearity == "tanh" else rnn_relu_cell
-        h = cell(input, hs[0] if hs else zeros(), *self._weights())
+        h = cell(input, hs[0] if hs else zero_state(), *self._weights())
         return h if batched else h.squeeze(0)
 
 
@@ -310,8 +312,8 @@ class LSTMCell(RNNCellBase):
         super().__init__(input_size, hidden_size, bias, num_chunks=4, device=device, dtype=dtype)
 
     def forward(self, input, hx=None):
-        input, hs, zeros, batched = self._batched(input, hx)
-        h, c = lstm_cell(input, hs if hs else (zeros(), zeros()), *self._weights())
+        input, hs, zero_state, batched = self._batched(input, hx)
+        h, c = lstm_cell(input, hs if hs else (zero_state(), zero_state()), *self._weights())
         return (h, c) if batched else (h.squeeze(0), c.squeeze(0))
 
 
@@ -320,6 +322,6 @@ class GRUCell(RNNCellBase):
         super().__init__(input_size, hidden_size, bias, num_chunks=3, device=device, dtype=dtype)
 
     def forward(self, input, hx=None):
-        input, hs, zeros, batched = self._batched(input, hx)
-        h = gru_cell(input, hs[0] if hs else zeros(), *self._weights())
+        input, hs, zero_state, batched = self._batched(input, hx)
+        h = gru_cell(input, hs[0] if hs else zero_state(), *self._weights())
         return h if batched else h.squeeze(0)

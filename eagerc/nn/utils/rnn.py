@@ -11,7 +11,11 @@ from collections import namedtuple
 
 import numpy as np
 
-from ... import _api
+from ..._tensor import Tensor
+from ...ops.creation import full, tensor
+from ...ops.joining import cat, stack
+from ...runtime import dtypes
+from ...runtime.device import device
 from .. import functional as F
 
 __all__ = ["PackedSequence", "pad_sequence", "pack_padded_sequence", "pad_packed_sequence", "pack_sequence",
@@ -21,7 +25,7 @@ __all__ = ["PackedSequence", "pad_sequence", "pack_padded_sequence", "pad_packed
 def invert_permutation(permutation):
     if permutation is None:
         return None
-    return _api.tensor(np.argsort(permutation.numpy()), device=permutation.device)
+    return tensor(np.argsort(permutation.numpy()), device=permutation.device)
 
 
 class PackedSequence(namedtuple("PackedSequence_", ["data", "batch_sizes", "sorted_indices", "unsorted_indices"])):
@@ -45,25 +49,25 @@ class PackedSequence(namedtuple("PackedSequence_", ["data", "batch_sizes", "sort
         return type(self)(data, self.batch_sizes, *idx)
 
     def cuda(self, *args, **kwargs):
-        return self.to(*args, device="cuda", **kwargs) if not args else self.to(_api.device("cuda", args[0]))
+        return self.to(*args, device="cuda", **kwargs) if not args else self.to(device("cuda", args[0]))
 
     def cpu(self):
         return self.to("cpu")
 
     def double(self):
-        return self.to(dtype=_api.float64)
+        return self.to(dtype=dtypes.float64)
 
     def float(self):
-        return self.to(dtype=_api.float32)
+        return self.to(dtype=dtypes.float32)
 
     def half(self):
-        return self.to(dtype=_api.float16)
+        return self.to(dtype=dtypes.float16)
 
     def long(self):
-        return self.to(dtype=_api.int64)
+        return self.to(dtype=dtypes.int64)
 
     def int(self):
-        return self.to(dtype=_api.int32)
+        return self.to(dtype=dtypes.int32)
 
     @property
     def is_cuda(self):
@@ -74,14 +78,14 @@ class PackedSequence(namedtuple("PackedSequence_", ["data", "batch_sizes", "sort
 
 
 def _lengths(lengths):
-    return [int(n) for n in (lengths.tolist() if isinstance(lengths, _api.Tensor) else lengths)]
+    return [int(n) for n in (lengths.tolist() if isinstance(lengths, Tensor) else lengths)]
 
 
 def pad_sequence(sequences, batch_first=False, padding_value=0.0, padding_side="right"):
     """Stack (L_i, *) tensors into (max L, B, *) (or (B, max L, *)), padded with `padding_value`."""
     if padding_side not in ("left", "right"):
         raise ValueError(f"Expected padding_side to be one of left or right, but got {padding_side}.")
-    if isinstance(sequences, _api.Tensor):
+    if isinstance(sequences, Tensor):
         sequences = sequences.unbind(0)
     sequences = list(sequences)
     if not sequences:
@@ -94,7 +98,7 @@ def pad_sequence(sequences, batch_first=False, padding_value=0.0, padding_side="
             widths = [0, 0] * (s.ndim - 1) + ([0, extra] if padding_side == "right" else [extra, 0])
             s = F.pad(s, widths, value=padding_value)
         padded.append(s)
-    return _api.stack(padded, 0 if batch_first else 1)
+    return stack(padded, 0 if batch_first else 1)
 
 
 def _batch_sizes(lengths):
@@ -115,7 +119,7 @@ def pack_padded_sequence(input, lengths, batch_first=False, enforce_sorted=True)
         order = np.arange(len(lengths))
     else:
         order = np.argsort(-np.asarray(lengths), kind="stable")
-        sorted_indices = _api.tensor(order, device=input.device)
+        sorted_indices = tensor(order, device=input.device)
     if any(n <= 0 for n in lengths):
         raise RuntimeError("Length of all samples has to be greater than 0, but found an element in 'lengths' "
                            "that is <= 0")
@@ -131,8 +135,8 @@ def pack_padded_sequence(input, lengths, batch_first=False, enforce_sorted=True)
                            f"{len(sizes)}")
     rows = np.concatenate([t * B + order[:n] for t, n in enumerate(sizes)]).astype(np.int64)
     flat = input.reshape((T * B,) + tuple(input.shape[2:]))
-    data = flat.index_select(0, _api.tensor(rows, device=input.device))
-    return PackedSequence(data, _api.tensor(sizes), sorted_indices, None)
+    data = flat.index_select(0, tensor(rows, device=input.device))
+    return PackedSequence(data, tensor(sizes), sorted_indices, None)
 
 
 def pad_packed_sequence(sequence, batch_first=False, padding_value=0.0, total_length=None):
@@ -149,14 +153,14 @@ def pad_packed_sequence(sequence, batch_first=False, padding_value=0.0, total_le
     for t, n in enumerate(batch_sizes):
         where[t * B:t * B + n] = np.arange(at, at + n)
         at += n
-    pad_row = _api.full((1,) + tuple(data.shape[1:]), padding_value, dtype=data.dtype, device=data.device)
-    padded = _api.cat([data, pad_row]).index_select(0, _api.tensor(where, device=data.device))
+    pad_row = full((1,) + tuple(data.shape[1:]), padding_value, dtype=data.dtype, device=data.device)
+    padded = cat([data, pad_row]).index_select(0, tensor(where, device=data.device))
     padded = padded.reshape((T, B) + tuple(data.shape[1:]))
     lengths = np.asarray([sum(1 for n in batch_sizes if n > b) for b in range(B)], dtype=np.int64)
     if sequence.unsorted_indices is not None:
         padded = padded.index_select(1, sequence.unsorted_indices)
         lengths = lengths[sequence.unsorted_indices.cpu().numpy()]
-    return (padded.transpose(0, 1) if batch_first else padded), _api.tensor(lengths)
+    return (padded.transpose(0, 1) if batch_first else padded), tensor(lengths)
 
 
 def pack_sequence(sequences, enforce_sorted=True):

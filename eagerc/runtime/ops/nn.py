@@ -14,8 +14,8 @@ keeps exactly that decomposition next to its fast path. The pairs are
 | `gelu(x; approximate)`        | `g * (Phi(x) + x phi(x))` (or the tanh form) | `gelu_decomposed`              |
 | `embedding(weight, idx)`      | `embedding_backward` (a scatter-add)         | `embedding_decomposed`         |
 | `pad(x; pad, value)`          | `pad` with negated widths (a crop)           | -- (a primitive itself)        |
-| `lstm_cell(xg, hg, c)`        | `lstm_cell_backward` (nn/functional_rnn.py)  | `lstm_cell_decomposed` (same)  |
-| `gru_cell(xg, hg, h)`         | `gru_cell_backward` (nn/functional_rnn.py)   | `gru_cell_decomposed` (same)   |
+| `lstm_cell(xg, hg, c)`        | `lstm_cell_backward` (ops/rnn.py)            | `lstm_cell_decomposed` (same)  |
+| `gru_cell(xg, hg, h)`         | `gru_cell_backward` (ops/rnn.py)             | `gru_cell_decomposed` (same)   |
 
 Each derivative exists twice, and both are tested against each other and against
 finite differences: the formula written with Tensor ops (used under
