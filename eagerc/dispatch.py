@@ -143,16 +143,17 @@ def explain_failure(op, arrays, attrs, exc):
                      f"{' with ' + repr(attrs) if attrs else ''}: {exc}")
 
 
-def _quiet_rerun(exc, kernel, arrays, attrs):
-    """The kernel's result when `exc` is only numpy's floating-point RuntimeWarning turned into
-    an error by the user's filters (`warnings.simplefilter("error")`, pytest's
-    `filterwarnings = error`): PyTorch is silent there (the result is inf or nan), so the pure
-    kernel runs again with numpy's floating-point checks off. None for a real failure.
-    Only this error path pays for it (runtime/ownership.py's filter covers the others)."""
+def quiet_rerun(exc, fn, *args, **kwargs):
+    """fn(*args, **kwargs) again, with numpy's floating-point checks off, when `exc` is only
+    numpy's floating-point RuntimeWarning turned into an error by the user's filters
+    (`warnings.simplefilter("error")` after `import eagerc`, pytest's `filterwarnings = error`):
+    PyTorch is silent there (the result is inf or nan). None for a real failure. `fn` must be
+    pure (a kernel; a compiled program without in-place updates), and only this error path
+    pays for it (runtime/ownership.py's filter covers the rest)."""
     if not isinstance(exc, RuntimeWarning) or not _NUMERIC_WARNING.search(str(exc)):
         return None
     with np.errstate(all="ignore"):
-        return kernel(*arrays) if attrs is None else kernel(*arrays, **attrs)
+        return fn(*args, **kwargs)
 
 
 def apply(op, args, attrs=None):
@@ -162,7 +163,7 @@ def apply(op, args, attrs=None):
     try:
         out = kernel(*arrays) if attrs is None else kernel(*arrays, **attrs)
     except Exception as e:  # numpy's message names no op: explain it with the op's rule
-        out = _quiet_rerun(e, kernel, arrays, attrs)
+        out = quiet_rerun(e, kernel, *arrays) if attrs is None else quiet_rerun(e, kernel, *arrays, **attrs)
         if out is None:
             raise explain_failure(op, arrays, attrs, e) from None
     if type(out) is not _ndarray and kernel is op.cpu:  # numpy returns scalars for 0-d results

@@ -115,11 +115,30 @@ def test_users_own_numpy_warnings_and_eagercs_deliberate_ones_still_show(tmp_pat
 def test_silent_eagerly_when_the_user_turns_every_warning_into_an_error_after_import(tmp_path):
     # `warnings.simplefilter("error")` after `import eagerc` (or pytest's `filterwarnings = error`,
     # which resets the filters around each test) puts the user's filter in front of eagerc's: the
-    # dispatch point then reruns the pure kernel with numpy's checks off, as PyTorch is silent
+    # dispatch point then reruns the pure kernel with numpy's checks off, as PyTorch is silent, and
+    # compiled programs likewise (a pure one reruns, one with in-place updates runs with checks off)
     code = _REFERENCE + _F + textwrap.dedent('''
         import warnings
         warnings.simplefilter("error")
         check(f(eagerc.tensor(X)), "eager, all warnings errors")
+        for backend in ("numpy", "interpreter"):
+            c = eagerc.compile(f, backend=backend)
+            check(c(eagerc.tensor(X)), backend)
+            check(c(eagerc.tensor(X)), backend + " (second call)")
+        w = eagerc.tensor(X.copy(), requires_grad=True)   # a compiled training step: in-place updates
+        opt = eagerc.optim.SGD([w], lr=0.5)
+
+        @eagerc.compile
+        def step():
+            opt.zero_grad()
+            loss = (w.log() * 0 + w).sum()   # log(0) in the forward, 1/0 * 0 = nan in the backward
+            loss.backward()
+            opt.step()
+
+        for _ in range(2):
+            step()
+        with np.errstate(all="ignore"):
+            np.testing.assert_array_equal(w.detach().numpy(), X - 2 * 0.5 * (X * 0 + 1 + 0 / X))
         y = eagerc.tensor(X, requires_grad=True)
         (y.sqrt().sum() + y.log().sum()).backward()
         with np.errstate(all="ignore"):

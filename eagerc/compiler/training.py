@@ -23,6 +23,7 @@ from .. import dispatch
 from .._tensor import Tensor
 from ..runtime.ir import Graph
 from ..runtime.pytree import flatten
+from . import entries
 from .tracer import Tracer, tracing
 
 __all__ = ["trace_joint", "split_joint", "Joint", "JointEntry"]
@@ -157,7 +158,7 @@ def _run_backward(node, g):
         else:  # other outputs' gradients are zero on this path (one node per output)
             shape_src = next(v for kk, v in ctx.joint.backward.inputs if v.name == grad_name)
             env[grad_name] = np.zeros(shape_src.shape, dtype=shape_src.dtype)
-    outs, _ = ctx.joint.bwd_program(env, None)
+    outs, _ = entries.call(ctx.joint.bwd_program, env, None, ctx.joint.backward.mutations)
     it = iter(outs)
     return [dispatch.wrap(np.asarray(next(it))) if present else None for present in ctx.joint.grad_slots]
 

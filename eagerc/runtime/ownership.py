@@ -15,11 +15,12 @@ missing C compiler, graph breaks) have other messages and still show.
 Its limit: a filter the user adds later goes in front of it (`warnings.simplefilter("error")`
 after `import eagerc`), and `warnings.catch_warnings()` restores the filter list it found, so
 a filter added while such a block is open is gone when it closes -- pytest opens one around
-collection and each test. Eagerly that costs nothing: when a kernel's floating-point warning
-reaches `dispatch.apply` as an error, apply reruns the pure kernel with numpy's checks off
-(only that error path pays). For compiled programs under such filters, add
-`NUMERIC_WARNINGS_FILTER` to pytest's `filterwarnings` ini option (this project's
-tests/conftest.py does).
+collection and each test. So the callers also catch what gets through: when a kernel's
+floating-point warning reaches `dispatch.apply` as an error, apply reruns the pure kernel with
+numpy's checks off (only that error path pays), and a compiled call does the same
+(`compiler.entries.call`; a program with in-place updates runs with the checks off). The
+exported-program runtime runs with them off. Under pytest, `NUMERIC_WARNINGS_FILTER` in the
+`filterwarnings` ini option spares those reruns (this project's tests/conftest.py has it).
 """
 import os
 import traceback
