@@ -1135,5 +1135,7 @@ for _why, _names in [
         ("not converted yet (ONNX MaxPool's indices count over N, C, H and W, eagerc's over H and W)",
          "max_pool2d_indices"),
         ("its result's size depends on the data (eagerc records the count as a constant)", "nonzero"),
-        ("an exported program runs on the device of its inputs", "to_device")]:
+        ("an exported program runs on the device of its inputs", "to_device"),
+        ("ONNX has no such operator (Atan2, Erfinv, a cumulative LogSumExp, a set lookup); not converted yet",
+         "atan2 erfinv logcumsumexp isin")]:
     no_part("onnx", _why, _names.split())
