@@ -139,9 +139,14 @@ def dstack(tensors):
 
 
 def _pieces(x, d, bounds, name):
-    """`slice` views of x along d, their gradients joined by one Gather node (`_gather`)."""
+    """`slice` views of x along d; when they partition x (every split and chunk does; tensor_split
+    with decreasing indices need not), their gradients are joined by one Gather node (`_gather`)."""
     pieces = _slices(x, d, bounds)
-    return _gather(name, x, pieces, pieces[0].grad_fn, d, [p._array.shape[d] for p in pieces])
+    partition = bounds[0][0] == 0 and bounds[-1][1] == x._array.shape[d] and all(
+        a <= b for a, b in bounds) and all(bounds[i][1] == bounds[i + 1][0] for i in range(len(bounds) - 1))
+    if not partition:
+        return pieces
+    return _gather(name, x, pieces, pieces[0].grad_fn, d, [b - a for a, b in bounds])
 
 
 def _slices(x, d, bounds):
@@ -284,16 +289,15 @@ def _pass_on(node, g):
 def _join(node, parts):
     """The whole's gradient from its pieces' (zeros for pieces that got none): one cat, or one
     stack for unbind's pieces, which lost the dimension."""
+    from .creation import zeros
     a = node.attrs
     grads = [None] * len(a["sizes"])
     for piece, g in parts.items():
         grads[piece.attrs["piece"]] = g
-    shape = list(a["shape"])
+    shape, like = list(a["shape"]), next(iter(parts.values()))
     for i, g in enumerate(grads):
         if g is None:
             shape[a["dim"]] = a["sizes"][i]
-            from .creation import zeros
-            like = next(iter(parts.values()))
             g = zeros(tuple(shape), dtype=like.dtype, device=like.device)
             grads[i] = g.squeeze(a["dim"]) if a["stacked"] else g
     return [stack(grads, a["dim"]) if a["stacked"] else cat(grads, a["dim"])]

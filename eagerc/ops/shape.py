@@ -474,17 +474,16 @@ def meshgrid(*tensors, indexing=None):
                                f"shape {fmt_shape(t._array.shape)}")
     if len({t._array.dtype for t in tensors}) > 1:
         raise RuntimeError("meshgrid expects all tensors to have the same dtype")
-    sizes = [t.numel() for t in tensors]
-    axes = list(range(len(tensors)))
+    axes = list(range(len(tensors)))          # the output dimension each input runs along
     if indexing == "xy" and len(tensors) >= 2:
         axes[0], axes[1] = 1, 0
     shape = [0] * len(tensors)
-    for n, a in zip(sizes, axes):
-        shape[a] = n
+    for t, a in zip(tensors, axes):
+        shape[a] = t.numel()
     out = []
     for t, a in zip(tensors, axes):
         view = [1] * len(tensors)
-        view[a] = sizes[axes.index(a)]
+        view[a] = t.numel()
         out.append(t.reshape(tuple(view)).expand(tuple(shape)))
     return tuple(out)
 

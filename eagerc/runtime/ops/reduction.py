@@ -153,7 +153,12 @@ def _logcumsumexp(xp):
         if x.ndim == 0:
             return x.copy()
         # log(exp(a) + exp(b)) pairwise along the scan: exact where shifting by the max underflows
-        return xp.logaddexp.accumulate(x, axis=axis)
+        try:
+            return xp.logaddexp.accumulate(x, axis=axis)
+        except (AttributeError, NotImplementedError):  # an array module without this ufunc scan
+            m = xp.max(x, axis=axis, keepdims=True) if x.size else xp.zeros_like(x)
+            m = xp.where(xp.isfinite(m), m, 0)
+            return (xp.log(xp.cumsum(xp.exp(x - m), axis=axis)) + m).astype(x.dtype, copy=False)
     return logcumsumexp
 
 
