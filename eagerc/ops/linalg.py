@@ -203,12 +203,12 @@ def einsum(equation, *operands):
     canonical = rules.canonical_einsum(equation, [x._array.shape for x in operands], diagonals=True)
     ins, out = rules.split_einsum(canonical)
     if any(len(set(sub)) != len(sub) for sub in ins):
-        operands, ins = zip(*(_take_diagonals(x, sub, equation) for x, sub in zip(operands, ins)))
+        operands, ins = zip(*(_take_diagonals(x, sub, equation, i) for i, (x, sub) in enumerate(zip(operands, ins))))
         canonical = ",".join(ins) + "->" + out
     return apply(_EINSUM, tuple(operands), {"equation": canonical})
 
 
-def _take_diagonals(x, sub, equation):
+def _take_diagonals(x, sub, equation, i):
     """An operand whose subscripts repeat a label ('ii', 'bii') -> its diagonal over those
     dimensions and subscripts naming each label once ('i', 'bi'), as PyTorch reads them."""
     while len(set(sub)) != len(sub):
@@ -217,8 +217,8 @@ def _take_diagonals(x, sub, equation):
         d2 = sub.index(c, d1 + 1)
         n1, n2 = x._array.shape[d1], x._array.shape[d2]
         if n1 != n2:
-            raise RuntimeError(f"einsum(): subscript {c} is repeated for operand {sub!r} of equation "
-                               f"{equation!r} but the sizes don't match, {n1} != {n2}")
+            raise RuntimeError(f"einsum: equation {equation!r}: subscript {c!r} repeats in operand {i} with "
+                               f"sizes {n1} and {n2}; a repeated subscript takes a diagonal, whose sizes must match")
         x = x.diagonal(0, d1, d2)  # the diagonal becomes the last dimension
         sub = sub[:d1] + sub[d1 + 1:d2] + sub[d2 + 1:] + c
     return x, sub

@@ -211,7 +211,7 @@ def canonical_einsum(equation, shapes, diagonals=False):
         for c in sub:
             if sub.count(c) > 1 and not diagonals:
                 raise _bad(equation, f"subscript {c!r} repeats in operand {i} ({terms[i]!r}); "
-                           f"diagonals and traces are not supported")
+                           f"the op takes no diagonals (eagerc.einsum takes them before it)")
     if arrow:
         before, after, dots = _split_term(equation, rhs)
         out = before + (ell_letters if dots else "") + after
