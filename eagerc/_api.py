@@ -3,6 +3,7 @@ from .runtime import _load_all  # noqa: F401  (registers every op)
 from .runtime.dtypes import (bool, uint8, int8, int16, int32, int64, float16, float32, float64,  # noqa: F401
                              DType as dtype, promote_types, get_default_dtype, set_default_dtype)
 from .runtime.device import Device as device_type, device  # noqa: F401
+from .runtime.typeinfo import finfo, iinfo  # noqa: F401
 from ._tensor import Tensor, Size  # noqa: F401
 from . import dispatch  # noqa: F401
 from . import ops as _ops  # noqa: F401  (every op family: functions, Tensor methods, derivatives)
@@ -13,7 +14,7 @@ from .ops.elementwise import *  # noqa: F401,F403  (one function per declared el
 from .ops.elementwise import result_dtype  # noqa: F401
 from .ops.reduction import (  # noqa: F401
     sum, mean, prod, max, min, amax, amin, argmax, argmin, var, std, var_mean, std_mean, logsumexp,
-    norm, all, any, cumsum, cumprod, count_nonzero)
+    norm, all, any, cumsum, cumprod, count_nonzero, logcumsumexp)
 from .ops.shape import (  # noqa: F401
     reshape, expand, expand_as, broadcast_to, permute, transpose, swapaxes, swapdims, t, squeeze,
     unsqueeze, flatten, contiguous)
@@ -36,6 +37,10 @@ def is_tensor(obj):
 
 def numel(input):
     return input.numel()
+
+
+def is_floating_point(input):
+    return input.is_floating_point()
 
 
 def _result_type(a, b):

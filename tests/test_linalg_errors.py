@@ -113,8 +113,8 @@ def test_strict_products_type_errors():
                        "1 dimension(s)"),
     ("ij,jk->ik", [(2, 3), (4, 5)], "einsum: equation 'ij,jk->ik': subscript 'j' has size 3 in operand 0 (2x3) "
                                     "but size 4 in operand 1 (4x5)"),
-    ("ii->i", [(3, 3)], "einsum: equation 'ii->i': subscript 'i' repeats in operand 0 ('ii'); diagonals and "
-                        "traces are not supported"),
+    ("ii->i", [(2, 3)], "einsum: equation 'ii->i': subscript 'i' repeats in operand 0 with sizes 2 and 3; a "
+                        "repeated subscript takes a diagonal, whose sizes must match"),
     ("ij->ii", [(3, 3)], "einsum: equation 'ij->ii': subscript 'i' appears more than once in the output"),
     ("ij->k", [(3, 3)], "einsum: equation 'ij->k': output subscript 'k' does not appear in any operand"),
     ("i1->i", [(3, 3)], "einsum: equation 'i1->i': subscripts must be letters a-z or A-Z, got '1'"),
@@ -138,6 +138,10 @@ def test_einsum_rule_matches_kernel_failure():
                          "in operand 1 (4x5)",
            lambda: OPS["einsum"].meta(spec(2, 3), spec(4, 5), equation="ij,jk->ik"))
     assert OPS["einsum"].meta(spec(2, 3), spec(3, 5), equation="ij,jk->ik") == Spec((2, 5), dtypes.float32)
+    # the op itself never takes a diagonal (the frontend does, before it)
+    raises(RuntimeError, "einsum: equation 'ii->i': subscript 'i' repeats in operand 0 ('ii'); the op takes no "
+                         "diagonals (eagerc.einsum takes them before it)",
+           lambda: OPS["einsum"].meta(spec(3, 3), equation="ii->i"))
 
 
 # ---------------------------------------------------------------- norms

@@ -96,6 +96,15 @@ def node_input_grads(node, g):
     return grads
 
 
+class Gather(Node):
+    """A node whose gradient arrives in parts, kept apart instead of summed: its op's
+    `grads(node, parts)` gets {feeding node: that node's gradient} and returns the input
+    gradients. A split's pieces feed one Gather that joins their gradients once (one cat or
+    stack, as PyTorch's SplitBackward / UnbindBackward do), where each piece scattering into
+    a zero tensor of the whole's size for the engine to sum would be quadratic in the pieces."""
+    __slots__ = ()
+
+
 def _release(node):
     if node.saved is not None or node.out is not None:
         node.saved = _FREED
@@ -194,14 +203,20 @@ def run_backward(roots, root_grads, retain_graph=False, create_graph=False, targ
     leaves = {}  # leaf -> its gradient summed over every path; hooks and .grad see the total
     start = []
 
-    def deliver(edge, gi):
+    def deliver(edge, gi, source=None):
         if isinstance(edge, Tensor):
             if capture is None or edge in capture:
                 prev = leaves.get(edge)
                 leaves[edge] = gi if prev is None else prev + gi
         else:
-            prev = buffers.get(edge)
-            buffers[edge] = gi if prev is None else prev + gi
+            parts = buffers
+            if type(edge) is Gather:  # its parts stay apart, keyed by the node that sent each
+                parts = buffers.get(edge)
+                if parts is None:
+                    parts = buffers[edge] = {}
+                edge = source
+            prev = parts.get(edge)
+            parts[edge] = gi if prev is None else prev + gi
 
     for t, g in zip(roots, root_grads):
         if t.grad_fn is None:
@@ -223,7 +238,7 @@ def run_backward(roots, root_grads, retain_graph=False, create_graph=False, targ
             node = ready.pop()
             g = buffers.pop(node, None)
             if g is not None:
-                if g._array.dtype != node.out_dtype:
+                if type(node) is not Gather and g._array.dtype != node.out_dtype:  # a Gather's g: its parts
                     g = g.to(node.out_dtype)
                 if node.hooks:
                     for h in node.hooks:
@@ -245,7 +260,7 @@ def run_backward(roots, root_grads, retain_graph=False, create_graph=False, targ
                     if edge is not None and gi is not None:
                         if anomaly:
                             _check_anomaly(node, i, gi)
-                        deliver(edge, gi)
+                        deliver(edge, gi, node)
                 if not retain_graph:
                     _release(node)
             for edge in node.next:
@@ -270,4 +285,4 @@ def run_backward(roots, root_grads, retain_graph=False, create_graph=False, targ
     return None
 
 
-__all__ = ["run_backward", "sum_to", "node_input_grads", "Node"]
+__all__ = ["run_backward", "sum_to", "node_input_grads", "Node", "Gather"]

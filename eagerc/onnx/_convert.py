@@ -1163,5 +1163,7 @@ for _why, _names in [
         ("not converted yet (ONNX has no sorted search or histogram op; a Less/Sum composition could express it)",
          "searchsorted histc"),
         ("random ops are not exported (their numbers would differ from eagerc's)", "multinomial"),
-        ("an exported program runs on the device of its inputs", "to_device")]:
+        ("an exported program runs on the device of its inputs", "to_device"),
+        ("ONNX has no such operator (Atan2, Erfinv, a cumulative LogSumExp, a set lookup); not converted yet",
+         "atan2 erfinv logcumsumexp isin")]:
     no_part("onnx", _why, _names.split())

@@ -149,6 +149,10 @@ def where(condition, input=None, other=None):
                       "use a boolean condition instead", UserWarning, stacklevel=2)
         condition = cast(condition, dtypes.bool)
     a, b = _promote((_check_operand("where", input), _check_operand("where", other)))
+    if not isinstance(a, Tensor) and not isinstance(b, Tensor):
+        # two Python scalars: PyTorch's result_type (a float gives the default dtype, not numpy's float64)
+        from .creation import tensor
+        a = tensor(a, dtype=result_dtype(a, b), device=condition.device)
     return apply(OPS["where"], (condition, a, b))
 
 
@@ -221,6 +225,55 @@ for _n in _GENERATED:
 negative = neg  # noqa: F821
 absolute = abs  # noqa: F821
 fix = trunc  # noqa: F821
+arctan2 = atan2  # noqa: F821
+
+
+def addcmul(input, tensor1, tensor2, *, value=1):
+    """input + value * tensor1 * tensor2 (the optimizers' moment updates)."""
+    return add(input, mul(tensor1, tensor2), alpha=value)  # noqa: F821
+
+
+def addcdiv(input, tensor1, tensor2, *, value=1):
+    """input + value * tensor1 / tensor2; integer tensor1 / tensor2 raise, as in PyTorch."""
+    if not result_dtype(tensor1, tensor2).is_floating_point:
+        raise RuntimeError("addcdiv: integer division with addcdiv is no longer supported (as in PyTorch); "
+                           "use (input + value * tensor1 / tensor2) for a true division")
+    return add(input, div(tensor1, tensor2), alpha=value)
+
+
+def isclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False):
+    """|input - other| <= atol + rtol * |other|, elementwise (equal infinities are close; nan
+    only with equal_nan). Both tensors must have one dtype, as in PyTorch."""
+    if not isinstance(other, Tensor) or input._array.dtype != other._array.dtype:
+        raise RuntimeError(f"isclose: {input.dtype.name} did not match "
+                           f"{other.dtype.name if isinstance(other, Tensor) else type(other).__name__} "
+                           "(both tensors must have the same dtype)")
+    if rtol < 0 or atol < 0:
+        raise RuntimeError(f"isclose: rtol and atol must be greater than or equal to zero, got rtol={rtol}, "
+                           f"atol={atol}")
+    close = eq(input, other)  # noqa: F821
+    floating = input._array.dtype.kind == "f"
+    if equal_nan and floating:
+        close = logical_or(close, logical_and(isnan(input), isnan(other)))  # noqa: F821
+    if rtol == 0 and atol == 0:
+        return close
+    a, b = (input, other) if floating else (cast(input, dtypes.get_default_dtype()),
+                                            cast(other, dtypes.get_default_dtype()))
+    error = abs(a - b)  # noqa: F821
+    within = logical_and(isfinite(error), error <= abs(b * rtol) + atol)  # noqa: F821
+    return logical_or(close, within)  # noqa: F821
+
+
+def allclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False):
+    """True when every element is close (isclose); a Python bool."""
+    return bool(isclose(input, other, rtol, atol, equal_nan).all())
+
+
+def equal(input, other):
+    """True when both tensors have the same shape and the same values (after promotion)."""
+    if input._array.shape != other._array.shape:
+        return False
+    return bool(eq(input, other).all())  # noqa: F821
 
 
 def round(input, *, decimals=0):
@@ -255,7 +308,8 @@ clamp_max = lambda input, max: clamp(input, max=max)  # noqa: E731
 __all__ = list(_GENERATED) + [
     "add", "sub", "div", "true_divide", "divide", "multiply", "subtract", "pow", "negative", "absolute", "fix",
     "clamp", "clip", "clamp_min", "clamp_max", "where", "lerp", "round", "nan_to_num", "clone",
-    "greater", "greater_equal", "less", "less_equal", "not_equal", "result_dtype"]
+    "greater", "greater_equal", "less", "less_equal", "not_equal", "result_dtype", "arctan2",
+    "addcmul", "addcdiv", "isclose", "allclose", "equal"]
 
 # ---------------------------------------------------------------- derivatives
 
@@ -297,6 +351,8 @@ defgrad("lerp", lambda g, w: g * (1 - w), lambda g, w: g * w, lambda g, a, b: g 
 defgrad("nan_to_num", lambda g, x: g * isfinite(x))  # noqa: F821
 defgrad("logaddexp", lambda g, a, b: g / (exp(b - a) + 1), lambda g, a, b: g / (exp(a - b) + 1))  # noqa: F821
 defgrad("hypot", lambda g, a, out: g * a / out, lambda g, b, out: g * b / out)
+defgrad("atan2", lambda g, a, b: g * b / (a * a + b * b), lambda g, a, b: -g * a / (a * a + b * b))
+defgrad("erfinv", lambda g, out: g * exp(out * out) * (1 / _TWO_OVER_SQRT_PI))  # noqa: F821
 
 
 def _in_range(x, lo, hi):
@@ -376,7 +432,8 @@ _METHODS = {
 }
 for _n in _GENERATED + ("add", "sub", "div", "true_divide", "divide", "multiply", "subtract", "pow", "clamp", "clip",
                         "clamp_min", "clamp_max", "lerp", "nan_to_num", "clone", "round", "negative", "absolute",
-                        "fix", "greater", "greater_equal", "less", "less_equal", "not_equal"):
+                        "fix", "greater", "greater_equal", "less", "less_equal", "not_equal", "arctan2",
+                        "addcmul", "addcdiv", "isclose", "allclose", "equal"):
     _METHODS[_n] = globals()[_n]
 
 for _n, _f in _METHODS.items():
@@ -387,7 +444,8 @@ for _n in ("add", "sub", "mul", "div", "true_divide", "floor_divide", "remainder
            "abs", "sign", "relu", "floor", "ceil", "trunc", "exp", "exp2", "log", "log2", "log1p",
            "expm1", "sqrt", "rsqrt", "sin", "cos", "tan", "tanh", "sigmoid", "erf", "reciprocal",
            "maximum", "minimum", "logical_not", "bitwise_not", "bitwise_and", "bitwise_or",
-           "bitwise_xor", "eq", "ne", "lt", "le", "gt", "ge", "hypot"):
+           "bitwise_xor", "eq", "ne", "lt", "le", "gt", "ge", "hypot", "atan2", "arctan2", "erfinv", "addcmul",
+           "addcdiv"):
     setattr(Tensor, _n + "_", _inplace(_METHODS[_n], _n + "_"))
 
 Tensor.__iadd__ = _inplace(add, "add_")

@@ -44,7 +44,7 @@ from .elementwise import cast, where
 from .inplace import bump_version, check_inplace, commit
 
 __all__ = ["index_select", "index_add", "index_fill", "index_put", "gather", "scatter", "scatter_add",
-           "masked_fill", "masked_select", "take", "take_along_dim", "nonzero", "argwhere"]
+           "masked_fill", "masked_select", "take", "take_along_dim", "nonzero", "argwhere", "isin"]
 
 _GETITEM = OPS["getitem"]
 _INDEX = OPS["index"]
@@ -573,3 +573,20 @@ _METHODS = {
 }
 for _n, _f in _METHODS.items():
     setattr(Tensor, _n, _f)
+
+
+def isin(elements, test_elements, *, assume_unique=False, invert=False):
+    """Whether each of `elements` occurs in `test_elements` (either may be a Python number);
+    both are compared in their promoted dtype. assume_unique is accepted (numpy decides how)."""
+    from .elementwise import _check_operand, _promote
+    if not isinstance(elements, Tensor) and not isinstance(test_elements, Tensor):
+        raise TypeError("isin: expected at least one of elements and test_elements to be a Tensor")
+    a, b = _promote((_check_operand("isin", elements), _check_operand("isin", test_elements)))
+    if not isinstance(a, Tensor):
+        from .creation import tensor
+        a = tensor(a, device=b.device)
+    return apply(OPS["isin"], (a, b), {"invert": bool(invert)})
+
+
+Tensor.isin = lambda self, test_elements, *, assume_unique=False, invert=False: isin(
+    self, test_elements, assume_unique=assume_unique, invert=invert)

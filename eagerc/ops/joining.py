@@ -5,9 +5,12 @@ cat and stack are variadic primitives: their inputs are promoted to one dtype he
 (torch.cat's rule) and their derivatives (`defgrad_node`) cut the output gradient
 back into `slice` views using the input shapes the node kept. Splitting has no
 primitive of its own: every piece is its own `slice` view (unbind adds a reshape to
-drop the dimension), so there are no multi-output ops.
+drop the dimension), so there are no multi-output ops. For autograd the pieces' nodes
+pass their gradients to one `Gather` node that joins them with one cat (stack for
+unbind), so backward stays linear in the number of pieces.
 """
 from ..dispatch import apply  # first: importing autograd before dispatch re-enters eagerc/__init__
+from ..autograd.engine import Gather
 from ..autograd.formulas import defgrad_node
 from ..runtime import dtypes
 from ..runtime.ops import OPS
@@ -16,6 +19,7 @@ from .._tensor import Tensor
 from .elementwise import cast
 from .shape import _wrap
 
+_new = object.__new__
 __all__ = ["cat", "concat", "concatenate", "stack", "hstack", "vstack", "dstack", "atleast_1d",
            "atleast_2d", "atleast_3d", "split", "chunk", "tensor_split", "unbind"]
 
@@ -134,7 +138,18 @@ def dstack(tensors):
     return cat(tuple(_atleast(t, 3, _shape_3d) for t in _tensors("dstack", tensors)), 2)
 
 
-def _pieces(x, d, bounds):
+def _pieces(x, d, bounds, name):
+    """`slice` views of x along d; when they partition x (every split and chunk does; tensor_split
+    with decreasing indices need not), their gradients are joined by one Gather node (`_gather`)."""
+    pieces = _slices(x, d, bounds)
+    partition = bounds[0][0] == 0 and bounds[-1][1] == x._array.shape[d] and all(
+        a <= b for a, b in bounds) and all(bounds[i][1] == bounds[i + 1][0] for i in range(len(bounds) - 1))
+    if not partition:
+        return pieces
+    return _gather(name, x, pieces, pieces[0].grad_fn, d, [b - a for a, b in bounds])
+
+
+def _slices(x, d, bounds):
     return tuple(apply(_SLICE, (x,), {"dim": d, "start": a, "stop": b, "step": 1}) for a, b in bounds)
 
 
@@ -158,8 +173,8 @@ def split(tensor, split_size_or_sections, dim=0):
             raise RuntimeError(f"split: split_size can only be 0 if dimension size is 0, but got size {n} "
                                f"for dimension {d} (shape {fmt_shape(tensor._array.shape)})")
         if n == 0:
-            return _pieces(tensor, d, [(0, 0)])
-        return _pieces(tensor, d, [(a, min(a + size, n)) for a in range(0, n, size)])
+            return _pieces(tensor, d, [(0, 0)], "split")
+        return _pieces(tensor, d, [(a, min(a + size, n)) for a in range(0, n, size)], "split")
     sizes = [int(k) for k in s]
     if any(k < 0 for k in sizes) or sum(sizes) != n:
         raise RuntimeError(f"split: split sizes {sizes} must be non-negative and sum exactly to {n}, the size "
@@ -168,7 +183,7 @@ def split(tensor, split_size_or_sections, dim=0):
     for k in sizes:
         bounds.append((a, a + k))
         a += k
-    return _pieces(tensor, d, bounds)
+    return _pieces(tensor, d, bounds, "split")
 
 
 def split_with_sizes(tensor, split_sizes, dim=0):
@@ -183,7 +198,7 @@ def chunk(input, chunks, dim=0):
     d, n = _split_dim("chunk", input, dim)
     size = (n + chunks - 1) // chunks
     if n == 0:
-        return _pieces(input, d, [(0, 0)] * chunks)
+        return _pieces(input, d, [(0, 0)] * chunks, "split")
     return split(input, size, d)
 
 
@@ -201,14 +216,14 @@ def tensor_split(input, indices_or_sections, dim=0):
             b = a + q + (1 if i < r else 0)
             bounds.append((a, b))
             a = b
-        return _pieces(input, d, bounds)
+        return _pieces(input, d, bounds, "split")
     idx = [int(i) for i in (s.tolist() if isinstance(s, Tensor) else s)]
     bounds, a = [], 0
     for i in idx + [n]:  # like PyTorch (and numpy): piece k is input[idx[k-1]:idx[k]], maybe empty
         i = min(max(i + n if i < 0 else i, 0), n)
         bounds.append((a, max(i, a)))
         a = i
-    return _pieces(input, d, bounds)
+    return _pieces(input, d, bounds, "split")
 
 
 def unbind(input, dim=0):
@@ -218,7 +233,11 @@ def unbind(input, dim=0):
         raise IndexError("unbind: dimension specified as 0 but the tensor has no dimensions")
     d = _wrap("unbind", dim, len(shape))
     rest = {"shape": shape[:d] + shape[d + 1:]}
-    return tuple(apply(_RESHAPE, (p,), rest) for p in _pieces(input, d, [(i, i + 1) for i in range(shape[d])]))
+    slices = _slices(input, d, [(i, i + 1) for i in range(shape[d])])
+    if not slices:
+        return ()
+    pieces = tuple(apply(_RESHAPE, (p,), rest) for p in slices)
+    return _gather("unbind", input, pieces, slices[0].grad_fn, d, [1] * shape[d], stacked=True)
 
 
 # ---------------------------------------------------------------- derivatives
@@ -250,3 +269,59 @@ _METHODS = {"split": split, "split_with_sizes": split_with_sizes, "chunk": chunk
             "tensor_split": tensor_split, "unbind": unbind}
 for _n, _f in _METHODS.items():
     setattr(Tensor, _n, _f)
+
+
+# ---------------------------------------------------------------- the pieces' backward
+
+class _BackwardStep:
+    """What the engine reads of an op, for the backward-only steps of a split: the pieces'
+    nodes (each passes its gradient on, as is) and the Gather that joins them."""
+    __slots__ = ("name", "grads", "grad_params", "broadcasts")
+
+    def __init__(self, name, grads):
+        self.name, self.grads, self.grad_params, self.broadcasts = name, grads, None, False
+
+
+def _pass_on(node, g):
+    return [g]
+
+
+def _join(node, parts):
+    """The whole's gradient from its pieces' (zeros for pieces that got none): one cat, or one
+    stack for unbind's pieces, which lost the dimension."""
+    from .creation import zeros
+    a = node.attrs
+    grads = [None] * len(a["sizes"])
+    for piece, g in parts.items():
+        grads[piece.attrs["piece"]] = g
+    shape, like = list(a["shape"]), next(iter(parts.values()))
+    for i, g in enumerate(grads):
+        if g is None:
+            shape[a["dim"]] = a["sizes"][i]
+            g = zeros(tuple(shape), dtype=like.dtype, device=like.device)
+            grads[i] = g.squeeze(a["dim"]) if a["stacked"] else g
+    return [stack(grads, a["dim"]) if a["stacked"] else cat(grads, a["dim"])]
+
+
+_STEPS = {name: (_BackwardStep(name, _pass_on), _BackwardStep(name, _join)) for name in ("split", "unbind")}
+
+
+def _gather(name, x, pieces, sliced, d, sizes, stacked=False):
+    """Route the pieces' gradients through one Gather node into x's (see autograd/engine.py):
+    `sliced` is the first slice's node, whose edge leads to x."""
+    if sliced is None:
+        return pieces
+    first = pieces[0].grad_fn
+    piece_step, join_step = _STEPS[name]
+    gather = _new(Gather)
+    gather.op, gather.next = join_step, [sliced.next[0]]
+    gather.attrs = {"dim": d, "shape": tuple(x._array.shape), "sizes": sizes, "stacked": stacked}
+    gather.saved = gather.versions = gather.shapes = gather.out = gather.out_vc = None
+    gather.out_dtype = x._array.dtype
+    gather.hooks = gather.retained = None
+    gather.created_at = first.created_at
+    for i, p in enumerate(pieces):
+        node = p.grad_fn
+        node.op, node.next, node.attrs = piece_step, [gather], {"piece": i}
+        node.saved = node.versions = node.shapes = None
+    return pieces

@@ -8,6 +8,8 @@ with Tensor ops, so they differentiate again (second derivatives, traced backwar
 """
 import math
 
+import numpy as np
+
 from ..autograd.engine import _saved_input, sum_to
 from ..autograd.formulas import defgrad, defgrad_node
 from ..dispatch import apply
@@ -19,7 +21,8 @@ from .._tensor import Tensor
 from .elementwise import result_dtype, cast
 from . import reduction
 
-__all__ = ["matmul", "mm", "bmm", "mv", "dot", "inner", "outer", "ger", "einsum"]
+__all__ = ["matmul", "mm", "bmm", "mv", "dot", "inner", "outer", "ger", "einsum", "kron", "addmm", "cross",
+           "cdist"]
 
 _MATMUL = OPS["matmul"]
 _EINSUM = OPS["einsum"]
@@ -98,6 +101,95 @@ def outer(input, vec2):
 ger = outer
 
 
+def kron(input, other):
+    """The Kronecker product: blocks other * input[i, j, ...], for operands of any rank."""
+    _check_tensors("kron", input, other)
+    nd = max(input._array.ndim, other._array.ndim)
+    a_shape = (1,) * (nd - input._array.ndim) + tuple(input._array.shape)
+    b_shape = (1,) * (nd - other._array.ndim) + tuple(other._array.shape)
+    a = input.reshape(tuple(n for m in a_shape for n in (m, 1)))   # (a1, 1, a2, 1, ...)
+    b = other.reshape(tuple(n for m in b_shape for n in (1, m)))   # (1, b1, 1, b2, ...)
+    return (a * b).reshape(tuple(m * n for m, n in zip(a_shape, b_shape)))
+
+
+def addmm(input, mat1, mat2, *, beta=1, alpha=1):
+    """beta * input + alpha * (mat1 @ mat2); with beta = 0 input is ignored (nan and inf too)."""
+    _check_tensors("addmm", input, mat1, mat2)
+    product = mm(mat1, mat2)  # noqa: F821  (mm checks that both are matrices)
+    if alpha != 1:
+        product = product * alpha
+    if beta == 0:
+        return product.expand(tuple(np.broadcast_shapes(input._array.shape, product._array.shape)))
+    return (input if beta == 1 else input * beta) + product
+
+
+def _addmm_(self, mat1, mat2, *, beta=1, alpha=1):
+    from .inplace import check_inplace, commit
+    check_inplace(self, "addmm_")
+    return commit(self, addmm(self, mat1, mat2, beta=beta, alpha=alpha), "addmm_")
+
+
+def linalg_cross(input, other, *, dim=-1):
+    """The cross product of 3-vectors along `dim`; the operands broadcast."""
+    _check_tensors("linalg.cross", input, other)
+    if input._array.ndim != other._array.ndim:
+        raise RuntimeError(f"linalg.cross: inputs must have the same number of dimensions, got shapes "
+                           f"{tuple(input._array.shape)} and {tuple(other._array.shape)}")
+    shape = tuple(np.broadcast_shapes(input._array.shape, other._array.shape))
+    d = normalize_dims("linalg.cross", dim, len(shape))[0]
+    if input._array.shape[d - len(shape)] != 3 or other._array.shape[d - len(shape)] != 3:
+        raise RuntimeError(f"linalg.cross: inputs dimension {dim} must have length 3. Got "
+                           f"{input._array.shape[d - len(shape)]} and {other._array.shape[d - len(shape)]}")
+    a, b = input.expand(shape), other.expand(shape)
+    # (a1 b2 - a2 b1, a2 b0 - a0 b2, a0 b1 - a1 b0): each component from the next two, cyclically
+    return a.roll(-1, d) * b.roll(-2, d) - a.roll(-2, d) * b.roll(-1, d)
+
+
+def cross(input, other, dim=None):
+    """torch.cross: linalg.cross along `dim`; without dim, the first dimension of size 3 (deprecated
+    in PyTorch, which warns, as here)."""
+    if dim is None:
+        import warnings
+        warnings.warn("Using torch.cross without specifying the dim arg is deprecated. Please either pass "
+                      "the dim explicitly or simply use torch.linalg.cross.", UserWarning, stacklevel=2)
+        shape = np.broadcast_shapes(input._array.shape, other._array.shape)
+        dim = next((i for i, n in enumerate(shape) if n == 3), None)
+        if dim is None:
+            raise RuntimeError(f"cross: no dimension of size 3 in input (shape {tuple(shape)})")
+    return linalg_cross(input, other, dim=dim)
+
+
+_CDIST_MODES = ("use_mm_for_euclid_dist_if_necessary", "use_mm_for_euclid_dist", "donot_use_mm_for_euclid_dist")
+
+
+def cdist(x1, x2, p=2.0, compute_mode="use_mm_for_euclid_dist_if_necessary"):
+    """p-norm distances between the rows of x1 (..., P, M) and of x2 (..., R, M): (..., P, R).
+    For p = 2 and many rows (or compute_mode 'use_mm_for_euclid_dist') it uses PyTorch's matrix
+    product form |a|^2 + |b|^2 - 2 a.b (fast, less exact for near points); else the norm of the
+    differences. Zero distances have a zero gradient."""
+    _check_tensors("cdist", x1, x2)
+    if x1._array.ndim < 2 or x2._array.ndim < 2:
+        raise RuntimeError(f"cdist only supports at least 2D tensors, X1 got: {x1._array.ndim}D, "
+                           f"X2 got: {x2._array.ndim}D")
+    if x1._array.shape[-1] != x2._array.shape[-1]:
+        raise RuntimeError(f"X1 and X2 must have the same number of columns. X1: {x1._array.shape[-1]} "
+                           f"X2: {x2._array.shape[-1]}")
+    if not (x1.dtype.is_floating_point and x2.dtype.is_floating_point):
+        raise RuntimeError(f"cdist only supports floating-point dtypes, X1 got: {x1.dtype.name}, "
+                           f"X2 got: {x2.dtype.name}")
+    if p < 0:
+        raise RuntimeError(f"cdist only supports non-negative p values, got {p}")
+    if compute_mode not in _CDIST_MODES:
+        raise ValueError(f"{compute_mode} is not a valid value for compute_mode")
+    rows = max(x1._array.shape[-2], x2._array.shape[-2])
+    if p == 2 and (compute_mode == _CDIST_MODES[1] or (compute_mode == _CDIST_MODES[0] and rows > 25)):
+        x1, x2 = _promoted("cdist", (x1, x2))
+        square = (x1 * x1).sum(-1, keepdim=True) + _mT((x2 * x2).sum(-1, keepdim=True)) - 2 * (x1 @ _mT(x2))
+        return reduction._zero_safe_sqrt(square.clamp_min(0.0))
+    diff = x1.unsqueeze(-2) - x2.unsqueeze(-3)   # (..., P, R, M)
+    return reduction.vector_norm(diff, p, -1, op="cdist")
+
+
 # ---------------------------------------------------------------- einsum
 
 def einsum(equation, *operands):
@@ -108,8 +200,28 @@ def einsum(equation, *operands):
     if not operands:
         raise RuntimeError("einsum: expected at least one operand")
     operands = _promoted("einsum", operands)
-    canonical = rules.canonical_einsum(equation, [x._array.shape for x in operands])
-    return apply(_EINSUM, operands, {"equation": canonical})
+    canonical = rules.canonical_einsum(equation, [x._array.shape for x in operands], diagonals=True)
+    ins, out = rules.split_einsum(canonical)
+    if any(len(set(sub)) != len(sub) for sub in ins):
+        operands, ins = zip(*(_take_diagonals(x, sub, equation, i) for i, (x, sub) in enumerate(zip(operands, ins))))
+        canonical = ",".join(ins) + "->" + out
+    return apply(_EINSUM, tuple(operands), {"equation": canonical})
+
+
+def _take_diagonals(x, sub, equation, i):
+    """An operand whose subscripts repeat a label ('ii', 'bii') -> its diagonal over those
+    dimensions and subscripts naming each label once ('i', 'bi'), as PyTorch reads them."""
+    while len(set(sub)) != len(sub):
+        c = next(c for c in sub if sub.count(c) > 1)
+        d1 = sub.index(c)
+        d2 = sub.index(c, d1 + 1)
+        n1, n2 = x._array.shape[d1], x._array.shape[d2]
+        if n1 != n2:
+            raise RuntimeError(f"einsum: equation {equation!r}: subscript {c!r} repeats in operand {i} with "
+                               f"sizes {n1} and {n2}; a repeated subscript takes a diagonal, whose sizes must match")
+        x = x.diagonal(0, d1, d2)  # the diagonal becomes the last dimension
+        sub = sub[:d1] + sub[d1 + 1:d2] + sub[d2 + 1:] + c
+    return x, sub
 
 
 # ---------------------------------------------------------------- derivatives
@@ -259,5 +371,6 @@ def _linalg_norm(A, ord=None, dim=None, keepdim=False, *, dtype=None):
 
 Tensor.__matmul__ = matmul
 Tensor.__rmatmul__ = lambda self, other: matmul(other, self)
-for _n in ("matmul", "mm", "bmm", "mv", "dot", "inner", "outer", "ger"):
+for _n in ("matmul", "mm", "bmm", "mv", "dot", "inner", "outer", "ger", "kron", "addmm", "cross"):
     setattr(Tensor, _n, globals()[_n])
+Tensor.addmm_ = _addmm_

@@ -1,5 +1,5 @@
 """Reductions: sum, mean, prod, max/min (values and indices), amax, amin, argmax,
-argmin, var, std, logsumexp, norm, all, any, cumsum, cumprod.
+argmin, var, std, logsumexp, norm, all, any, cumsum, cumprod, logcumsumexp.
 
 var, std, logsumexp and norm are compositions of primitives, so they differentiate
 (to any order) and compile without rules of their own.
@@ -8,8 +8,10 @@ import builtins
 import collections
 import math
 
+import numpy as np
+
 from ..autograd.formulas import defgrad
-from ..dispatch import apply
+from ..dispatch import apply, grad_enabled
 from ..runtime.ops import OPS
 from ..runtime.ops.meta import normalize_dims
 from .._tensor import Tensor
@@ -193,8 +195,8 @@ def vector_norm(input, ord=2, dim=None, keepdim=False, *, dtype=None, op="linalg
         return _zero_safe_sqrt((input * input).sum(dim, keepdim))
     if ord == 1:
         return input.abs().sum(dim, keepdim)
-    if ord == 0:
-        return (input != 0).to(input.dtype).sum(dim, keepdim)
+    if ord == 0:  # the count of nonzeros; PyTorch's result requires grad (a zero gradient): input * 0 gives it
+        return where(input != 0, 1.0, input * 0).sum(dim, keepdim)
     return (input.abs() ** ord).sum(dim, keepdim) ** (1.0 / ord)
 
 
@@ -222,6 +224,14 @@ def cumprod(input, dim, *, dtype=None):
     if dtype is not None:
         input = cast(input, dtype)
     return apply(OPS["cumprod"], (input,), {"dim": int(dim)})
+
+
+def logcumsumexp(input, dim):
+    """log(cumsum(exp(x))) along `dim`, computed pairwise so no term underflows."""
+    if input._array.dtype.kind != "f":
+        raise RuntimeError(f"logcumsumexp: expected a floating-point input, got {input.dtype.name} (as in "
+                           "PyTorch, there is no integer logcumsumexp: convert with .float() first)")
+    return apply(OPS["logcumsumexp"], (input,), {"dim": int(dim)})
 
 
 def count_nonzero(input, dim=None):
@@ -258,15 +268,15 @@ def _cumsum_grad(g, dim):
 
 
 def _cumprod_grad(g, x, out, dim):
-    """d out_k / d x_i = prod_{j <= k, j != i} x_j for k >= i, written so zeros work too.
+    """d out_k / d x_i = prod_{j < i} x_j * prod_{i < j <= k} x_j for k >= i.
 
-    Before the first zero along `dim` (at z) that is out_k / x_i; at z it is
-    prod_{j < z} x_j * prod_{z < j <= k} x_j (no division); after z it is 0.
-    Exact to first order everywhere and to every order away from zeros (at an exact
-    zero the second derivative misses the terms that pass through that zero).
-    """
+    A first derivative (grad mode off while it runs) takes the O(n) path below, exact at zeros
+    too. For a second one (create_graph) it is built from products alone, as PyTorch's
+    cumprod_backward does then, so that its own derivative is right at exact zeros too."""
     if not g.ndim:
         return g
+    if grad_enabled():
+        return _cumprod_grad_products(g, x, dim)
     zero = x == 0
     zeros_so_far = zero.cumsum(dim)                        # zeros at or before each position
     before = zeros_so_far == 0                             # strictly before the first zero
@@ -280,17 +290,64 @@ def _cumprod_grad(g, x, out, dim):
     return where(before, grad_before, where(first, grad_first, 0.0))
 
 
+def _cumprod_grad_products(g, x, dim):
+    """The cumprod derivative without division, O(n^2) along `dim`: with x moved last,
+    M[i, k] = prod_{i < j <= k} x_j (k >= i, else 0) is a cumprod of x laid over rows, then
+    grad_i = (exclusive cumprod)_i * sum_k M[i, k] g_k."""
+    xl, gl = x.movedim(dim, -1), g.movedim(dim, -1)
+    n = xl.shape[-1]
+    from .creation import ones
+    upper = ones((n, n), dtype=x.dtype, device=x.device).triu(1) > 0                 # j > i
+    rows = where(upper, xl.unsqueeze(-2), 1.0).cumprod(-1)            # prod_{i < j <= k} x_j, 1 for k <= i
+    m = rows.triu()                                                   # only k >= i
+    suffix = (m @ gl.unsqueeze(-1)).squeeze(-1)                       # sum_k M[i, k] g_k
+    return (_exclusive_cumprod(xl) * suffix).movedim(-1, dim)
+
+
+def _exclusive_cumprod(x):
+    """prod_{j < i} x_j along the last dimension (1 for the first), without division."""
+    from .joining import cat
+    from .creation import ones
+    one = ones(tuple(x.shape[:-1]) + (1,), dtype=x.dtype, device=x.device)
+    return cat([one, x[..., :-1]], -1).cumprod(-1)
+
+
 def _prod_grad(g, x, dim, keepdim):
-    """d prod / d x_i = the product of the other entries, also when some entries are zero
-    (out / x_i would be 0 / 0 there). Like cumprod's: exact to first order everywhere, to
-    every order away from zeros."""
-    zero = x == 0
-    nonzero_x = where(zero, 1.0, x)
-    p = prod(nonzero_x, dim, keepdim=True)  # the product of the nonzero entries
-    zeros = zero.sum(dim, keepdim=True)
-    # no zero: p / x_i; one zero: p at the zero and 0 elsewhere; two or more zeros: 0 everywhere
-    d = where(zeros == 0, p / nonzero_x, where(logical_and(zero, zeros == 1), p, 0.0))
-    return unreduce(g, x.shape, dim, keepdim) * d
+    """d prod / d x_i = the product of the other entries: the exclusive products from the left
+    times those from the right (PyTorch's prod_safe_zeros_backward). No division, so it is
+    right at zeros to every order (its own derivative goes through cumprod's)."""
+    if not x.ndim or not x._array.size:
+        return unreduce(g, x.shape, dim, keepdim)
+    shape = tuple(x.shape)
+    axes = normalize_dims("prod", dim, len(shape))
+    rest = tuple(i for i in range(len(shape)) if i not in axes)
+    order = rest + axes
+    flat = x.permute(*order).reshape(tuple(shape[i] for i in rest) + (-1,))
+    others = _exclusive_cumprod(flat) * _exclusive_cumprod(flat.flip(-1)).flip(-1)
+    others = others.reshape(tuple(shape[i] for i in order)).permute(*_inverse(order))
+    return unreduce(g, shape, dim, keepdim) * others
+
+
+def _inverse(order):
+    inv = [0] * len(order)
+    for i, d in enumerate(order):
+        inv[d] = i
+    return inv
+
+
+def _logcumsumexp_grad(g, x, out, dim):
+    """sum_{k >= i} g_k exp(x_i - out_k), split by the sign of g so every term is a
+    logcumsumexp of logs (PyTorch's logcumsumexp_backward); Tensor ops, so it differentiates."""
+    if not g.ndim:
+        return g
+    lowest = float(np.finfo(x._array.dtype).min)
+    log_abs = g.abs().log()
+
+    def reversed_logcumsumexp(v):
+        return logcumsumexp(v.flip(dim), dim).flip(dim)
+    positive = (reversed_logcumsumexp(where(g > 0, log_abs, lowest) - out) + x).exp()
+    negative = (reversed_logcumsumexp(where(g < 0, log_abs, lowest) - out) + x).exp()
+    return positive - negative
 
 
 defgrad("sum", lambda g, x_shape, dim, keepdim: unreduce(g, x_shape, dim, keepdim))
@@ -300,10 +357,11 @@ defgrad("amax", _extreme_grad)
 defgrad("amin", _extreme_grad)
 defgrad("cumsum", _cumsum_grad)
 defgrad("cumprod", _cumprod_grad)
+defgrad("logcumsumexp", _logcumsumexp_grad)
 
 _METHODS = {"sum": sum, "mean": mean, "prod": prod, "amax": amax, "amin": amin, "argmax": argmax,
             "argmin": argmin, "max": max, "min": min, "all": all, "any": any, "var": var, "std": std,
             "logsumexp": logsumexp, "norm": norm, "cumsum": cumsum, "cumprod": cumprod,
-            "count_nonzero": count_nonzero}
+            "count_nonzero": count_nonzero, "logcumsumexp": logcumsumexp}
 for _n, _f in _METHODS.items():
     setattr(Tensor, _n, _f)

@@ -17,7 +17,8 @@ from .._tensor import Tensor
 __all__ = ["reshape", "expand", "expand_as", "broadcast_to", "permute", "transpose", "swapaxes",
            "swapdims", "t", "squeeze", "unsqueeze", "flatten", "unflatten", "ravel", "contiguous",
            "movedim", "moveaxis", "narrow", "diagonal", "tril", "triu", "flip", "fliplr", "flipud",
-           "roll", "tile", "slice_scatter", "diagonal_scatter"]
+           "roll", "tile", "slice_scatter", "diagonal_scatter", "rot90", "diag", "diag_embed",
+           "repeat_interleave", "meshgrid"]
 
 
 def _sizes(args):
@@ -348,15 +349,143 @@ def _triu_(self, diagonal=0):
     return commit(self, triu(self, diagonal), "triu_")
 
 
-def flip(input, *dims):
-    """flip(x, dims) / x.flip(*dims): reverse the order along `dims` (a copy, like PyTorch)."""
-    if len(dims) == 1 and not isinstance(dims[0], int):
-        dims = dims[0]
+def flip(input, *args, dims=None):
+    """flip(x, dims) / x.flip(*dims) / x.flip(dims=...): reverse the order along `dims` (a copy,
+    like PyTorch)."""
+    if dims is None:
+        dims = args[0] if len(args) == 1 and not isinstance(args[0], int) else args
+    elif args:
+        raise TypeError("flip() got multiple values for argument 'dims'")
+    elif isinstance(dims, int):
+        dims = (dims,)
     nd = input._array.ndim
     dims = normalize_dims("flip", tuple(int(d) for d in dims), nd)
     if nd == 0:
         dims = ()  # a 0-d tensor has nothing to reverse (dim 0 / -1 is still accepted)
     return apply(_FLIP, (input,), {"dims": dims})
+
+
+def rot90(input, k=1, dims=(0, 1)):
+    """Rotate by 90 degrees k times in the plane of `dims`, from the first dim towards the second."""
+    nd = input._array.ndim
+    dims = tuple(dims)
+    if len(dims) != 2:
+        raise RuntimeError(f"rot90: expected total rotation dims == 2, but got dims = {len(dims)}")
+    if nd < 2:
+        raise RuntimeError(f"rot90: expected total dims >= 2, but got total dims = {nd}")
+    d0, d1 = _wrap("rot90", dims[0], nd), _wrap("rot90", dims[1], nd)
+    if d0 == d1:
+        raise RuntimeError(f"rot90: expected rotation dims to be different, but got dim0 = {dims[0]} and "
+                           f"dim1 = {dims[1]}")
+    k = int(k) % 4
+    if k == 1:
+        return flip(input, (d1,)).transpose(d0, d1)
+    if k == 2:
+        return flip(input, (d0, d1))
+    if k == 3:
+        return flip(input, (d0,)).transpose(d0, d1)
+    return input.clone()
+
+
+def diag_embed(input, offset=0, dim1=-2, dim2=-1):
+    """Matrices (in dims dim1, dim2 of the result) whose `offset` diagonal is input's last
+    dimension, zeros elsewhere: a diagonal_scatter into zeros, so its gradient is a diagonal."""
+    shape = tuple(input._array.shape)
+    nd = len(shape) + 1
+    d1, d2 = _wrap("diag_embed", dim1, nd), _wrap("diag_embed", dim2, nd)
+    if d1 == d2:
+        raise RuntimeError(f"diag_embed: diagonal dimensions cannot be identical {dim1}, {dim2}")
+    n = (shape[-1] if shape else 1) + abs(int(offset))
+    out_shape = list(shape[:-1])
+    for d in sorted((d1, d2)):
+        out_shape.insert(d, n)
+    from .creation import zeros
+    base = zeros(tuple(out_shape), dtype=input.dtype, device=input.device)
+    src = input if shape else input.reshape(1)
+    return apply(_DIAGONAL_SCATTER, (base, src), {"offset": int(offset), "dim1": d1, "dim2": d2})
+
+
+def diag(input, diagonal=0):
+    """A 1-d input -> the square matrix with it on diagonal `diagonal`; a 2-d input -> that
+    diagonal (a copy, as in PyTorch)."""
+    nd = input._array.ndim
+    if nd == 1:
+        return diag_embed(input, diagonal, 0, 1)
+    if nd == 2:
+        return apply(_DIAGONAL, (input,), {"offset": int(diagonal), "dim1": 0, "dim2": 1}).clone()
+    raise RuntimeError(f"diag(): Supports 1D or 2D tensors. Got {nd}D")
+
+
+def repeat_interleave(input, repeats=None, dim=None, *, output_size=None):
+    """Repeat each element `repeats` times along `dim` (the flattened input without one).
+    `repeats` is an int or a tensor with one count per element; repeat_interleave(counts)
+    alone gives the indices arange(len(counts)) repeated by counts."""
+    if repeats is None:  # the repeat_interleave(repeats) overload
+        from .creation import arange
+        counts = input
+        if counts._array.ndim > 1:
+            raise RuntimeError("repeat_interleave: repeats must be 0-dim or 1-dim tensor")
+        return repeat_interleave(arange(counts.numel(), device=counts.device), counts, 0, output_size=output_size)
+    if dim is None:
+        input, dim = input.reshape(-1), 0
+    nd = input._array.ndim
+    d = _wrap("repeat_interleave", dim, max(nd, 1)) if nd else 0
+    if nd == 0:
+        input = input.reshape(1)
+    n = input._array.shape[d]
+    if isinstance(repeats, Tensor) and repeats._array.ndim == 1 and repeats._array.shape[0] != 1:
+        counts = [int(c) for c in repeats.tolist()]  # data-dependent output size: a guard when traced
+        if len(counts) != n:
+            raise RuntimeError(f"repeat_interleave: repeats must have the same size as input along dim, got "
+                               f"{len(counts)} repeats for size {n}")
+        if any(c < 0 for c in counts):
+            raise RuntimeError("repeat_interleave: repeats can not be negative")
+        if output_size is not None and output_size != sum(counts):
+            raise RuntimeError(f"repeat_interleave: output_size {output_size} is not the sum of repeats "
+                               f"{sum(counts)}")
+        from .creation import tensor
+        index = tensor(np.repeat(np.arange(n), counts), device=input.device)
+        return input.index_select(d, index)
+    r = int(repeats.reshape(()).item() if isinstance(repeats, Tensor) else repeats)
+    if r < 0:
+        raise RuntimeError("repeat_interleave: repeats can not be negative")
+    shape = tuple(input._array.shape)
+    grown = input.unsqueeze(d + 1).expand(shape[:d + 1] + (r,) + shape[d + 1:])
+    return grown.reshape(shape[:d] + (n * r,) + shape[d + 1:])
+
+
+def meshgrid(*tensors, indexing=None):
+    """Coordinate grids: the i-th output holds tensors[i] along its own dimension ('ij'), with
+    the first two dimensions swapped for indexing='xy'. The outputs are expanded views."""
+    if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)):
+        tensors = tuple(tensors[0])
+    if indexing is None:
+        import warnings
+        warnings.warn("torch.meshgrid: in an upcoming release, it will be required to pass the indexing "
+                      "argument.", UserWarning, stacklevel=2)
+        indexing = "ij"
+    if indexing not in ("ij", "xy"):
+        raise RuntimeError(f"meshgrid: indexing must be one of 'xy' or 'ij', but received: {indexing}")
+    if not tensors:
+        raise RuntimeError("meshgrid expects a non-empty TensorList")
+    for t in tensors:
+        if t._array.ndim > 1:
+            raise RuntimeError(f"meshgrid: Expected 0D or 1D tensor in the tensor list but got a tensor of "
+                               f"shape {fmt_shape(t._array.shape)}")
+    if len({t._array.dtype for t in tensors}) > 1:
+        raise RuntimeError("meshgrid expects all tensors to have the same dtype")
+    axes = list(range(len(tensors)))          # the output dimension each input runs along
+    if indexing == "xy" and len(tensors) >= 2:
+        axes[0], axes[1] = 1, 0
+    shape = [0] * len(tensors)
+    for t, a in zip(tensors, axes):
+        shape[a] = t.numel()
+    out = []
+    for t, a in zip(tensors, axes):
+        view = [1] * len(tensors)
+        view[a] = t.numel()
+        out.append(t.reshape(tuple(view)).expand(tuple(shape)))
+    return tuple(out)
 
 
 def fliplr(input):
@@ -472,7 +601,8 @@ _METHODS = {"reshape": reshape, "view": view, "expand": expand, "expand_as": exp
             "contiguous": contiguous, "movedim": movedim, "moveaxis": moveaxis, "narrow": narrow,
             "diagonal": diagonal, "tril": tril, "triu": triu, "tril_": _tril_, "triu_": _triu_,
             "flip": flip, "fliplr": fliplr, "flipud": flipud, "roll": roll, "repeat": repeat,
-            "tile": tile, "slice_scatter": slice_scatter, "diagonal_scatter": diagonal_scatter,
+            "tile": tile, "rot90": rot90, "diag": diag, "diag_embed": diag_embed,
+            "repeat_interleave": repeat_interleave, "slice_scatter": slice_scatter, "diagonal_scatter": diagonal_scatter,
             "view_as": lambda self, other: reshape(self, tuple(other._array.shape)),
             "reshape_as": lambda self, other: reshape(self, tuple(other._array.shape))}
 for _n, _f in _METHODS.items():

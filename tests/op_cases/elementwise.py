@@ -27,6 +27,20 @@ def _sigmoid(x):
     return 1 / (1 + np.exp(-x))
 
 
+def _erfinv(x):
+    """erf's inverse by bisection on math.erf: slow, simple and independent of the kernel."""
+    lo, hi = np.full(np.shape(x), -6.0), np.full(np.shape(x), 6.0)
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        below = _erf(mid) < x
+        lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
+    return (lo + hi) / 2
+
+
+def _near(rng, shape):  # b close to the first input's values: isclose sees both outcomes
+    return rng.standard_normal(shape)
+
+
 CASES = [
     unary("exp", np.exp),
     unary("exp2", np.exp2),
@@ -92,6 +106,22 @@ CASES = [
     binary("bool_and", lambda a, b: a & b, np.logical_and, make=(booleans, booleans), grad=False),
     binary("logaddexp", eagerc.logaddexp, np.logaddexp),
     binary("hypot", lambda a, b: a.hypot(b), np.hypot, make=(away_from_zero, away_from_zero)),
+    binary("atan2", eagerc.atan2, np.arctan2, make=(away_from_zero, away_from_zero)),
+    Case("arctan2_promote", lambda a, b: a.arctan2(b), np.arctan2, [((3, 4), (4,))], make=(integers(), None),
+         grad=False),
+    unary("erfinv", _erfinv, unit),
+    Case("addcmul", lambda x, a, b: eagerc.addcmul(x, a, b, value=0.5), lambda x, a, b: x + 0.5 * a * b,
+         [((3, 4), (3, 4), (3, 4)), ((3, 1), (4,), ()), ((), (2, 3), (3,))]),
+    Case("addcdiv", lambda x, a, b: x.addcdiv(a, b, value=-2), lambda x, a, b: x - 2 * a / b,
+         [((3, 4), (3, 4), (3, 4)), ((4,), (3, 1), (4,))], make=(None, None, positive)),
+    Case("addcmul_", lambda x, a, b: (x * 1).addcmul_(a, b), lambda x, a, b: x + a * b, [((3, 4), (4,), (3, 4))]),
+    Case("addcdiv_", lambda x, a, b: (x * 1).addcdiv_(a, b, value=0.1), lambda x, a, b: x + 0.1 * a / b,
+         [((3, 4), (3, 4), (1, 4))], make=(None, None, positive)),
+    Case("isclose", lambda a, b: eagerc.isclose(a, a + b * 1e-3, rtol=1e-3, atol=1e-4),
+         lambda a, b: np.abs(b * 1e-3) <= 1e-4 + 1e-3 * np.abs(a + b * 1e-3), [((3, 4), (3, 4)), ((5,), (5,))],
+         make=(None, _near), grad=False, float32=False),
+    Case("isclose_int", lambda a, b: a.isclose(b, rtol=0.3, atol=0), lambda a, b: np.isclose(a, b, rtol=0.3, atol=0),
+         [((3, 4), (3, 4))], make=(integers(1, 6), integers(1, 6)), grad=False),
     # Python scalars on either side
     Case("add_scalar", lambda a: 2.5 + a - 1, lambda a: 2.5 + a - 1, UNARY_SHAPES),
     Case("rsub_scalar", lambda a: 3 - a, lambda a: 3 - a, UNARY_SHAPES),

@@ -273,4 +273,13 @@ CASES = [
          grad=False),
     Case("where_one_arg", lambda m: eagerc.where(m), np.nonzero, [((3, 4),)], make=(booleans,), grad=False),
     Case("argwhere", eagerc.argwhere, np.argwhere, [((4, 3),)], make=(booleans,), grad=False),
+    # ---------------------------------------------------------------- isin
+    Case("isin", eagerc.isin, np.isin, [((3, 4), (5,)), ((6,), (2, 2)), ((0,), (3,)), ((4,), (0,))],
+         make=(integers(0, 8), integers(0, 8)), grad=False),
+    Case("isin_invert", lambda a, b: a.isin(b, invert=True), lambda a, b: ~np.isin(a, b), [((3, 4), (3,))],
+         make=(integers(0, 5), integers(0, 5)), grad=False),
+    Case("isin_scalar", lambda a: eagerc.isin(a, 2), lambda a: a == 2, [((3, 4),)], make=(integers(0, 4),),
+         grad=False),
+    Case("isin_promote", lambda a, b: eagerc.isin(a, b.float()), lambda a, b: np.isin(a, b), [((3, 4), (3,))],
+         make=(integers(0, 5), integers(0, 5)), grad=False),
 ]

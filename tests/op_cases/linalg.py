@@ -42,6 +42,24 @@ def _with_zeros(rng, shape):
     return rng.integers(-1, 2, shape).astype(np.float64)
 
 
+def _cdist(x1, x2, p):
+    """Distances between rows by explicit loops over the rows."""
+    batch = np.broadcast_shapes(x1.shape[:-2], x2.shape[:-2])
+    x1, x2 = np.broadcast_to(x1, batch + x1.shape[-2:]), np.broadcast_to(x2, batch + x2.shape[-2:])
+    out = np.empty(x1.shape[:-1] + (x2.shape[-2],))
+    for i in range(x1.shape[-2]):
+        for j in range(x2.shape[-2]):
+            d = np.abs(x1[..., i, :] - x2[..., j, :])
+            out[..., i, j] = d.max(-1) if p == np.inf else (d ** p).sum(-1) ** (1 / p)
+    return out
+
+
+def _cross(a, b):
+    a, b = np.broadcast_arrays(a, b)
+    return np.stack([a[..., 1] * b[..., 2] - a[..., 2] * b[..., 1], a[..., 2] * b[..., 0] - a[..., 0] * b[..., 2],
+                     a[..., 0] * b[..., 1] - a[..., 1] * b[..., 0]], -1)
+
+
 def _np_matrix_norm(ord):
     return lambda a: np.linalg.norm(a, ord=ord, axis=(-2, -1))
 
@@ -105,6 +123,36 @@ CASES = [
          lambda x: np.abs(x).max(axis=1), [((3, 4),)], make=(distinct,)),
     Case("linalg_vector_norm_ord0", lambda x: eagerc.linalg.vector_norm(x, 0),
          lambda x: np.float64(np.count_nonzero(x)), [((3, 4),)], make=(_with_zeros,), grad=False),
+    Case("kron", eagerc.kron, np.kron, [((2, 3), (4, 5)), ((2,), (3, 4)), ((2, 1, 3), (2, 2)), ((), (3,))]),
+    Case("kron_method", lambda a, b: a.kron(b), np.kron, [((3,), (2,))]),
+    Case("addmm", lambda x, a, b: eagerc.addmm(x, a, b, beta=0.5, alpha=2), lambda x, a, b: 0.5 * x + 2 * (a @ b),
+         [((3,), (2, 4), (4, 3)), ((2, 3), (2, 4), (4, 3)), ((2, 1), (2, 0), (0, 3))]),
+    Case("addmm_default", lambda x, a, b: x.addmm(a, b), lambda x, a, b: x + a @ b, [((2, 3), (2, 4), (4, 3))]),
+    Case("addmm_beta0", lambda x, a, b: eagerc.addmm(x * float("nan"), a, b, beta=0), lambda x, a, b: a @ b,
+         [((2, 3), (2, 4), (4, 3))]),
+    Case("addmm_", lambda x, a, b: (x * 1).addmm_(a, b, alpha=-1), lambda x, a, b: x - a @ b,
+         [((2, 3), (2, 4), (4, 3))]),
+    Case("cdist", eagerc.cdist, lambda a, b: _cdist(a, b, 2), [((4, 3), (5, 3)), ((2, 4, 3), (5, 3)), ((1, 2), (0, 2))]),
+    Case("cdist_mm", lambda a, b: eagerc.cdist(a, b), lambda a, b: _cdist(a, b, 2), [((30, 3), (27, 3))],
+         rtol=1e-6, atol=1e-9),
+    Case("cdist_mm_forced", lambda a, b: eagerc.cdist(a, b, compute_mode="use_mm_for_euclid_dist"),
+         lambda a, b: _cdist(a, b, 2), [((3, 4), (2, 4))], rtol=1e-6, atol=1e-9),
+    Case("cdist_p1", lambda a, b: eagerc.cdist(a, b, 1.0), lambda a, b: _cdist(a, b, 1), [((4, 3), (5, 3))],
+         make=(distinct, None)),
+    Case("cdist_p3", lambda a, b: eagerc.cdist(a, b, p=3), lambda a, b: _cdist(a, b, 3), [((4, 3), (2, 5, 3))]),
+    Case("cdist_inf", lambda a, b: eagerc.cdist(a, b, p=math.inf), lambda a, b: _cdist(a, b, np.inf),
+         [((4, 3), (5, 3))], make=(distinct, None)),
+    Case("cross", lambda a, b: eagerc.cross(a, b, dim=1), lambda a, b: np.moveaxis(_cross(np.moveaxis(a, 1, -1),
+                                                                                           np.moveaxis(b, 1, -1)), -1, 1),
+         [((4, 3), (4, 3)), ((2, 3, 5), (2, 3, 5))]),
+    Case("linalg_cross", lambda a, b: eagerc.linalg.cross(a, b), _cross, [((4, 3), (1, 3)), ((2, 1, 3), (1, 4, 3))]),
+    Case("cross_method", lambda a, b: a.cross(b, -1), _cross, [((3,), (3,))]),
+    einsum_case("trace", "ii->", [((4, 4),)], ref_eq="ii->"),
+    einsum_case("diagonal", "ii->i", [((3, 3),)]),
+    einsum_case("batch_trace", "bii->b", [((2, 3, 3),)]),
+    einsum_case("diagonal_sum", "iij->j", [((3, 3, 4),)]),
+    einsum_case("diagonal_times", "ii,i->i", [((3, 3), (3,))]),
+    einsum_case("triple_diagonal", "iii->i", [((2, 2, 2),)]),
     Case("linalg_norm_default", lambda x: eagerc.linalg.norm(x), lambda x: np.linalg.norm(x),
          [((3, 4),), ((2, 3, 4),)]),
     Case("linalg_norm_dim", lambda x: eagerc.linalg.norm(x, dim=-1), lambda x: np.linalg.norm(x, axis=-1),

@@ -139,6 +139,44 @@ def _np_norm(p):
 
 SHAPES_CUM = [((3, 4),), ((2, 3, 4),), ((0, 3),), ((),)]
 
+def _grad2(fn):
+    """d(sum(fn(x) ** 3))/dx with create_graph, so gradcheck checks second derivatives."""
+    def f(x):
+        if not x.requires_grad:  # the forward-only tests pass plain tensors
+            x = x.detach().requires_grad_()
+        return eagerc.autograd.grad((fn(x) ** 3).sum(), x, create_graph=True)[0]
+    return f
+
+
+def _others(x):
+    """prod_{j != i} x_j for each i, by direct products (no division)."""
+    return np.array([np.prod(np.delete(x, i)) for i in range(len(x))])
+
+
+def _prod_grad2_ref(x):
+    return 3 * x.prod() ** 2 * _others(x)          # d(prod^3)/dx_i
+
+
+def _cumprod_grad2_ref(x):
+    """d(sum_k cumprod_k^3)/dx_i = sum_{k >= i} 3 cumprod_k^2 prod_{j <= k, j != i} x_j."""
+    c = np.cumprod(x)
+    return np.array([sum(3 * c[k] ** 2 * np.prod(np.delete(x[:k + 1], i)) for k in range(i, len(x)))
+                     for i in range(len(x))])
+
+
+def _logcumsumexp_loop(x):
+    """300 x, scanned along axis 0 with an explicit loop of max + log1p(exp(-|a - b|))."""
+    x = x * 300
+    out = np.empty_like(x)
+    acc = x[0]
+    out[0] = acc
+    for i in range(1, len(x)):
+        m = np.maximum(acc, x[i])
+        acc = m + np.log1p(np.exp(-np.abs(acc - x[i])))
+        out[i] = acc
+    return out
+
+
 CASES = [
     # ------------------------------------------------ sum
     *_grid("sum", lambda x, d, k: eagerc.sum(x, d, k), lambda x, a, k: np.sum(x, axis=a, keepdims=k)),
@@ -263,6 +301,19 @@ CASES = [
          make=(one_zero,)),
     Case("cumprod_int", lambda x: x.cumprod(0), lambda x: np.cumprod(x, 0), [((3, 4),)], make=(integers(1, 4),),
          grad=False),
+    # ------------------------------------------------ logcumsumexp
+    Case("logcumsumexp", lambda x: eagerc.logcumsumexp(x, 1), lambda x: np.log(np.cumsum(np.exp(x), 1)),
+         SHAPES_CUM[:2] + [((2, 0),)]),
+    Case("logcumsumexp_neg", lambda x: x.logcumsumexp(-1), lambda x: np.log(np.cumsum(np.exp(x), -1)) if x.ndim
+         else x, SHAPES_CUM, grad_variants=4),
+    Case("logcumsumexp_wide_range", lambda x: eagerc.logcumsumexp(x * 300, 0), _logcumsumexp_loop,
+         [((6,),), ((5, 2),)]),
+    # ------------------------------------------------ second derivatives at exact zeros
+    Case("prod_grad2_zero", _grad2(lambda x: x.prod()), _prod_grad2_ref, [((3,),), ((4,),)], make=(one_zero,)),
+    Case("prod_dim_grad2_zeros", _grad2(lambda x: x.prod(1)), lambda x: np.stack([_prod_grad2_ref(r) for r in x]),
+         [((3, 4),)], make=(with_zeros,)),
+    Case("cumprod_grad2_zero", _grad2(lambda x: x.cumprod(0)), _cumprod_grad2_ref, [((3,),), ((5,),)],
+         make=(one_zero,)),
     # ------------------------------------------------ count_nonzero
     Case("count_nonzero", eagerc.count_nonzero, np.count_nonzero, [((3, 4),), ((0, 2),), ((),)], make=(with_zeros,),
          grad=False),

@@ -5,7 +5,23 @@ import numpy as np
 
 import eagerc
 from eagerc.ops.shape import slice_dim
-from optable import Case
+from optable import Case, integers
+
+
+def _diag_embed(x, offset=0):
+    """Matrices with x's last dimension on diagonal `offset`, by explicit loops."""
+    n = x.shape[-1] + abs(offset)
+    out = np.zeros(x.shape[:-1] + (n, n))
+    for i in range(x.shape[-1]):
+        r, c = (i, i + offset) if offset >= 0 else (i - offset, i)
+        out[..., r, c] = x[..., i]
+    return out
+
+
+def _rot90(x, k):
+    for _ in range(k % 4):  # one quarter turn: column j of the result is row n-1-j... numpy's convention
+        x = np.rot90(x)
+    return x
 
 
 def _squeeze_dims(x, dims):
@@ -171,6 +187,33 @@ CASES = [
          [((3, 4),), ((1, 2),)]),
     Case("tile", lambda x: eagerc.tile(x, (2,)), lambda x: np.concatenate([x, x], -1), [((3, 4),), ((3,),)]),
     Case("tile_more", lambda x: x.tile(2, 1, 2), lambda x: np.tile(x, (2, 1, 2)), [((3, 4),), ((3,),)]),
+    Case("flip_dims_keyword", lambda x: x.flip(dims=(0, -1)), lambda x: x[::-1, ::-1], [((3, 4),), ((2, 3),)]),
+    Case("flip_function_dims_keyword", lambda x: eagerc.flip(x, dims=[1]), lambda x: x[:, ::-1], [((3, 4),)]),
+    Case("rot90", lambda x: eagerc.rot90(x), lambda x: _rot90(x, 1), [((3, 4),), ((3, 4, 2),), ((0, 2),)]),
+    Case("rot90_k", lambda x: x.rot90(2, [1, 2]), lambda x: x[:, ::-1, ::-1], [((2, 3, 4),)]),
+    Case("rot90_negative_k", lambda x: x.rot90(-1, (0, 1)), lambda x: _rot90(x, 3), [((3, 4),)]),
+    Case("rot90_zero", lambda x: x.rot90(4), lambda x: x.copy(), [((3, 4),)]),
+    Case("diag_vector", lambda x: eagerc.diag(x), np.diag, [((4,),), ((1,),), ((0,),)]),
+    Case("diag_vector_offset", lambda x: x.diag(2), lambda x: np.diag(x, 2), [((3,),)]),
+    Case("diag_vector_negative", lambda x: eagerc.diag(x, -1), lambda x: np.diag(x, -1), [((3,),)]),
+    Case("diag_matrix", lambda x: eagerc.diag(x), np.diag, [((3, 4),), ((4, 3),)]),
+    Case("diag_matrix_offset", lambda x: x.diag(-1), lambda x: np.diag(x, -1).copy(), [((3, 4),)]),
+    Case("diag_embed", lambda x: eagerc.diag_embed(x), _diag_embed, [((2, 3),), ((4,),), ((2, 0),)]),
+    Case("diag_embed_offset", lambda x: x.diag_embed(1), lambda x: _diag_embed(x, 1), [((2, 3),)]),
+    Case("diag_embed_dims", lambda x: eagerc.diag_embed(x, -1, 0, 2), lambda x: np.moveaxis(_diag_embed(x, -1), -2, 0),
+         [((2, 3),)]),
+    Case("repeat_interleave", lambda x: eagerc.repeat_interleave(x, 2), lambda x: np.repeat(x, 2),
+         [((3, 4),), ((),), ((0,),)]),
+    Case("repeat_interleave_dim", lambda x: x.repeat_interleave(3, dim=1), lambda x: np.repeat(x, 3, axis=1),
+         [((3, 4),), ((2, 1, 3),)]),
+    Case("repeat_interleave_tensor", lambda x, r: x.repeat_interleave(r, dim=0), lambda x, r: np.repeat(x, r, axis=0),
+         [((3, 4), (3,))], make=(None, integers(0, 3))),
+    Case("repeat_interleave_counts", lambda r: eagerc.repeat_interleave(r),
+         lambda r: np.repeat(np.arange(len(r)), r), [((4,),)], make=(integers(0, 3),), grad=False),
+    Case("meshgrid_ij", lambda a, b: eagerc.meshgrid(a, b, indexing="ij"),
+         lambda a, b: tuple(np.meshgrid(a, b, indexing="ij")), [((3,), (4,)), ((2,), ())]),
+    Case("meshgrid_xy", lambda a, b, c: eagerc.meshgrid([a, b, c], indexing="xy"),
+         lambda a, b, c: tuple(np.meshgrid(a, b, c, indexing="xy")), [((3,), (4,), (2,))]),
     # second derivatives through the scatter ops
     Case("narrow_grad2", _grad2(lambda x: x.narrow(1, 1, 2)), _narrow_grad2_ref, [((3, 4),)]),
     Case("diagonal_grad2", _grad2(lambda x: x.diagonal()), _diag_grad2_ref, [((3, 4),)]),

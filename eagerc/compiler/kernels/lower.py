@@ -245,8 +245,8 @@ _RESULTS = {"same": lambda out: out != "bool", "integral": lambda out: out not i
             "float": lambda out: out in FLOATS, "float_only": lambda out: out in FLOATS}
 
 
-@lowers("add", "sub", "mul", "maximum", "minimum", "div", "logaddexp", "hypot", "bitwise_and", "bitwise_or",
-        "bitwise_xor")
+@lowers("add", "sub", "mul", "maximum", "minimum", "div", "logaddexp", "hypot", "atan2", "bitwise_and",
+        "bitwise_or", "bitwise_xor")
 def _binary(g, n):
     """One instruction of the op's name over operands of the result dtype, which must be one
     the op's promotion allows (no bool arithmetic, float division, integer bitwise ops)."""
@@ -402,7 +402,8 @@ RANDOM = {n: "rand_" + n for n, rule in LOWERINGS.items() if rule is _random}   
 _NOT_LOWERED = {
     **dict.fromkeys(("floor_divide", "remainder"), "an integer divisor of 0 must raise, and a kernel cannot"),
     **dict.fromkeys(("prod", "all", "any"), "kernels reduce floats with sum, mean, max and min only"),
-    "nan_to_num": "not lowered: numpy's nan_to_num", "linear": "stays a library call (BLAS through numpy)",
+    "nan_to_num": "not lowered: numpy's nan_to_num",
+    "erfinv": "C's math library has no erfinv: scipy's (or eagerc's own) numpy kernel", "linear": "stays a library call (BLAS through numpy)",
     "embedding": "a gather by index: a numpy kernel", "embedding_backward": "a scatter-add by index: a numpy kernel",
     **dict.fromkeys(("argsort", "argtopk", "argmode", "searchsorted", "histc", "multinomial"),
                     "sorts, searches and sampling stay numpy kernels")}

@@ -123,6 +123,7 @@ code_for_op = {
     "tan": _costly(_call("tan")), "tanh": _costly(_call("tanh")), "erf": _costly(_call("erf")),
     "logaddexp": _costly(_logaddexp),
     "hypot": _call("hypot"),
+    "atan2": _costly(_call("atan2")),
     "floor": _exact(_call("floor")), "ceil": _exact(_call("ceil")), "trunc": _exact(_call("trunc")),
     "round": _exact(_call("rint")),   # half to even, like numpy
     "eq": _exact(lambda r, a, b: f"({a} == {b})"),

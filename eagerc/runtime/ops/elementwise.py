@@ -60,6 +60,46 @@ def _erf(xp):
     return erf
 
 
+def _erfinv(xp):
+    """The inverse of erf on (-1, 1); +-inf at +-1, nan outside. scipy's when installed, else
+    Giles' single-precision approximation refined by two Newton steps on math.erf."""
+    if xp is not np:
+        from cupyx.scipy.special import erfinv
+        return erfinv
+    try:
+        from scipy.special import erfinv
+        return erfinv
+    except ImportError:
+        pass
+    erf = _erf(np)
+
+    def erfinv(x):
+        x64 = x.astype(np.float64)
+        w = -np.log((1.0 - x64) * (1.0 + x64))
+        small = w - 2.5
+        big = np.sqrt(np.maximum(w, 5.0)) - 3.0
+        p = np.where(w < 5.0, _horner(small, _GILES_SMALL), _horner(big, _GILES_BIG)) * x64
+        for _ in range(2):  # Newton on erf(p) = x: erf'(p) = 2/sqrt(pi) exp(-p^2)
+            p = p - (erf(p) - x64) / (_TWO_OVER_SQRT_PI * np.exp(-p * p))
+        p = np.where(np.abs(x64) == 1, np.copysign(np.inf, x64), p)
+        return p.astype(x.dtype, copy=False)
+    return erfinv
+
+
+_TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
+_GILES_SMALL = (2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087,
+                -0.00125372503, -0.00417768164, 0.246640727, 1.50140941)
+_GILES_BIG = (-0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773,
+              -0.0076224613, 0.00943887047, 1.00167406, 2.83297682)
+
+
+def _horner(w, coefficients):
+    p = np.full_like(w, coefficients[0])
+    for c in coefficients[1:]:
+        p = p * w + c
+    return p
+
+
 def _rsqrt(xp):
     def rsqrt(x):
         return xp.reciprocal(xp.sqrt(x))
@@ -171,6 +211,7 @@ for _name in ("exp", "exp2", "log", "log2", "log1p", "expm1", "sqrt", "sin", "co
 _unary("rsqrt", "float", _rsqrt)
 _unary("sigmoid", "float", _sigmoid)
 _unary("erf", "float", _erf)
+_unary("erfinv", "float", _erfinv)
 # same dtype in and out
 _unary("neg", "same", ufunc="negative")
 _unary("abs", "same", ufunc="absolute")
@@ -202,6 +243,7 @@ for _name in ("bitwise_and", "bitwise_or", "bitwise_xor"):
     _binary(_name, "integral", ufunc=_name, **NONDIFF)
 _binary("logaddexp", "float_only", ufunc="logaddexp")     # log(exp(a) + exp(b)), without overflow
 _binary("hypot", "float_only", ufunc="hypot")             # sqrt(a*a + b*b), without overflow
+_binary("atan2", "float", ufunc="arctan2")                 # the angle of the point (b, a); integers -> float
 
 
 def _where_rule(cond, a, b):

@@ -663,3 +663,19 @@ def _nonzero_scratch(x, count):
 # the shape is static
 declare("nonzero", ("x",), _nonzero, _nonzero_rule, attrs=("count",), kind="indexing", differentiable=False,
         scratch=_nonzero_scratch)
+
+
+def _isin(xp):
+    def isin(elements, test_elements, invert):
+        return xp.asarray(xp.isin(elements, test_elements, invert=invert))
+    return isin
+
+
+def _isin_rule(elements, test_elements, invert):
+    shape = elements.shape if isinstance(elements, Spec) else ()
+    return Spec(shape, dtypes.bool)
+
+
+# a lookup of each element in a set (numpy sorts the test elements when that is faster)
+declare("isin", ("elements", "test_elements"), _isin, _isin_rule, attrs=("invert",), kind="indexing",
+        differentiable=False)

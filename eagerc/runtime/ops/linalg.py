@@ -176,9 +176,11 @@ def _split_term(equation, term):
     return before, after, bool(dots)
 
 
-def canonical_einsum(equation, shapes):
+def canonical_einsum(equation, shapes, diagonals=False):
     """Equation in canonical form for operands of `shapes`: explicit '->' output, no
-    ellipsis, no spaces. Raises an error naming what is wrong."""
+    ellipsis, no spaces. Raises an error naming what is wrong. A subscript repeated within
+    an operand ('ii->i') is refused unless `diagonals` (the frontend takes those diagonals
+    first, so the op itself never sees a repeat)."""
     if not isinstance(equation, str):
         raise TypeError(f"einsum: the equation must be a string, got {type(equation).__name__}")
     eq = equation.replace(" ", "")
@@ -207,9 +209,9 @@ def canonical_einsum(equation, shapes):
     ins = [before + ell_letters[n_ell - k:] + after for (before, after, _), k in zip(parsed, ell)]
     for i, sub in enumerate(ins):
         for c in sub:
-            if sub.count(c) > 1:
+            if sub.count(c) > 1 and not diagonals:
                 raise _bad(equation, f"subscript {c!r} repeats in operand {i} ({terms[i]!r}); "
-                           f"diagonals and traces are not supported")
+                           f"the op takes no diagonals (eagerc.einsum takes them before it)")
     if arrow:
         before, after, dots = _split_term(equation, rhs)
         out = before + (ell_letters if dots else "") + after

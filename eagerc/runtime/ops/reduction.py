@@ -1,5 +1,5 @@
 """Reductions over dimensions: sum, mean, prod, amax, amin, argmax, argmin, all, any,
-cumsum, cumprod. `dim` is None (all), an int or a tuple; negatives allowed.
+cumsum, cumprod, logcumsumexp. `dim` is None (all), an int or a tuple; negatives allowed.
 Composite reductions (var, std, logsumexp, norm) are built from these in the frontend.
 """
 import numpy as np
@@ -145,3 +145,29 @@ def _cum_rule(name):
 
 declare("cumsum", ("x",), _cum("cumsum"), _cum_rule("cumsum"), attrs=("dim",), kind="scan")
 declare("cumprod", ("x",), _cum("cumprod"), _cum_rule("cumprod"), attrs=("dim",), kind="scan")
+
+
+def _logcumsumexp(xp):
+    def logcumsumexp(x, dim):
+        axis = normalize_dim("logcumsumexp", dim, x.ndim)
+        if x.ndim == 0:
+            return x.copy()
+        # log(exp(a) + exp(b)) pairwise along the scan: exact where shifting by the max underflows
+        try:
+            return xp.logaddexp.accumulate(x, axis=axis)
+        except (AttributeError, NotImplementedError):  # an array module without this ufunc scan
+            m = xp.max(x, axis=axis, keepdims=True) if x.size else xp.zeros_like(x)
+            m = xp.where(xp.isfinite(m), m, 0)
+            return (xp.log(xp.cumsum(xp.exp(x - m), axis=axis)) + m).astype(x.dtype, copy=False)
+    return logcumsumexp
+
+
+def _logcumsumexp_rule(x, dim):
+    if not x.dtype.is_floating_point:
+        fail("logcumsumexp", (x,), "expected a floating-point input (as in PyTorch, there is no integer "
+             "logcumsumexp: convert with .float() first)", RuntimeError)
+    normalize_dim("logcumsumexp", dim, len(x.shape))
+    return Spec(x.shape, x.dtype)
+
+
+declare("logcumsumexp", ("x",), _logcumsumexp, _logcumsumexp_rule, attrs=("dim",), kind="scan")
