@@ -104,6 +104,10 @@ class MPIEngine:
     def barrier(self):
         return self._r(self.comm.Ibarrier())
 
+    def split(self, host):
+        """The same kind of engine for a new group whose host engine is `host`."""
+        return MPIEngine(host.comm.Dup())
+
     def close(self):
         if self.comm != self.MPI.COMM_NULL and not self.MPI.Is_finalized():
             self.comm.Free()

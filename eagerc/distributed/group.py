@@ -241,12 +241,15 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
     or `python -m eagerc.distributed.run`); RANK/WORLD_SIZE from the launcher, and the
     `rank`/`world_size` arguments, must agree with MPI's. `init_method` and `store` are
     accepted for PyTorch scripts and unused: MPI already connects the ranks.
-    `backend` may also be an engine object (e.g. engines.SimulatedEngine) for tests."""
+    `backend` may also be an engine object (engines.SimulatedEngine, or an NCCLEngine over
+    stand-ins) for tests and benchmarks."""
     if _state["world"] is not None:
         raise RuntimeError("trying to initialize the default process group twice!")
     if not isinstance(backend, (str, type(None))):  # an engine object
-        g = ProcessGroup(backend.name, backend, None, range(backend.size), timeout)
+        g = ProcessGroup(backend.name, backend, getattr(backend, "host", None), range(backend.size), timeout)
         _state["world"] = GroupMember.WORLD = g
+        if backend.size > 1:
+            _abort_on_uncaught_exception(backend.host.comm)
         return
     name = _backend_name(backend)
     MPI = mpi()
@@ -351,6 +354,10 @@ def new_group(ranks=None, timeout=None, backend=None, pg_options=None, use_local
     sub = w.host.comm.Split(0 if me in ranks else MPI.UNDEFINED, ranks.index(me) if me in ranks else 0)
     if me not in ranks:
         return GroupMember.NON_GROUP_MEMBER
-    name = w.backend if backend is None else _backend_name(backend)
     host = MPIEngine(sub)
-    return ProcessGroup(name, _engine(name, host, device_id), host, ranks, w.timeout if timeout is None else timeout)
+    if backend is None:  # the default group's kind of engine, over the new ranks
+        name, engine = w.backend, w.engine.split(host)
+    else:
+        name = _backend_name(backend)
+        engine = _engine(name, host, device_id)
+    return ProcessGroup(name, engine, host, ranks, w.timeout if timeout is None else timeout)

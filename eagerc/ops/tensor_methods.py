@@ -84,9 +84,15 @@ def register_post_accumulate_grad_hook(self, hook):
     hooks = getattr(self, "_post_hooks", None)
     if hooks is None:
         hooks = self._post_hooks = []
+        weakref.finalize(self, _forget_post_hooks, hooks)  # a dead tensor's hooks stop counting
     hooks.append(hook)
     engine.POST_ACCUMULATE_HOOKS[0] += 1
     return _RemovableHandle(hooks, hook, engine.POST_ACCUMULATE_HOOKS)
+
+
+def _forget_post_hooks(hooks):
+    engine.POST_ACCUMULATE_HOOKS[0] -= len(hooks)
+    hooks.clear()
 
 
 class _RemovableHandle:
