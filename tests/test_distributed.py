@@ -5,7 +5,6 @@ bounded time); the rest runs in this process on one rank or the simulated engine
 The NCCL engine's code runs on CPUs over tests/nccl_standin.py; real-GPU checks are
 marked `cuda`."""
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -25,8 +24,8 @@ ROOT = os.path.dirname(HERE)
 
 
 def _mpiexec():
-    here = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-    return here if os.path.exists(here) else shutil.which("mpiexec")
+    from eagerc.distributed.run import find_mpiexec
+    return find_mpiexec()
 
 
 needs_mpi = pytest.mark.skipif(
@@ -237,3 +236,17 @@ def test_nccl_one_rank_group_on_a_gpu():
         assert ddp.module.weight.grad.device.type == "cuda"
     finally:
         dist.destroy_process_group()
+
+
+@needs_mpi
+def test_ddp_digits_example_with_the_launcher(tmp_path):
+    pytest.importorskip("sklearn")
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    r = subprocess.run([sys.executable, "-m", "eagerc.distributed.run", "--nproc-per-node", "2",
+                        os.path.join(ROOT, "examples", "ddp_digits.py"), "--epochs", "2",
+                        "--checkpoint", str(tmp_path / "d.safetensors")],
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.count("epoch ") == 2 and "on 2 processes: test accuracy" in r.stdout, r.stdout  # rank 0 only
+    assert (tmp_path / "d.safetensors").exists()

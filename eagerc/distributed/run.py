@@ -16,7 +16,7 @@ import runpy
 import shutil
 import sys
 
-__all__ = ["main", "mpiexec_command"]
+__all__ = ["main", "mpiexec_command", "find_mpiexec"]
 
 
 def _parser():
@@ -36,11 +36,20 @@ def _parser():
     return p
 
 
+def find_mpiexec():
+    """The mpich wheel's mpiexec: next to this Python (a venv's bin), next to the base Python
+    (a venv made with --system-site-packages), else the first on PATH; None if none."""
+    for folder in (os.path.dirname(sys.executable), os.path.join(sys.base_prefix, "bin")):
+        here = os.path.join(folder, "mpiexec")
+        if os.path.exists(here):
+            return here
+    return shutil.which("mpiexec")
+
+
 def _mpiexec(given):
     if given:
         return given
-    here = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-    found = here if os.path.exists(here) else shutil.which("mpiexec")
+    found = find_mpiexec()
     if found is None:
         raise SystemExit("eagerc.distributed.run: mpiexec not found; install the MPI wheels: "
                          'pip install -e ".[distributed]"')

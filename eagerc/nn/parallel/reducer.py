@@ -8,9 +8,11 @@ hook (`Tensor.register_post_accumulate_grad_hook`): when backward has accumulate
 .grad, the hook marks it ready; when every parameter of a bucket is ready, the bucket's
 gradients are copied into one flat buffer and its non-blocking all-reduce starts -- in
 bucket order, so every rank issues the same collectives in the same order. When the last
-bucket has started, the reducer waits for all of them, divides by the world size, and
-makes each parameter's .grad a view of its bucket (a fresh buffer every step, so no
-.grad ever aliases another step's).
+bucket has started, the reducer waits for all of them and makes each parameter's .grad a
+view of its bucket (gradients are divided by the world size on their way into the bucket,
+so the sum is the average). Buckets are kept from step to step, as with PyTorch's
+`gradient_as_bucket_view=True`: the next synchronised backward overwrites them, so copy a
+.grad to keep it longer.
 
 With `find_unused_parameters`, the forward's autograd graph is walked once to find the
 parameters it does not reach; they are marked ready at once (zeros in their bucket), and a
@@ -34,6 +36,7 @@ class _Bucket:
     def __init__(self, index, dtype):
         self.index, self.dtype = index, dtype
         self.params, self.offsets, self.size = [], [], 0
+        self.buffer = self.request = None
 
 
 def assign_buckets(params, cap_bytes, first_bytes=FIRST_BUCKET_BYTES):
@@ -86,7 +89,7 @@ class Reducer:
         self.next_launch = 0
         self.arrival = None
         for b in self.buckets:
-            b.pending, b.buffer, b.request = len(b.params), None, None
+            b.pending, b.request = len(b.params), None
         if self.find_unused:
             reached = _reachable_leaves(outputs)
             self.used = [id(p) in reached for p in self.params]
@@ -121,16 +124,18 @@ class Reducer:
     def _launch(self, b):
         if self.arrival is None:  # one arrival per iteration: names the missing ranks on a timeout
             self.arrival = self.group.arrive("DistributedDataParallel gradient all_reduce")
-        a0 = self.params[b.params[0]]._array
-        xp = xp_of(a0)
-        buf = b.buffer = xp.empty(b.size, b.dtype)
+        if b.buffer is None:  # kept from step to step: a fresh one would page-fault every step
+            b.buffer = xp_of(self.params[b.params[0]]._array).empty(b.size, b.dtype)
+        buf, n = b.buffer, self.group.size()
         for i, o in zip(b.params, b.offsets):
             g = self.params[i]._grad
-            n = self.params[i]._array.size
+            slot = buf[o:o + self.params[i]._array.size]
             if g is None:
-                buf[o:o + n] = 0
-            else:
-                buf[o:o + n] = g._array.reshape(-1)
+                slot[...] = 0
+            elif n == 1:
+                slot[...] = g._array.reshape(-1)
+            else:  # divided on the way in (as PyTorch does): the sum is the average
+                xp_of(slot).divide(g._array.reshape(-1), n, out=slot)
         b.request = self.group.engine.allreduce(buf, "sum")
         for prev in self.buckets[:b.index]:  # let the engine progress the ones already in flight
             prev.request.test()
@@ -143,17 +148,13 @@ class Reducer:
             g.wait(b.request, f"{what} (bucket {b.index})", self.arrival)
         self.arrival.check(what)
         used = self._globally_used() if self.find_unused else None
-        n = g.size()
         for b in self.buckets:
-            buf = b.buffer
-            if n != 1:
-                buf /= n
             for i, o in zip(b.params, b.offsets):
                 p = self.params[i]
                 if used is not None and not used[i]:
                     continue  # no rank used it: its .grad stays as it was (None stays None)
-                p._grad = dispatch.wrap(buf[o:o + p._array.size].reshape(p._array.shape))
-            b.buffer = b.request = None
+                p._grad = dispatch.wrap(b.buffer[o:o + p._array.size].reshape(p._array.shape))
+            b.request = None
 
     def _globally_used(self):
         flags = np.array(self.used, np.int32)
