@@ -187,10 +187,11 @@ def _accumulate_leaf(leaf, g, create_graph, exclusive):
     set_grad = getattr(dispatch.active_tracer(), "set_grad", None)
     if set_grad is not None:  # a compiled training step writes .grad back explicitly
         set_grad(leaf, leaf._grad)
-    post = getattr(leaf, "_post_hooks", None)
-    if post:
-        for h in tuple(post):
-            h(leaf)
+    if POST_ACCUMULATE_HOOKS[0]:
+        post = getattr(leaf, "_post_hooks", None)
+        if post:
+            for h in tuple(post):
+                h(leaf)
 
 
 def _finish_leaf(leaf, g, create_graph, shared):

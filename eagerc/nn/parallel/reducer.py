@@ -22,6 +22,7 @@ import numpy as np
 
 from ... import dispatch
 from ..._tensor import Tensor
+from ...ops.inplace import bump_version
 from ...runtime.device import xp_of
 from ...runtime.pytree import flatten
 
@@ -77,6 +78,9 @@ class Reducer:
     def _hook(self, i):
         def ready(param):
             if self.armed:
+                tracer = dispatch.active_tracer()
+                if tracer is not None:  # a compiled training step cannot replay MPI: eager from here
+                    tracer.raw_write(param, "DistributedDataParallel gradient all_reduce")
                 self._mark_ready(i)
         return ready
 
@@ -214,4 +218,5 @@ def broadcast_coalesced(group, tensors, src_rank, what):
         for t in ts:
             n = t._array.size
             t._array[...] = flat[o:o + n].reshape(t._array.shape)
+            bump_version(t, what)
             o += n
