@@ -17,7 +17,7 @@ import eagerc.distributed as dist
 import eagerc.nn as nn
 from eagerc.distributed.engines import SimulatedEngine
 from eagerc.nn.parallel import DistributedDataParallel as DDP
-from eagerc.nn.parallel.reducer import assign_buckets
+from eagerc.nn.parallel.reducer import assign_buckets, readiness_order
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -217,6 +217,8 @@ def test_buckets_go_last_parameter_first_one_dtype_each():
     buckets = assign_buckets(ps, cap_bytes=800, first_bytes=400)
     assert [b.params for b in buckets] == [[3], [2, 0], [1]]
     assert [b.offsets for b in buckets] == [[0], [0, 10], [0]]
+    names = ["0.weight", "0.bias", "2.weight", "2.bias", "head"]
+    assert readiness_order(names) == [4, 2, 3, 0, 1]  # modules last to first, weight with its own bias
 
 
 @pytest.mark.cuda

@@ -19,7 +19,7 @@ from ... import dispatch
 from ...distributed.group import world
 from ...distributed.objects import all_gather_object
 from ..modules.module import Module
-from .reducer import Reducer, broadcast_coalesced
+from .reducer import Reducer, broadcast_coalesced, readiness_order
 
 __all__ = ["DistributedDataParallel"]
 
@@ -42,7 +42,8 @@ class DistributedDataParallel(Module):
         self.require_backward_grad_sync = True
         self.require_forward_param_sync = True
         self.process_group = world(process_group, "DistributedDataParallel")
-        self._params = [p for p in inner.parameters() if p.requires_grad]
+        named = [(n, p) for n, p in inner.named_parameters() if p.requires_grad]
+        self._params = [p for _, p in named]
         if not self._params:
             raise RuntimeError("DistributedDataParallel is not needed when a module doesn't have any parameter "
                                "that requires a gradient.")
@@ -51,7 +52,8 @@ class DistributedDataParallel(Module):
         broadcast_coalesced(g, list(inner.parameters()) + list(inner.buffers()), 0,
                             "DistributedDataParallel: broadcast of rank 0's parameters and buffers")
         cap = int((25 if bucket_cap_mb is None else bucket_cap_mb) * 1024 * 1024)
-        self.__dict__["reducer"] = Reducer(self._params, g, cap, find_unused_parameters)
+        self.__dict__["reducer"] = Reducer(self._params, g, cap, find_unused_parameters,
+                                           readiness_order([n for n, _ in named]))
 
     def _check_same_model(self):
         g = self.process_group

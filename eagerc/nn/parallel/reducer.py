@@ -1,8 +1,8 @@
 """The Reducer: gradient buckets all-reduced while backward still runs (PyTorch DDP's design,
 VLDB 2020; Horovod calls it tensor fusion).
 
-Parameters are put in buckets in reverse registration order (backward reaches the last
-layers first), the first bucket small (1 MB) so communication starts early, the others up
+Parameters are put in buckets in reverse module order (backward reaches the last layers
+first; a module's parameters stay together), the first bucket small (1 MB) so communication starts early, the others up
 to `bucket_cap_mb` (the first no larger either); one dtype and device per bucket. Each parameter has a post-accumulate
 hook (`Tensor.register_post_accumulate_grad_hook`): when backward has accumulated its
 .grad, the hook marks it ready; when every parameter of a bucket is ready, the bucket's
@@ -18,6 +18,8 @@ With `find_unused_parameters`, the forward's autograd graph is walked once to fi
 parameters it does not reach; they are marked ready at once (zeros in their bucket), and a
 small all-reduce of "used" flags at the end leaves .grad alone for a parameter no rank used.
 """
+import time
+
 import numpy as np
 
 from ... import dispatch
@@ -26,7 +28,7 @@ from ...ops.inplace import bump_version
 from ...runtime.device import xp_of
 from ...runtime.pytree import flatten
 
-__all__ = ["Reducer", "broadcast_coalesced", "FIRST_BUCKET_BYTES"]
+__all__ = ["Reducer", "broadcast_coalesced", "assign_buckets", "readiness_order", "FIRST_BUCKET_BYTES"]
 
 FIRST_BUCKET_BYTES = 1024 * 1024  # PyTorch's dist._DEFAULT_FIRST_BUCKET_BYTES
 
@@ -40,10 +42,21 @@ class _Bucket:
         self.buffer = self.request = None
 
 
-def assign_buckets(params, cap_bytes, first_bytes=FIRST_BUCKET_BYTES):
-    """Parameter indices grouped into buckets, last parameters first, one dtype/device each."""
+def readiness_order(names):
+    """Parameter indices in the order backward will likely produce their gradients: modules
+    last to first, each module's parameters together (a layer's weight and bias are ready at
+    once; `reversed(params)` alone would pair a weight with the previous layer's bias)."""
+    groups = {}
+    for i, name in enumerate(names):
+        groups.setdefault(name.rpartition(".")[0], []).append(i)
+    return [i for g in reversed(list(groups.values())) for i in g]
+
+
+def assign_buckets(params, cap_bytes, first_bytes=FIRST_BUCKET_BYTES, order=None):
+    """Parameter indices grouped into buckets in `order` (default: last parameter first), one
+    dtype/device each."""
     buckets, open_ = [], {}
-    for i in reversed(range(len(params))):
+    for i in (reversed(range(len(params))) if order is None else order):
         a = params[i]._array
         key = (a.dtype, str(getattr(a, "device", "cpu")))
         b = open_.get(key)
@@ -60,15 +73,16 @@ def assign_buckets(params, cap_bytes, first_bytes=FIRST_BUCKET_BYTES):
 class Reducer:
     """Averages the gradients of `params` over `group` while backward runs (see module doc)."""
 
-    def __init__(self, params, group, bucket_cap_bytes, find_unused_parameters=False):
+    def __init__(self, params, group, bucket_cap_bytes, find_unused_parameters=False, order=None):
         self.params, self.group = params, group
         self.find_unused = find_unused_parameters
-        self.buckets = assign_buckets(params, bucket_cap_bytes)
+        self.buckets = assign_buckets(params, bucket_cap_bytes, order=order)
         self.bucket_of = {}
         for b in self.buckets:
             for j, i in enumerate(b.params):
                 self.bucket_of[i] = (b, b.offsets[j])
         self.armed = False
+        self.waited = 0.0  # seconds the last synchronised backward waited for communication at its end
         self.marked = [False] * len(params)
         self.used = None
         self.next_launch = 0
@@ -148,9 +162,11 @@ class Reducer:
         self.armed = False
         g = self.group
         what = "DistributedDataParallel gradient all_reduce"
+        start = time.perf_counter()
         for b in self.buckets:
             g.wait(b.request, f"{what} (bucket {b.index})", self.arrival)
         self.arrival.check(what)
+        self.waited = time.perf_counter() - start
         used = self._globally_used() if self.find_unused else None
         for b in self.buckets:
             for i, o in zip(b.params, b.offsets):
