@@ -17,6 +17,7 @@ import datetime
 import os
 import sys
 import time
+import zlib
 
 import numpy as np
 
@@ -94,7 +95,9 @@ class ProcessGroup:
         shape, and the root); returns the pending Arrival."""
         self._seq += 1
         meta = np.zeros(_META, np.int64)
-        meta[0], meta[1], meta[2] = self._seq, _KINDS.setdefault(kind, len(_KINDS)), root
+        code = zlib.crc32(kind.encode())  # the same number on every rank (a per-process count would not be)
+        _KINDS[code] = kind
+        meta[0], meta[1], meta[2] = self._seq, code, root
         if array is not None:
             name = array.dtype.name
             meta[3] = _DTYPES.index(name) if name in _DTYPES else -1
@@ -133,7 +136,7 @@ class ProcessGroup:
         return f"ProcessGroup(backend={self.backend!r}, ranks={self.ranks})"
 
 
-_KINDS = {}
+_KINDS = {}  # crc32 of a collective's name -> the name, for every collective this process called
 
 
 class Arrival:
@@ -177,7 +180,7 @@ class Arrival:
 
 
 def _describe(row):
-    kind = next((k for k, v in _KINDS.items() if v == row[1]), f"collective #{row[1]}")
+    kind = _KINDS.get(int(row[1]), f"a collective this rank never called (#{row[1]})")
     dtype = _DTYPES[row[3]] if 0 <= row[3] < len(_DTYPES) else "?"
     ndim = int(row[4])
     shape = [int(d) for d in row[5:5 + min(ndim, _DIMS)]] + (["..."] if ndim > _DIMS else [])
