@@ -30,7 +30,8 @@ class Tensor:
     `dispatch.apply`, the engine and code that builds tensors read and write the slots
     directly, at slot speed.
     """
-    __slots__ = ("_array", "_requires_grad", "_grad", "grad_fn", "_vc", "_base", "_view", "_hooks", "__weakref__")
+    __slots__ = ("_array", "_requires_grad", "_grad", "grad_fn", "_vc", "_base", "_view", "_hooks", "_post_hooks",
+                 "__weakref__")
     __array_priority__ = 1000  # make numpy defer to Tensor's reflected operators
 
     def __init__(self, *data, dtype=None, device=None, requires_grad=False):

@@ -3,6 +3,12 @@
 Iterative (no recursion), so a 100,000-op chain is fine. Each node runs once,
 after every node that feeds it a gradient; gradients arriving by several paths are
 summed first. Saved values are dropped after use unless retain_graph.
+
+Leaves get their `.grad` after the walk -- or, while some tensor has a post-accumulate
+hook (`Tensor.register_post_accumulate_grad_hook`, what DistributedDataParallel uses to
+all-reduce gradient buckets while backward still runs), as soon as the last edge into
+the leaf has been walked. Counting leaf edges is skipped while no such hook exists, so
+ordinary backward pays nothing for the mechanism.
 """
 import numpy as np
 
@@ -12,6 +18,10 @@ from .._tensor import Tensor
 from .formulas import G, INPUT, OUT, SHAPE
 
 _FREED = "freed"  # node.saved after the graph was released
+
+# How many tensors hold post-accumulate-grad hooks now; while 0, leaves are accumulated
+# after the walk as always (see the module docstring).
+POST_ACCUMULATE_HOOKS = [0]
 
 _FREED_MSG = (
     "Trying to backward through the graph a second time (or directly access saved tensors "
@@ -121,8 +131,9 @@ def _check_anomaly(node, i, gi):
             f"The forward op {node.op.name} was created at:\n{where}")
 
 
-def _collect(roots):
-    """Count, for every node reachable from `roots`, how many graph edges point at it."""
+def _collect(roots, leaves_too=False):
+    """Count, for every node reachable from `roots`, how many graph edges point at it
+    (and at every leaf tensor too, with `leaves_too`)."""
     deps = {}
     seen = set()
     stack = [n for n in roots]
@@ -136,6 +147,8 @@ def _collect(roots):
                 if e not in seen:
                     seen.add(e)
                     stack.append(e)
+            elif leaves_too and e is not None:
+                deps[e] = deps.get(e, 0) + 1
     return deps
 
 
@@ -183,6 +196,19 @@ def _accumulate_leaf(leaf, g, create_graph, exclusive):
     set_grad = getattr(dispatch.active_tracer(), "set_grad", None)
     if set_grad is not None:  # a compiled training step writes .grad back explicitly
         set_grad(leaf, leaf._grad)
+    if POST_ACCUMULATE_HOOKS[0]:
+        post = getattr(leaf, "_post_hooks", None)
+        if post:
+            for h in tuple(post):
+                h(leaf)
+
+
+def _finish_leaf(leaf, g, create_graph, shared):
+    """Run the leaf's hooks on its total gradient and accumulate it into .grad."""
+    g = _leaf_hooks(leaf, g)
+    d = g._array
+    _accumulate_leaf(leaf, g, create_graph, d.base is None and id(d) not in shared)
+    shared.add(id(d))
 
 
 def run_backward(roots, root_grads, retain_graph=False, create_graph=False, targets=None):
@@ -227,9 +253,11 @@ def run_backward(roots, root_grads, retain_graph=False, create_graph=False, targ
             deliver(t.grad_fn, g)
             start.append(t.grad_fn)
 
-    deps = _collect(start)
+    early = capture is None and POST_ACCUMULATE_HOOKS[0] > 0  # accumulate leaves as soon as complete
+    deps = _collect(start, early)
     need = None if capture is None else _leads_to_targets(start, capture)
     ready = [n for n in dict.fromkeys(start) if deps.get(n, 0) == 0]
+    shared = {id(g._array) for g in root_grads}  # arrays a .grad must not alias
     prev_mode = dispatch.grad_enabled()
     dispatch.set_grad_enabled(create_graph)  # this thread's mode only: other threads keep theirs
     anomaly = dispatch.anomaly_enabled()
@@ -269,15 +297,16 @@ def run_backward(roots, root_grads, retain_graph=False, create_graph=False, targ
                     deps[edge] = left
                     if left == 0:
                         ready.append(edge)
-        shared = {id(g._array) for g in root_grads}  # arrays a .grad must not alias
+                elif early and edge is not None:
+                    left = deps[edge] - 1
+                    deps[edge] = left
+                    if left == 0 and edge in leaves:
+                        _finish_leaf(edge, leaves.pop(edge), create_graph, shared)
         for leaf, g in leaves.items():
-            g = _leaf_hooks(leaf, g)
             if capture is not None:
-                capture[leaf] = g
+                capture[leaf] = _leaf_hooks(leaf, g)
             else:
-                d = g._array
-                _accumulate_leaf(leaf, g, create_graph, d.base is None and id(d) not in shared)
-                shared.add(id(d))
+                _finish_leaf(leaf, g, create_graph, shared)
     finally:
         dispatch.set_grad_enabled(prev_mode)
     if capture is not None:

@@ -5,6 +5,7 @@ from .modules import *  # noqa: F401,F403
 from .modules import Module, RemovableHandle  # noqa: F401
 from . import functional, init, modules  # noqa: F401
 from . import utils  # noqa: F401,E402
+from . import parallel  # noqa: F401,E402
 
 
 def __getattr__(name):  # a missing name: PyTorch's and not implemented yet, or a typo?

@@ -13,6 +13,7 @@ from . import creation
 from .elementwise import cast
 from .inplace import bump_version, check_inplace, commit, drop_history
 from ..autograd.formulas import defgrad
+from ..autograd import engine
 
 
 def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
@@ -71,13 +72,38 @@ def register_hook(self, hook):
     return _RemovableHandle(hooks, hook)
 
 
+def register_post_accumulate_grad_hook(self, hook):
+    """hook(tensor), run on a leaf right after its .grad has been accumulated, while the rest of
+    backward may still be running (PyTorch's API; DistributedDataParallel starts a gradient
+    bucket's all-reduce from here). The engine counts live hooks so that backward without any
+    pays nothing for them."""
+    if self.grad_fn is not None:
+        raise RuntimeError("post accumulate grad hooks cannot be registered on non-leaf tensors")
+    if not self.requires_grad:
+        raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
+    hooks = getattr(self, "_post_hooks", None)
+    if hooks is None:
+        hooks = self._post_hooks = []
+        weakref.finalize(self, _forget_post_hooks, hooks)  # a dead tensor's hooks stop counting
+    hooks.append(hook)
+    engine.POST_ACCUMULATE_HOOKS[0] += 1
+    return _RemovableHandle(hooks, hook, engine.POST_ACCUMULATE_HOOKS)
+
+
+def _forget_post_hooks(hooks):
+    engine.POST_ACCUMULATE_HOOKS[0] -= len(hooks)
+    hooks.clear()
+
+
 class _RemovableHandle:
-    def __init__(self, hooks, hook):
-        self._hooks, self._hook = hooks, hook
+    def __init__(self, hooks, hook, live=None):
+        self._hooks, self._hook, self._live = hooks, hook, live
 
     def remove(self):
         if self._hook in self._hooks:
             self._hooks.remove(self._hook)
+            if self._live is not None:
+                self._live[0] -= 1
 
 
 def _parse_to(args, kwargs):
@@ -301,7 +327,8 @@ def _conversion(d):
 for _name, _d in _CONVERSIONS.items():
     setattr(Tensor, _name, _conversion(_d))
 
-for _f in (backward, detach, detach_, requires_grad_, retain_grad, register_hook, to, cuda, cpu,
+for _f in (backward, detach, detach_, requires_grad_, retain_grad, register_hook,
+           register_post_accumulate_grad_hook, to, cuda, cpu,
            type_as, zero_, fill_, copy_, normal_, uniform_, bernoulli_, random_, new_tensor, new_full,
            pin_memory, is_pinned, storage_offset):
     setattr(Tensor, _f.__name__, _f)

@@ -6,11 +6,12 @@ from .sampler import (Sampler, SequentialSampler, RandomSampler, SubsetRandomSam
 from ._collate import default_collate, default_convert  # noqa: F401
 from ._worker import get_worker_info, WorkerInfo  # noqa: F401
 from .dataloader import DataLoader  # noqa: F401
+from .distributed import DistributedSampler  # noqa: F401
 
 __all__ = ["Dataset", "IterableDataset", "TensorDataset", "StackDataset", "Subset", "ConcatDataset", "ChainDataset",
            "random_split", "Sampler", "SequentialSampler", "RandomSampler", "SubsetRandomSampler",
            "WeightedRandomSampler", "BatchSampler", "default_collate", "default_convert", "get_worker_info",
-           "WorkerInfo", "DataLoader"]
+           "WorkerInfo", "DataLoader", "DistributedSampler"]
 
 
 def __getattr__(name):  # a missing name: PyTorch's and not implemented yet, or a typo?
