@@ -527,3 +527,49 @@ def test_first_layer_weight_gradient_at_batch_size():
     dx, dw = ref_conv2d_grads(x, w, gy, 1, 1)
     close(wt.grad, dw, 1e-8)
     close(xt.grad, dx, 1e-8)
+
+
+# ---------------------------------------------------------------- 3-d convolutions
+
+def test_conv3d_modules_match_the_references_and_pytorch_reprs():
+    from op_cases.conv import ref_conv3d, ref_conv_transpose3d
+    m = nn.Conv3d(2, 4, (3, 2, 3), stride=(1, 2, 1), padding=1, dtype=eagerc.float64)
+    assert repr(m) == "Conv3d(2, 4, kernel_size=(3, 2, 3), stride=(1, 2, 1), padding=(1, 1, 1))"
+    assert m.weight.shape == (4, 2, 3, 2, 3)
+    x = rand(2, 2, 4, 5, 3)
+    close(m(T(x)), ref_conv3d(x, m.weight.detach().numpy(), m.bias.detach().numpy(), (1, 2, 1), 1), 1e-10)
+    t = nn.ConvTranspose3d(4, 2, 3, stride=2, padding=1, groups=2, bias=False, dtype=eagerc.float64)
+    assert repr(t) == ("ConvTranspose3d(4, 2, kernel_size=(3, 3, 3), stride=(2, 2, 2), padding=(1, 1, 1), "
+                       "groups=2, bias=False)")
+    z = rand(1, 4, 2, 3, 2)
+    y = t(T(z), output_size=(4, 6, 4))
+    assert y.shape == (1, 2, 4, 6, 4)
+    close(y, ref_conv_transpose3d(z, t.weight.detach().numpy(), None, 2, 1, 1, 2), 1e-10)
+
+
+def test_conv3d_errors_name_the_op():
+    _raises(RuntimeError, "conv3d: expected 4D", F.conv3d, T(rand(2, 3, 4)), T(rand(2, 3, 1, 1, 1)))
+    _raises(RuntimeError, "expected a 5-d weight", F.conv3d, T(rand(1, 3, 4, 4, 4)), T(rand(2, 3, 1, 1)))
+    _raises(RuntimeError, "conv3d.*expected input .* to have 4 channels", F.conv3d, T(rand(1, 3, 4, 4, 4)),
+            T(rand(2, 4, 1, 1, 1)))
+
+
+@pytest.mark.parametrize("cfg", [dict(), dict(stride=2, padding=1), dict(padding="same", dilation=(1, 2, 1)),
+                                 dict(groups=2, padding=(1, 0, 2), stride=(1, 1, 2))], ids=str)
+def test_conv3d_against_torch(cfg):
+    torch = pytest.importorskip("torch")
+    x, w, b = rand(2, 4, 5, 6, 5), rand(6, 4 // cfg.get("groups", 1), 3, 2, 3, seed=1), rand(6, seed=2)
+    tx, tw, tb = (torch.tensor(a, requires_grad=True) for a in (x, w, b))
+    ty = torch.nn.functional.conv3d(tx, tw, tb, **cfg)
+    g = rand(*ty.shape, seed=3)
+    ty.backward(torch.tensor(g))
+    ex, ew, eb = T(x, True), T(w, True), T(b, True)
+    ey = F.conv3d(ex, ew, eb, **cfg)
+    ey.backward(T(g))
+    close(ey, ty.detach().numpy(), 1e-9)
+    for e, t in ((ex, tx), (ew, tw), (eb, tb)):
+        close(e.grad, t.grad.numpy(), 1e-9)
+    wt = rand(4, 3, 2, 3, 2, seed=4)   # (C_in, C_out/groups, ...)
+    ty = torch.nn.functional.conv_transpose3d(tx, torch.tensor(wt), None, stride=2, output_padding=1, groups=2)
+    ey = F.conv_transpose3d(ex, T(wt), None, stride=2, output_padding=1, groups=2)
+    close(ey, ty.detach().numpy(), 1e-9)

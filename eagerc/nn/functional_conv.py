@@ -22,14 +22,15 @@ from ..runtime.ops import OPS
 from ..runtime.ops import conv as _conv_kernels  # noqa: F401  (declares the ops; until load_all has "conv")
 
 __all__ = [
-    "conv1d", "conv2d", "conv_transpose1d", "conv_transpose2d",
+    "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
     "max_pool1d", "max_pool2d", "avg_pool1d", "avg_pool2d",
     "adaptive_avg_pool1d", "adaptive_avg_pool2d", "interpolate", "upsample_nearest",
 ]
 
-_CONV2D = OPS["conv2d"]
-_CONV_T2D = OPS["conv_transpose2d"]
-_CONV2D_W = OPS["conv2d_weight"]
+_CONV = {nd: OPS[f"conv{nd}d"] for nd in (2, 3)}
+_CONV_T = {nd: OPS[f"conv_transpose{nd}d"] for nd in (2, 3)}
+_CONV_W = {nd: OPS[f"conv{nd}d_weight"] for nd in (2, 3)}
+_CONV2D = _CONV[2]
 _MAX_POOL = OPS["max_pool2d"]
 _MAX_POOL_BWD = OPS["max_pool2d_backward"]
 _MAX_POOL_SEL = OPS["max_pool2d_select"]
@@ -102,23 +103,36 @@ def _bias(op, bias):
 
 # ---------------------------------------------------------------- convolutions
 
+_LAYOUT = {2: "(C_out, C_in/groups, kH, kW)", 3: "(C_out, C_in/groups, kD, kH, kW)"}
+
+
+def _conv(op, nd, input, weight, bias, stride, padding, dilation, groups):
+    """conv2d / conv3d: one argument normalisation for every rank of the conv op."""
+    _tensor(op, "input", input)
+    _tensor(op, "weight", weight)
+    unbatched = _check_dims(op, input, (nd + 1, nd + 2))
+    stride = _positive(op, "stride", _ntuple("stride", stride, nd))
+    dilation = _positive(op, "dilation", _ntuple("dilation", dilation, nd))
+    if weight._array.ndim != nd + 2:
+        raise RuntimeError(f"{op}: expected a {nd + 2}-d weight {_LAYOUT[nd]}, got {list(weight._array.shape)}")
+    pads = _conv_padding(op, padding, weight._array.shape[2:], stride, dilation, nd)
+    if unbatched:
+        input = input.unsqueeze(0)
+    out = apply(_CONV[nd], (input, weight, _bias(op, bias)),
+                {"stride": stride, "padding": pads, "dilation": dilation, "groups": int(groups)})
+    return out.squeeze(0) if unbatched else out
+
+
 def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """2-d cross-correlation of input (N, C_in, H, W) or (C_in, H, W) with weight
     (C_out, C_in/groups, kH, kW); padding: int, pair, 'valid' or 'same'."""
-    _tensor("conv2d", "input", input)
-    _tensor("conv2d", "weight", weight)
-    unbatched = _check_dims("conv2d", input, (3, 4))
-    stride = _positive("conv2d", "stride", _ntuple("stride", stride, 2))
-    dilation = _positive("conv2d", "dilation", _ntuple("dilation", dilation, 2))
-    if weight._array.ndim != 4:
-        raise RuntimeError(f"conv2d: expected a 4-d weight (C_out, C_in/groups, kH, kW), got "
-                           f"{list(weight._array.shape)}")
-    pads = _conv_padding("conv2d", padding, weight._array.shape[2:], stride, dilation, 2)
-    if unbatched:
-        input = input.unsqueeze(0)
-    out = apply(_CONV2D, (input, weight, _bias("conv2d", bias)),
-                {"stride": stride, "padding": pads, "dilation": dilation, "groups": int(groups)})
-    return out.squeeze(0) if unbatched else out
+    return _conv("conv2d", 2, input, weight, bias, stride, padding, dilation, groups)
+
+
+def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """3-d cross-correlation of input (N, C_in, D, H, W) or (C_in, D, H, W) with weight
+    (C_out, C_in/groups, kD, kH, kW); padding: int, triple, 'valid' or 'same'."""
+    return _conv("conv3d", 3, input, weight, bias, stride, padding, dilation, groups)
 
 
 def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
@@ -150,24 +164,36 @@ def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     return out.squeeze(0) if unbatched else out
 
 
-def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
-    """The transpose (adjoint, 'deconvolution') of conv2d: input (N, C_in, H, W), weight
-    (C_in, C_out/groups, kH, kW); output H = (H-1)*stride - 2*padding + dilation*(kH-1) + output_padding + 1."""
-    _tensor("conv_transpose2d", "input", input)
-    _tensor("conv_transpose2d", "weight", weight)
-    unbatched = _check_dims("conv_transpose2d", input, (3, 4))
-    stride = _positive("conv_transpose2d", "stride", _ntuple("stride", stride, 2))
-    dilation = _positive("conv_transpose2d", "dilation", _ntuple("dilation", dilation, 2))
+def _conv_transpose(op, nd, input, weight, bias, stride, padding, output_padding, groups, dilation):
+    """conv_transpose2d / conv_transpose3d: one argument normalisation for every rank."""
+    _tensor(op, "input", input)
+    _tensor(op, "weight", weight)
+    unbatched = _check_dims(op, input, (nd + 1, nd + 2))
+    stride = _positive(op, "stride", _ntuple("stride", stride, nd))
+    dilation = _positive(op, "dilation", _ntuple("dilation", dilation, nd))
     if isinstance(padding, str):
-        raise ValueError("conv_transpose2d: padding must be an int or a tuple of ints (no 'same'/'valid')")
-    pads = _conv_padding("conv_transpose2d", padding, None, stride, dilation, 2)
-    output_padding = _ntuple("output_padding", output_padding, 2)
+        raise ValueError(f"{op}: padding must be an int or a tuple of ints (no 'same'/'valid')")
+    pads = _conv_padding(op, padding, None, stride, dilation, nd)
+    output_padding = _ntuple("output_padding", output_padding, nd)
     if unbatched:
         input = input.unsqueeze(0)
-    out = apply(_CONV_T2D, (input, weight, _bias("conv_transpose2d", bias)),
+    out = apply(_CONV_T[nd], (input, weight, _bias(op, bias)),
                 {"stride": stride, "padding": pads, "output_padding": output_padding,
                  "dilation": dilation, "groups": int(groups)})
     return out.squeeze(0) if unbatched else out
+
+
+def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
+    """The transpose (adjoint, 'deconvolution') of conv2d: input (N, C_in, H, W), weight
+    (C_in, C_out/groups, kH, kW); output H = (H-1)*stride - 2*padding + dilation*(kH-1) + output_padding + 1."""
+    return _conv_transpose("conv_transpose2d", 2, input, weight, bias, stride, padding, output_padding, groups,
+                           dilation)
+
+
+def conv_transpose3d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
+    """The transpose of conv3d: input (N, C_in, D, H, W), weight (C_in, C_out/groups, kD, kH, kW)."""
+    return _conv_transpose("conv_transpose3d", 3, input, weight, bias, stride, padding, output_padding, groups,
+                           dilation)
 
 
 def conv_transpose1d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
@@ -189,60 +215,64 @@ def conv_transpose1d(input, weight, bias=None, stride=1, padding=0, output_paddi
     return out.squeeze(0) if unbatched else out
 
 
-# ---------------------------------------------------------------- conv derivatives
+# ---------------------------------------------------------------- conv derivatives (every rank)
 
 def _output_padding(x_shape, gy_shape, kernel_size, stride, padding, dilation):
-    """The output_padding that makes conv_transpose2d of gy come back to x's size."""
+    """The output_padding that makes conv_transpose of gy come back to x's size."""
     return tuple(int(n + p0 + p1 - ((o - 1) * s + d * (k - 1) + 1))
                  for n, o, k, s, d, (p0, p1) in zip(x_shape[2:], gy_shape[2:], kernel_size, stride, dilation,
                                                     padding))
 
 
 def _conv_t_as_conv_padding(padding, output_padding, stride):
-    """conv_transpose2d's padding seen from the conv2d it is the adjoint of: rows that
+    """conv_transpose's padding seen from the conv it is the adjoint of: rows that
     output_padding >= stride adds are cropped (negative padding) so sizes match."""
     return tuple((p0, p1 - (op // s) * s) for (p0, p1), op, s in zip(padding, output_padding, stride))
 
 
-def _conv2d_dx(g, w, x_shape, stride, padding, dilation, groups):
+def _conv_dx(g, w, x_shape, stride, padding, dilation, groups):
     op = _output_padding(x_shape, g._array.shape, w._array.shape[2:], stride, padding, dilation)
-    return apply(_CONV_T2D, (g, w, 0), {"stride": stride, "padding": padding, "output_padding": op,
-                                        "dilation": dilation, "groups": groups})
+    return apply(_CONV_T[len(x_shape) - 2], (g, w, 0), {"stride": stride, "padding": padding,
+                                                        "output_padding": op, "dilation": dilation,
+                                                        "groups": groups})
 
 
-def _conv2d_dw(g, x, w_shape, stride, padding, dilation, groups):
-    return apply(_CONV2D_W, (x, g), {"kernel_size": tuple(w_shape[2:]), "stride": stride, "padding": padding,
-                                     "dilation": dilation, "groups": groups})
+def _conv_dw(g, x, w_shape, stride, padding, dilation, groups):
+    return apply(_CONV_W[len(w_shape) - 2], (x, g), {"kernel_size": tuple(w_shape[2:]), "stride": stride,
+                                                     "padding": padding, "dilation": dilation, "groups": groups})
 
 
 def _bias_grad(g):
-    return g.sum(dim=(0, 2, 3))
+    return g.sum(dim=(0,) + tuple(range(2, g._array.ndim)))
 
 
 def _conv_t_dx(g, w, stride, padding, output_padding, dilation, groups):
     pads = _conv_t_as_conv_padding(padding, output_padding, stride)
-    return apply(_CONV2D, (g, w, 0), {"stride": stride, "padding": pads, "dilation": dilation, "groups": groups})
+    return apply(_CONV[len(stride)], (g, w, 0), {"stride": stride, "padding": pads, "dilation": dilation,
+                                                 "groups": groups})
 
 
 def _conv_t_dw(g, x, w_shape, stride, padding, output_padding, dilation, groups):
     pads = _conv_t_as_conv_padding(padding, output_padding, stride)
-    return apply(_CONV2D_W, (g, x), {"kernel_size": tuple(w_shape[2:]), "stride": stride, "padding": pads,
-                                     "dilation": dilation, "groups": groups})
+    return apply(_CONV_W[len(stride)], (g, x), {"kernel_size": tuple(w_shape[2:]), "stride": stride,
+                                                "padding": pads, "dilation": dilation, "groups": groups})
 
 
 def _conv_w_dx(g, gy, x_shape, kernel_size, stride, padding, dilation, groups):
     op = _output_padding(x_shape, gy._array.shape, kernel_size, stride, padding, dilation)
-    return apply(_CONV_T2D, (gy, g, 0), {"stride": stride, "padding": padding, "output_padding": op,
-                                         "dilation": dilation, "groups": groups})
+    return apply(_CONV_T[len(stride)], (gy, g, 0), {"stride": stride, "padding": padding, "output_padding": op,
+                                                    "dilation": dilation, "groups": groups})
 
 
 def _conv_w_dgy(g, x, stride, padding, dilation, groups):
-    return apply(_CONV2D, (x, g, 0), {"stride": stride, "padding": padding, "dilation": dilation, "groups": groups})
+    return apply(_CONV[len(stride)], (x, g, 0), {"stride": stride, "padding": padding, "dilation": dilation,
+                                                 "groups": groups})
 
 
-defgrad("conv2d", _conv2d_dx, _conv2d_dw, _bias_grad)
-defgrad("conv_transpose2d", _conv_t_dx, _conv_t_dw, _bias_grad)
-defgrad("conv2d_weight", _conv_w_dx, _conv_w_dgy)
+for _nd in (2, 3):
+    defgrad(f"conv{_nd}d", _conv_dx, _conv_dw, _bias_grad)
+    defgrad(f"conv_transpose{_nd}d", _conv_t_dx, _conv_t_dw, _bias_grad)
+    defgrad(f"conv{_nd}d_weight", _conv_w_dx, _conv_w_dgy)
 
 
 # ---------------------------------------------------------------- pooling

@@ -1000,7 +1000,7 @@ def _two(v):
     return [v, v] if isinstance(v, int) else list(v)
 
 
-@converts("conv2d")
+@converts("conv2d", "conv3d")
 def _conv2d(b, n, ins):
     x, w, bias = ins
     a = n.attrs
@@ -1020,7 +1020,7 @@ def _conv2d(b, n, ins):
     return y if add is None else b.op("Add", [y, b.val(add, dt)])
 
 
-@converts("conv_transpose2d")
+@converts("conv_transpose2d", "conv_transpose3d")
 def _conv_transpose2d(b, n, ins):
     x, w, bias = ins
     a = n.attrs
@@ -1125,7 +1125,7 @@ for _why, _names in [
         ("a training-step kernel (a derivative); export inference graphs",
          "softmax_backward log_softmax_backward layer_norm_backward layer_norm_weight_backward batch_norm_backward "
          "batch_norm_weight_backward batch_norm_stats gelu_backward cross_entropy_backward embedding_backward "
-         "conv2d_weight max_pool2d_backward max_pool2d_select avg_pool2d_backward adaptive_avg_pool2d_backward "
+         "conv2d_weight conv3d_weight max_pool2d_backward max_pool2d_select avg_pool2d_backward adaptive_avg_pool2d_backward "
          "upsample_nearest2d_backward"),
         ("batch statistics of training mode; export in eval mode (running statistics)", "batch_norm"),
         ("ONNX has CumSum but no CumProd", "cumprod"),

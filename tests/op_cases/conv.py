@@ -353,3 +353,70 @@ def _adaptive_double_ref(x, gy):
 
 def _nearest_double_ref(x, gy, size):
     return 2 * x * _scatter_adjoint(lambda a: ref_nearest(a, size), x.shape, gy)
+
+
+# ---------------------------------------------------------------- 3-d convolutions (loops over output positions)
+
+def _ntup(v, n):
+    return tuple(v) if isinstance(v, (tuple, list)) else (v,) * n
+
+
+def ref_conv3d(x, w, b=None, stride=1, padding=0, dilation=1, groups=1):
+    """out[n, o, *i] = sum over the window at i*stride (step dilation) of xpad[n, group of o] * w[o]."""
+    s, d, k = _ntup(stride, 3), _ntup(dilation, 3), w.shape[2:]
+    if padding == "same":
+        pads = tuple(_same_pads(kk, dd) for kk, dd in zip(k, d))
+    else:
+        pads = tuple((p, p) for p in _ntup(0 if padding == "valid" else padding, 3))
+    xp = np.pad(x, ((0, 0), (0, 0)) + pads)
+    co, cg = w.shape[:2]
+    size = tuple((H - dd * (kk - 1) - 1) // ss + 1 for H, kk, ss, dd in zip(xp.shape[2:], k, s, d))
+    out = np.zeros(x.shape[:1] + (co,) + size)
+    per = co // groups
+    for pos in np.ndindex(*size):
+        patch = xp[(slice(None), slice(None)) + tuple(slice(p * ss, p * ss + dd * (kk - 1) + 1, dd)
+                                                      for p, ss, dd, kk in zip(pos, s, d, k))]
+        for o in range(co):
+            g = o // per
+            out[(slice(None), o) + pos] = (patch[:, g * cg:(g + 1) * cg] * w[o]).sum(axis=(1, 2, 3, 4))
+    return out if b is None else out + b.reshape(1, -1, 1, 1, 1)
+
+
+def ref_conv_transpose3d(x, w, b=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
+    """Scatter definition: every input voxel adds x * w into the output window it maps to."""
+    s, p, op, d = (_ntup(v, 3) for v in (stride, padding, output_padding, dilation))
+    ci, cog, k = w.shape[0], w.shape[1], w.shape[2:]
+    full = tuple((i - 1) * ss + dd * (kk - 1) + 1 + o for i, ss, dd, kk, o in zip(x.shape[2:], s, d, k, op))
+    out = np.zeros(x.shape[:1] + (cog * groups,) + full)
+    cig = ci // groups
+    for pos in np.ndindex(*x.shape[2:]):
+        window = tuple(slice(q * ss, q * ss + dd * (kk - 1) + 1, dd) for q, ss, dd, kk in zip(pos, s, d, k))
+        for c in range(ci):
+            g = c // cig
+            out[(slice(None), slice(g * cog, (g + 1) * cog)) + window] += \
+                x[(slice(None), c) + pos][:, None, None, None, None] * w[c]
+    out = out[(slice(None), slice(None)) + tuple(slice(pp, f - pp) for pp, f in zip(p, full))]
+    return out if b is None else out + b.reshape(1, -1, 1, 1, 1)
+
+
+CASES += [
+    Case("conv3d", F.conv3d, ref_conv3d, [((2, 3, 4, 5, 3), (4, 3, 2, 3, 2), (4,)), ((1, 2, 3, 3, 3), (2, 2, 1, 1, 1), (2,))]),
+    Case("conv3d_stride_padding_dilation",
+         lambda x, w, b: F.conv3d(x, w, b, stride=(2, 1, 2), padding=(1, 0, 2), dilation=(1, 2, 1)),
+         lambda x, w, b: ref_conv3d(x, w, b, (2, 1, 2), (1, 0, 2), (1, 2, 1)), [((2, 2, 4, 5, 4), (3, 2, 2, 2, 3), (3,))]),
+    Case("conv3d_groups_same", lambda x, w: F.conv3d(x, w, padding="same", groups=2),
+         lambda x, w: ref_conv3d(x, w, None, 1, "same", 1, 2), [((1, 4, 3, 4, 4), (4, 2, 2, 3, 2))]),
+    Case("conv3d_unbatched", F.conv3d, lambda x, w, b: ref_conv3d(x[None], w, b)[0],
+         [((2, 3, 4, 3), (3, 2, 2, 2, 2), (3,))]),
+    Case("conv_transpose3d", lambda x, w, b: F.conv_transpose3d(x, w, b, stride=2, padding=1, output_padding=1),
+         lambda x, w, b: ref_conv_transpose3d(x, w, b, 2, 1, 1), [((2, 3, 2, 3, 2), (3, 2, 3, 2, 3), (2,))]),
+    Case("conv_transpose3d_groups_dilation",
+         lambda x, w: F.conv_transpose3d(x, w, stride=(1, 2, 1), padding=(1, 0, 0), groups=2, dilation=(2, 1, 1)),
+         lambda x, w: ref_conv_transpose3d(x, w, None, (1, 2, 1), (1, 0, 0), 0, 2, (2, 1, 1)),
+         [((1, 4, 3, 2, 3), (4, 1, 2, 2, 2))]),
+    Case("conv3d_double_backward",
+         lambda x, w, gy: _grad(lambda x, w: F.conv3d(x, w, stride=2, padding=1), (x, w), gy),
+         lambda x, w, gy: (_scatter_adjoint(lambda a: ref_conv3d(a, w, None, 2, 1), x.shape, gy),
+                           _scatter_adjoint(lambda a: ref_conv3d(x, a, None, 2, 1), w.shape, gy)),
+         [((1, 2, 3, 3, 4), (2, 2, 2, 2, 2), (1, 2, 2, 2, 3))]),
+]
