@@ -1134,6 +1134,7 @@ for _why, _names in [
         ("not converted yet (a gather of the diagonal)", "diagonal"),
         ("not converted yet (ONNX MaxPool's indices count over N, C, H and W, eagerc's over H and W)",
          "max_pool2d_indices"),
+        ("ONNX has no adaptive max pooling (its windows vary in size)", "adaptive_max_pool_indices"),
         ("its result's size depends on the data (eagerc records the count as a constant)", "nonzero"),
         ("an exported program runs on the device of its inputs", "to_device")]:
     no_part("onnx", _why, _names.split())

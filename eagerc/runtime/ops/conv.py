@@ -49,7 +49,7 @@ from . import Flops, declare
 from .meta import Spec, fail, fmt_shape
 from .reduction import array_sum
 
-__all__ = ["conv_output_size", "pool_output_size"]
+__all__ = ["adaptive_matrix", "adaptive_windows", "conv_output_size", "nearest_source_index", "pool_output_size"]
 
 
 # ---------------------------------------------------------------- shared helpers
@@ -668,12 +668,16 @@ def _avg_pool2d_backward(xp):
     return avg_pool2d_backward
 
 
-def _adaptive_matrix(xp, size, out, dtype):
-    """(out, size) averaging matrix of adaptive pooling: row i averages
-    [floor(i*size/out), ceil((i+1)*size/out))."""
+def adaptive_windows(size, out):
+    """Start and end (exclusive) of each adaptive pooling window along one axis:
+    [floor(i*size/out), ceil((i+1)*size/out)), as PyTorch."""
     i = np.arange(out)
-    start = (i * size) // out
-    end = -((-(i + 1) * size) // out)
+    return (i * size) // out, -((-(i + 1) * size) // out)
+
+
+def adaptive_matrix(xp, size, out, dtype):
+    """(out, size) averaging matrix of adaptive pooling: row i averages window i."""
+    start, end = adaptive_windows(size, out)
     j = np.arange(size)
     m = ((j >= start[:, None]) & (j < end[:, None])) / (end - start)[:, None]
     return xp.asarray(m.astype(dtype))
@@ -685,8 +689,8 @@ def _adaptive_avg_pool2d(xp):
         oh, ow = output_size
         if oh < 1 or ow < 1 or 0 in x.shape[2:]:
             raise ValueError("adaptive_avg_pool2d: sizes")
-        mh = _adaptive_matrix(xp, x.shape[2], oh, x.dtype)
-        mw = _adaptive_matrix(xp, x.shape[3], ow, x.dtype)
+        mh = adaptive_matrix(xp, x.shape[2], oh, x.dtype)
+        mw = adaptive_matrix(xp, x.shape[3], ow, x.dtype)
         return xp.matmul(mh, xp.matmul(x, mw.T))
     return adaptive_avg_pool2d
 
@@ -694,8 +698,8 @@ def _adaptive_avg_pool2d(xp):
 def _adaptive_avg_pool2d_backward(xp):
     def adaptive_avg_pool2d_backward(gy, input_size):
         oh, ow = gy.shape[2:]
-        mh = _adaptive_matrix(xp, input_size[0], oh, gy.dtype)
-        mw = _adaptive_matrix(xp, input_size[1], ow, gy.dtype)
+        mh = adaptive_matrix(xp, input_size[0], oh, gy.dtype)
+        mw = adaptive_matrix(xp, input_size[1], ow, gy.dtype)
         return xp.matmul(mh.T, xp.matmul(gy, mw))
     return adaptive_avg_pool2d_backward
 
@@ -969,3 +973,61 @@ declare("upsample_nearest2d", ("x",), _upsample_nearest2d, _upsample_rule,
 declare("upsample_nearest2d_backward", ("gy",), _upsample_nearest2d_backward, _upsample_backward_rule,
         attrs=("input_size", "output_size", "scales", "exact"), scratch=_upsample_backward_scratch, kind="window")
 
+
+# ---------------------------------------------------------------- adaptive max pooling (any number of spatial dims)
+
+def _adaptive_max_pool_indices(xp):
+    def adaptive_max_pool_indices(x, output_size):
+        """Flat index (into the spatial dims) of each adaptive window's first maximum.
+
+        Windows along an axis differ in length by at most one: each axis is gathered as
+        (out, L) with L the longest window, short windows repeating their last element
+        (a repeat never wins over the first occurrence), then one argmax over the
+        L1*L2*... positions of each window."""
+        nd = len(output_size)
+        if x.ndim != nd + 2 or x.dtype == bool or 0 in x.shape[2:] or min(output_size) < 1:
+            raise ValueError("adaptive_max_pool_indices: input")
+        win, starts = x, []
+        for axis, (size, out) in enumerate(zip(x.shape[2:], output_size)):
+            start, end = adaptive_windows(size, out)
+            L = int((end - start).max())
+            idx = np.minimum(start[:, None] + np.arange(L), end[:, None] - 1)
+            win = win.take(xp.asarray(idx.ravel()), axis=2 + 2 * axis)
+            win = win.reshape(win.shape[:2 + 2 * axis] + (out, L) + win.shape[3 + 2 * axis:])
+            starts.append((start, L))
+        order = tuple(range(2)) + tuple(range(2, 2 + 2 * nd, 2)) + tuple(range(3, 3 + 2 * nd, 2))
+        pos = win.transpose(order).reshape(x.shape[:2] + tuple(output_size) + (-1,)).argmax(axis=-1)
+        flat = xp.zeros(pos.shape, np.int64)
+        for axis, ((start, L), size) in enumerate(zip(starts, x.shape[2:])):
+            inner = math.prod(x.shape[3 + axis:])
+            lengths = math.prod(L_ for _, L_ in starts[axis + 1:])
+            offset = (pos // lengths) % L
+            coord = xp.asarray(start).reshape((-1,) + (1,) * (nd - 1 - axis)) + offset
+            flat += coord * inner
+        return flat
+    return adaptive_max_pool_indices
+
+
+def _adaptive_max_rule(x, output_size):
+    nd = len(output_size)
+    if len(x.shape) != nd + 2:
+        fail("adaptive_max_pool_indices", (x,), f"expected a {nd + 2}-d input (N, C, {nd} spatial dims) for "
+             f"output_size {tuple(output_size)}, got {len(x.shape)}-d {fmt_shape(x.shape)}")
+    if x.dtype is dtypes.bool:
+        fail("adaptive_max_pool_indices", (x,), "expected a numeric input, got bool", TypeError)
+    if any(o < 1 for o in output_size) or any(n == 0 for n in x.shape[2:]):
+        fail("adaptive_max_pool_indices", (x,), f"expected non-empty spatial dimensions and a positive "
+             f"output_size, got {tuple(output_size)}")
+    return Spec(tuple(x.shape[:2]) + tuple(output_size), dtypes.int64)
+
+
+def _adaptive_max_scratch(x, output_size):
+    """The gathered windows (two copies: gather and transpose) and the int64 positions."""
+    lengths = [int((e - s).max()) for s, e in (adaptive_windows(n, o) for n, o in zip(x.shape[2:], output_size))]
+    windows = x.shape[0] * x.shape[1] * math.prod(o * L for o, L in zip(output_size, lengths))
+    return 2 * x.dtype.itemsize * windows + 24 * x.shape[0] * x.shape[1] * math.prod(output_size)
+
+
+# the argmax of adaptive max pooling; the values are a gather at these indices (eagerc/nn/functional_conv.py)
+declare("adaptive_max_pool_indices", ("x",), _adaptive_max_pool_indices, _adaptive_max_rule,
+        attrs=("output_size",), scratch=_adaptive_max_scratch, kind="window", flops=_ADAPTIVE, differentiable=False)
