@@ -76,6 +76,18 @@ CASES = [
     ("upsample_nearest2d_backward", [(1, 1, 3000, 2)], dict(input_size=(2, 3000), output_size=(3000, 2),
                                                             scales=(None, None), exact=False)),
     ("einsum", [(30, 40), (40, 50), (50, 20)], dict(equation="ij,jk,kl->il")),
+    ("adaptive_max_pool_indices", [(2, 3, 40, 30)], dict(output_size=(7, 9))),
+    ("adaptive_max_pool_indices", [(1, 2, 9, 10, 11)], dict(output_size=(4, 3, 5))),
+    ("conv3d", [(2, 3, 9, 8, 7), (4, 3, 3, 2, 3), (4,)], dict(stride=(1, 1, 1), padding=((1, 1), (0, 1), (2, 0)),
+                                                            dilation=(1, 2, 1), groups=1)),
+    ("conv3d", [(1, 4, 6, 7, 8), (4, 2, 2, 2, 2), 0], dict(stride=(2, 1, 3), padding=((0, 0), (1, 1), (1, 1)),
+                                                         dilation=(1, 1, 1), groups=2)),
+    ("conv_transpose3d", [(2, 4, 4, 3, 5), (4, 3, 3, 3, 2), 0], dict(stride=(2, 1, 2), padding=((1, 1), (0, 0), (1, 1)),
+                                                                   output_padding=(1, 0, 0), dilation=(1, 1, 1),
+                                                                   groups=1)),
+    ("conv3d_weight", [(2, 3, 6, 7, 8), (2, 5, 4, 5, 6)], dict(kernel_size=(3, 3, 3), stride=(1, 1, 1),
+                                                              padding=((0, 0), (0, 0), (0, 0)), dilation=(1, 1, 1),
+                                                              groups=1)),
 ]
 
 

@@ -251,13 +251,19 @@ def _reflect(coord, twice_low, twice_high):
     return _E.where(flips.remainder(2) == 0, extra + lo, span - extra + lo)
 
 
+def _clip(coord, size):
+    """clamp to [0, size - 1] with the grid sampler's gradient: 1 strictly inside, 0 on and
+    beyond the bounds (an identity grid with align_corners=True lies exactly on them)."""
+    return _E.where((coord > 0) & (coord < size - 1), coord, coord.detach().clamp(0, size - 1))
+
+
 def _pad_coord(coord, size, padding_mode, align_corners):
     """Apply the padding mode to (unnormalised) coordinates, as grid_sampler_compute_source_index."""
     if padding_mode == "border":
-        return coord.clamp(0, size - 1)
+        return _clip(coord, size)
     if padding_mode == "reflection":
         coord = _reflect(coord, 0, 2 * (size - 1)) if align_corners else _reflect(coord, -1, 2 * size - 1)
-        return coord.clamp(0, size - 1)
+        return _clip(coord, size)
     return coord
 
 
@@ -322,6 +328,8 @@ def grid_sample(input, grid, mode="bilinear", padding_mode="zeros", align_corner
         if mode == "nearest":
             idx, mask = _index([c.detach().round() for c in coords], sizes, zeros)
             out = _gather(flat, idx, mask)
+            if grid.requires_grad:   # piecewise constant in the grid: a zero gradient, as PyTorch's
+                out = out * (sum(c * 0 for c in coords) + 1).unsqueeze(1)
         else:
             lows = [c.detach().floor() for c in coords]
             out = None
