@@ -733,3 +733,23 @@ def test_grid_sample_and_affine_grid_against_torch(mode, padding_mode, align_cor
     ("channel_shuffle", (2, 6, 3, 4), dict(groups=3))], ids=str)
 def test_pooling_folding_shuffles_against_torch(name, shape, kw):
     _against_torch(name, [shape], kw)
+
+
+@pytest.mark.parametrize("cubic", [False, True])
+def test_interpolate_axis_gathers_and_dense_matrix_agree(monkeypatch, cubic):
+    """Long axes gather 2-4 taps (and sum runs in the adjoint); short ones multiply by the dense
+    interpolation matrix: both give the loop reference, forward and backward."""
+    from eagerc.runtime.ops import conv as kernels
+    from op_cases.conv import ref_interpolate
+    x, size = rand(2, 3, 5, 7), (9, 4)
+    want = ref_interpolate(x, size, cubic=cubic)
+    gy = rand(2, 3, *size, seed=5)
+    grads = []
+    for dense_max in (kernels.DENSE_MAX, 0):
+        monkeypatch.setattr(kernels, "DENSE_MAX", dense_max)
+        xt = T(x, True)
+        y = F.interpolate(xt, size=size, mode="bicubic" if cubic else "bilinear")
+        close(y, want, 1e-12)
+        y.backward(T(gy))
+        grads.append(xt.grad.numpy())
+    close(grads[0], grads[1], 1e-12)

@@ -1,14 +1,14 @@
 """Resampling: interpolate (every PyTorch mode), grid_sample, affine_grid, pixel_shuffle,
 pixel_unshuffle, channel_shuffle -- the resampling part of eagerc.nn.functional.
 
-All but nearest interpolation are compositions of existing ops, so they differentiate to
-any order (with respect to the input, and for grid_sample the grid too), trace, and
-compile without rules of their own:
+Everything but interpolation is a composition of existing ops, so it differentiates to
+any order (with respect to the input, and for grid_sample the grid too), traces, and
+compiles without rules of its own:
 
-- linear / bilinear / trilinear / bicubic interpolation are separable: along each
-  resized axis, the output is a weighted sum of 2 (linear) or 4 (cubic) `index_select`s
-  of the input, with PyTorch's source coordinates and cubic coefficients (A = -0.75)
-  computed once in numpy from the sizes. Unchanged axes are skipped;
+- linear / bilinear / trilinear / bicubic interpolation are separable: one
+  interpolate_axis op per resized axis (runtime/ops/conv.py: a weighted sum of 2 or 4
+  gathered rows, PyTorch's source coordinates and cubic coefficients A = -0.75) and its
+  adjoint interpolate_axis_backward, each the other's derivative. Unchanged axes are skipped;
 - 'nearest' / 'nearest-exact' use the upsample_nearest2d op (runtime/ops/conv.py); 1-d
   and 3-d inputs are views onto it (3-d: once over (H, W), once over D);
 - 'area' is adaptive average pooling;
@@ -24,7 +24,9 @@ import numpy as np
 
 from .. import _api as _E
 from ..dispatch import apply
+from ..autograd.formulas import defgrad
 from ..runtime.ops import OPS
+from ..runtime.ops.conv import cubic_coefficients, interpolation_taps
 from .functional_conv import (_ntuple, _tensor, adaptive_avg_pool1d, adaptive_avg_pool2d,
                               adaptive_avg_pool3d)
 
@@ -32,6 +34,7 @@ __all__ = ["interpolate", "upsample", "upsample_nearest", "upsample_bilinear", "
            "pixel_shuffle", "pixel_unshuffle", "channel_shuffle"]
 
 _UPSAMPLE = OPS["upsample_nearest2d"]
+_INTERPOLATE_AXIS, _INTERPOLATE_AXIS_BWD = OPS["interpolate_axis"], OPS["interpolate_axis_backward"]
 
 # the spatial rank each interpolating mode needs (PyTorch's error names the rank)
 _MODE_RANK = {"linear": 1, "bilinear": 2, "bicubic": 2, "trilinear": 3}
@@ -66,57 +69,13 @@ def _output_size(input, size, scale_factor, recompute_scale_factor, n):
     return out, (None,) * n if recompute_scale_factor else factors
 
 
-def _source(out, size, scale, align_corners, cubic):
-    """PyTorch's source coordinate of each output index along one axis
-    (area_pixel_compute_source_index): corners aligned, or pixel centres."""
-    i = np.arange(out, dtype=np.float64)
-    if align_corners:
-        return i * ((size - 1) / (out - 1)) if out > 1 else np.zeros(out)
-    src = (i + 0.5) * (1.0 / scale if scale else size / out) - 0.5
-    return src if cubic else np.maximum(src, 0.0)
-
-
-def _cubic_weights(t):
-    """The four cubic-convolution coefficients (A = -0.75, as PyTorch) for taps -1, 0, 1, 2."""
-    A = -0.75
-
-    def near(x):   # |x| <= 1
-        return ((A + 2) * x - (A + 3)) * x * x + 1
-
-    def far(x):    # 1 < |x| < 2
-        return ((A * x - 5 * A) * x + 8 * A) * x - 4 * A
-    return far(t + 1), near(t), near(1 - t), far(2 - t)
-
-
-def _taps(out, size, scale, align_corners, cubic):
-    """[(source indices, weights)] along one axis, or None when the axis is unchanged."""
-    src = _source(out, size, scale, align_corners, cubic)
-    if out == size and np.array_equal(src, np.arange(out)):
-        return None
-    i0 = np.floor(src).astype(np.int64)
-    t = src - i0
-    if cubic:
-        return [(np.clip(i0 - 1 + k, 0, size - 1), w) for k, w in enumerate(_cubic_weights(t))]
-    i0 = np.minimum(i0, size - 1)
-    t = src - i0
-    return [(i0, 1 - t), (i0 + (i0 < size - 1), t)]
-
-
 def _resample(input, out_size, scales, align_corners, cubic):
-    """Separable linear/cubic interpolation: along each spatial axis, a weighted sum of
-    index_selects of the input (the weights broadcast along that axis)."""
+    """Separable linear/cubic interpolation: one interpolate_axis op per resized axis."""
     x = input
-    for axis, (out, size, scale) in enumerate(zip(out_size, input._array.shape[2:], scales), start=2):
-        taps = _taps(out, size, scale, align_corners, cubic)
-        if taps is None:
-            continue
-        shape = (out,) + (1,) * (x._array.ndim - axis - 1)
-        y = None
-        for idx, w in taps:
-            term = x.index_select(axis, _E.tensor(idx, device=x.device)) * \
-                _E.tensor(w.reshape(shape), dtype=x.dtype, device=x.device)
-            y = term if y is None else y + term
-        x = y
+    for dim, (out, size, scale) in enumerate(zip(out_size, input._array.shape[2:], scales), start=2):
+        if interpolation_taps(out, size, scale, align_corners, cubic) is not None:
+            x = apply(_INTERPOLATE_AXIS, (x,), {"dim": dim, "output_size": out, "scale": scale,
+                                               "align_corners": align_corners, "cubic": cubic})
     return x
 
 
@@ -350,7 +309,7 @@ def _bicubic(flat, coords, sizes, padding_mode, align_corners):
     (PyTorch's get_value_bounded), weighted by the cubic coefficients of the fractions."""
     x, y = coords
     x0, y0 = x.detach().floor(), y.detach().floor()
-    wx, wy = _cubic_weights(x - x0), _cubic_weights(y - y0)
+    wx, wy = cubic_coefficients(x - x0), cubic_coefficients(y - y0)
     zeros = padding_mode == "zeros"
     out = None
     for i in range(4):
@@ -422,3 +381,13 @@ def channel_shuffle(input, groups):
     if c % g:
         raise RuntimeError(f"Number of channels must be divisible by groups. Got {c} channels and {g} groups.")
     return input.reshape(n, g, c // g, *shape[2:]).transpose(1, 2).reshape(shape)
+
+
+defgrad("interpolate_axis",
+        lambda g, x_shape, dim, scale, align_corners, cubic: apply(
+            _INTERPOLATE_AXIS_BWD, (g,), {"dim": dim, "input_size": x_shape[dim], "scale": scale,
+                                          "align_corners": align_corners, "cubic": cubic}))
+defgrad("interpolate_axis_backward",
+        lambda g, gy_shape, dim, scale, align_corners, cubic: apply(
+            _INTERPOLATE_AXIS, (g,), {"dim": dim, "output_size": gy_shape[dim], "scale": scale,
+                                      "align_corners": align_corners, "cubic": cubic}))

@@ -49,7 +49,8 @@ from . import Flops, declare
 from .meta import Spec, fail, fmt_shape
 from .reduction import array_sum
 
-__all__ = ["adaptive_matrix", "adaptive_windows", "conv_output_size", "nearest_source_index", "pool_output_size"]
+__all__ = ["adaptive_matrix", "adaptive_windows", "conv_output_size", "cubic_coefficients", "interpolation_taps",
+           "nearest_source_index", "pool_output_size"]
 
 
 # ---------------------------------------------------------------- shared helpers
@@ -1031,3 +1032,148 @@ def _adaptive_max_scratch(x, output_size):
 # the argmax of adaptive max pooling; the values are a gather at these indices (eagerc/nn/functional_conv.py)
 declare("adaptive_max_pool_indices", ("x",), _adaptive_max_pool_indices, _adaptive_max_rule,
         attrs=("output_size",), scratch=_adaptive_max_scratch, kind="window", flops=_ADAPTIVE, differentiable=False)
+
+
+# ---------------------------------------------------------------- linear / cubic interpolation along one axis
+# interpolate's linear, bilinear, trilinear and bicubic modes are separable: one interpolate_axis per
+# resized axis. Each output row is a weighted sum of 2 (linear) or 4 (cubic) input rows; the source rows
+# of each tap are non-decreasing, so the adjoint sums runs of rows (_sum_groups), never scatters.
+
+def _source_coords(out, size, scale, align_corners, cubic):
+    """PyTorch's source coordinate of each output index (area_pixel_compute_source_index):
+    corners aligned, or pixel centres with the user's scale_factor (1/scale) or size/out."""
+    i = np.arange(out, dtype=np.float64)
+    if align_corners:
+        return i * ((size - 1) / (out - 1)) if out > 1 else np.zeros(out)
+    src = (i + 0.5) * (1.0 / scale if scale else size / out) - 0.5
+    return src if cubic else np.maximum(src, 0.0)
+
+
+def cubic_coefficients(t):
+    """Keys' cubic convolution coefficients (A = -0.75, as PyTorch) of taps -1, 0, 1, 2 at
+    fraction t; plain arithmetic, so t may be an array or a Tensor (grid_sample)."""
+    A = -0.75
+
+    def near(x):   # |x| <= 1
+        return ((A + 2) * x - (A + 3)) * x * x + 1
+
+    def far(x):    # 1 < |x| < 2
+        return ((A * x - 5 * A) * x + 8 * A) * x - 4 * A
+    return far(t + 1), near(t), near(1 - t), far(2 - t)
+
+
+def interpolation_taps(out, size, scale, align_corners, cubic):
+    """[(source index, weight)] per tap along one axis (indices clamped to the input), or
+    None when the axis is unchanged (every output reads its own index with weight 1)."""
+    src = _source_coords(out, size, scale, align_corners, cubic)
+    if out == size and np.array_equal(src, np.arange(out)):
+        return None
+    i0 = np.floor(src).astype(np.int64)
+    if cubic:
+        return [(np.clip(i0 - 1 + k, 0, size - 1), w) for k, w in enumerate(cubic_coefficients(src - i0))]
+    i0 = np.minimum(i0, size - 1)
+    t = src - i0
+    return [(i0, 1 - t), (i0 + (i0 < size - 1), t)]
+
+
+# Short axes (out * in up to this) multiply by the dense (out, in) interpolation matrix instead: one
+# BLAS call beats 2-4 strided gathers and their run-summing adjoint until the matrix is mostly zeros.
+DENSE_MAX = 128 * 256
+
+
+def _tap_matrix(xp, taps, out, size, dtype):
+    """The (out, size) matrix of the taps: row i holds output i's weights (clamped taps add up)."""
+    m = np.zeros((out, size))
+    for idx, w in taps:
+        np.add.at(m, (np.arange(out), idx), w)
+    return xp.asarray(m.astype(dtype))
+
+
+def _along(xp, m, x, dim):
+    """m (out, size) applied along dimension dim of x: one matmul over contiguous rows."""
+    if dim == x.ndim - 1:
+        return xp.matmul(x, m.T)
+    lead, rest = x.shape[:dim], x.shape[dim + 1:]
+    y = xp.matmul(m, x.reshape((math.prod(lead), x.shape[dim], math.prod(rest))))
+    return y.reshape(lead + (m.shape[0],) + rest)
+
+
+def _weights(xp, w, dim, ndim, dtype):
+    return xp.asarray(w.astype(dtype).reshape((-1,) + (1,) * (ndim - dim - 1)))
+
+
+def _interpolate_axis(xp):
+    def interpolate_axis(x, dim, output_size, scale, align_corners, cubic):
+        if x.dtype.kind != "f" or not 0 <= dim < x.ndim or x.shape[dim] == 0 or output_size < 1:
+            raise ValueError("interpolate_axis: input")
+        taps = interpolation_taps(output_size, x.shape[dim], scale, align_corners, cubic)
+        if taps is None:
+            return x.copy()
+        if output_size * x.shape[dim] <= DENSE_MAX:
+            return _along(xp, _tap_matrix(xp, taps, output_size, x.shape[dim], x.dtype), x, dim)
+        y = None
+        for idx, w in taps:
+            term = x.take(xp.asarray(idx), axis=dim)
+            term *= _weights(xp, w, dim, x.ndim, x.dtype)
+            y = term if y is None else xp.add(y, term, out=y)
+        return y
+    return interpolate_axis
+
+
+def _interpolate_axis_backward(xp):
+    def interpolate_axis_backward(gy, dim, input_size, scale, align_corners, cubic):
+        """The adjoint: each tap's weighted gradient summed back onto the rows it read."""
+        taps = interpolation_taps(gy.shape[dim], input_size, scale, align_corners, cubic)
+        if taps is None:
+            return gy.copy()
+        if gy.shape[dim] * input_size <= DENSE_MAX:
+            return _along(xp, _tap_matrix(xp, taps, gy.shape[dim], input_size, gy.dtype).T, gy, dim)
+        dx = None
+        for idx, w in taps:
+            part = _sum_groups(xp, gy * _weights(xp, w, dim, gy.ndim, gy.dtype), idx, input_size, dim)
+            dx = part if dx is None else xp.add(dx, part, out=dx)
+        return dx
+    return interpolate_axis_backward
+
+
+def _interpolate_axis_rule(x, dim, output_size, scale, align_corners, cubic):
+    op = "interpolate_axis"
+    if not x.dtype.is_floating_point:
+        fail(op, (x,), f"expected a floating-point input, got {x.dtype.name} (cast with .float() first)", TypeError)
+    if not 0 <= dim < len(x.shape) or x.shape[dim] == 0 or output_size < 1:
+        fail(op, (x,), f"expected a non-empty dimension {dim} and a positive output size, got {output_size}")
+    return Spec(tuple(x.shape[:dim]) + (output_size,) + tuple(x.shape[dim + 1:]), x.dtype)
+
+
+def _interpolate_axis_backward_rule(gy, dim, input_size, scale, align_corners, cubic):
+    if not 0 <= dim < len(gy.shape) or input_size < 1 or not gy.dtype.is_floating_point:
+        fail("interpolate_axis_backward", (gy,), f"expected a floating-point grad_output with dimension {dim} and "
+             f"a positive input size, got {input_size}")
+    return Spec(tuple(gy.shape[:dim]) + (input_size,) + tuple(gy.shape[dim + 1:]), gy.dtype)
+
+
+def _interpolate_axis_scratch(x, dim, output_size, scale, align_corners, cubic):
+    """One gathered tap beside the running sum (or a contiguous copy for the matmul), and the
+    index and weight tables (or the dense matrix)."""
+    size = x.shape[dim]
+    return x.dtype.itemsize * (math.prod(x.shape) + math.prod(x.shape[:dim]) * output_size * math.prod(
+        x.shape[dim + 1:])) + 64 * output_size + 16 * output_size * size * (output_size * size <= DENSE_MAX)
+
+
+def _interpolate_axis_backward_scratch(gy, dim, input_size, scale, align_corners, cubic):
+    """The weighted gradient, each tap's summed part and _sum_groups' gathers and tables (or
+    the dense matrix and a contiguous copy)."""
+    rest = math.prod(gy.shape[:dim]) * math.prod(gy.shape[dim + 1:])
+    out = gy.shape[dim]
+    return gy.dtype.itemsize * rest * (2 * out + 2 * input_size) + 64 * (out + input_size) + \
+        16 * out * input_size * (out * input_size <= DENSE_MAX)
+
+
+_INTERPOLATE_ATTRS = ("dim", "output_size", "scale", "align_corners", "cubic")
+_TAP_FLOPS = Flops("pooling", lambda out, ins, attrs: 2 * (4 if attrs.get("cubic") else 2) * math.prod(out))
+# linear (2 taps) or cubic (4 taps) interpolation of x along dim to output_size
+declare("interpolate_axis", ("x",), _interpolate_axis, _interpolate_axis_rule, attrs=_INTERPOLATE_ATTRS,
+        scratch=_interpolate_axis_scratch, kind="window", flops=_TAP_FLOPS)
+declare("interpolate_axis_backward", ("gy",), _interpolate_axis_backward, _interpolate_axis_backward_rule,
+        attrs=("dim", "input_size", "scale", "align_corners", "cubic"), scratch=_interpolate_axis_backward_scratch,
+        kind="window")
