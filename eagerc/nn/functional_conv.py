@@ -42,7 +42,7 @@ _AVG_POOL_BWD = OPS["avg_pool2d_backward"]
 _ADAPTIVE = OPS["adaptive_avg_pool2d"]
 _ADAPTIVE_BWD = OPS["adaptive_avg_pool2d_backward"]
 _ADAPTIVE_MAX_IDX = OPS["adaptive_max_pool_indices"]
-_PAD = OPS["pad"]
+_IM2COL, _COL2IM = OPS["im2col"], OPS["col2im"]
 _UPSAMPLE = OPS["upsample_nearest2d"]  # its user is functional_resample.interpolate
 _UPSAMPLE_BWD = OPS["upsample_nearest2d_backward"]
 
@@ -505,12 +505,8 @@ def _fold_args(op, kernel_size, dilation, padding, stride):
     return k, d, p, s
 
 
-def _block_index(k, d, s, out, device):
-    """Rows (or columns) read by kernel offset i of block j, flattened (k, out): i*d + j*s."""
-    return _E.tensor((np.arange(k)[:, None] * d + np.arange(out) * s).ravel(), device=device)
-
-
 def _blocks(op, size, k, d, p, s):
+    """The grid of sliding blocks (oH, oW), or PyTorch's error."""
     out = tuple(conv_output_size(n, kk, ss, pp, pp, dd) for n, kk, ss, pp, dd in zip(size, k, s, p, d))
     if min(out) <= 0:
         raise RuntimeError(f"{op}: given input with spatial size {tuple(size)}, kernel_size={k}, dilation={d}, "
@@ -521,25 +517,20 @@ def _blocks(op, size, k, d, p, s):
 
 def unfold(input, kernel_size, dilation=1, padding=0, stride=1):
     """im2col: (N, C, H, W) -> (N, C*kH*kW, L), column l holding sliding block l (row-major
-    over the oH x oW blocks), channel-major then kernel offset. Two index_selects (rows, then
-    columns) and a permute; the gradient is fold."""
+    over the oH x oW blocks), channel-major then kernel offset: the convolutions' window
+    gather (the im2col op); its gradient is fold."""
     _tensor("unfold", "input", input)
     unbatched = _check_dims("unfold", input, (3, 4))
     k, d, p, s = _fold_args("unfold", kernel_size, dilation, padding, stride)
     x = input.unsqueeze(0) if unbatched else input
-    n, c = x._array.shape[:2]
-    oh, ow = _blocks("unfold", x._array.shape[2:], k, d, p, s)
-    if any(p):
-        x = apply(_PAD, (x,), {"pad": (p[1], p[1], p[0], p[0]), "value": 0.0})
-    y = x.index_select(2, _block_index(k[0], d[0], s[0], oh, x.device))
-    y = y.index_select(3, _block_index(k[1], d[1], s[1], ow, x.device))           # (n, c, kH*oH, kW*oW)
-    y = y.reshape(n, c, k[0], oh, k[1], ow).permute(0, 1, 2, 4, 3, 5).reshape(n, c * k[0] * k[1], oh * ow)
+    _blocks("unfold", x._array.shape[2:], k, d, p, s)
+    y = apply(_IM2COL, (x,), {"kernel_size": k, "dilation": d, "padding": p, "stride": s})
     return y.squeeze(0) if unbatched else y
 
 
 def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):
     """col2im, the adjoint of unfold: (N, C*kH*kW, L) -> (N, C, H, W), overlapping blocks
-    summed (two index_adds: columns, then rows)."""
+    summed (the transposed convolutions' scatter: the col2im op)."""
     _tensor("fold", "input", input)
     unbatched = _check_dims("fold", input, (2, 3))
     k, d, p, s = _fold_args("fold", kernel_size, dilation, padding, stride)
@@ -554,15 +545,7 @@ def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):
         raise RuntimeError(f"Given output_size={size}, kernel_size={k}, dilation={d}, padding={p}, stride={s}, "
                            f"expected size of input's dimension 2 to match the calculated number of sliding blocks "
                            f"{oh} * {ow} = {oh * ow}, but got input.size(2)={L}.")
-    c = ck // (k[0] * k[1])
-    H, W = size[0] + 2 * p[0], size[1] + 2 * p[1]
-    y = x.reshape(n, c, k[0], k[1], oh, ow).permute(0, 1, 2, 4, 3, 5).reshape(n, c, k[0] * oh, k[1] * ow)
-    y = _E.zeros(n, c, k[0] * oh, W, dtype=x.dtype, device=x.device).index_add(
-        3, _block_index(k[1], d[1], s[1], ow, x.device), y)
-    y = _E.zeros(n, c, H, W, dtype=x.dtype, device=x.device).index_add(
-        2, _block_index(k[0], d[0], s[0], oh, x.device), y)
-    if any(p):
-        y = y[:, :, p[0]:p[0] + size[0], p[1]:p[1] + size[1]]
+    y = apply(_COL2IM, (x,), {"output_size": size, "kernel_size": k, "dilation": d, "padding": p, "stride": s})
     return y.squeeze(0) if unbatched else y
 
 
@@ -603,3 +586,10 @@ defgrad("upsample_nearest2d",
 defgrad("upsample_nearest2d_backward",
         lambda g, output_size, scales, exact: apply(
             _UPSAMPLE, (g,), {"output_size": output_size, "scales": scales, "exact": exact}))
+defgrad("im2col",
+        lambda g, x_shape, kernel_size, dilation, padding, stride: apply(
+            _COL2IM, (g,), {"output_size": tuple(x_shape[2:]), "kernel_size": kernel_size, "dilation": dilation,
+                            "padding": padding, "stride": stride}))
+defgrad("col2im",
+        lambda g, kernel_size, dilation, padding, stride: apply(
+            _IM2COL, (g,), {"kernel_size": kernel_size, "dilation": dilation, "padding": padding, "stride": stride}))

@@ -1125,7 +1125,7 @@ for _why, _names in [
         ("a training-step kernel (a derivative); export inference graphs",
          "softmax_backward log_softmax_backward layer_norm_backward layer_norm_weight_backward batch_norm_backward "
          "batch_norm_weight_backward batch_norm_stats gelu_backward cross_entropy_backward embedding_backward "
-         "conv2d_weight conv3d_weight interpolate_axis_backward max_pool2d_backward max_pool2d_select avg_pool2d_backward adaptive_avg_pool2d_backward "
+         "conv2d_weight conv3d_weight interpolate_axis_backward col2im max_pool2d_backward max_pool2d_select avg_pool2d_backward adaptive_avg_pool2d_backward "
          "upsample_nearest2d_backward"),
         ("batch statistics of training mode; export in eval mode (running statistics)", "batch_norm"),
         ("ONNX has CumSum but no CumProd", "cumprod"),
@@ -1136,6 +1136,8 @@ for _why, _names in [
          "max_pool2d_indices"),
         ("ONNX has no adaptive max pooling (its windows vary in size)", "adaptive_max_pool_indices"),
         ("not converted yet (ONNX Resize, one axis at a time, could express it)", "interpolate_axis"),
+        ("not converted yet (ONNX has Col2Im but no Im2Col; a Conv with an identity kernel could express it)",
+         "im2col"),
         ("its result's size depends on the data (eagerc records the count as a constant)", "nonzero"),
         ("an exported program runs on the device of its inputs", "to_device")]:
     no_part("onnx", _why, _names.split())

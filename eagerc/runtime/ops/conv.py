@@ -139,8 +139,15 @@ def _windows(xp, x, k, stride, dilation, out):
     contiguous = all(st[i] == st[i + 1] * x.shape[i + 1] for i in range(2, x.ndim - 1))
     if _row_wrapped(stride, size, out) and contiguous:
         return strided(x, (n, c) + tuple(k) + (_run_length(out, size),), st[:2] + dil + (st[-1],)), True
-    return strided(x, (n, c) + tuple(k) + tuple(out),
-                   st[:2] + dil + tuple(s * e for s, e in zip(stride, st[2:]))), False
+    return _window_view(xp, x, k, stride, dilation, out), False
+
+
+def _window_view(xp, x, k, stride, dilation, out):
+    """Every window of x (n, c, *spatial) as an (n, c, *k, *out) strided view (no copy)."""
+    st = x.strides
+    return _as_strided(xp)(x, x.shape[:2] + tuple(k) + tuple(out),
+                           st[:2] + tuple(d * e for d, e in zip(dilation, st[2:]))
+                           + tuple(s * e for s, e in zip(stride, st[2:])))
 
 
 def _from_runs(xp, y, out, size):
@@ -205,7 +212,7 @@ def _conv(xp):
     return conv
 
 
-def _col2im(xp, cols, out, k, stride, dilation, size, flat):
+def _col2im_add(xp, cols, out, k, stride, dilation, size, flat):
     """Adjoint of the im2col gather: add cols (c, *k, n, P or prod(size)) into the zeroed
     channel-major padded buffer out (c, n, *padded), one strided add per kernel position."""
     c, n = out.shape[:2]
@@ -253,7 +260,7 @@ def _conv_transpose(xp):
         P = g.shape[-1]
         wT = w.reshape(groups, ci // groups, cog * math.prod(k)).swapaxes(1, 2)   # (G, K, ci/G)
         cols = xp.matmul(wT, g.reshape(groups, ci // groups, n * P))           # one GEMM: (G, K, n*P)
-        buf = _col2im(xp, cols.reshape((co,) + k + (n, P)), xp.zeros((co, n) + full, x.dtype),
+        buf = _col2im_add(xp, cols.reshape((co,) + k + (n, P)), xp.zeros((co, n) + full, x.dtype),
                       k, stride, dilation, x.shape[2:], flat)
         _add_bias(buf, b)
         return _unpad(xp, buf.swapaxes(0, 1), padding, size)                  # a view when padding >= 0
@@ -1176,4 +1183,78 @@ declare("interpolate_axis", ("x",), _interpolate_axis, _interpolate_axis_rule, a
         scratch=_interpolate_axis_scratch, kind="window", flops=_TAP_FLOPS)
 declare("interpolate_axis_backward", ("gy",), _interpolate_axis_backward, _interpolate_axis_backward_rule,
         attrs=("dim", "input_size", "scale", "align_corners", "cubic"), scratch=_interpolate_axis_backward_scratch,
+        kind="window")
+
+
+# ---------------------------------------------------------------- im2col / col2im (F.unfold / F.fold)
+# The convolutions' own gather and scatter, exposed: im2col is the window view copied to
+# (n, c*kH*kW, L); col2im adds the columns back (_col2im_add) and crops the padding. Each is the
+# other's derivative.
+
+def _blocks(size, kernel_size, dilation, padding, stride):
+    return tuple(conv_output_size(n, k, s, p, p, d) for n, k, s, p, d in zip(size, kernel_size, stride, padding,
+                                                                              dilation))
+
+
+def _im2col(xp):
+    def im2col(x, kernel_size, dilation, padding, stride):
+        out = _blocks(x.shape[2:], kernel_size, dilation, padding, stride)
+        if x.ndim != 4 or min(out) <= 0:
+            raise ValueError("im2col: sizes")
+        x = _pad(xp, x, tuple((p, p) for p in padding))
+        view = _window_view(xp, x, kernel_size, stride, dilation, out)
+        return view.reshape(x.shape[0], -1, math.prod(out))
+    return im2col
+
+
+def _col2im(xp):
+    def col2im(cols, output_size, kernel_size, dilation, padding, stride):
+        n, ck, L = cols.shape
+        K = math.prod(kernel_size)
+        out = _blocks(output_size, kernel_size, dilation, padding, stride)
+        if ck % K or math.prod(out) != L:
+            raise ValueError("col2im: sizes")
+        c = ck // K
+        padded = tuple(s + 2 * p for s, p in zip(output_size, padding))
+        cm = cols.reshape((n, c) + tuple(kernel_size) + (L,)).transpose(1, 2, 3, 0, 4)   # (c, kH, kW, n, L)
+        buf = _col2im_add(xp, cm, xp.zeros((c, n) + padded, cols.dtype), kernel_size, stride, dilation, out, False)
+        return _unpad(xp, buf.swapaxes(0, 1), tuple((p, p) for p in padding), output_size)
+    return col2im
+
+
+def _im2col_rule(x, kernel_size, dilation, padding, stride):
+    if len(x.shape) != 4 or x.dtype is dtypes.bool:
+        fail("im2col", (x,), f"expected a numeric 4-d input (N, C, H, W), got {fmt_shape(x.shape)} {x.dtype.name}")
+    out = _blocks(x.shape[2:], kernel_size, dilation, padding, stride)
+    if min(out) <= 0:
+        fail("im2col", (x,), f"calculated shape of the array of sliding blocks as {out}, but its components must "
+             "be at least one")
+    return Spec((x.shape[0], x.shape[1] * math.prod(kernel_size), math.prod(out)), x.dtype)
+
+
+def _col2im_rule(cols, output_size, kernel_size, dilation, padding, stride):
+    if len(cols.shape) != 3 or cols.dtype is dtypes.bool:
+        fail("col2im", (cols,), f"expected a numeric 3-d input (N, C*kH*kW, L), got {fmt_shape(cols.shape)}")
+    K = math.prod(kernel_size)
+    out = _blocks(output_size, kernel_size, dilation, padding, stride)
+    if cols.shape[1] % K or min(out) <= 0 or math.prod(out) != cols.shape[2]:
+        fail("col2im", (cols,), f"expected (N, C*{K}, {math.prod(out)}) columns for output_size "
+             f"{tuple(output_size)}, got {fmt_shape(cols.shape)}")
+    return Spec((cols.shape[0], cols.shape[1] // K) + tuple(output_size), cols.dtype)
+
+
+def _im2col_scratch(x, kernel_size, dilation, padding, stride):
+    return x.dtype.itemsize * _padded_elems(x.shape, tuple((p, p) for p in padding))
+
+
+def _col2im_scratch(cols, output_size, kernel_size, dilation, padding, stride):
+    """The channel-major copy of the columns and the zeroed padded image."""
+    padded = math.prod(s + 2 * p for s, p in zip(output_size, padding))
+    return cols.dtype.itemsize * (math.prod(cols.shape) + cols.shape[0] * cols.shape[1] // math.prod(kernel_size)
+                                  * padded)
+
+
+_FOLD = ("kernel_size", "dilation", "padding", "stride")
+declare("im2col", ("x",), _im2col, _im2col_rule, attrs=_FOLD, scratch=_im2col_scratch, kind="window")
+declare("col2im", ("cols",), _col2im, _col2im_rule, attrs=("output_size",) + _FOLD, scratch=_col2im_scratch,
         kind="window")
