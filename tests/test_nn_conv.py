@@ -753,3 +753,17 @@ def test_interpolate_axis_gathers_and_dense_matrix_agree(monkeypatch, cubic):
         y.backward(T(gy))
         grads.append(xt.grad.numpy())
     close(grads[0], grads[1], 1e-12)
+
+
+def test_with_indices_forms_and_torch_namespace_names():
+    from op_cases.conv import ref_adaptive_pool
+    x = rand(2, 3, 5, 7)
+    for f in (F.max_pool2d_with_indices, lambda x, k: F.max_pool2d(x, k, return_indices=True)):
+        y, idx = f(T(x), 2)
+        close(y, ref_max_pool2d(x, 2)[0])
+        np.testing.assert_array_equal(idx.numpy(), ref_max_pool2d(x, 2)[1])
+    y, idx = F.adaptive_max_pool2d_with_indices(T(x), (2, 3))
+    np.testing.assert_array_equal(idx.numpy(), ref_adaptive_pool(x, (2, 3), "max")[1])
+    assert F.GRID_SAMPLE_PADDING_MODES == {"zeros": 0, "border": 1, "reflection": 2}
+    assert eagerc.conv3d is F.conv3d and eagerc.pixel_shuffle is F.pixel_shuffle
+    assert F.native_channel_shuffle is F.channel_shuffle

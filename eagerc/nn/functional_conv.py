@@ -27,6 +27,8 @@ __all__ = [
     "max_pool1d", "max_pool2d", "avg_pool1d", "avg_pool2d",
     "max_pool3d", "avg_pool3d", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d",
     "adaptive_max_pool1d", "adaptive_max_pool2d", "adaptive_max_pool3d", "unfold", "fold",
+    "max_pool1d_with_indices", "max_pool2d_with_indices", "max_pool3d_with_indices",
+    "adaptive_max_pool1d_with_indices", "adaptive_max_pool2d_with_indices", "adaptive_max_pool3d_with_indices",
 ]
 
 _CONV = {nd: OPS[f"conv{nd}d"] for nd in (2, 3)}
@@ -491,6 +493,22 @@ def adaptive_max_pool2d(input, output_size, return_indices=False):
 def adaptive_max_pool3d(input, output_size, return_indices=False):
     """Max over adaptive windows of (N, C, D, H, W) or (C, D, H, W)."""
     return _adaptive_max("adaptive_max_pool3d", 3, input, output_size, return_indices)
+
+
+# ---------------------------------------------------------------- PyTorch's *_with_indices forms: always (values, indices)
+
+def _with_indices(pool):
+    def with_indices(input, *args, return_indices=True, **kw):
+        return pool(input, *args, return_indices=True, **kw)
+    with_indices.__name__ = f"{pool.__name__}_with_indices"
+    with_indices.__doc__ = f"{pool.__name__}(..., return_indices=True): (values, flat indices)."
+    return with_indices
+
+
+max_pool1d_with_indices, max_pool2d_with_indices, max_pool3d_with_indices = (
+    _with_indices(f) for f in (max_pool1d, max_pool2d, max_pool3d))
+adaptive_max_pool1d_with_indices, adaptive_max_pool2d_with_indices, adaptive_max_pool3d_with_indices = (
+    _with_indices(f) for f in (adaptive_max_pool1d, adaptive_max_pool2d, adaptive_max_pool3d))
 
 
 # ---------------------------------------------------------------- unfold / fold (im2col / col2im)

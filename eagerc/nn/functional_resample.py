@@ -31,7 +31,12 @@ from .functional_conv import (_ntuple, _tensor, adaptive_avg_pool1d, adaptive_av
                               adaptive_avg_pool3d)
 
 __all__ = ["interpolate", "upsample", "upsample_nearest", "upsample_bilinear", "grid_sample", "affine_grid",
-           "pixel_shuffle", "pixel_unshuffle", "channel_shuffle"]
+           "pixel_shuffle", "pixel_unshuffle", "channel_shuffle", "native_channel_shuffle",
+           "GRID_SAMPLE_INTERPOLATION_MODES", "GRID_SAMPLE_PADDING_MODES"]
+
+# PyTorch's tables of grid_sample's modes (their values are ATen's enum codes)
+GRID_SAMPLE_INTERPOLATION_MODES = {"bilinear": 0, "nearest": 1, "bicubic": 2}
+GRID_SAMPLE_PADDING_MODES = {"zeros": 0, "border": 1, "reflection": 2}
 
 _UPSAMPLE = OPS["upsample_nearest2d"]
 _INTERPOLATE_AXIS, _INTERPOLATE_AXIS_BWD = OPS["interpolate_axis"], OPS["interpolate_axis_backward"]
@@ -251,10 +256,10 @@ def grid_sample(input, grid, mode="bilinear", padding_mode="zeros", align_corner
     padding_mode zeros / border / reflection. Differentiable in input and grid."""
     _tensor("grid_sample", "input", input)
     _tensor("grid_sample", "grid", grid)
-    if mode not in ("bilinear", "nearest", "bicubic"):
+    if mode not in GRID_SAMPLE_INTERPOLATION_MODES:
         raise ValueError(f"nn.functional.grid_sample(): expected mode to be 'bilinear', 'nearest' or 'bicubic', "
                          f"but got: '{mode}'")
-    if padding_mode not in ("zeros", "border", "reflection"):
+    if padding_mode not in GRID_SAMPLE_PADDING_MODES:
         raise ValueError(f"nn.functional.grid_sample(): expected padding_mode to be 'zeros', 'border', or "
                          f"'reflection', but got: '{padding_mode}'")
     align_corners = bool(align_corners)
@@ -382,6 +387,9 @@ def channel_shuffle(input, groups):
         raise RuntimeError(f"Number of channels must be divisible by groups. Got {c} channels and {g} groups.")
     return input.reshape(n, g, c // g, *shape[2:]).transpose(1, 2).reshape(shape)
 
+
+
+native_channel_shuffle = channel_shuffle
 
 defgrad("interpolate_axis",
         lambda g, x_shape, dim, scale, align_corners, cubic: apply(
