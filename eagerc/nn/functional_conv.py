@@ -1,17 +1,22 @@
-"""Convolution, pooling and nearest upsampling: the conv part of eagerc.nn.functional.
+"""Convolution, pooling, unfold/fold: the conv part of eagerc.nn.functional.
 
 PyTorch's names, signatures and defaults. The primitives live in
 eagerc/runtime/ops/conv.py (im2col + BLAS kernels, shape rules); this file
-normalises arguments (ints or pairs, 'same'/'valid' padding, unbatched inputs,
+normalises arguments (ints or tuples, 'same'/'valid' padding, unbatched inputs,
 1-d ops as views onto the 2-d ones) and attaches the derivatives, written with
-these same ops so that gradients of any order work:
+these same ops so that gradients of any order work (every rank, N = 2 or 3):
 
-    conv2d(x, w)            dx = conv_transpose2d(g, w)     dw = conv2d_weight(x, g)
-    conv_transpose2d(x, w)  dx = conv2d(g, w)               dw = conv2d_weight(g, x)
-    conv2d_weight(x, gy)    dx = conv_transpose2d(gy, g)    dgy = conv2d(x, g)
+    convNd(x, w)            dx = conv_transposeNd(g, w)     dw = convNd_weight(x, g)
+    conv_transposeNd(x, w)  dx = convNd(g, w)               dw = convNd_weight(g, x)
+    convNd_weight(x, gy)    dx = conv_transposeNd(gy, g)    dgy = convNd(x, g)
     max_pool2d(x)           dx = max_pool2d_backward(g, x)  (g routed to each window's first argmax)
     max_pool2d_backward     dgy = max_pool2d_select(g, x)   and back again
     avg_pool2d, adaptive_avg_pool2d, upsample_nearest2d: linear, each with its *_backward adjoint.
+    im2col (unfold) and col2im (fold): each the other's derivative.
+
+Compositions: 3-d max/avg pooling run the 2-d ops over (H, W), then over D (separable);
+adaptive_avg_pool3d adds one matmul over D; adaptive max pooling is a gather at the
+adaptive_max_pool_indices op's argmax.
 """
 import numpy as np
 

@@ -1,43 +1,52 @@
-"""Convolution, pooling and nearest-upsampling primitives (NCHW / NCDHW layout).
+"""Convolution, pooling, im2col/col2im and resampling primitives (NCHW / NCDHW layout).
 
 Every kernel works on strided views of the (padded) input plus, for convolutions,
 one batched BLAS matmul -- never a Python loop over pixels or over the batch. The
-only Python loops run over kernel positions (kh*kw, e.g. 9) or replication counts.
+only Python loops run over kernel positions (e.g. 9 or 27) or replication counts.
 
-Convolutions (im2col):
+Convolutions (im2col), one kernel for any number of spatial dims, declared per rank
+(conv2d / conv3d, conv_transpose2d / 3d, conv2d_weight / conv3d_weight):
 - the windows of the padded input are a strided view (no copy); reshaping it to
-  channel-major columns (groups, cin/groups*kh*kw, n*P) is the one im2col copy, and
+  channel-major columns (groups, cin/groups*prod(k), n*P) is the one im2col copy, and
   `weight @ cols` is one GEMM for the whole batch (one large BLAS call instead of n
   small ones: faster, and far less sensitive to BLAS thread start-up);
 - stride 1 uses *row-wrapped* windows: each kernel offset reads one contiguous run of
-  P = (oh-1)*W + ow elements of a padded channel plane (W the padded width), so
-  the copy moves long runs instead of ow-long rows (about 4x faster). The run also
-  covers W-ow junk columns at the end of each output row; the output is a strided
-  (n, c_out, oh, ow) view that skips them (no copy: a copy costs more than the next
-  op's strided read), and gradients are zero there, so they cancel;
-- `conv_transpose2d` is the adjoint: `weight^T @ x` gives columns that col2im adds
-  back into the padded output, one strided add per kernel position;
-- `conv2d_weight` (the weight gradient) is `cols @ gy^T`, the batch sum being part of
-  the GEMM's inner dimension.
+  P = 1 + sum((out_i - 1) * inner_i) elements of a padded channel volume (2-d:
+  (oh-1)*W + ow), so the copy moves long runs instead of ow-long rows (about 4x
+  faster). The run also covers junk columns (and, in 3-d, junk rows); the output is a
+  strided view that skips them (no copy: a copy costs more than the next op's strided
+  read), and gradients are zero there, so they cancel;
+- conv_transpose is the adjoint: `weight^T @ x` gives columns that col2im adds back
+  into the padded output, one strided add per kernel position;
+- the weight gradient is `cols @ gy^T`, the batch sum being part of the GEMM's inner
+  dimension.
 The three are each other's derivatives (see eagerc/nn/functional_conv.py), so
-gradients of any order stay on these kernels.
+gradients of any order stay on these kernels. im2col / col2im (F.unfold / F.fold) are
+the same gather and scatter on their own.
 
 Pooling: the window at kernel position (i, j) over all outputs is one strided slice
 of the padded input; max pooling folds `maximum` over the kh*kw slices, average
 pooling adds them. Max pooling's backward recomputes, from one contiguous copy of the
 windows, a mask of each window's first maximum (kernel positions in row-major order,
-so ties go to the first position, as in PyTorch) and routes the gradient there.
+so ties go to the first position, as in PyTorch) and routes the gradient there. 3-d
+pooling is separable onto these 2-d ops (eagerc/nn/functional_conv.py). Adaptive max
+pooling of any rank is one op giving each window's first argmax (the values are a
+gather).
+
+Resampling: nearest upsampling is a gather along H and W; linear and cubic
+interpolation are one interpolate_axis op per axis (a dense interpolation matrix on
+short axes, 2-4 gathered rows on long ones) with its run-summing adjoint.
 
 Attributes are JSON-plain. `padding` of the conv ops is per side,
-((top, bottom), (left, right)) -- asymmetric for padding='same' with even kernels;
-negative values crop. Pool ops take symmetric (ph, pw).
+((before, after), ...) per spatial dim -- asymmetric for padding='same' with even
+kernels; negative values crop. Pool ops take symmetric (ph, pw).
 
-Decomposition note (for the compiler): conv2d / conv_transpose2d / conv2d_weight are
-pad + strided window gather + matmul (+ col2im adds); a backend should keep the
-matmul on BLAS (numpy / cuBLAS) and may fuse only the gather, bias and the following
-elementwise ops. max/avg pooling decompose into kh*kw strided slices folded with
-maximum / add and a divide; the adaptive average pool and its backward are two small
-matmuls with averaging matrices; nearest upsampling is a gather along H and W.
+Decomposition note (for the compiler): the conv ops are pad + strided window gather +
+matmul (+ col2im adds); a backend should keep the matmul on BLAS (numpy / cuBLAS) and
+may fuse only the gather, bias and the following elementwise ops. max/avg pooling
+decompose into kh*kw strided slices folded with maximum / add and a divide; the
+adaptive average pool and its backward are two small matmuls with averaging matrices;
+nearest upsampling is a gather along H and W.
 """
 import itertools
 import math
