@@ -575,7 +575,7 @@ def test_conv3d_against_torch(cfg):
     close(ey, ty.detach().numpy(), 1e-9)
 
 
-# ---------------------------------------------------------------- 3-d pooling, adaptive max pooling, resampling, folding
+# ---------------------------------------------------------------- 3-d and adaptive max pooling, resampling, folding
 
 def test_new_modules_match_references_and_pytorch_reprs():
     from op_cases.conv import (ref_adaptive_pool, ref_avg_pool3d, ref_interpolate, ref_max_pool3d, ref_unfold,

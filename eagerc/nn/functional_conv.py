@@ -500,7 +500,7 @@ def adaptive_max_pool3d(input, output_size, return_indices=False):
     return _adaptive_max("adaptive_max_pool3d", 3, input, output_size, return_indices)
 
 
-# ---------------------------------------------------------------- PyTorch's *_with_indices forms: always (values, indices)
+# ---------------------------------------------------------------- *_with_indices: always (values, indices)
 
 def _with_indices(pool):
     def with_indices(input, *args, return_indices=True, **kw):

@@ -401,10 +401,12 @@ def ref_conv_transpose3d(x, w, b=None, stride=1, padding=0, output_padding=0, gr
 
 
 CASES += [
-    Case("conv3d", F.conv3d, ref_conv3d, [((2, 3, 4, 5, 3), (4, 3, 2, 3, 2), (4,)), ((1, 2, 3, 3, 3), (2, 2, 1, 1, 1), (2,))]),
+    Case("conv3d", F.conv3d, ref_conv3d,
+         [((2, 3, 4, 5, 3), (4, 3, 2, 3, 2), (4,)), ((1, 2, 3, 3, 3), (2, 2, 1, 1, 1), (2,))]),
     Case("conv3d_stride_padding_dilation",
          lambda x, w, b: F.conv3d(x, w, b, stride=(2, 1, 2), padding=(1, 0, 2), dilation=(1, 2, 1)),
-         lambda x, w, b: ref_conv3d(x, w, b, (2, 1, 2), (1, 0, 2), (1, 2, 1)), [((2, 2, 4, 5, 4), (3, 2, 2, 2, 3), (3,))]),
+         lambda x, w, b: ref_conv3d(x, w, b, (2, 1, 2), (1, 0, 2), (1, 2, 1)),
+         [((2, 2, 4, 5, 4), (3, 2, 2, 2, 3), (3,))]),
     Case("conv3d_groups_same", lambda x, w: F.conv3d(x, w, padding="same", groups=2),
          lambda x, w: ref_conv3d(x, w, None, 1, "same", 1, 2), [((1, 4, 3, 4, 4), (4, 2, 2, 3, 2))]),
     Case("conv3d_unbatched", F.conv3d, lambda x, w, b: ref_conv3d(x[None], w, b)[0],
@@ -461,7 +463,8 @@ def ref_avg_pool3d(x, kernel_size, stride=None, padding=0, ceil_mode=False, coun
         if divisor_override:
             div = divisor_override
         elif count_include_pad:   # the window clipped to the padded input
-            div = math.prod(min(o * ss - pp + kk, n + pp) - (o * ss - pp) for o, kk, ss, pp, n in zip(pos, k, s, p, size))
+            div = math.prod(min(o * ss - pp + kk, n + pp) - (o * ss - pp)
+                            for o, kk, ss, pp, n in zip(pos, k, s, p, size))
         else:
             div = math.prod(len(r) for r in ranges)
         out[(slice(None), slice(None)) + pos] = total / div
@@ -719,7 +722,8 @@ CASES += [
          lambda x: ref_interpolate(x, (5, 8)), [((1, 2, 3, 5),)]),
     Case("interpolate_bicubic", lambda x: F.interpolate(x, scale_factor=1.7, mode="bicubic"),
          lambda x: ref_interpolate(x, (5, 8), cubic=True, scales=(1.7, 1.7)), [((1, 2, 3, 5),)]),
-    Case("interpolate_bicubic_align_corners", lambda x: F.interpolate(x, size=(3, 7), mode="bicubic", align_corners=True),
+    Case("interpolate_bicubic_align_corners",
+         lambda x: F.interpolate(x, size=(3, 7), mode="bicubic", align_corners=True),
          lambda x: ref_interpolate(x, (3, 7), align_corners=True, cubic=True), [((2, 1, 5, 4),)]),
     Case("interpolate_trilinear", lambda x: F.interpolate(x, size=(3, 4, 2), mode="trilinear"),
          lambda x: ref_interpolate(x, (3, 4, 2)), [((1, 2, 2, 3, 4),)]),
@@ -741,7 +745,8 @@ CASES += [
     # grid_sample: differentiable in the input and (bilinear, bicubic) in the grid
     Case("grid_sample_bilinear", lambda x, g: F.grid_sample(x, g, align_corners=False),
          lambda x, g: ref_grid_sample(x, g), [((2, 2, 4, 5), (2, 3, 2, 2))], make=(None, grid_values)),
-    Case("grid_sample_bilinear_border_align", lambda x, g: F.grid_sample(x, g, padding_mode="border", align_corners=True),
+    Case("grid_sample_bilinear_border_align",
+         lambda x, g: F.grid_sample(x, g, padding_mode="border", align_corners=True),
          lambda x, g: ref_grid_sample(x, g, "bilinear", "border", True), [((1, 2, 3, 4), (1, 2, 3, 2))],
          make=(None, grid_values)),
     Case("grid_sample_bilinear_reflection",
