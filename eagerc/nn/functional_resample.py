@@ -31,10 +31,10 @@ from .functional_conv import (_ntuple, _tensor, adaptive_avg_pool1d, adaptive_av
                               adaptive_avg_pool3d)
 
 __all__ = ["interpolate", "upsample", "upsample_nearest", "upsample_bilinear", "grid_sample", "affine_grid",
-           "pixel_shuffle", "pixel_unshuffle", "channel_shuffle", "native_channel_shuffle",
-           "GRID_SAMPLE_INTERPOLATION_MODES", "GRID_SAMPLE_PADDING_MODES"]
+           "pixel_shuffle", "pixel_unshuffle", "channel_shuffle", "native_channel_shuffle"]
 
-# PyTorch's tables of grid_sample's modes (their values are ATen's enum codes)
+# PyTorch's tables of grid_sample's modes (their values are ATen's enum codes); module attributes
+# (eagerc.nn.functional re-exports them by name), not functions, so not in __all__
 GRID_SAMPLE_INTERPOLATION_MODES = {"bilinear": 0, "nearest": 1, "bicubic": 2}
 GRID_SAMPLE_PADDING_MODES = {"zeros": 0, "border": 1, "reflection": 2}
 
