@@ -57,6 +57,9 @@ float16, bool_ = float16, bool
 from .nn import functional as _nn_functional  # noqa: E402,F401
 from .nn.functional import softmax, log_softmax  # noqa: E402,F401
 from .nn.functional_rnn import lstm_cell, gru_cell, rnn_tanh_cell, rnn_relu_cell  # noqa: E402,F401
+# torch.<name> forms of nn.functional's convolutions and shuffles (the same signatures)
+from .nn.functional import (conv1d, conv2d, conv3d, conv_transpose1d, conv_transpose2d,  # noqa: E402,F401
+                            conv_transpose3d, pixel_shuffle, pixel_unshuffle, channel_shuffle, native_channel_shuffle)
 
 # The compiler is the layer above: eager use never imports it. `eagerc.compile` and
 # `eagerc.export` load it on first use (PEP 562).

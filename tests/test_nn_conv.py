@@ -354,8 +354,8 @@ def test_pool_and_interpolate_errors():
     _raises(RuntimeError, "kernel_size should be greater than zero", F.max_pool2d, x, 0)
     _raises(TypeError, "avg_pool2d.*floating-point.*int64", F.avg_pool2d, x.long(), 2)
     _raises(TypeError, "adaptive_avg_pool2d.*floating-point", F.adaptive_avg_pool2d, x.long(), 2)
-    _raises(NotImplementedError, "mode='bilinear' is not implemented", F.interpolate, x, scale_factor=2,
-            mode="bilinear")
+    _raises(NotImplementedError, "antialias=True is not implemented", F.interpolate, x, scale_factor=2,
+            mode="bilinear", antialias=True)
     _raises(ValueError, "only one of size or scale_factor", F.interpolate, x, size=3, scale_factor=2)
     _raises(ValueError, "either size or scale_factor", F.interpolate, x)
     _raises(ValueError, "align_corners option can only be set", F.interpolate, x, scale_factor=2,
@@ -527,3 +527,243 @@ def test_first_layer_weight_gradient_at_batch_size():
     dx, dw = ref_conv2d_grads(x, w, gy, 1, 1)
     close(wt.grad, dw, 1e-8)
     close(xt.grad, dx, 1e-8)
+
+
+# ---------------------------------------------------------------- 3-d convolutions
+
+def test_conv3d_modules_match_the_references_and_pytorch_reprs():
+    from op_cases.conv import ref_conv3d, ref_conv_transpose3d
+    m = nn.Conv3d(2, 4, (3, 2, 3), stride=(1, 2, 1), padding=1, dtype=eagerc.float64)
+    assert repr(m) == "Conv3d(2, 4, kernel_size=(3, 2, 3), stride=(1, 2, 1), padding=(1, 1, 1))"
+    assert m.weight.shape == (4, 2, 3, 2, 3)
+    x = rand(2, 2, 4, 5, 3)
+    close(m(T(x)), ref_conv3d(x, m.weight.detach().numpy(), m.bias.detach().numpy(), (1, 2, 1), 1), 1e-10)
+    t = nn.ConvTranspose3d(4, 2, 3, stride=2, padding=1, groups=2, bias=False, dtype=eagerc.float64)
+    assert repr(t) == ("ConvTranspose3d(4, 2, kernel_size=(3, 3, 3), stride=(2, 2, 2), padding=(1, 1, 1), "
+                       "groups=2, bias=False)")
+    z = rand(1, 4, 2, 3, 2)
+    y = t(T(z), output_size=(4, 6, 4))
+    assert y.shape == (1, 2, 4, 6, 4)
+    close(y, ref_conv_transpose3d(z, t.weight.detach().numpy(), None, 2, 1, 1, 2), 1e-10)
+
+
+def test_conv3d_errors_name_the_op():
+    _raises(RuntimeError, "conv3d: expected 4D", F.conv3d, T(rand(2, 3, 4)), T(rand(2, 3, 1, 1, 1)))
+    _raises(RuntimeError, "expected a 5-d weight", F.conv3d, T(rand(1, 3, 4, 4, 4)), T(rand(2, 3, 1, 1)))
+    _raises(RuntimeError, "conv3d.*expected input .* to have 4 channels", F.conv3d, T(rand(1, 3, 4, 4, 4)),
+            T(rand(2, 4, 1, 1, 1)))
+
+
+@pytest.mark.parametrize("cfg", [dict(), dict(stride=2, padding=1), dict(padding="same", dilation=(1, 2, 1)),
+                                 dict(groups=2, padding=(1, 0, 2), stride=(1, 1, 2))], ids=str)
+def test_conv3d_against_torch(cfg):
+    torch = pytest.importorskip("torch")
+    x, w, b = rand(2, 4, 5, 6, 5), rand(6, 4 // cfg.get("groups", 1), 3, 2, 3, seed=1), rand(6, seed=2)
+    tx, tw, tb = (torch.tensor(a, requires_grad=True) for a in (x, w, b))
+    ty = torch.nn.functional.conv3d(tx, tw, tb, **cfg)
+    g = rand(*ty.shape, seed=3)
+    ty.backward(torch.tensor(g))
+    ex, ew, eb = T(x, True), T(w, True), T(b, True)
+    ey = F.conv3d(ex, ew, eb, **cfg)
+    ey.backward(T(g))
+    close(ey, ty.detach().numpy(), 1e-9)
+    for e, t in ((ex, tx), (ew, tw), (eb, tb)):
+        close(e.grad, t.grad.numpy(), 1e-9)
+    wt = rand(4, 3, 2, 3, 2, seed=4)   # (C_in, C_out/groups, ...)
+    ty = torch.nn.functional.conv_transpose3d(tx, torch.tensor(wt), None, stride=2, output_padding=1, groups=2)
+    ey = F.conv_transpose3d(ex, T(wt), None, stride=2, output_padding=1, groups=2)
+    close(ey, ty.detach().numpy(), 1e-9)
+
+
+# ---------------------------------------------------------------- 3-d and adaptive max pooling, resampling, folding
+
+def test_new_modules_match_references_and_pytorch_reprs():
+    from op_cases.conv import (ref_adaptive_pool, ref_avg_pool3d, ref_interpolate, ref_max_pool3d, ref_unfold,
+                               ref_pixel_shuffle, ref_channel_shuffle)
+    x5, x4 = rand(2, 2, 4, 5, 6), rand(2, 8, 4, 6)
+    cases = [
+        (nn.MaxPool3d(3, 2, 1), x5, ref_max_pool3d(x5, 3, 2, 1)[0],
+         "MaxPool3d(kernel_size=3, stride=2, padding=1, dilation=1, ceil_mode=False)"),
+        (nn.AvgPool3d((2, 3, 2), ceil_mode=True), x5, ref_avg_pool3d(x5, (2, 3, 2), ceil_mode=True),
+         "AvgPool3d(kernel_size=(2, 3, 2), stride=(2, 3, 2), padding=0)"),
+        (nn.AdaptiveAvgPool3d((3, None, 2)), x5, ref_adaptive_pool(x5, (3, None, 2), "avg"),
+         "AdaptiveAvgPool3d(output_size=(3, None, 2))"),
+        (nn.AdaptiveMaxPool2d((3, 4)), x4, ref_adaptive_pool(x4, (3, 4), "max")[0],
+         "AdaptiveMaxPool2d(output_size=(3, 4))"),
+        (nn.AdaptiveMaxPool3d(2), x5, ref_adaptive_pool(x5, (2, 2, 2), "max")[0], "AdaptiveMaxPool3d(output_size=2)"),
+        (nn.Upsample(scale_factor=2, mode="bicubic", align_corners=True), x4,
+         ref_interpolate(x4, (8, 12), align_corners=True, cubic=True), "Upsample(scale_factor=2.0, mode='bicubic')"),
+        (nn.UpsamplingBilinear2d(size=(5, 3)), x4, ref_interpolate(x4, (5, 3), align_corners=True),
+         "UpsamplingBilinear2d(size=(5, 3), mode='bilinear')"),
+        (nn.Unfold((2, 3), padding=1), x4, ref_unfold(x4, (2, 3), 1, 1),
+         "Unfold(kernel_size=(2, 3), dilation=1, padding=1, stride=1)"),
+        (nn.PixelShuffle(2), x4, ref_pixel_shuffle(x4, 2), "PixelShuffle(upscale_factor=2)"),
+        (nn.ChannelShuffle(4), x4, ref_channel_shuffle(x4, 4), "ChannelShuffle(groups=4)"),
+    ]
+    for module, x, want, text in cases:
+        assert repr(module) == text
+        close(module(T(x)), want, 1e-10)
+    y, idx = nn.AdaptiveMaxPool1d(3, return_indices=True)(T(rand(2, 3, 7)))
+    assert idx.dtype == eagerc.int64 and idx.shape == (2, 3, 3)
+    fold = nn.Fold((4, 5), 2)
+    assert repr(fold) == "Fold(output_size=(4, 5), kernel_size=2, dilation=1, padding=0, stride=1)"
+    ones = fold(nn.Unfold(2)(T(np.ones((1, 1, 4, 5)))))   # fold(unfold(x)) counts the blocks covering each pixel
+    close(ones[0, 0], np.outer([1, 2, 2, 1], [1, 2, 2, 2, 1]))
+    z = rand(2, 3, 6, 4)
+    close(F.pixel_shuffle(F.pixel_unshuffle(T(z), 2), 2), z)
+
+
+def test_interpolate_modes_and_ranks_fail_like_pytorch():
+    x = T(rand(1, 2, 4, 4))
+    _raises(NotImplementedError, "Got 4D input, but linear mode needs 3D input", F.interpolate, x, scale_factor=2,
+            mode="linear")
+    _raises(NotImplementedError, "Got 4D input, but trilinear mode needs 5D input", F.interpolate, x, size=3,
+            mode="trilinear")
+    _raises(NotImplementedError, r"Only 3D, 4D and 5D input .*\(got foo\)", F.interpolate, x, size=3, mode="foo")
+    _raises(ValueError, "align_corners option can only be set", F.interpolate, x, size=3, align_corners=True)
+    _raises(ValueError, "Anti-alias option is restricted", F.interpolate, x, size=3, mode="area", antialias=True)
+    _raises(NotImplementedError, "antialias=True is not implemented", F.interpolate, x, size=3, mode="bilinear",
+            antialias=True)
+    _raises(NotImplementedError, "not implemented for int64", F.interpolate, T(np.ones((1, 1, 2, 2), np.int64)),
+            size=3, mode="bilinear")
+    _raises(ValueError, "same number of spatial dimensions", F.interpolate, x, size=(2, 3, 4))
+
+
+def test_shuffle_fold_and_sampling_errors_name_the_op():
+    _raises(RuntimeError, "divisible by the square of upscale_factor, but input.size\\(-3\\)=2 is not divisible by 9",
+            F.pixel_shuffle, T(rand(1, 2, 3, 3)), 3)
+    _raises(RuntimeError, "at least 3 dimensions", F.pixel_shuffle, T(rand(4, 4)), 2)
+    _raises(RuntimeError, "pixel_unshuffle expects height to be divisible", F.pixel_unshuffle, T(rand(1, 1, 4, 4)), 3)
+    _raises(RuntimeError, "Got 2 channels and 3 groups", F.channel_shuffle, T(rand(1, 2, 3)), 3)
+    _raises(RuntimeError, "number of sliding blocks 3 \\* 4 = 12, but got input.size\\(2\\)=10", F.fold,
+            T(rand(1, 4, 10)), (4, 5), 2)
+    _raises(RuntimeError, "expected grid to have size 2 in last dimension", F.grid_sample, T(rand(1, 1, 3, 3)),
+            T(rand(1, 2, 2, 3)))
+    _raises(ValueError, "expected mode to be 'bilinear', 'nearest' or 'bicubic'", F.grid_sample,
+            T(rand(1, 1, 3, 3)), T(rand(1, 2, 2, 2)), mode="area")
+    _raises(RuntimeError, "bicubic interpolation only supports 4D input", F.grid_sample, T(rand(1, 1, 2, 2, 2)),
+            T(rand(1, 2, 2, 2, 3)), mode="bicubic")
+    _raises(ValueError, "shape Nx2x3", F.affine_grid, T(rand(1, 2, 2)), (1, 1, 3, 3))
+    _raises(RuntimeError, "max_pool3d: expected 4D", F.max_pool3d, T(rand(2, 3, 4)), 2)
+    _raises(RuntimeError, "avg_pool3d: given input size .* is too small", F.avg_pool3d, T(rand(1, 1, 1, 4, 4)), 2)
+
+
+def test_grid_sample_identity_grid_and_nearest_grid_gradient():
+    """affine_grid of the identity reproduces the input (align_corners either way); in nearest mode the
+    output is piecewise constant in the grid: a zero gradient, as PyTorch's."""
+    x = rand(2, 3, 5, 4)
+    for ac in (False, True):
+        grid = F.affine_grid(T(np.tile(np.eye(2, 3), (2, 1, 1))), (2, 3, 5, 4), align_corners=ac)
+        for mode in ("bilinear", "nearest", "bicubic"):
+            close(F.grid_sample(T(x), grid, mode=mode, align_corners=ac), x, 1e-12)
+    g = T(rand(2, 3, 3, 2) * 0.5, True)
+    F.grid_sample(T(x), g, mode="nearest", align_corners=False).sum().backward()
+    close(g.grad, np.zeros(g.shape))
+
+
+def test_resampling_compiles_like_eager():
+    x = T(rand(2, 3, 6, 5))
+    theta = T(np.tile(np.array([[0.8, -0.2, 0.1], [0.3, 0.9, -0.2]]), (2, 1, 1)))
+
+    def f(x, theta):
+        y = F.interpolate(x, scale_factor=1.5, mode="bicubic") + F.interpolate(x, size=(9, 7), mode="bilinear")
+        y = F.grid_sample(y, F.affine_grid(theta, (2, 3, 4, 4), align_corners=False), align_corners=False)
+        return F.pixel_shuffle(F.adaptive_max_pool2d(F.unfold(y, 2).reshape(2, 12, 3, 3), 2), 2)
+    close(eagerc.compile(f)(x, theta), f(x, theta).numpy(), 1e-12)
+
+
+def _against_torch(name, shapes, kw, seed=0, ints=False):
+    torch = pytest.importorskip("torch")
+    arrays = [np.round(rand(*s, seed=seed + i) * 2) / 2 for i, s in enumerate(shapes)]   # ties for max pooling
+    ts = [torch.tensor(a, requires_grad=True) for a in arrays]
+    es = [T(a, True) for a in arrays]
+    ty, ey = getattr(torch.nn.functional, name)(*ts, **kw), getattr(F, name)(*es, **kw)
+    if isinstance(ty, tuple):
+        np.testing.assert_array_equal(ey[1].numpy(), ty[1].numpy())
+        ty, ey = ty[0], ey[0]
+    g = rand(*ty.shape, seed=9)
+    ty.backward(torch.tensor(g))
+    ey.backward(T(g))
+    close(ey, ty.detach().numpy(), 1e-9)
+    for e, t in zip(es, ts):
+        close(e.grad, t.grad.numpy(), 1e-9)
+
+
+_RESAMPLE_CONFIGS = [(mode, shape, dict(kw, align_corners=ac))
+                     for mode, shape in (("linear", (2, 3, 9)), ("bilinear", (2, 3, 7, 8)), ("bicubic", (2, 3, 7, 8)),
+                                         ("trilinear", (2, 2, 5, 6, 4)))
+                     for ac in (False, True)
+                     for kw in (dict(scale_factor=2), dict(scale_factor=1.7), dict(scale_factor=0.6),
+                                dict(scale_factor=0.6, recompute_scale_factor=True))] + \
+    [(mode, shape, kw) for mode in ("nearest", "nearest-exact", "area")
+     for shape in ((2, 3, 9), (2, 3, 7, 8), (2, 2, 5, 6, 4))
+     for kw in (dict(scale_factor=1.7), dict(scale_factor=0.6))]
+
+
+@pytest.mark.parametrize("mode,shape,kw", _RESAMPLE_CONFIGS, ids=str)
+def test_interpolate_against_torch(mode, shape, kw):
+    _against_torch("interpolate", [shape], dict(kw, mode=mode))
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "nearest", "bicubic"])
+@pytest.mark.parametrize("padding_mode", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("align_corners", [False, True])
+def test_grid_sample_and_affine_grid_against_torch(mode, padding_mode, align_corners):
+    kw = dict(mode=mode, padding_mode=padding_mode, align_corners=align_corners)
+    _against_torch("grid_sample", [(2, 3, 5, 6), (2, 4, 3, 2)], kw)
+    if mode != "bicubic":
+        _against_torch("grid_sample", [(1, 2, 4, 5, 3), (1, 2, 3, 3, 3)], kw)
+    _against_torch("affine_grid", [(2, 2, 3)], dict(size=(2, 3, 5, 4), align_corners=align_corners))
+    _against_torch("affine_grid", [(2, 3, 4)], dict(size=(2, 1, 3, 5, 4), align_corners=align_corners))
+
+
+@pytest.mark.parametrize("name,shape,kw", [
+    ("max_pool3d", (2, 2, 5, 6, 7), dict(kernel_size=3, stride=2, padding=1, ceil_mode=True, return_indices=True)),
+    ("max_pool3d", (2, 5, 6, 7), dict(kernel_size=(2, 3, 2), stride=(1, 2, 1), dilation=(2, 1, 1))),
+    ("avg_pool3d", (2, 2, 5, 6, 7), dict(kernel_size=3, stride=2, padding=1, ceil_mode=True, count_include_pad=False)),
+    ("avg_pool3d", (2, 2, 5, 6, 7), dict(kernel_size=(2, 3, 2), stride=1, divisor_override=5)),
+    ("adaptive_avg_pool3d", (2, 2, 5, 6, 7), dict(output_size=(2, None, 4))),
+    ("adaptive_max_pool1d", (2, 3, 9), dict(output_size=4, return_indices=True)),
+    ("adaptive_max_pool2d", (2, 3, 7, 8), dict(output_size=(3, 5), return_indices=True)),
+    ("adaptive_max_pool3d", (2, 2, 5, 6, 7), dict(output_size=(2, 4, 3), return_indices=True)),
+    ("unfold", (2, 3, 7, 8), dict(kernel_size=(2, 3), stride=(2, 1), padding=1, dilation=(1, 2))),
+    ("fold", (2, 12, 24), dict(output_size=(5, 6), kernel_size=(2, 3), padding=1, dilation=(1, 2))),
+    ("pixel_shuffle", (2, 8, 3, 4), dict(upscale_factor=2)),
+    ("pixel_unshuffle", (2, 2, 6, 4), dict(downscale_factor=2)),
+    ("channel_shuffle", (2, 6, 3, 4), dict(groups=3))], ids=str)
+def test_pooling_folding_shuffles_against_torch(name, shape, kw):
+    _against_torch(name, [shape], kw)
+
+
+@pytest.mark.parametrize("cubic", [False, True])
+def test_interpolate_axis_gathers_and_dense_matrix_agree(monkeypatch, cubic):
+    """Long axes gather 2-4 taps (and sum runs in the adjoint); short ones multiply by the dense
+    interpolation matrix: both give the loop reference, forward and backward."""
+    from eagerc.runtime.ops import conv as kernels
+    from op_cases.conv import ref_interpolate
+    x, size = rand(2, 3, 5, 7), (9, 4)
+    want = ref_interpolate(x, size, cubic=cubic)
+    gy = rand(2, 3, *size, seed=5)
+    grads = []
+    for dense_max in (kernels.DENSE_MAX, 0):
+        monkeypatch.setattr(kernels, "DENSE_MAX", dense_max)
+        xt = T(x, True)
+        y = F.interpolate(xt, size=size, mode="bicubic" if cubic else "bilinear")
+        close(y, want, 1e-12)
+        y.backward(T(gy))
+        grads.append(xt.grad.numpy())
+    close(grads[0], grads[1], 1e-12)
+
+
+def test_with_indices_forms_and_torch_namespace_names():
+    from op_cases.conv import ref_adaptive_pool
+    x = rand(2, 3, 5, 7)
+    for f in (F.max_pool2d_with_indices, lambda x, k: F.max_pool2d(x, k, return_indices=True)):
+        y, idx = f(T(x), 2)
+        close(y, ref_max_pool2d(x, 2)[0])
+        np.testing.assert_array_equal(idx.numpy(), ref_max_pool2d(x, 2)[1])
+    y, idx = F.adaptive_max_pool2d_with_indices(T(x), (2, 3))
+    np.testing.assert_array_equal(idx.numpy(), ref_adaptive_pool(x, (2, 3), "max")[1])
+    assert F.GRID_SAMPLE_PADDING_MODES == {"zeros": 0, "border": 1, "reflection": 2}
+    assert eagerc.conv3d is F.conv3d and eagerc.pixel_shuffle is F.pixel_shuffle
+    assert F.native_channel_shuffle is F.channel_shuffle

@@ -727,9 +727,12 @@ def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_
 
 from .functional_conv import *  # noqa: F401,F403,E402
 from .functional_conv import __all__ as _conv_all  # noqa: E402
+from .functional_resample import *  # noqa: F401,F403,E402
+from .functional_resample import __all__ as _resample_all  # noqa: E402
+from .functional_resample import GRID_SAMPLE_INTERPOLATION_MODES, GRID_SAMPLE_PADDING_MODES  # noqa: F401,E402
 from .functional_sparse import embedding_bag  # noqa: F401,E402
 
-__all__ = __all__ + [n for n in _conv_all if n not in __all__]
+__all__ = __all__ + [n for n in _conv_all + _resample_all if n not in __all__]
 
 
 def __getattr__(name):  # a missing name: PyTorch's and not implemented yet, or a typo?

@@ -1,26 +1,40 @@
-"""Convolution, pooling and nearest upsampling: the conv part of eagerc.nn.functional.
+"""Convolution, pooling, unfold/fold: the conv part of eagerc.nn.functional.
 
 PyTorch's names, signatures and defaults. The primitives live in
 eagerc/runtime/ops/conv.py (im2col + BLAS kernels, shape rules); this file
-normalises arguments (ints or pairs, 'same'/'valid' padding, unbatched inputs,
-1-d ops as views onto the 2-d ones); the derivatives live with the ops, in eagerc/ops/conv.py.
+normalises arguments (ints or tuples, 'same'/'valid' padding, unbatched inputs,
+1-d ops as views onto the 2-d ones) and applies the ops; their derivatives (for every rank,
+written with these same ops, so gradients of any order work) live with the ops in
+eagerc/ops/conv.py.
+
+Compositions: 3-d max/avg pooling run the 2-d ops over (H, W), then over D (separable);
+adaptive_avg_pool3d adds one matmul over D; adaptive max pooling is a gather at the
+adaptive_max_pool_indices op's argmax.
 """
-import math
+import numpy as np
 
 from .._tensor import Tensor
 from ..dispatch import apply
-from ..ops import conv as _conv_derivatives  # noqa: F401  (declares the ops, attaches their derivatives)
+from ..ops.creation import tensor
 from ..runtime.ops import OPS
+from ..runtime.ops.conv import adaptive_matrix, conv_output_size, pool_output_size  # (declares the ops too)
 
 __all__ = [
-    "conv1d", "conv2d", "conv_transpose1d", "conv_transpose2d",
+    "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
     "max_pool1d", "max_pool2d", "avg_pool1d", "avg_pool2d",
-    "adaptive_avg_pool1d", "adaptive_avg_pool2d", "interpolate", "upsample_nearest",
+    "max_pool3d", "avg_pool3d", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d",
+    "adaptive_max_pool1d", "adaptive_max_pool2d", "adaptive_max_pool3d", "unfold", "fold",
+    "max_pool1d_with_indices", "max_pool2d_with_indices", "max_pool3d_with_indices",
+    "adaptive_max_pool1d_with_indices", "adaptive_max_pool2d_with_indices", "adaptive_max_pool3d_with_indices",
 ]
 
-_CONV2D, _CONV_T2D = OPS["conv2d"], OPS["conv_transpose2d"]
-_MAX_POOL, _MAX_POOL_IDX, _AVG_POOL = OPS["max_pool2d"], OPS["max_pool2d_indices"], OPS["avg_pool2d"]
-_ADAPTIVE, _UPSAMPLE = OPS["adaptive_avg_pool2d"], OPS["upsample_nearest2d"]
+_CONV = {nd: OPS[f"conv{nd}d"] for nd in (2, 3)}
+_CONV_T = {nd: OPS[f"conv_transpose{nd}d"] for nd in (2, 3)}
+_CONV2D = _CONV[2]
+_MAX_POOL, _MAX_POOL_IDX = OPS["max_pool2d"], OPS["max_pool2d_indices"]
+_AVG_POOL, _ADAPTIVE = OPS["avg_pool2d"], OPS["adaptive_avg_pool2d"]
+_ADAPTIVE_MAX_IDX = OPS["adaptive_max_pool_indices"]
+_IM2COL, _COL2IM = OPS["im2col"], OPS["col2im"]
 
 
 # ---------------------------------------------------------------- argument normalisation
@@ -83,23 +97,36 @@ def _bias(op, bias):
 
 # ---------------------------------------------------------------- convolutions
 
+_LAYOUT = {2: "(C_out, C_in/groups, kH, kW)", 3: "(C_out, C_in/groups, kD, kH, kW)"}
+
+
+def _conv(op, nd, input, weight, bias, stride, padding, dilation, groups):
+    """conv2d / conv3d: one argument normalisation for every rank of the conv op."""
+    _tensor(op, "input", input)
+    _tensor(op, "weight", weight)
+    unbatched = _check_dims(op, input, (nd + 1, nd + 2))
+    stride = _positive(op, "stride", _ntuple("stride", stride, nd))
+    dilation = _positive(op, "dilation", _ntuple("dilation", dilation, nd))
+    if weight._array.ndim != nd + 2:
+        raise RuntimeError(f"{op}: expected a {nd + 2}-d weight {_LAYOUT[nd]}, got {list(weight._array.shape)}")
+    pads = _conv_padding(op, padding, weight._array.shape[2:], stride, dilation, nd)
+    if unbatched:
+        input = input.unsqueeze(0)
+    out = apply(_CONV[nd], (input, weight, _bias(op, bias)),
+                {"stride": stride, "padding": pads, "dilation": dilation, "groups": int(groups)})
+    return out.squeeze(0) if unbatched else out
+
+
 def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """2-d cross-correlation of input (N, C_in, H, W) or (C_in, H, W) with weight
     (C_out, C_in/groups, kH, kW); padding: int, pair, 'valid' or 'same'."""
-    _tensor("conv2d", "input", input)
-    _tensor("conv2d", "weight", weight)
-    unbatched = _check_dims("conv2d", input, (3, 4))
-    stride = _positive("conv2d", "stride", _ntuple("stride", stride, 2))
-    dilation = _positive("conv2d", "dilation", _ntuple("dilation", dilation, 2))
-    if weight._array.ndim != 4:
-        raise RuntimeError(f"conv2d: expected a 4-d weight (C_out, C_in/groups, kH, kW), got "
-                           f"{list(weight._array.shape)}")
-    pads = _conv_padding("conv2d", padding, weight._array.shape[2:], stride, dilation, 2)
-    if unbatched:
-        input = input.unsqueeze(0)
-    out = apply(_CONV2D, (input, weight, _bias("conv2d", bias)),
-                {"stride": stride, "padding": pads, "dilation": dilation, "groups": int(groups)})
-    return out.squeeze(0) if unbatched else out
+    return _conv("conv2d", 2, input, weight, bias, stride, padding, dilation, groups)
+
+
+def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """3-d cross-correlation of input (N, C_in, D, H, W) or (C_in, D, H, W) with weight
+    (C_out, C_in/groups, kD, kH, kW); padding: int, triple, 'valid' or 'same'."""
+    return _conv("conv3d", 3, input, weight, bias, stride, padding, dilation, groups)
 
 
 def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
@@ -131,24 +158,36 @@ def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     return out.squeeze(0) if unbatched else out
 
 
-def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
-    """The transpose (adjoint, 'deconvolution') of conv2d: input (N, C_in, H, W), weight
-    (C_in, C_out/groups, kH, kW); output H = (H-1)*stride - 2*padding + dilation*(kH-1) + output_padding + 1."""
-    _tensor("conv_transpose2d", "input", input)
-    _tensor("conv_transpose2d", "weight", weight)
-    unbatched = _check_dims("conv_transpose2d", input, (3, 4))
-    stride = _positive("conv_transpose2d", "stride", _ntuple("stride", stride, 2))
-    dilation = _positive("conv_transpose2d", "dilation", _ntuple("dilation", dilation, 2))
+def _conv_transpose(op, nd, input, weight, bias, stride, padding, output_padding, groups, dilation):
+    """conv_transpose2d / conv_transpose3d: one argument normalisation for every rank."""
+    _tensor(op, "input", input)
+    _tensor(op, "weight", weight)
+    unbatched = _check_dims(op, input, (nd + 1, nd + 2))
+    stride = _positive(op, "stride", _ntuple("stride", stride, nd))
+    dilation = _positive(op, "dilation", _ntuple("dilation", dilation, nd))
     if isinstance(padding, str):
-        raise ValueError("conv_transpose2d: padding must be an int or a tuple of ints (no 'same'/'valid')")
-    pads = _conv_padding("conv_transpose2d", padding, None, stride, dilation, 2)
-    output_padding = _ntuple("output_padding", output_padding, 2)
+        raise ValueError(f"{op}: padding must be an int or a tuple of ints (no 'same'/'valid')")
+    pads = _conv_padding(op, padding, None, stride, dilation, nd)
+    output_padding = _ntuple("output_padding", output_padding, nd)
     if unbatched:
         input = input.unsqueeze(0)
-    out = apply(_CONV_T2D, (input, weight, _bias("conv_transpose2d", bias)),
+    out = apply(_CONV_T[nd], (input, weight, _bias(op, bias)),
                 {"stride": stride, "padding": pads, "output_padding": output_padding,
                  "dilation": dilation, "groups": int(groups)})
     return out.squeeze(0) if unbatched else out
+
+
+def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
+    """The transpose (adjoint, 'deconvolution') of conv2d: input (N, C_in, H, W), weight
+    (C_in, C_out/groups, kH, kW); output H = (H-1)*stride - 2*padding + dilation*(kH-1) + output_padding + 1."""
+    return _conv_transpose("conv_transpose2d", 2, input, weight, bias, stride, padding, output_padding, groups,
+                           dilation)
+
+
+def conv_transpose3d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
+    """The transpose of conv3d: input (N, C_in, D, H, W), weight (C_in, C_out/groups, kD, kH, kW)."""
+    return _conv_transpose("conv_transpose3d", 3, input, weight, bias, stride, padding, output_padding, groups,
+                           dilation)
 
 
 def conv_transpose1d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
@@ -264,62 +303,193 @@ def adaptive_avg_pool1d(input, output_size):
     return adaptive_avg_pool2d(input.unsqueeze(-2), (1, size[0])).squeeze(-2)
 
 
-# ---------------------------------------------------------------- nearest upsampling
+# ---------------------------------------------------------------- 3-d pooling: separable, on the 2-d ops
+# A box window's max (or sum) is the max (sum) over depth of the (H, W) windows' maxima (sums), and
+# PyTorch's divisors are products of per-axis counts, so 3-d pooling runs the 2-d op over (H, W) of
+# every depth plane, then over D (kernel (kD, 1)) -- fewer slices than kD*kH*kW, and ties still go to
+# the first position in (d, h, w) order.
 
-_INTERPOLATING = ("linear", "bilinear", "bicubic", "trilinear", "area", "nearest-exact", "nearest")
-
-
-def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corners=None,
-                recompute_scale_factor=None, antialias=False):
-    """Resize (N, C, L) or (N, C, H, W) by nearest neighbour ('nearest' or 'nearest-exact'),
-    to `size` or by `scale_factor` (output size floor(in * scale_factor))."""
-    _tensor("interpolate", "input", input)
-    if mode not in ("nearest", "nearest-exact"):
-        if mode in _INTERPOLATING:
-            raise NotImplementedError(f"interpolate: mode={mode!r} is not implemented in eagerc "
-                                      "(only 'nearest' and 'nearest-exact')")
-        raise ValueError(f"interpolate: unknown mode {mode!r}")
-    if align_corners is not None:
-        raise ValueError("align_corners option can only be set with the interpolating modes: "
-                         "linear | bilinear | bicubic | trilinear")
-    if antialias:
-        raise ValueError("interpolate: anti-alias option is only supported for bilinear and bicubic modes")
-    nd = input._array.ndim
-    if nd not in (3, 4):
-        raise NotImplementedError(f"interpolate: expected a 3-d (N, C, L) or 4-d (N, C, H, W) input for mode "
-                                  f"{mode!r}, got input of size {list(input._array.shape)}")
-    n = nd - 2
-    in_size = tuple(input._array.shape[2:])
-    if (size is None) == (scale_factor is None):
-        raise ValueError("only one of size or scale_factor should be defined" if size is not None
-                         else "either size or scale_factor should be defined")
-    if size is not None:
-        if isinstance(size, (tuple, list)) and len(size) != n:
-            raise ValueError(f"Input and output must have the same number of spatial dimensions, but got input "
-                             f"with spatial dimensions of {list(in_size)} and output size of {list(size)}. Please "
-                             "provide input tensor in (N, C, d1, d2, ...,dK) format and output size in (o1, o2, "
-                             "...,oK) format.")
-        out_size = _ntuple("size", size, n)
-        scales = (None,) * n
-    else:
-        if isinstance(scale_factor, (tuple, list)) and len(scale_factor) != n:
-            raise ValueError(f"Input and scale_factor must have the same number of spatial dimensions, but got "
-                             f"input with spatial dimensions of {list(in_size)} and scale_factor of shape "
-                             f"{list(scale_factor)}.")
-        factors = tuple(float(f) for f in scale_factor) if isinstance(scale_factor, (tuple, list)) \
-            else (float(scale_factor),) * n
-        out_size = tuple(math.floor(s * f) for s, f in zip(in_size, factors))
-        scales = (None,) * n if recompute_scale_factor else factors
-    if any(o < 1 for o in out_size):
-        raise RuntimeError(f"interpolate: input size {list(in_size)} and scale/size give an empty output "
-                           f"size {list(out_size)}")
-    x = input.unsqueeze(2) if n == 1 else input
-    if n == 1:
-        out_size, scales = (1,) + out_size, (None,) + scales
-    out = apply(_UPSAMPLE, (x,), {"output_size": out_size, "scales": scales, "exact": mode == "nearest-exact"})
-    return out.squeeze(2) if n == 1 else out
+def _pool3d_input(op, input, k, s, p, d, ceil_mode):
+    """Batched (N, C, D, H, W) input, whether it was unbatched, after PyTorch's size check."""
+    unbatched = _check_dims(op, input, (4, 5))
+    x = input.unsqueeze(0) if unbatched else input
+    size = tuple(x._array.shape[2:])
+    out = tuple(pool_output_size(*a, ceil_mode) for a in zip(size, k, s, p, d))
+    if min(out) <= 0:
+        raise RuntimeError(f"{op}: given input size {list(x._array.shape[1:])}, calculated output size "
+                           f"{list(x._array.shape[1:2]) + list(out)} is too small")
+    return x, unbatched
 
 
-def upsample_nearest(input, size=None, scale_factor=None):
-    """Deprecated alias of interpolate(..., mode='nearest')."""
-    return interpolate(input, size, scale_factor, mode="nearest")
+def _separable(op, x, hw_attrs, d_attrs):
+    """op over (H, W) of each depth plane, then over D: (N, C, D, H, W) -> (N, C, oD, oH, oW),
+    plus the intermediate (N, C, D, oH*oW) and the planes (for indices)."""
+    n, c, D, H, W = x._array.shape
+    planes = x.reshape(n, c * D, H, W)
+    y = apply(op, (planes,), hw_attrs)
+    oh, ow = y._array.shape[2:]
+    y = y.reshape(n, c, D, oh * ow)
+    out = apply(op, (y,), d_attrs)
+    return out.reshape(n, c, out._array.shape[2], oh, ow), y, planes
+
+
+def _split_attrs(k, s, p, d):
+    """The (H, W) and the D part of 3-d window arguments, as 2-d op attributes."""
+    return ({"kernel_size": k[1:], "stride": s[1:], "padding": p[1:], "dilation": d[1:]},
+            {"kernel_size": (k[0], 1), "stride": (s[0], 1), "padding": (p[0], 0), "dilation": (d[0], 1)})
+
+
+def max_pool3d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
+    """Max over kD x kH x kW windows of (N, C, D, H, W) or (C, D, H, W); stride defaults to
+    kernel_size, padding counts as -inf. With return_indices, also the flat index (into D*H*W)."""
+    _tensor("max_pool3d", "input", input)
+    k, s, p, d = _pool_args("max_pool3d", kernel_size, stride, padding, dilation, 3)
+    x, unbatched = _pool3d_input("max_pool3d", input, k, s, p, d, ceil_mode)
+    hw, dd = (dict(a, ceil_mode=bool(ceil_mode)) for a in _split_attrs(k, s, p, d))
+    out, y, planes = _separable(_MAX_POOL, x, hw, dd)
+    if return_indices:
+        n, c, D, H, W = x._array.shape
+        plane_idx = apply(_MAX_POOL_IDX, (planes,), hw).reshape(y._array.shape)   # into H*W, per depth
+        depth = apply(_MAX_POOL_IDX, (y,), dd) // y._array.shape[3]               # the winning depth
+        idx = (depth * (H * W) + plane_idx.gather(2, depth)).reshape(out._array.shape)
+        return (out.squeeze(0), idx.squeeze(0)) if unbatched else (out, idx)
+    return out.squeeze(0) if unbatched else out
+
+
+def avg_pool3d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
+               divisor_override=None):
+    """Mean over kD x kH x kW windows; zero padding is counted in the mean if count_include_pad."""
+    _tensor("avg_pool3d", "input", input)
+    k, s, p, d = _pool_args("avg_pool3d", kernel_size, stride, padding, 1, 3)
+    if divisor_override is not None and int(divisor_override) == 0:
+        raise RuntimeError("avg_pool3d: divisor must be not zero")
+    x, unbatched = _pool3d_input("avg_pool3d", input, k, s, p, d, ceil_mode)
+    # a divisor_override is applied once, to the window sums (a divisor of 1 in each stage)
+    flags = {"ceil_mode": bool(ceil_mode), "count_include_pad": bool(count_include_pad),
+             "divisor_override": None if divisor_override is None else 1}
+    hw, dd = ({n: v for n, v in dict(a, **flags).items() if n != "dilation"} for a in _split_attrs(k, s, p, d))
+    out = _separable(_AVG_POOL, x, hw, dd)[0]
+    if divisor_override is not None:
+        out = out / int(divisor_override)
+    return out.squeeze(0) if unbatched else out
+
+
+def adaptive_avg_pool3d(input, output_size):
+    """Mean over adaptive windows giving output_size (D, H, W): adaptive_avg_pool2d over (H, W),
+    then one matmul with the (oD, D) averaging matrix."""
+    _tensor("adaptive_avg_pool3d", "input", input)
+    unbatched = _check_dims("adaptive_avg_pool3d", input, (4, 5))
+    size = _adaptive_size(output_size, input._array.shape[-3:], 3)
+    x = input.unsqueeze(0) if unbatched else input
+    n, c, D, H, W = x._array.shape
+    y = apply(_ADAPTIVE, (x.reshape(n, c * D, H, W),), {"output_size": size[1:]}).reshape(n, c, D, -1)
+    if size[0] != D:
+        y = tensor(adaptive_matrix(np, D, size[0], x._array.dtype), device=x.device).matmul(y)
+    out = y.reshape((n, c) + size)
+    return out.squeeze(0) if unbatched else out
+
+
+# ---------------------------------------------------------------- adaptive max pooling (any rank)
+
+def _adaptive_max(op, nd, input, output_size, return_indices):
+    """The values are the input gathered at the adaptive_max_pool_indices op's argmax, so the
+    gradient (a scatter-add) and every higher one come from gather's."""
+    _tensor(op, "input", input)
+    unbatched = _check_dims(op, input, (nd + 1, nd + 2))
+    size = _adaptive_size(output_size, input._array.shape[-nd:], nd)
+    x = input.unsqueeze(0) if unbatched else input
+    if x._array.dtype.kind not in "fc":
+        raise RuntimeError(f"{op}: expected a floating-point input, got {x.dtype.name}")
+    idx = apply(_ADAPTIVE_MAX_IDX, (x,), {"output_size": size})
+    n, c = x._array.shape[:2]
+    out = x.reshape(n, c, -1).gather(2, idx.reshape(n, c, -1)).reshape(idx._array.shape)
+    if unbatched:
+        out, idx = out.squeeze(0), idx.squeeze(0)
+    return (out, idx) if return_indices else out
+
+
+def adaptive_max_pool1d(input, output_size, return_indices=False):
+    """Max over adaptive windows of (N, C, L) or (C, L); with return_indices, also their flat indices."""
+    return _adaptive_max("adaptive_max_pool1d", 1, input, output_size, return_indices)
+
+
+def adaptive_max_pool2d(input, output_size, return_indices=False):
+    """Max over adaptive windows [floor(i*H/oh), ceil((i+1)*H/oh)) x ... of (N, C, H, W) or (C, H, W)."""
+    return _adaptive_max("adaptive_max_pool2d", 2, input, output_size, return_indices)
+
+
+def adaptive_max_pool3d(input, output_size, return_indices=False):
+    """Max over adaptive windows of (N, C, D, H, W) or (C, D, H, W)."""
+    return _adaptive_max("adaptive_max_pool3d", 3, input, output_size, return_indices)
+
+
+# ---------------------------------------------------------------- *_with_indices: always (values, indices)
+
+def _with_indices(pool):
+    def with_indices(input, *args, return_indices=True, **kw):
+        return pool(input, *args, return_indices=True, **kw)
+    with_indices.__name__ = f"{pool.__name__}_with_indices"
+    with_indices.__doc__ = f"{pool.__name__}(..., return_indices=True): (values, flat indices)."
+    return with_indices
+
+
+max_pool1d_with_indices, max_pool2d_with_indices, max_pool3d_with_indices = (
+    _with_indices(f) for f in (max_pool1d, max_pool2d, max_pool3d))
+adaptive_max_pool1d_with_indices, adaptive_max_pool2d_with_indices, adaptive_max_pool3d_with_indices = (
+    _with_indices(f) for f in (adaptive_max_pool1d, adaptive_max_pool2d, adaptive_max_pool3d))
+
+
+# ---------------------------------------------------------------- unfold / fold (im2col / col2im)
+
+def _fold_args(op, kernel_size, dilation, padding, stride):
+    k = _positive(op, "kernel_size", _ntuple("kernel_size", kernel_size, 2))
+    d = _positive(op, "dilation", _ntuple("dilation", dilation, 2))
+    s = _positive(op, "stride", _ntuple("stride", stride, 2))
+    p = _ntuple("padding", padding, 2)
+    if min(p) < 0:
+        raise RuntimeError(f"{op}: padding should be non-negative, but got padding={p}")
+    return k, d, p, s
+
+
+def _blocks(op, size, k, d, p, s):
+    """The grid of sliding blocks (oH, oW), or PyTorch's error."""
+    out = tuple(conv_output_size(n, kk, ss, pp, pp, dd) for n, kk, ss, pp, dd in zip(size, k, s, p, d))
+    if min(out) <= 0:
+        raise RuntimeError(f"{op}: given input with spatial size {tuple(size)}, kernel_size={k}, dilation={d}, "
+                           f"padding={p}, calculated shape of the array of sliding blocks as {out}, but its "
+                           "components must be at least one.")
+    return out
+
+
+def unfold(input, kernel_size, dilation=1, padding=0, stride=1):
+    """im2col: (N, C, H, W) -> (N, C*kH*kW, L), column l holding sliding block l (row-major
+    over the oH x oW blocks), channel-major then kernel offset: the convolutions' window
+    gather (the im2col op); its gradient is fold."""
+    _tensor("unfold", "input", input)
+    unbatched = _check_dims("unfold", input, (3, 4))
+    k, d, p, s = _fold_args("unfold", kernel_size, dilation, padding, stride)
+    x = input.unsqueeze(0) if unbatched else input
+    _blocks("unfold", x._array.shape[2:], k, d, p, s)
+    y = apply(_IM2COL, (x,), {"kernel_size": k, "dilation": d, "padding": p, "stride": s})
+    return y.squeeze(0) if unbatched else y
+
+
+def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):
+    """col2im, the adjoint of unfold: (N, C*kH*kW, L) -> (N, C, H, W), overlapping blocks
+    summed (the transposed convolutions' scatter: the col2im op)."""
+    _tensor("fold", "input", input)
+    unbatched = _check_dims("fold", input, (2, 3))
+    k, d, p, s = _fold_args("fold", kernel_size, dilation, padding, stride)
+    size = _ntuple("output_size", output_size, 2)
+    x = input.unsqueeze(0) if unbatched else input
+    n, ck, L = x._array.shape
+    if ck % (k[0] * k[1]):
+        raise RuntimeError(f"Expected size of input's dimension 1 to be divisible by the product of kernel_size, "
+                           f"but got input.size(1)={ck} and kernel_size={k}")
+    oh, ow = _blocks("fold", size, k, d, p, s)
+    if oh * ow != L:
+        raise RuntimeError(f"Given output_size={size}, kernel_size={k}, dilation={d}, padding={p}, stride={s}, "
+                           f"expected size of input's dimension 2 to match the calculated number of sliding blocks "
+                           f"{oh} * {ow} = {oh * ow}, but got input.size(2)={L}.")
+    y = apply(_COL2IM, (x,), {"output_size": size, "kernel_size": k, "dilation": d, "padding": p, "stride": s})
+    return y.squeeze(0) if unbatched else y

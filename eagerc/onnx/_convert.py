@@ -1024,7 +1024,7 @@ def _two(v):
     return [v, v] if isinstance(v, int) else list(v)
 
 
-@converts("conv2d")
+@converts("conv2d", "conv3d")
 def _conv2d(b, n, ins):
     x, w, bias = ins
     a = n.attrs
@@ -1044,7 +1044,7 @@ def _conv2d(b, n, ins):
     return y if add is None else b.op("Add", [y, b.val(add, dt)])
 
 
-@converts("conv_transpose2d")
+@converts("conv_transpose2d", "conv_transpose3d")
 def _conv_transpose2d(b, n, ins):
     x, w, bias = ins
     a = n.attrs
@@ -1149,7 +1149,7 @@ for _why, _names in [
         ("a training-step kernel (a derivative); export inference graphs",
          "softmax_backward log_softmax_backward layer_norm_backward layer_norm_weight_backward batch_norm_backward "
          "batch_norm_weight_backward batch_norm_stats gelu_backward cross_entropy_backward embedding_backward "
-         "conv2d_weight max_pool2d_backward max_pool2d_select avg_pool2d_backward adaptive_avg_pool2d_backward "
+         "conv2d_weight conv3d_weight interpolate_axis_backward col2im max_pool2d_backward max_pool2d_select avg_pool2d_backward adaptive_avg_pool2d_backward "
          "upsample_nearest2d_backward lstm_cell_backward gru_cell_backward"),
         ("batch statistics of training mode; export in eval mode (running statistics)", "batch_norm"),
         ("ONNX has CumSum but no CumProd", "cumprod"),
@@ -1158,6 +1158,10 @@ for _why, _names in [
         ("not converted yet (a gather of the diagonal)", "diagonal"),
         ("not converted yet (ONNX MaxPool's indices count over N, C, H and W, eagerc's over H and W)",
          "max_pool2d_indices"),
+        ("ONNX has no adaptive max pooling (its windows vary in size)", "adaptive_max_pool_indices"),
+        ("not converted yet (ONNX Resize, one axis at a time, could express it)", "interpolate_axis"),
+        ("not converted yet (ONNX has Col2Im but no Im2Col; a Conv with an identity kernel could express it)",
+         "im2col"),
         ("its result's size depends on the data (eagerc records the count as a constant)", "nonzero"),
         ("not converted yet (ONNX TopK sorts, but does not promise a stable order for ties)", "argsort argtopk argmode"),
         ("not converted yet (ONNX has no sorted search or histogram op; a Less/Sum composition could express it)",

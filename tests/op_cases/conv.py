@@ -6,6 +6,7 @@ Second-derivative cases run `autograd.grad(..., create_graph=True)` so that the
 gradcheck differentiates the backward ops (conv_transpose2d, conv2d_weight,
 max_pool2d_backward/select, the *_backward adjoints) too.
 """
+import itertools
 import math
 
 import numpy as np
@@ -353,3 +354,437 @@ def _adaptive_double_ref(x, gy):
 
 def _nearest_double_ref(x, gy, size):
     return 2 * x * _scatter_adjoint(lambda a: ref_nearest(a, size), x.shape, gy)
+
+
+# ---------------------------------------------------------------- 3-d convolutions (loops over output positions)
+
+def _ntup(v, n):
+    return tuple(v) if isinstance(v, (tuple, list)) else (v,) * n
+
+
+def ref_conv3d(x, w, b=None, stride=1, padding=0, dilation=1, groups=1):
+    """out[n, o, *i] = sum over the window at i*stride (step dilation) of xpad[n, group of o] * w[o]."""
+    s, d, k = _ntup(stride, 3), _ntup(dilation, 3), w.shape[2:]
+    if padding == "same":
+        pads = tuple(_same_pads(kk, dd) for kk, dd in zip(k, d))
+    else:
+        pads = tuple((p, p) for p in _ntup(0 if padding == "valid" else padding, 3))
+    xp = np.pad(x, ((0, 0), (0, 0)) + pads)
+    co, cg = w.shape[:2]
+    size = tuple((H - dd * (kk - 1) - 1) // ss + 1 for H, kk, ss, dd in zip(xp.shape[2:], k, s, d))
+    out = np.zeros(x.shape[:1] + (co,) + size)
+    per = co // groups
+    for pos in np.ndindex(*size):
+        patch = xp[(slice(None), slice(None)) + tuple(slice(p * ss, p * ss + dd * (kk - 1) + 1, dd)
+                                                      for p, ss, dd, kk in zip(pos, s, d, k))]
+        for o in range(co):
+            g = o // per
+            out[(slice(None), o) + pos] = (patch[:, g * cg:(g + 1) * cg] * w[o]).sum(axis=(1, 2, 3, 4))
+    return out if b is None else out + b.reshape(1, -1, 1, 1, 1)
+
+
+def ref_conv_transpose3d(x, w, b=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
+    """Scatter definition: every input voxel adds x * w into the output window it maps to."""
+    s, p, op, d = (_ntup(v, 3) for v in (stride, padding, output_padding, dilation))
+    ci, cog, k = w.shape[0], w.shape[1], w.shape[2:]
+    full = tuple((i - 1) * ss + dd * (kk - 1) + 1 + o for i, ss, dd, kk, o in zip(x.shape[2:], s, d, k, op))
+    out = np.zeros(x.shape[:1] + (cog * groups,) + full)
+    cig = ci // groups
+    for pos in np.ndindex(*x.shape[2:]):
+        window = tuple(slice(q * ss, q * ss + dd * (kk - 1) + 1, dd) for q, ss, dd, kk in zip(pos, s, d, k))
+        for c in range(ci):
+            g = c // cig
+            out[(slice(None), slice(g * cog, (g + 1) * cog)) + window] += \
+                x[(slice(None), c) + pos][:, None, None, None, None] * w[c]
+    out = out[(slice(None), slice(None)) + tuple(slice(pp, f - pp) for pp, f in zip(p, full))]
+    return out if b is None else out + b.reshape(1, -1, 1, 1, 1)
+
+
+CASES += [
+    Case("conv3d", F.conv3d, ref_conv3d,
+         [((2, 3, 4, 5, 3), (4, 3, 2, 3, 2), (4,)), ((1, 2, 3, 3, 3), (2, 2, 1, 1, 1), (2,))]),
+    Case("conv3d_stride_padding_dilation",
+         lambda x, w, b: F.conv3d(x, w, b, stride=(2, 1, 2), padding=(1, 0, 2), dilation=(1, 2, 1)),
+         lambda x, w, b: ref_conv3d(x, w, b, (2, 1, 2), (1, 0, 2), (1, 2, 1)),
+         [((2, 2, 4, 5, 4), (3, 2, 2, 2, 3), (3,))]),
+    Case("conv3d_groups_same", lambda x, w: F.conv3d(x, w, padding="same", groups=2),
+         lambda x, w: ref_conv3d(x, w, None, 1, "same", 1, 2), [((1, 4, 3, 4, 4), (4, 2, 2, 3, 2))]),
+    Case("conv3d_unbatched", F.conv3d, lambda x, w, b: ref_conv3d(x[None], w, b)[0],
+         [((2, 3, 4, 3), (3, 2, 2, 2, 2), (3,))]),
+    Case("conv_transpose3d", lambda x, w, b: F.conv_transpose3d(x, w, b, stride=2, padding=1, output_padding=1),
+         lambda x, w, b: ref_conv_transpose3d(x, w, b, 2, 1, 1), [((2, 3, 2, 3, 2), (3, 2, 3, 2, 3), (2,))]),
+    Case("conv_transpose3d_groups_dilation",
+         lambda x, w: F.conv_transpose3d(x, w, stride=(1, 2, 1), padding=(1, 0, 0), groups=2, dilation=(2, 1, 1)),
+         lambda x, w: ref_conv_transpose3d(x, w, None, (1, 2, 1), (1, 0, 0), 0, 2, (2, 1, 1)),
+         [((1, 4, 3, 2, 3), (4, 1, 2, 2, 2))]),
+    Case("conv3d_double_backward",
+         lambda x, w, gy: _grad(lambda x, w: F.conv3d(x, w, stride=2, padding=1), (x, w), gy),
+         lambda x, w, gy: (_scatter_adjoint(lambda a: ref_conv3d(a, w, None, 2, 1), x.shape, gy),
+                           _scatter_adjoint(lambda a: ref_conv3d(x, a, None, 2, 1), w.shape, gy)),
+         [((1, 2, 3, 3, 4), (2, 2, 2, 2, 2), (1, 2, 2, 2, 3))]),
+]
+
+
+# ---------------------------------------------------------------- 3-d and adaptive max pooling (loops over windows)
+
+def _window(o, k, s, p, d, size):
+    """Input positions of output o's window along one axis that fall inside the input."""
+    return [o * s - p + j * d for j in range(k) if 0 <= o * s - p + j * d < size]
+
+
+def ref_max_pool3d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
+    """(values, flat indices into D*H*W): the first maximum in (d, h, w) order; padding never wins."""
+    k, p, d = _ntup(kernel_size, 3), _ntup(padding, 3), _ntup(dilation, 3)
+    s = _ntup(stride if stride is not None else kernel_size, 3)
+    size = x.shape[2:]
+    out_size = tuple(_pool_out(*a, ceil_mode) for a in zip(size, k, s, p, d))
+    flat = x.reshape(x.shape[:2] + (-1,))
+    out, idx = np.zeros(x.shape[:2] + out_size), np.zeros(x.shape[:2] + out_size, np.int64)
+    for pos in np.ndindex(*out_size):
+        cells = [np.ravel_multi_index(c, size) for c in itertools.product(*(
+            _window(o, *a) for o, a in zip(pos, zip(k, s, p, d, size))))]
+        vals = flat[:, :, cells]
+        best = vals.argmax(axis=-1)          # the first maximum
+        out[(slice(None), slice(None)) + pos] = np.take_along_axis(vals, best[..., None], -1)[..., 0]
+        idx[(slice(None), slice(None)) + pos] = np.asarray(cells)[best]
+    return out, idx
+
+
+def ref_avg_pool3d(x, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
+                   divisor_override=None):
+    k, p = _ntup(kernel_size, 3), _ntup(padding, 3)
+    s = _ntup(stride if stride is not None else kernel_size, 3)
+    size = x.shape[2:]
+    out_size = tuple(_pool_out(n, kk, ss, pp, 1, ceil_mode) for n, kk, ss, pp in zip(size, k, s, p))
+    out = np.zeros(x.shape[:2] + out_size)
+    for pos in np.ndindex(*out_size):
+        ranges = [_window(o, kk, ss, pp, 1, n) for o, kk, ss, pp, n in zip(pos, k, s, p, size)]
+        total = x[(slice(None), slice(None)) + np.ix_(*ranges)].sum(axis=(2, 3, 4))
+        if divisor_override:
+            div = divisor_override
+        elif count_include_pad:   # the window clipped to the padded input
+            div = math.prod(min(o * ss - pp + kk, n + pp) - (o * ss - pp)
+                            for o, kk, ss, pp, n in zip(pos, k, s, p, size))
+        else:
+            div = math.prod(len(r) for r in ranges)
+        out[(slice(None), slice(None)) + pos] = total / div
+    return out
+
+
+def _adaptive_cells(pos, out_size, size):
+    return [range((o * n) // m, -(-((o + 1) * n) // m)) for o, m, n in zip(pos, out_size, size)]
+
+
+def ref_adaptive_pool(x, out_size, kind):
+    """Adaptive 'avg' (values) or 'max' ((values, flat indices)) over windows
+    [floor(i*n/o), ceil((i+1)*n/o)) along each axis."""
+    size = x.shape[2:]
+    out_size = tuple(n if o is None else o for o, n in zip(out_size, size))
+    flat = x.reshape(x.shape[:2] + (-1,))
+    out, idx = np.zeros(x.shape[:2] + out_size), np.zeros(x.shape[:2] + out_size, np.int64)
+    for pos in np.ndindex(*out_size):
+        cells = [np.ravel_multi_index(c, size) for c in itertools.product(*_adaptive_cells(pos, out_size, size))]
+        vals = flat[:, :, cells]
+        at = (slice(None), slice(None)) + pos
+        if kind == "avg":
+            out[at] = vals.mean(axis=-1)
+        else:
+            best = vals.argmax(axis=-1)
+            out[at], idx[at] = np.take_along_axis(vals, best[..., None], -1)[..., 0], np.asarray(cells)[best]
+    return out if kind == "avg" else (out, idx)
+
+
+def _batched(ref, nd):
+    """A batched reference that also takes one unbatched sample."""
+    def run(x, *args, **kw):
+        if x.ndim == nd + 2:
+            return ref(x, *args, **kw)
+        out = ref(x[None], *args, **kw)
+        return tuple(o[0] for o in out) if isinstance(out, tuple) else out[0]
+    return run
+
+
+# ---------------------------------------------------------------- interpolation (per output position)
+
+def _src(i, out, size, scale, align_corners, cubic):
+    if align_corners:
+        return i * (size - 1) / (out - 1) if out > 1 else 0.0
+    v = (i + 0.5) * (1.0 / scale if scale else size / out) - 0.5
+    return v if cubic else max(v, 0.0)
+
+
+def _cubic(t, A=-0.75):
+    """Keys' cubic convolution weights of taps -1, 0, 1, 2 at fraction t."""
+    def w(x):
+        x = abs(x)
+        return ((A + 2) * x - (A + 3)) * x * x + 1 if x <= 1 else ((A * x - 5 * A) * x + 8 * A) * x - 4 * A
+    return [w(t + 1), w(t), w(1 - t), w(2 - t)]
+
+
+def _axis_taps(i, out, size, scale, align_corners, cubic):
+    v = _src(i, out, size, scale, align_corners, cubic)
+    if cubic:
+        f = math.floor(v)
+        return [(min(max(f - 1 + k, 0), size - 1), w) for k, w in enumerate(_cubic(v - f))]
+    f = min(int(v), size - 1)
+    return [(f, 1 - (v - f)), (min(f + 1, size - 1), v - f)]
+
+
+def ref_interpolate(x, size, align_corners=False, cubic=False, scales=None):
+    """Linear / bilinear / trilinear (or bicubic) interpolation, one output position at a time."""
+    scales = scales or (None,) * len(size)
+    out = np.zeros(x.shape[:2] + tuple(size))
+    for pos in np.ndindex(*size):
+        taps = [_axis_taps(i, o, n, sc, align_corners, cubic) for i, o, n, sc in zip(pos, size, x.shape[2:], scales)]
+        for combo in itertools.product(*taps):
+            out[(slice(None), slice(None)) + pos] += math.prod(w for _, w in combo) * \
+                x[(slice(None), slice(None)) + tuple(i for i, _ in combo)]
+    return out
+
+
+def ref_nearest3d(x, size, exact=False):
+    out = np.zeros(x.shape[:2] + tuple(size))
+    for pos in np.ndindex(*size):
+        src = tuple(min(math.floor((i + 0.5 * exact) * n / o), n - 1) for i, o, n in zip(pos, size, x.shape[2:]))
+        out[(slice(None), slice(None)) + pos] = x[(slice(None), slice(None)) + src]
+    return out
+
+
+# ---------------------------------------------------------------- grid_sample and affine_grid (per output point)
+
+def _reflect_scalar(v, twice_low, twice_high):
+    if twice_low == twice_high:
+        return 0.0
+    lo, span = twice_low / 2, (twice_high - twice_low) / 2
+    v = abs(v - lo)
+    extra, flips = math.fmod(v, span), math.floor(v / span)
+    return extra + lo if flips % 2 == 0 else span - extra + lo
+
+
+def _pad_scalar(v, size, padding_mode, align_corners):
+    if padding_mode == "reflection":
+        v = _reflect_scalar(v, 0, 2 * (size - 1)) if align_corners else _reflect_scalar(v, -1, 2 * size - 1)
+    if padding_mode != "zeros":
+        v = min(max(v, 0), size - 1)
+    return v
+
+
+def ref_grid_sample(x, grid, mode="bilinear", padding_mode="zeros", align_corners=False):
+    """PyTorch's grid sampler, one output point at a time (coordinates in (x, y[, z]) order)."""
+    nd = x.ndim - 2
+    sizes = x.shape[:1:-1]
+    out = np.zeros(x.shape[:2] + grid.shape[1:-1])
+
+    def read(n, cell):
+        if all(0 <= c < s for c, s in zip(cell, sizes)):
+            return x[(n, slice(None)) + tuple(reversed(cell))]
+        return 0.0
+    for n in range(x.shape[0]):
+        for pos in np.ndindex(*grid.shape[1:-1]):
+            u = [(g + 1) / 2 * (s - 1) if align_corners else ((g + 1) * s - 1) / 2
+                 for g, s in zip(grid[(n,) + pos], sizes)]
+            acc = 0.0
+            if mode == "bicubic":
+                f = [math.floor(v) for v in u]
+                wx, wy = _cubic(u[0] - f[0]), _cubic(u[1] - f[1])
+                for i in range(4):
+                    for j in range(4):
+                        cell = (int(_pad_scalar(f[0] - 1 + j, sizes[0], padding_mode, align_corners)),
+                                int(_pad_scalar(f[1] - 1 + i, sizes[1], padding_mode, align_corners)))
+                        acc = acc + wx[j] * wy[i] * read(n, cell)
+            else:
+                u = [_pad_scalar(v, s, padding_mode, align_corners) for v, s in zip(u, sizes)]
+                if mode == "nearest":
+                    acc = read(n, tuple(int(round(v)) for v in u))   # round half to even, as nearbyint
+                else:
+                    f = [math.floor(v) for v in u]
+                    for corner in itertools.product((0, 1), repeat=nd):
+                        w = math.prod(v - fk if c else fk + 1 - v for v, fk, c in zip(u, f, corner))
+                        acc = acc + w * read(n, tuple(fk + c for fk, c in zip(f, corner)))
+            out[(n, slice(None)) + pos] = acc
+    return out
+
+
+def ref_affine_grid(theta, size, align_corners=False):
+    spatial = size[2:]
+
+    def coord(i, n):
+        if n == 1:
+            return 0.0
+        return -1 + 2 * i / (n - 1) if align_corners else (2 * i + 1) / n - 1
+    out = np.zeros((size[0],) + tuple(spatial) + (len(spatial),))
+    for pos in np.ndindex(*spatial):
+        base = np.array([coord(i, n) for i, n in zip(pos[::-1], spatial[::-1])] + [1.0])
+        out[(slice(None),) + pos] = theta @ base
+    return out
+
+
+def grid_values(rng, shape):  # grid points inside and somewhat outside [-1, 1] (padding modes)
+    return rng.uniform(-1.25, 1.25, shape)
+
+
+def theta_values(rng, shape):
+    return rng.standard_normal(shape) * 0.5
+
+
+# ---------------------------------------------------------------- unfold, fold, shuffles
+
+def ref_unfold(x, kernel_size, dilation=1, padding=0, stride=1):
+    (kh, kw), (dh, dw), (ph, pw), (sh, sw) = (_pair(v) for v in (kernel_size, dilation, padding, stride))
+    xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    n, c, H, W = xp.shape
+    oh, ow = (H - dh * (kh - 1) - 1) // sh + 1, (W - dw * (kw - 1) - 1) // sw + 1
+    out = np.zeros((n, c * kh * kw, oh * ow))
+    for bi in range(oh):
+        for bj in range(ow):
+            for ch in range(c):
+                for ki in range(kh):
+                    for kj in range(kw):
+                        out[:, (ch * kh + ki) * kw + kj, bi * ow + bj] = xp[:, ch, bi * sh + ki * dh, bj * sw + kj * dw]
+    return out
+
+
+def ref_fold(x, output_size, kernel_size, dilation=1, padding=0, stride=1):
+    """The adjoint of ref_unfold: every column's entries added back at their pixels."""
+    shape = (x.shape[0], x.shape[1] // math.prod(_pair(kernel_size))) + _pair(output_size)
+    return _scatter_adjoint(lambda a: ref_unfold(a, kernel_size, dilation, padding, stride), shape, x)
+
+
+def ref_pixel_shuffle(x, r):
+    n, c, h, w = x.shape
+    out = np.zeros((n, c // (r * r), h * r, w * r))
+    for ch in range(c):   # channel ch = (block, i, j) fills sub-pixel (i, j) of every r x r patch
+        out[:, ch // (r * r), (ch % (r * r)) // r::r, ch % r::r] = x[:, ch]
+    return out
+
+
+def ref_pixel_unshuffle(x, r):
+    n, c, h, w = x.shape
+    out = np.zeros((n, c * r * r, h // r, w // r))
+    for ch in range(c):
+        for i in range(r):
+            for j in range(r):
+                out[:, (ch * r + i) * r + j] = x[:, ch, i::r, j::r]
+    return out
+
+
+def ref_channel_shuffle(x, g):
+    c = x.shape[1]
+    return x[:, [(k % g) * (c // g) + k // g for k in range(c)]]
+
+
+def _fixed(shape, make=grid_values, seed=7):
+    """A constant input (not differentiated): nearest-mode grids, whose gradient is zero."""
+    return make(np.random.default_rng(seed), shape)
+
+
+CASES += [
+    # 3-d pooling (separable onto the 2-d ops) and adaptive max pooling (the N-d indices op + gather)
+    Case("max_pool3d", lambda x: F.max_pool3d(x, 2), lambda x: _batched(ref_max_pool3d, 3)(x, 2)[0],
+         [((2, 2, 4, 4, 5),), ((2, 3, 4, 4),)], make=(distinct,)),
+    Case("max_pool3d_padding_ceil_dilation",
+         lambda x: F.max_pool3d(x, (2, 3, 2), (2, 1, 2), (1, 1, 0), (1, 1, 2), ceil_mode=True),
+         lambda x: ref_max_pool3d(x, (2, 3, 2), (2, 1, 2), (1, 1, 0), (1, 1, 2), True)[0], [((1, 2, 5, 4, 6),)],
+         make=(distinct,)),
+    Case("max_pool3d_indices", lambda x: F.max_pool3d(x, 3, 2, 1, return_indices=True),
+         lambda x: ref_max_pool3d(x, 3, 2, 1), [((1, 2, 4, 5, 5),)], make=(distinct,)),
+    Case("avg_pool3d", lambda x: F.avg_pool3d(x, 2), lambda x: _batched(ref_avg_pool3d, 3)(x, 2),
+         [((2, 2, 4, 4, 5),), ((2, 3, 4, 4),)]),
+    Case("avg_pool3d_padding_ceil", lambda x: F.avg_pool3d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False),
+         lambda x: ref_avg_pool3d(x, 3, 2, 1, True, False), [((1, 2, 4, 6, 5),)]),
+    Case("avg_pool3d_include_pad_divisor", lambda x: F.avg_pool3d(x, (2, 3, 2), 1, (1, 1, 0), divisor_override=5),
+         lambda x: ref_avg_pool3d(x, (2, 3, 2), 1, (1, 1, 0), divisor_override=5), [((1, 2, 3, 4, 3),)]),
+    Case("avg_pool3d_ceil_include_pad", lambda x: F.avg_pool3d(x, 2, 2, 1, ceil_mode=True),
+         lambda x: ref_avg_pool3d(x, 2, 2, 1, True), [((1, 1, 4, 5, 3),)]),
+    Case("adaptive_avg_pool3d", lambda x: F.adaptive_avg_pool3d(x, (2, 3, None)),
+         lambda x: _batched(ref_adaptive_pool, 3)(x, (2, 3, None), "avg"), [((2, 2, 5, 4, 3),), ((2, 3, 7, 2),)]),
+    Case("adaptive_max_pool1d", lambda x: F.adaptive_max_pool1d(x, 3, return_indices=True),
+         lambda x: _batched(ref_adaptive_pool, 1)(x, (3,), "max"), [((2, 3, 7),), ((2, 5),)], make=(distinct,)),
+    Case("adaptive_max_pool2d", lambda x: F.adaptive_max_pool2d(x, (3, 4)),
+         lambda x: _batched(ref_adaptive_pool, 2)(x, (3, 4), "max")[0], [((2, 2, 5, 7),), ((2, 7, 3),)],
+         make=(distinct,)),
+    Case("adaptive_max_pool2d_indices", lambda x: F.adaptive_max_pool2d(x, (None, 2), return_indices=True),
+         lambda x: ref_adaptive_pool(x, (None, 2), "max"), [((1, 2, 3, 5),)], make=(distinct,)),
+    Case("adaptive_max_pool3d", lambda x: F.adaptive_max_pool3d(x, (2, 1, 3), return_indices=True),
+         lambda x: ref_adaptive_pool(x, (2, 1, 3), "max"), [((1, 2, 3, 4, 5),)], make=(distinct,)),
+    # interpolation: separable index_select + weights (linear modes), nearest on the 2-d op, area = adaptive avg
+    Case("interpolate_linear", lambda x: F.interpolate(x, scale_factor=2.5, mode="linear"),
+         lambda x: ref_interpolate(x, (int(x.shape[2] * 2.5),), scales=(2.5,)), [((2, 3, 4),)]),
+    Case("interpolate_linear_align_corners", lambda x: F.interpolate(x, size=3, mode="linear", align_corners=True),
+         lambda x: ref_interpolate(x, (3,), align_corners=True), [((2, 2, 7),), ((1, 1, 1),)]),
+    Case("interpolate_bilinear", lambda x: F.interpolate(x, size=(5, 3), mode="bilinear"),
+         lambda x: ref_interpolate(x, (5, 3)), [((2, 2, 3, 6),), ((1, 1, 5, 3),)]),
+    Case("interpolate_bilinear_align_corners_scale",
+         lambda x: F.interpolate(x, scale_factor=(1.5, 0.5), mode="bilinear", align_corners=True),
+         lambda x: ref_interpolate(x, (6, 3), align_corners=True), [((1, 2, 4, 6),)]),
+    Case("interpolate_bilinear_recompute_scale",
+         lambda x: F.interpolate(x, scale_factor=1.7, mode="bilinear", recompute_scale_factor=True),
+         lambda x: ref_interpolate(x, (5, 8)), [((1, 2, 3, 5),)]),
+    Case("interpolate_bicubic", lambda x: F.interpolate(x, scale_factor=1.7, mode="bicubic"),
+         lambda x: ref_interpolate(x, (5, 8), cubic=True, scales=(1.7, 1.7)), [((1, 2, 3, 5),)]),
+    Case("interpolate_bicubic_align_corners",
+         lambda x: F.interpolate(x, size=(3, 7), mode="bicubic", align_corners=True),
+         lambda x: ref_interpolate(x, (3, 7), align_corners=True, cubic=True), [((2, 1, 5, 4),)]),
+    Case("interpolate_trilinear", lambda x: F.interpolate(x, size=(3, 4, 2), mode="trilinear"),
+         lambda x: ref_interpolate(x, (3, 4, 2)), [((1, 2, 2, 3, 4),)]),
+    Case("interpolate_trilinear_align_corners",
+         lambda x: F.interpolate(x, scale_factor=(2, 1, 0.5), mode="trilinear", align_corners=True),
+         lambda x: ref_interpolate(x, (4, 3, 2), align_corners=True), [((1, 2, 2, 3, 4),)]),
+    Case("interpolate_area", lambda x: F.interpolate(x, size=(2, 3), mode="area"),
+         lambda x: ref_adaptive_pool(x, (2, 3), "avg"), [((2, 2, 5, 7),)]),
+    Case("interpolate_area_3d", lambda x: F.interpolate(x, scale_factor=0.5, mode="area"),
+         lambda x: ref_adaptive_pool(x, (2, 1, 2), "avg"), [((1, 2, 4, 3, 5),)]),
+    Case("interpolate_nearest_3d", lambda x: F.interpolate(x, size=(3, 5, 2)),
+         lambda x: ref_nearest3d(x, (3, 5, 2)), [((1, 2, 2, 3, 4),)]),
+    Case("interpolate_nearest_exact_3d", lambda x: F.interpolate(x, size=(5, 2, 3), mode="nearest-exact"),
+         lambda x: ref_nearest3d(x, (5, 2, 3), exact=True), [((1, 2, 2, 3, 4),)]),
+    Case("interpolate_bicubic_double_backward",
+         lambda x, gy: _grad(lambda x: F.interpolate(x * x, size=(4, 5), mode="bicubic"), (x,), gy)[0],
+         lambda x, gy: 2 * x * _scatter_adjoint(lambda a: ref_interpolate(a, (4, 5), cubic=True), x.shape, gy),
+         [((1, 2, 3, 3), (1, 2, 4, 5))]),
+    # grid_sample: differentiable in the input and (bilinear, bicubic) in the grid
+    Case("grid_sample_bilinear", lambda x, g: F.grid_sample(x, g, align_corners=False),
+         lambda x, g: ref_grid_sample(x, g), [((2, 2, 4, 5), (2, 3, 2, 2))], make=(None, grid_values)),
+    Case("grid_sample_bilinear_border_align",
+         lambda x, g: F.grid_sample(x, g, padding_mode="border", align_corners=True),
+         lambda x, g: ref_grid_sample(x, g, "bilinear", "border", True), [((1, 2, 3, 4), (1, 2, 3, 2))],
+         make=(None, grid_values)),
+    Case("grid_sample_bilinear_reflection",
+         lambda x, g: F.grid_sample(x, g, padding_mode="reflection", align_corners=False),
+         lambda x, g: ref_grid_sample(x, g, "bilinear", "reflection"), [((1, 2, 3, 4), (1, 3, 2, 2))],
+         make=(None, grid_values)),
+    Case("grid_sample_bicubic", lambda x, g: F.grid_sample(x, g, mode="bicubic", align_corners=False),
+         lambda x, g: ref_grid_sample(x, g, "bicubic"), [((1, 2, 4, 5), (1, 2, 3, 2))], make=(None, grid_values)),
+    Case("grid_sample_bicubic_reflection_align",
+         lambda x, g: F.grid_sample(x, g, mode="bicubic", padding_mode="reflection", align_corners=True),
+         lambda x, g: ref_grid_sample(x, g, "bicubic", "reflection", True), [((1, 1, 4, 4), (1, 2, 2, 2))],
+         make=(None, grid_values)),
+    Case("grid_sample_nearest", lambda x: F.grid_sample(x, eagerc.tensor(_fixed((2, 3, 2, 2)), dtype=x.dtype),
+                                                        mode="nearest", padding_mode="border", align_corners=False),
+         lambda x: ref_grid_sample(x, _fixed((2, 3, 2, 2)), "nearest", "border"), [((2, 2, 4, 5),)]),
+    Case("grid_sample_trilinear", lambda x, g: F.grid_sample(x, g, align_corners=True),
+         lambda x, g: ref_grid_sample(x, g, "bilinear", "zeros", True), [((1, 2, 3, 4, 3), (1, 2, 2, 2, 3))],
+         make=(None, grid_values)),
+    Case("grid_sample_nearest_3d",
+         lambda x: F.grid_sample(x, eagerc.tensor(_fixed((1, 2, 2, 2, 3)), dtype=x.dtype), mode="nearest",
+                                 padding_mode="reflection", align_corners=False),
+         lambda x: ref_grid_sample(x, _fixed((1, 2, 2, 2, 3)), "nearest", "reflection"), [((1, 2, 3, 4, 3),)]),
+    Case("affine_grid", lambda t: F.affine_grid(t, (2, 3, 4, 5), align_corners=False),
+         lambda t: ref_affine_grid(t, (2, 3, 4, 5)), [((2, 2, 3),)], make=(theta_values,)),
+    Case("affine_grid_3d_align", lambda t: F.affine_grid(t, (1, 2, 3, 2, 4), align_corners=True),
+         lambda t: ref_affine_grid(t, (1, 2, 3, 2, 4), True), [((1, 3, 4),)], make=(theta_values,)),
+    # im2col / col2im and the shuffles (compositions)
+    Case("unfold", lambda x: F.unfold(x, 2), lambda x: ref_unfold(x, 2), [((2, 3, 4, 5),)]),
+    Case("unfold_padding_dilation_stride", lambda x: F.unfold(x, (2, 3), (1, 2), 1, (2, 1)),
+         lambda x: ref_unfold(x, (2, 3), (1, 2), 1, (2, 1)), [((1, 2, 5, 6),)]),
+    Case("unfold_unbatched", lambda x: F.unfold(x, 2, stride=2), lambda x: ref_unfold(x[None], 2, stride=2)[0],
+         [((3, 4, 4),)]),
+    Case("fold", lambda x: F.fold(x, (4, 5), 2), lambda x: ref_fold(x, (4, 5), 2), [((2, 12, 12),)]),
+    Case("fold_padding_dilation_stride", lambda x: F.fold(x, (5, 6), (2, 3), (1, 2), 1, (2, 1)),
+         lambda x: ref_fold(x, (5, 6), (2, 3), (1, 2), 1, (2, 1)), [((1, 12, 12),)]),
+    Case("pixel_shuffle", lambda x: F.pixel_shuffle(x, 2), lambda x: ref_pixel_shuffle(x, 2), [((2, 8, 3, 2),)]),
+    Case("pixel_unshuffle", lambda x: F.pixel_unshuffle(x, 3),
+         lambda x: ref_pixel_unshuffle(x, 3), [((2, 2, 6, 3),)]),
+    Case("channel_shuffle", lambda x: F.channel_shuffle(x, 3), lambda x: ref_channel_shuffle(x, 3),
+         [((2, 6, 2, 3),), ((1, 3, 4),)]),
+]

@@ -13,3 +13,5 @@ from .loss import *  # noqa: F401,F403
 from .conv import *  # noqa: F401,F403
 from .pooling import *  # noqa: F401,F403
 from .rnn import *  # noqa: F401,F403
+from .pixelshuffle import *  # noqa: F401,F403
+from .fold import *  # noqa: F401,F403

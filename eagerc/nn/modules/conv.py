@@ -1,5 +1,5 @@
-"""Conv1d, Conv2d, ConvTranspose1d, ConvTranspose2d (PyTorch's signatures, defaults,
-initialisation and repr)."""
+"""Conv1d/2d/3d, ConvTranspose1d/2d/3d (PyTorch's signatures, defaults, initialisation
+and repr)."""
 import math
 
 from ...ops.creation import empty
@@ -7,7 +7,7 @@ from .. import functional as F, init
 from ..parameter import Parameter
 from .module import Module
 
-__all__ = ["Conv1d", "Conv2d", "ConvTranspose1d", "ConvTranspose2d"]
+__all__ = ["Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d"]
 
 _PADDING_STRINGS = {"same", "valid"}
 _PADDING_MODES = {"zeros", "reflect", "replicate", "circular"}
@@ -119,6 +119,23 @@ class Conv2d(_ConvNd):
         return self._conv_forward(input, self.weight, self.bias)
 
 
+class Conv3d(_ConvNd):
+    """3-d convolution over (N, C_in, D, H, W): weight (C_out, C_in/groups, kD, kH, kW)."""
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, groups=1,
+                 bias=True, padding_mode="zeros", device=None, dtype=None):
+        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, False, 0, groups,
+                         bias, padding_mode, device, dtype, n=3)
+
+    def _conv_forward(self, input, weight, bias):
+        if self.padding_mode != "zeros":
+            return F.conv3d(self._padded(input), weight, bias, self.stride, 0, self.dilation, self.groups)
+        return F.conv3d(input, weight, bias, self.stride, self.padding, self.dilation, self.groups)
+
+    def forward(self, input):
+        return self._conv_forward(input, self.weight, self.bias)
+
+
 class Conv1d(_ConvNd):
     """1-d convolution over (N, C_in, L): weight (C_out, C_in/groups, k)."""
 
@@ -193,4 +210,18 @@ class ConvTranspose1d(_ConvTransposeNd):
     def forward(self, input, output_size=None):
         op = self._output_padding(input, output_size, 1)
         return F.conv_transpose1d(input, self.weight, self.bias, self.stride, self.padding, op, self.groups,
+                                  self.dilation)
+
+
+class ConvTranspose3d(_ConvTransposeNd):
+    """Transposed 3-d convolution: weight (C_in, C_out/groups, kD, kH, kW)."""
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, output_padding=0, groups=1,
+                 bias=True, dilation=1, padding_mode="zeros", device=None, dtype=None):
+        super().__init__(in_channels, out_channels, kernel_size, stride, padding, output_padding, groups, bias,
+                         dilation, padding_mode, device, dtype, n=3)
+
+    def forward(self, input, output_size=None):
+        op = self._output_padding(input, output_size, 3)
+        return F.conv_transpose3d(input, self.weight, self.bias, self.stride, self.padding, op, self.groups,
                                   self.dilation)

@@ -1,44 +1,54 @@
-"""Convolution, pooling and nearest-upsampling primitives (NCHW layout).
+"""Convolution, pooling, im2col/col2im and resampling primitives (NCHW / NCDHW layout).
 
 Every kernel works on strided views of the (padded) input plus, for convolutions,
 one batched BLAS matmul -- never a Python loop over pixels or over the batch. The
-only Python loops run over kernel positions (kh*kw, e.g. 9) or replication counts.
+only Python loops run over kernel positions (e.g. 9 or 27) or replication counts.
 
-Convolutions (im2col):
+Convolutions (im2col), one kernel for any number of spatial dims, declared per rank
+(conv2d / conv3d, conv_transpose2d / 3d, conv2d_weight / conv3d_weight):
 - the windows of the padded input are a strided view (no copy); reshaping it to
-  channel-major columns (groups, cin/groups*kh*kw, n*P) is the one im2col copy, and
+  channel-major columns (groups, cin/groups*prod(k), n*P) is the one im2col copy, and
   `weight @ cols` is one GEMM for the whole batch (one large BLAS call instead of n
   small ones: faster, and far less sensitive to BLAS thread start-up);
 - stride 1 uses *row-wrapped* windows: each kernel offset reads one contiguous run of
-  P = (oh-1)*W + ow elements of a padded channel plane (W the padded width), so
-  the copy moves long runs instead of ow-long rows (about 4x faster). The run also
-  covers W-ow junk columns at the end of each output row; the output is a strided
-  (n, c_out, oh, ow) view that skips them (no copy: a copy costs more than the next
-  op's strided read), and gradients are zero there, so they cancel;
-- `conv_transpose2d` is the adjoint: `weight^T @ x` gives columns that col2im adds
-  back into the padded output, one strided add per kernel position;
-- `conv2d_weight` (the weight gradient) is `cols @ gy^T`, the batch sum being part of
-  the GEMM's inner dimension.
+  P = 1 + sum((out_i - 1) * inner_i) elements of a padded channel volume (2-d:
+  (oh-1)*W + ow), so the copy moves long runs instead of ow-long rows (about 4x
+  faster). The run also covers junk columns (and, in 3-d, junk rows); the output is a
+  strided view that skips them (no copy: a copy costs more than the next op's strided
+  read), and gradients are zero there, so they cancel;
+- conv_transpose is the adjoint: `weight^T @ x` gives columns that col2im adds back
+  into the padded output, one strided add per kernel position;
+- the weight gradient is `cols @ gy^T`, the batch sum being part of the GEMM's inner
+  dimension.
 The three are each other's derivatives (see eagerc/ops/conv.py), so
-gradients of any order stay on these kernels.
+gradients of any order stay on these kernels. im2col / col2im (F.unfold / F.fold) are
+the same gather and scatter on their own.
 
 Pooling: the window at kernel position (i, j) over all outputs is one strided slice
 of the padded input; max pooling folds `maximum` over the kh*kw slices, average
 pooling adds them. Max pooling's backward recomputes, from one contiguous copy of the
 windows, a mask of each window's first maximum (kernel positions in row-major order,
-so ties go to the first position, as in PyTorch) and routes the gradient there.
+so ties go to the first position, as in PyTorch) and routes the gradient there. 3-d
+pooling is separable onto these 2-d ops (eagerc/nn/functional_conv.py). Adaptive max
+pooling of any rank is one op giving each window's first argmax (the values are a
+gather).
+
+Resampling: nearest upsampling is a gather along H and W; linear and cubic
+interpolation are one interpolate_axis op per axis (a dense interpolation matrix on
+short axes, 2-4 gathered rows on long ones) with its run-summing adjoint.
 
 Attributes are JSON-plain. `padding` of the conv ops is per side,
-((top, bottom), (left, right)) -- asymmetric for padding='same' with even kernels;
-negative values crop. Pool ops take symmetric (ph, pw).
+((before, after), ...) per spatial dim -- asymmetric for padding='same' with even
+kernels; negative values crop. Pool ops take symmetric (ph, pw).
 
-Decomposition note (for the compiler): conv2d / conv_transpose2d / conv2d_weight are
-pad + strided window gather + matmul (+ col2im adds); a backend should keep the
-matmul on BLAS (numpy / cuBLAS) and may fuse only the gather, bias and the following
-elementwise ops. max/avg pooling decompose into kh*kw strided slices folded with
-maximum / add and a divide; the adaptive average pool and its backward are two small
-matmuls with averaging matrices; nearest upsampling is a gather along H and W.
+Decomposition note (for the compiler): the conv ops are pad + strided window gather +
+matmul (+ col2im adds); a backend should keep the matmul on BLAS (numpy / cuBLAS) and
+may fuse only the gather, bias and the following elementwise ops. max/avg pooling
+decompose into kh*kw strided slices folded with maximum / add and a divide; the
+adaptive average pool and its backward are two small matmuls with averaging matrices;
+nearest upsampling is a gather along H and W.
 """
+import itertools
 import math
 
 import numpy as np
@@ -48,7 +58,8 @@ from . import Flops, declare
 from .meta import Spec, fail, fmt_shape
 from .reduction import array_sum
 
-__all__ = ["conv_output_size", "pool_output_size"]
+__all__ = ["adaptive_matrix", "adaptive_windows", "conv_output_size", "cubic_coefficients", "interpolation_taps",
+           "nearest_source_index", "pool_output_size"]
 
 
 # ---------------------------------------------------------------- shared helpers
@@ -74,75 +85,93 @@ def _as_strided(xp):
     return xp.lib.stride_tricks.as_strided
 
 
+def _spatial(x, sizes):
+    """Index (:, :, sizes...) of an (n, c, *spatial) array."""
+    return (slice(None), slice(None)) + tuple(sizes)
+
+
 def _pad(xp, x, pads, value=0):
-    """x (n, c, H, W) padded by pads = ((top, bottom), (left, right)); negatives crop."""
-    (t, b), (l, r) = pads
-    if t == b == l == r == 0:
+    """x (n, c, *spatial) padded by pads = ((before, after), ...) per spatial dim; negatives crop."""
+    if all(a == 0 and b == 0 for a, b in pads):
         return x
-    if t < 0 or b < 0 or l < 0 or r < 0:
-        H, W = x.shape[2:]
-        x = x[:, :, max(-t, 0):H - max(-b, 0), max(-l, 0):W - max(-r, 0)]
-        t, b, l, r = max(t, 0), max(b, 0), max(l, 0), max(r, 0)
-    n, c, H, W = x.shape
-    shape = (n, c, H + t + b, W + l + r)
+    if any(a < 0 or b < 0 for a, b in pads):
+        x = x[_spatial(x, (slice(max(-a, 0), s - max(-b, 0)) for (a, b), s in zip(pads, x.shape[2:])))]
+        pads = tuple((max(a, 0), max(b, 0)) for a, b in pads)
+    shape = x.shape[:2] + tuple(s + a + b for s, (a, b) in zip(x.shape[2:], pads))
     out = xp.zeros(shape, x.dtype) if value == 0 else xp.full(shape, value, x.dtype)
-    out[:, :, t:t + H, l:l + W] = x
+    out[_spatial(out, (slice(a, a + s) for (a, _), s in zip(pads, x.shape[2:])))] = x
     return out
 
 
-def _unpad(xp, x, pads, H, W):
+def _unpad(xp, x, pads, size):
     """The inverse of `_pad` for a gradient computed in padded coordinates: crop the
     padding; rows that `_pad` cropped away (negative padding) get zero gradient."""
-    (t, b), (l, r) = pads
-    if t == b == l == r == 0 and x.shape[2:] == (H, W):
+    size = tuple(size)
+    if all(a == 0 and b == 0 for a, b in pads) and x.shape[2:] == size:
         return x
-    if t >= 0 and b >= 0 and l >= 0 and r >= 0:
-        return x[:, :, t:t + H, l:l + W]
-    full = xp.zeros(x.shape[:2] + (H, W), x.dtype)
-    inner = x[:, :, max(t, 0):x.shape[2] - max(b, 0), max(l, 0):x.shape[3] - max(r, 0)]
-    t0, l0 = max(-t, 0), max(-l, 0)
-    full[:, :, t0:t0 + inner.shape[2], l0:l0 + inner.shape[3]] = inner
+    if all(a >= 0 and b >= 0 for a, b in pads):
+        return x[_spatial(x, (slice(a, a + s) for (a, _), s in zip(pads, size)))]
+    full = xp.zeros(x.shape[:2] + size, x.dtype)
+    inner = x[_spatial(x, (slice(max(a, 0), s - max(b, 0)) for (a, b), s in zip(pads, x.shape[2:])))]
+    full[_spatial(full, (slice(max(-a, 0), max(-a, 0) + s) for (a, _), s in zip(pads, inner.shape[2:])))] = inner
     return full
 
 
-# Row-wrapped windows compute W - ow junk columns per output row; past this fraction
-# of the row the strided (n, c, kh, kw, oh, ow) copy is cheaper than the extra GEMM work.
+# Row-wrapped windows compute junk columns (W - ow per output row, and in 3-d junk rows per
+# output plane); past this fraction of the run the strided (n, c, *k, *out) copy is cheaper
+# than the extra GEMM work.
 RUNS_MAX_JUNK = 0.5
 
 
-def _row_wrapped(stride, W, ow):
-    return stride[0] == 1 and stride[1] == 1 and ow > 0 and (W - ow) <= RUNS_MAX_JUNK * W
+def _row_wrapped(stride, size, out):
+    """Whether the stride-1 windows over a padded (*size) volume are read as row-wrapped runs."""
+    return all(s == 1 for s in stride) and all(o > 0 for o in out) and \
+        math.prod(out[1:]) >= (1 - RUNS_MAX_JUNK) * math.prod(size[1:])
 
 
-def _windows(xp, x, kh, kw, stride, dilation, oh, ow):
-    """The im2col view (no copy) of a padded x (n, c, H, W).
+def _run_length(out, size):
+    """P: the flat distance from the first to the last output position of one window offset,
+    plus one, in a padded volume of `size` (2-d: (oh-1)*W + ow)."""
+    return 1 + sum((o - 1) * math.prod(size[i + 1:]) for i, o in enumerate(out))
 
-    Returns (view, flat): with stride 1, view is (n, c, kh, kw, P) over row-wrapped runs
-    of P = (oh-1)*W + ow elements (flat=True); otherwise (n, c, kh, kw, oh, ow).
+
+def _windows(xp, x, k, stride, dilation, out):
+    """The im2col view (no copy) of a padded x (n, c, *spatial).
+
+    Returns (view, flat): with stride 1, view is (n, c, *k, P) over row-wrapped runs of
+    P = _run_length(out) elements (flat=True); otherwise (n, c, *k, *out).
     """
-    sh, sw = stride
-    dh, dw = dilation
-    n, c, H, W = x.shape
-    s0, s1, s2, s3 = x.strides
+    n, c = x.shape[:2]
+    size, st = x.shape[2:], x.strides
     strided = _as_strided(xp)
-    if _row_wrapped(stride, W, ow) and s2 == W * s3 and oh > 0:
-        P = (oh - 1) * W + ow
-        return strided(x, (n, c, kh, kw, P), (s0, s1, dh * s2, dw * s3, s3)), True
-    return strided(x, (n, c, kh, kw, oh, ow), (s0, s1, dh * s2, dw * s3, sh * s2, sw * s3)), False
+    dil = tuple(d * s for d, s in zip(dilation, st[2:]))
+    contiguous = all(st[i] == st[i + 1] * x.shape[i + 1] for i in range(2, x.ndim - 1))
+    if _row_wrapped(stride, size, out) and contiguous:
+        return strided(x, (n, c) + tuple(k) + (_run_length(out, size),), st[:2] + dil + (st[-1],)), True
+    return _window_view(xp, x, k, stride, dilation, out), False
 
 
-def _from_runs(xp, y, oh, ow, W):
-    """Row-wrapped (..., P) -> (..., oh, ow) view that skips the junk columns."""
-    st = y.strides
-    return _as_strided(xp)(y, y.shape[:-1] + (oh, ow), st[:-1] + (W * st[-1], st[-1]))
+def _window_view(xp, x, k, stride, dilation, out):
+    """Every window of x (n, c, *spatial) as an (n, c, *k, *out) strided view (no copy)."""
+    st = x.strides
+    return _as_strided(xp)(x, x.shape[:2] + tuple(k) + tuple(out),
+                           st[:2] + tuple(d * e for d, e in zip(dilation, st[2:]))
+                           + tuple(s * e for s, e in zip(stride, st[2:])))
 
 
-def _to_runs(xp, g, W):
-    """(..., oh, ow) -> row-wrapped (..., P) with zeros in the junk columns."""
-    oh, ow = g.shape[-2:]
-    out = xp.zeros(g.shape[:-2] + ((oh - 1) * W + ow,), g.dtype)
-    _from_runs(xp, out, oh, ow, W)[...] = g
-    return out
+def _from_runs(xp, y, out, size):
+    """Row-wrapped (..., P) -> (..., *out) view that skips the junk columns (and rows)."""
+    e = y.strides[-1]
+    inner = tuple(math.prod(size[i + 1:]) * e for i in range(len(size)))
+    return _as_strided(xp)(y, y.shape[:-1] + tuple(out), y.strides[:-1] + inner)
+
+
+def _to_runs(xp, g, size):
+    """(..., *out) -> row-wrapped (..., P) with zeros in the junk columns."""
+    out = g.shape[-len(size):]
+    runs = xp.zeros(g.shape[:-len(size)] + (_run_length(out, size),), g.dtype)
+    _from_runs(xp, runs, out, size)[...] = g
+    return runs
 
 
 def _add_bias(y, b):
@@ -158,123 +187,138 @@ def _check_bias(b, co, dtype):
         raise ValueError("bias shape or dtype")
 
 
-# ---------------------------------------------------------------- conv kernels
+def _channel_major_cols(view, nd, groups, n, P):
+    """(n, c, *k, P or *out) windows (nd kernel dims) -> the im2col copy (groups, c/groups * prod(k), n * P)."""
+    order = (1,) + tuple(range(2, 2 + nd)) + (0,) + tuple(range(2 + nd, view.ndim))
+    return view.transpose(order).reshape(groups, -1, n * P)
 
-def _conv2d(xp):
-    def conv2d(x, w, b, stride, padding, dilation, groups):
+
+# ---------------------------------------------------------------- conv kernels (any number of spatial dims)
+
+def _conv(xp):
+    def conv(x, w, b, stride, padding, dilation, groups):
         n, c = x.shape[:2]
-        co, cg, kh, kw = w.shape
-        if c != cg * groups or co % groups or x.dtype != w.dtype or x.dtype == bool:
-            raise ValueError("conv2d: input/weight mismatch")
+        co, cg = w.shape[:2]
+        k = w.shape[2:]
+        if x.ndim != w.ndim or c != cg * groups or co % groups or x.dtype != w.dtype or x.dtype == bool:
+            raise ValueError("conv: input/weight mismatch")
         _check_bias(b, co, x.dtype)
         x = _pad(xp, x, padding)
-        oh = conv_output_size(x.shape[2], kh, stride[0], 0, 0, dilation[0])
-        ow = conv_output_size(x.shape[3], kw, stride[1], 0, 0, dilation[1])
-        if oh <= 0 or ow <= 0:
-            raise ValueError("conv2d: output size")
-        view, flat = _windows(xp, x, kh, kw, stride, dilation, oh, ow)
-        P = view.shape[-1] if flat else oh * ow
+        out = tuple(conv_output_size(s, kk, st, 0, 0, d) for s, kk, st, d in zip(x.shape[2:], k, stride, dilation))
+        if any(o <= 0 for o in out):
+            raise ValueError("conv: output size")
+        view, flat = _windows(xp, x, k, stride, dilation, out)
+        P = view.shape[-1] if flat else math.prod(out)
         # im2col copy, channel-major (G, K, n*P): one GEMM for the whole batch
-        cols = view.transpose((1, 2, 3, 0) + tuple(range(4, view.ndim))).reshape(groups, cg * kh * kw, n * P)
-        y = xp.matmul(w.reshape(groups, co // groups, cg * kh * kw), cols).reshape(co, n, P)
+        cols = _channel_major_cols(view, len(k), groups, n, P)
+        y = xp.matmul(w.reshape(groups, co // groups, cols.shape[1]), cols).reshape(co, n, P)
         _add_bias(y, b)
-        # the result is a (n, co, oh, ow) view of the channel-major buffer: no copy (the
+        # the result is a (n, co, *out) view of the channel-major buffer: no copy (the
         # next elementwise op reads it strided, which costs less than a copy here)
         if flat:
-            return _from_runs(xp, y, oh, ow, x.shape[3]).transpose(1, 0, 2, 3)
-        return y.reshape(co, n, oh, ow).transpose(1, 0, 2, 3)
-    return conv2d
+            return _from_runs(xp, y, out, x.shape[2:]).swapaxes(0, 1)
+        return y.reshape((co, n) + out).swapaxes(0, 1)
+    return conv
 
 
-def _col2im(xp, cols, out, kh, kw, stride, dilation, oh, ow, flat):
-    """Adjoint of the im2col gather: add cols (c, kh, kw, n, P or oh*ow) into the zeroed
-    channel-major padded buffer out (c, n, H, W), one strided add per kernel position."""
-    c, n, H, W = out.shape
-    sh, sw = stride
-    dh, dw = dilation
+def _col2im_add(xp, cols, out, k, stride, dilation, size, flat):
+    """Adjoint of the im2col gather: add cols (c, *k, n, P or prod(size)) into the zeroed
+    channel-major padded buffer out (c, n, *padded), one strided add per kernel position."""
+    c, n = out.shape[:2]
+    padded = out.shape[2:]
+    positions = itertools.product(*(range(kk) for kk in k))
     if flat:
         P = cols.shape[-1]
-        runs = out.reshape(c, n, H * W)
-        for i in range(kh):
-            for j in range(kw):
-                o = i * dh * W + j * dw
-                runs[:, :, o:o + P] += cols[:, i, j]
+        runs = out.reshape(c, n, math.prod(padded))
+        inner = [math.prod(padded[i + 1:]) for i in range(len(padded))]
+        for pos in positions:
+            o = sum(p * d * e for p, d, e in zip(pos, dilation, inner))
+            runs[:, :, o:o + P] += cols[(slice(None),) + pos]
         return out
-    cols = cols.reshape(c, kh, kw, n, oh, ow)
-    for i in range(kh):
-        for j in range(kw):
-            out[:, :, i * dh:i * dh + sh * (oh - 1) + 1:sh, j * dw:j * dw + sw * (ow - 1) + 1:sw] += cols[:, i, j]
+    cols = cols.reshape((c,) + tuple(k) + (n,) + tuple(size))
+    for pos in positions:
+        out[_spatial(out, (slice(p * d, p * d + s * (o - 1) + 1, s)
+                           for p, d, s, o in zip(pos, dilation, stride, size)))] += cols[(slice(None),) + pos]
     return out
 
 
-def _conv_transpose2d(xp):
-    def conv_transpose2d(x, w, b, stride, padding, output_padding, dilation, groups):
-        n, c, h, wd = x.shape
-        ci, cog, kh, kw = w.shape
-        if c != ci or ci % groups or x.dtype != w.dtype or x.dtype == bool:
-            raise ValueError("conv_transpose2d: input/weight mismatch")
+def _conv_transpose_size(size, k, stride, dilation, output_padding):
+    """The padded (before cropping `padding`) output size of a transposed convolution."""
+    return tuple((i - 1) * s + d * (kk - 1) + 1 + op for i, kk, s, d, op in zip(size, k, stride, dilation,
+                                                                               output_padding))
+
+
+def _conv_transpose(xp):
+    def conv_transpose(x, w, b, stride, padding, output_padding, dilation, groups):
+        n, c = x.shape[:2]
+        ci, cog = w.shape[:2]
+        k = w.shape[2:]
+        if x.ndim != w.ndim or c != ci or ci % groups or x.dtype != w.dtype or x.dtype == bool:
+            raise ValueError("conv_transpose: input/weight mismatch")
         co = cog * groups
         _check_bias(b, co, x.dtype)
         if any(op < 0 or op >= max(s, d) for op, s, d in zip(output_padding, stride, dilation)):
-            raise ValueError("conv_transpose2d: output_padding")
-        Hp = (h - 1) * stride[0] + dilation[0] * (kh - 1) + 1 + output_padding[0]
-        Wp = (wd - 1) * stride[1] + dilation[1] * (kw - 1) + 1 + output_padding[1]
-        Hout, Wout = Hp - sum(padding[0]), Wp - sum(padding[1])
-        if Hout <= 0 or Wout <= 0:
-            raise ValueError("conv_transpose2d: output size")
-        flat = _row_wrapped(stride, Wp, wd)
-        xT = x.swapaxes(0, 1)                                                  # channel-major (ci, n, h, w)
-        g = _to_runs(xp, xT, Wp) if flat else xT.reshape(ci, n, h * wd)
+            raise ValueError("conv_transpose: output_padding")
+        full = _conv_transpose_size(x.shape[2:], k, stride, dilation, output_padding)
+        size = tuple(f - sum(p) for f, p in zip(full, padding))
+        if any(s <= 0 for s in size):
+            raise ValueError("conv_transpose: output size")
+        flat = _row_wrapped(stride, full, x.shape[2:])
+        xT = x.swapaxes(0, 1)                                                  # channel-major (ci, n, *in)
+        g = _to_runs(xp, xT, full) if flat else xT.reshape(ci, n, math.prod(x.shape[2:]))
         P = g.shape[-1]
-        K = cog * kh * kw
-        wT = w.reshape(groups, ci // groups, K).swapaxes(1, 2)                # (G, K, ci/G)
+        wT = w.reshape(groups, ci // groups, cog * math.prod(k)).swapaxes(1, 2)   # (G, K, ci/G)
         cols = xp.matmul(wT, g.reshape(groups, ci // groups, n * P))           # one GEMM: (G, K, n*P)
-        buf = _col2im(xp, cols.reshape(co, kh, kw, n, P), xp.zeros((co, n, Hp, Wp), x.dtype),
-                      kh, kw, stride, dilation, h, wd, flat)
+        buf = _col2im_add(xp, cols.reshape((co,) + k + (n, P)), xp.zeros((co, n) + full, x.dtype),
+                      k, stride, dilation, x.shape[2:], flat)
         _add_bias(buf, b)
-        return _unpad(xp, buf.transpose(1, 0, 2, 3), padding, Hout, Wout)     # a view when padding >= 0
-    return conv_transpose2d
+        return _unpad(xp, buf.swapaxes(0, 1), padding, size)                  # a view when padding >= 0
+    return conv_transpose
 
 
-_BLOCK = 4096  # inner-dimension block of the weight-gradient GEMM (see conv2d_weight)
+_BLOCK = 4096  # inner-dimension block of the weight-gradient GEMM (see conv_weight)
 
 
-def _conv2d_weight(xp):
-    def conv2d_weight(x, gy, kernel_size, stride, padding, dilation, groups):
-        """d(loss)/d(weight) of conv2d(x, weight) given gy = d(loss)/d(output)."""
+def _conv_weight(xp):
+    def conv_weight(x, gy, kernel_size, stride, padding, dilation, groups):
+        """d(loss)/d(weight) of conv(x, weight) given gy = d(loss)/d(output)."""
         n, c = x.shape[:2]
         co = gy.shape[1]
-        kh, kw = kernel_size
-        if c % groups or co % groups or gy.shape[0] != n or x.dtype != gy.dtype or x.dtype == bool:
-            raise ValueError("conv2d_weight: input/grad mismatch")
+        k = tuple(kernel_size)
+        if x.ndim != gy.ndim or c % groups or co % groups or gy.shape[0] != n or x.dtype != gy.dtype or \
+                x.dtype == bool:
+            raise ValueError("conv_weight: input/grad mismatch")
         x = _pad(xp, x, padding)
-        oh, ow = gy.shape[2:]
-        if oh > conv_output_size(x.shape[2], kh, stride[0], 0, 0, dilation[0]) or \
-                ow > conv_output_size(x.shape[3], kw, stride[1], 0, 0, dilation[1]):
-            raise ValueError("conv2d_weight: grad size")
+        out = gy.shape[2:]
+        if any(o > conv_output_size(s, kk, st, 0, 0, d) for o, s, kk, st, d in zip(out, x.shape[2:], k, stride,
+                                                                                    dilation)):
+            raise ValueError("conv_weight: grad size")
         cg = c // groups
-        view, flat = _windows(xp, x, kh, kw, stride, dilation, oh, ow)
-        P = view.shape[-1] if flat else oh * ow
+        view, flat = _windows(xp, x, k, stride, dilation, out)
+        P = view.shape[-1] if flat else math.prod(out)
         # channel-major columns (G, K, n*P): the batch sum becomes part of one GEMM
         # (many small per-sample GEMMs plus a sum are ~2x slower here)
-        cols = view.transpose((1, 2, 3, 0) + tuple(range(4, view.ndim))).reshape(groups, cg * kh * kw, n * P)
-        gy_cm = gy.swapaxes(0, 1)                                              # channel-major (co, n, oh, ow)
-        g = _to_runs(xp, gy_cm, x.shape[3]) if flat else gy_cm.reshape(co, n, P)
+        cols = _channel_major_cols(view, len(k), groups, n, P)
+        gy_cm = gy.swapaxes(0, 1)                                              # channel-major (co, n, *out)
+        g = _to_runs(xp, gy_cm, x.shape[2:]) if flat else gy_cm.reshape(co, n, P)
         gT = g.reshape(groups, co // groups, n * P).swapaxes(-1, -2)            # (G, n*P, co/G)
         # dw^T = cols @ g^T (BLAS runs this orientation ~30% faster than g @ cols^T). A GEMM
         # with a huge inner dimension but a tiny result (e.g. 9 x 16 for a first layer)
         # falls off a cliff in OpenBLAS (3x slower past ~8k), so sum it over blocks of the
         # inner dimension instead.
-        if n * P > 2 * _BLOCK and cg * kh * kw * (co // groups) <= 4096:
+        if n * P > 2 * _BLOCK and cg * math.prod(k) * (co // groups) <= 4096:
             dwT = sum(xp.matmul(cols[..., a:a + _BLOCK], gT[..., a:a + _BLOCK, :])
                       for a in range(0, n * P, _BLOCK))
         else:
             dwT = xp.matmul(cols, gT)                                          # (G, K, co/G)
-        return dwT.swapaxes(-1, -2).reshape(co, cg, kh, kw)
-    return conv2d_weight
+        return dwT.swapaxes(-1, -2).reshape((co, cg) + k)
+    return conv_weight
 
 
 # ---------------------------------------------------------------- conv rules
+
+_LAYOUT = {2: "NCHW", 3: "NCDHW"}
+
 
 def _pair_of_pairs(p):
     return tuple(tuple(int(v) for v in side) for side in p)
@@ -292,10 +336,10 @@ def _same_numeric(op, specs, names):
     return d
 
 
-def _check_4d(op, specs, names):
+def _check_rank(op, specs, names, nd):
     for s, nm in zip(specs, names):
-        if len(s.shape) != 4:
-            fail(op, specs, f"expected a 4-d {nm} (batched NCHW), got a {len(s.shape)}-d {nm} "
+        if len(s.shape) != nd + 2:
+            fail(op, specs, f"expected a {nd + 2}-d {nm} (batched {_LAYOUT[nd]}), got a {len(s.shape)}-d {nm} "
                  f"of shape {fmt_shape(s.shape)}")
 
 
@@ -316,75 +360,83 @@ def _check_conv_attrs(op, specs, stride, dilation, groups):
         fail(op, specs, f"groups must be positive, got {groups}")
 
 
-def _conv2d_rule(x, w, b, stride, padding, dilation, groups):
-    specs = (x, w, b)
-    _check_4d("conv2d", specs[:2], ("input", "weight"))
-    d = _same_numeric("conv2d", specs[:2], ("input", "weight"))
-    _check_conv_attrs("conv2d", specs, stride, dilation, groups)
-    co, cg, kh, kw = w.shape
-    if co % groups:
-        fail("conv2d", specs, f"expected weight's out_channels ({co}) to be divisible by groups ({groups})")
-    if x.shape[1] != cg * groups:
-        fail("conv2d", specs, f"given groups={groups}, weight of size {fmt_shape(w.shape)}, expected input "
-             f"{fmt_shape(x.shape)} to have {cg * groups} channels, but got {x.shape[1]} channels instead")
-    _check_bias_spec("conv2d", specs, b, co, d)
-    (pt, pb), (pl, pr) = _pair_of_pairs(padding)
-    H, W = x.shape[2] + pt + pb, x.shape[3] + pl + pr
-    oh = conv_output_size(x.shape[2], kh, stride[0], pt, pb, dilation[0])
-    ow = conv_output_size(x.shape[3], kw, stride[1], pl, pr, dilation[1])
-    if oh <= 0 or ow <= 0:
-        fail("conv2d", specs, f"calculated padded input size per channel: ({H} x {W}); kernel size "
-             f"(with dilation {tuple(dilation)}): ({dilation[0] * (kh - 1) + 1} x {dilation[1] * (kw - 1) + 1}); "
-             "the kernel can't be greater than the (padded) input")
-    return Spec((x.shape[0], co, oh, ow), d)
+def _sizes(v):
+    return " x ".join(str(a) for a in v)
 
 
-def _conv_transpose2d_rule(x, w, b, stride, padding, output_padding, dilation, groups):
-    specs = (x, w, b)
-    _check_4d("conv_transpose2d", specs[:2], ("input", "weight"))
-    d = _same_numeric("conv_transpose2d", specs[:2], ("input", "weight"))
-    _check_conv_attrs("conv_transpose2d", specs, stride, dilation, groups)
-    ci, cog, kh, kw = w.shape
-    if x.shape[1] != ci:
-        fail("conv_transpose2d", specs, f"given transposed weight of size {fmt_shape(w.shape)} "
-             f"(in_channels, out_channels/groups, kH, kW), expected input {fmt_shape(x.shape)} to have {ci} "
-             f"channels, but got {x.shape[1]} channels instead")
-    if ci % groups:
-        fail("conv_transpose2d", specs, f"expected in_channels ({ci}) to be divisible by groups ({groups})")
-    for op_, s, dl in zip(output_padding, stride, dilation):
-        if op_ < 0 or op_ >= max(s, dl):
-            fail("conv_transpose2d", specs, f"output padding must be smaller than either stride or dilation, "
-                 f"got output_padding={tuple(output_padding)}, stride={tuple(stride)}, dilation={tuple(dilation)}")
-    co = cog * groups
-    _check_bias_spec("conv_transpose2d", specs, b, co, d)
-    (pt, pb), (pl, pr) = _pair_of_pairs(padding)
-    H = (x.shape[2] - 1) * stride[0] - pt - pb + dilation[0] * (kh - 1) + output_padding[0] + 1
-    W = (x.shape[3] - 1) * stride[1] - pl - pr + dilation[1] * (kw - 1) + output_padding[1] + 1
-    if H <= 0 or W <= 0:
-        fail("conv_transpose2d", specs, f"calculated output size ({H} x {W}) is too small")
-    return Spec((x.shape[0], co, H, W), d)
+def _conv_rule(op, nd):
+    def rule(x, w, b, stride, padding, dilation, groups):
+        specs = (x, w, b)
+        _check_rank(op, specs[:2], ("input", "weight"), nd)
+        d = _same_numeric(op, specs[:2], ("input", "weight"))
+        _check_conv_attrs(op, specs, stride, dilation, groups)
+        co, cg = w.shape[:2]
+        k = w.shape[2:]
+        if co % groups:
+            fail(op, specs, f"expected weight's out_channels ({co}) to be divisible by groups ({groups})")
+        if x.shape[1] != cg * groups:
+            fail(op, specs, f"given groups={groups}, weight of size {fmt_shape(w.shape)}, expected input "
+                 f"{fmt_shape(x.shape)} to have {cg * groups} channels, but got {x.shape[1]} channels instead")
+        _check_bias_spec(op, specs, b, co, d)
+        pads = _pair_of_pairs(padding)
+        padded = tuple(s + p0 + p1 for s, (p0, p1) in zip(x.shape[2:], pads))
+        out = tuple(conv_output_size(s, kk, st, p0, p1, dl)
+                    for s, kk, st, (p0, p1), dl in zip(x.shape[2:], k, stride, pads, dilation))
+        if any(o <= 0 for o in out):
+            fail(op, specs, f"calculated padded input size per channel: ({_sizes(padded)}); kernel size "
+                 f"(with dilation {tuple(dilation)}): ({_sizes(dl * (kk - 1) + 1 for kk, dl in zip(k, dilation))}); "
+                 "the kernel can't be greater than the (padded) input")
+        return Spec((x.shape[0], co) + out, d)
+    return rule
 
 
-def _conv2d_weight_rule(x, gy, kernel_size, stride, padding, dilation, groups):
-    specs = (x, gy)
-    _check_4d("conv2d_weight", specs, ("input", "grad_output"))
-    d = _same_numeric("conv2d_weight", specs, ("input", "grad_output"))
-    _check_conv_attrs("conv2d_weight", specs, stride, dilation, groups)
-    n, c = x.shape[:2]
-    co = gy.shape[1]
-    if c % groups or co % groups:
-        fail("conv2d_weight", specs, f"expected input channels ({c}) and grad_output channels ({co}) to be "
-             f"divisible by groups ({groups})")
-    if gy.shape[0] != n:
-        fail("conv2d_weight", specs, "expected input and grad_output to have the same batch size")
-    (pt, pb), (pl, pr) = _pair_of_pairs(padding)
-    kh, kw = kernel_size
-    oh = conv_output_size(x.shape[2], kh, stride[0], pt, pb, dilation[0])
-    ow = conv_output_size(x.shape[3], kw, stride[1], pl, pr, dilation[1])
-    if gy.shape[2] > oh or gy.shape[3] > ow:
-        fail("conv2d_weight", specs, f"grad_output's spatial size {fmt_shape(gy.shape[2:])} exceeds the "
-             f"convolution's output size ({oh}x{ow})")
-    return Spec((co, c // groups, kh, kw), d)
+def _conv_transpose_rule(op, nd):
+    def rule(x, w, b, stride, padding, output_padding, dilation, groups):
+        specs = (x, w, b)
+        _check_rank(op, specs[:2], ("input", "weight"), nd)
+        d = _same_numeric(op, specs[:2], ("input", "weight"))
+        _check_conv_attrs(op, specs, stride, dilation, groups)
+        ci, cog = w.shape[:2]
+        if x.shape[1] != ci:
+            fail(op, specs, f"given transposed weight of size {fmt_shape(w.shape)} "
+                 f"(in_channels, out_channels/groups, {', '.join('k' + a for a in _LAYOUT[nd][2:])}), expected "
+                 f"input {fmt_shape(x.shape)} to have {ci} channels, but got {x.shape[1]} channels instead")
+        if ci % groups:
+            fail(op, specs, f"expected in_channels ({ci}) to be divisible by groups ({groups})")
+        for op_, s, dl in zip(output_padding, stride, dilation):
+            if op_ < 0 or op_ >= max(s, dl):
+                fail(op, specs, f"output padding must be smaller than either stride or dilation, got "
+                     f"output_padding={tuple(output_padding)}, stride={tuple(stride)}, dilation={tuple(dilation)}")
+        co = cog * groups
+        _check_bias_spec(op, specs, b, co, d)
+        full = _conv_transpose_size(x.shape[2:], w.shape[2:], stride, dilation, output_padding)
+        out = tuple(f - p0 - p1 for f, (p0, p1) in zip(full, _pair_of_pairs(padding)))
+        if any(s <= 0 for s in out):
+            fail(op, specs, f"calculated output size ({_sizes(out)}) is too small")
+        return Spec((x.shape[0], co) + out, d)
+    return rule
+
+
+def _conv_weight_rule(op, nd):
+    def rule(x, gy, kernel_size, stride, padding, dilation, groups):
+        specs = (x, gy)
+        _check_rank(op, specs, ("input", "grad_output"), nd)
+        d = _same_numeric(op, specs, ("input", "grad_output"))
+        _check_conv_attrs(op, specs, stride, dilation, groups)
+        n, c = x.shape[:2]
+        co = gy.shape[1]
+        if c % groups or co % groups:
+            fail(op, specs, f"expected input channels ({c}) and grad_output channels ({co}) to be "
+                 f"divisible by groups ({groups})")
+        if gy.shape[0] != n:
+            fail(op, specs, "expected input and grad_output to have the same batch size")
+        out = tuple(conv_output_size(s, kk, st, p0, p1, dl) for s, kk, st, (p0, p1), dl
+                    in zip(x.shape[2:], kernel_size, stride, _pair_of_pairs(padding), dilation))
+        if any(g > o for g, o in zip(gy.shape[2:], out)):
+            fail(op, specs, f"grad_output's spatial size {fmt_shape(gy.shape[2:])} exceeds the "
+                 f"convolution's output size ({'x'.join(str(o) for o in out)})")
+        return Spec((co, c // groups) + tuple(kernel_size), d)
+    return rule
 
 
 # ---------------------------------------------------------------- conv scratch
@@ -393,63 +445,63 @@ def _conv2d_weight_rule(x, gy, kernel_size, stride, padding, dilation, groups):
 # refuses a program whose kernels would allocate more than its limit (max_value_bytes).
 
 def _padded_elems(shape, pads):
-    (t, b), (l, r) = pads
-    if t == b == l == r == 0:
+    if all(a == 0 and b == 0 for a, b in pads):
         return 0
-    return shape[0] * shape[1] * max(shape[2] + t + b, 0) * max(shape[3] + l + r, 0)
+    return shape[0] * shape[1] * math.prod(max(s + a + b, 0) for s, (a, b) in zip(shape[2:], pads))
 
 
-def _runs(oh, ow, W):
-    """Columns per image of the im2col buffer: row-wrapped runs or (oh*ow), whichever is larger."""
-    return max((oh - 1) * W + ow, oh * ow, 0)
+def _runs(out, size):
+    """Columns per image of the im2col buffer: row-wrapped runs or prod(out), whichever is larger."""
+    return max(_run_length(out, size), math.prod(out), 0)
 
 
-def _conv2d_scratch(x, w, b, stride, padding, dilation, groups):
-    n, c, H, W = x.shape
-    co, cg, kh, kw = w.shape
+def _conv_scratch(x, w, b, stride, padding, dilation, groups):
+    n, c = x.shape[:2]
+    co, k = w.shape[0], w.shape[2:]
     pads = _pair_of_pairs(padding)
-    Hp, Wp = H + sum(pads[0]), W + sum(pads[1])
-    oh = conv_output_size(Hp, kh, stride[0], 0, 0, dilation[0])
-    ow = conv_output_size(Wp, kw, stride[1], 0, 0, dilation[1])
-    P = _runs(oh, ow, Wp)
-    return x.dtype.itemsize * (_padded_elems(x.shape, pads) + c * kh * kw * n * P + co * n * P)
+    padded = tuple(s + sum(p) for s, p in zip(x.shape[2:], pads))
+    out = tuple(conv_output_size(s, kk, st, 0, 0, d) for s, kk, st, d in zip(padded, k, stride, dilation))
+    P = _runs(out, padded)
+    return x.dtype.itemsize * (_padded_elems(x.shape, pads) + c * math.prod(k) * n * P + co * n * P)
 
 
-def _conv_transpose2d_scratch(x, w, b, stride, padding, output_padding, dilation, groups):
-    n, c, h, wd = x.shape
-    ci, cog, kh, kw = w.shape
-    co = cog * groups
-    Hp = (h - 1) * stride[0] + dilation[0] * (kh - 1) + 1 + output_padding[0]
-    Wp = (wd - 1) * stride[1] + dilation[1] * (kw - 1) + 1 + output_padding[1]
-    P = _runs(h, wd, Wp)
-    return x.dtype.itemsize * (ci * n * P + co * kh * kw * n * P + co * n * Hp * Wp)
+def _conv_transpose_scratch(x, w, b, stride, padding, output_padding, dilation, groups):
+    n, ci = x.shape[:2]
+    co, k = w.shape[1] * groups, w.shape[2:]
+    full = _conv_transpose_size(x.shape[2:], k, stride, dilation, output_padding)
+    P = _runs(x.shape[2:], full)
+    return x.dtype.itemsize * (ci * n * P + co * math.prod(k) * n * P + co * n * math.prod(full))
 
 
-def _conv2d_weight_scratch(x, gy, kernel_size, stride, padding, dilation, groups):
-    n, c, H, W = x.shape
-    co, (kh, kw) = gy.shape[1], kernel_size
+def _conv_weight_scratch(x, gy, kernel_size, stride, padding, dilation, groups):
+    n, c = x.shape[:2]
+    co, k = gy.shape[1], tuple(kernel_size)
     pads = _pair_of_pairs(padding)
-    oh, ow = gy.shape[2:]
-    P = _runs(oh, ow, W + sum(pads[1]))
-    return x.dtype.itemsize * (_padded_elems(x.shape, pads) + c * kh * kw * n * P + co * n * P
-                               + 2 * co * (c // max(groups, 1)) * kh * kw)
+    P = _runs(gy.shape[2:], tuple(s + sum(p) for s, p in zip(x.shape[2:], pads)))
+    return x.dtype.itemsize * (_padded_elems(x.shape, pads) + c * math.prod(k) * n * P + co * n * P
+                               + 2 * co * (c // max(groups, 1)) * math.prod(k))
 
 
-# 2 x multiply-accumulates: each output element of conv2d sums over one window of every input
-# channel of its group (w is (C_out, C_in/groups, kH, kW)); each input element of
-# conv_transpose2d is spread over a window of every output channel (w is (C_in, C_out/groups, kH, kW))
+# 2 x multiply-accumulates: each output element of a convolution sums over one window of every
+# input channel of its group (w is (C_out, C_in/groups, *k)); each input element of a transposed
+# convolution is spread over a window of every output channel (w is (C_in, C_out/groups, *k))
 _CONV_FLOPS = Flops("matmul-like", lambda out, ins, attrs: 2 * math.prod(out) * math.prod(ins[1][1:]))
 _CONV_T_FLOPS = Flops("matmul-like", lambda out, ins, attrs: 2 * math.prod(ins[0]) * math.prod(ins[1][1:]))
-# 2-d cross-correlation; b is a (C_out,) bias or a scalar constant (0 for none)
-declare("conv2d", ("x", "w", "b"), _conv2d, _conv2d_rule, attrs=("stride", "padding", "dilation", "groups"),
-        scratch=_conv2d_scratch, kind="conv", flops=_CONV_FLOPS)
-# the adjoint of conv2d w.r.t. its input (a 'deconvolution'); w is (C_in, C_out/groups, kH, kW)
-declare("conv_transpose2d", ("x", "w", "b"), _conv_transpose2d, _conv_transpose2d_rule,
-        attrs=("stride", "padding", "output_padding", "dilation", "groups"), scratch=_conv_transpose2d_scratch,
-        kind="conv", flops=_CONV_T_FLOPS)
-# the weight gradient of conv2d: sum over the batch of gy times the input windows
-declare("conv2d_weight", ("x", "gy"), _conv2d_weight, _conv2d_weight_rule,
-        attrs=("kernel_size", "stride", "padding", "dilation", "groups"), scratch=_conv2d_weight_scratch, kind="conv")
+# One kernel per role serves 2-d and 3-d; each rank is its own op, named as PyTorch names it.
+for _nd in (2, 3):
+    # cross-correlation; b is a (C_out,) bias or a scalar constant (0 for none)
+    declare(f"conv{_nd}d", ("x", "w", "b"), _conv, _conv_rule(f"conv{_nd}d", _nd),
+            attrs=("stride", "padding", "dilation", "groups"), scratch=_conv_scratch, kind="conv",
+            flops=_CONV_FLOPS)
+    # the adjoint of conv w.r.t. its input (a 'deconvolution'); w is (C_in, C_out/groups, *k)
+    declare(f"conv_transpose{_nd}d", ("x", "w", "b"), _conv_transpose,
+            _conv_transpose_rule(f"conv_transpose{_nd}d", _nd),
+            attrs=("stride", "padding", "output_padding", "dilation", "groups"), scratch=_conv_transpose_scratch,
+            kind="conv", flops=_CONV_T_FLOPS)
+    # the weight gradient of conv: sum over the batch of gy times the input windows
+    declare(f"conv{_nd}d_weight", ("x", "gy"), _conv_weight, _conv_weight_rule(f"conv{_nd}d_weight", _nd),
+            attrs=("kernel_size", "stride", "padding", "dilation", "groups"), scratch=_conv_weight_scratch,
+            kind="conv")
 
 
 # ---------------------------------------------------------------- pooling kernels
@@ -550,7 +602,7 @@ def _max_pool2d_backward(xp):
             for i in range(kernel_size[0]):
                 for j in range(kw):
                     windows[i, j] += first[i * kw + j] * gy
-        return _unpad(xp, dx, pads, *x.shape[2:])
+        return _unpad(xp, dx, pads, x.shape[2:])
     return max_pool2d_backward
 
 
@@ -629,16 +681,20 @@ def _avg_pool2d_backward(xp):
         dx = xp.zeros(gy.shape[:2] + (H + sum(pads[0]), W + sum(pads[1])), gy.dtype)
         for s in _slices(dx, kernel_size, stride, (1, 1), oh, ow):
             s += g
-        return _unpad(xp, dx, pads, H, W)
+        return _unpad(xp, dx, pads, (H, W))
     return avg_pool2d_backward
 
 
-def _adaptive_matrix(xp, size, out, dtype):
-    """(out, size) averaging matrix of adaptive pooling: row i averages
-    [floor(i*size/out), ceil((i+1)*size/out))."""
+def adaptive_windows(size, out):
+    """Start and end (exclusive) of each adaptive pooling window along one axis:
+    [floor(i*size/out), ceil((i+1)*size/out)), as PyTorch."""
     i = np.arange(out)
-    start = (i * size) // out
-    end = -((-(i + 1) * size) // out)
+    return (i * size) // out, -((-(i + 1) * size) // out)
+
+
+def adaptive_matrix(xp, size, out, dtype):
+    """(out, size) averaging matrix of adaptive pooling: row i averages window i."""
+    start, end = adaptive_windows(size, out)
     j = np.arange(size)
     m = ((j >= start[:, None]) & (j < end[:, None])) / (end - start)[:, None]
     return xp.asarray(m.astype(dtype))
@@ -650,8 +706,8 @@ def _adaptive_avg_pool2d(xp):
         oh, ow = output_size
         if oh < 1 or ow < 1 or 0 in x.shape[2:]:
             raise ValueError("adaptive_avg_pool2d: sizes")
-        mh = _adaptive_matrix(xp, x.shape[2], oh, x.dtype)
-        mw = _adaptive_matrix(xp, x.shape[3], ow, x.dtype)
+        mh = adaptive_matrix(xp, x.shape[2], oh, x.dtype)
+        mw = adaptive_matrix(xp, x.shape[3], ow, x.dtype)
         return xp.matmul(mh, xp.matmul(x, mw.T))
     return adaptive_avg_pool2d
 
@@ -659,8 +715,8 @@ def _adaptive_avg_pool2d(xp):
 def _adaptive_avg_pool2d_backward(xp):
     def adaptive_avg_pool2d_backward(gy, input_size):
         oh, ow = gy.shape[2:]
-        mh = _adaptive_matrix(xp, input_size[0], oh, gy.dtype)
-        mw = _adaptive_matrix(xp, input_size[1], ow, gy.dtype)
+        mh = adaptive_matrix(xp, input_size[0], oh, gy.dtype)
+        mw = adaptive_matrix(xp, input_size[1], ow, gy.dtype)
         return xp.matmul(mh.T, xp.matmul(gy, mw))
     return adaptive_avg_pool2d_backward
 
@@ -934,3 +990,280 @@ declare("upsample_nearest2d", ("x",), _upsample_nearest2d, _upsample_rule,
 declare("upsample_nearest2d_backward", ("gy",), _upsample_nearest2d_backward, _upsample_backward_rule,
         attrs=("input_size", "output_size", "scales", "exact"), scratch=_upsample_backward_scratch, kind="window")
 
+
+# ---------------------------------------------------------------- adaptive max pooling (any number of spatial dims)
+
+def _adaptive_max_pool_indices(xp):
+    def adaptive_max_pool_indices(x, output_size):
+        """Flat index (into the spatial dims) of each adaptive window's first maximum.
+
+        Windows along an axis differ in length by at most one: each axis is gathered as
+        (out, L) with L the longest window, short windows repeating their last element
+        (a repeat never wins over the first occurrence), then one argmax over the
+        L1*L2*... positions of each window."""
+        nd = len(output_size)
+        if x.ndim != nd + 2 or x.dtype == bool or 0 in x.shape[2:] or min(output_size) < 1:
+            raise ValueError("adaptive_max_pool_indices: input")
+        win, starts = x, []
+        for axis, (size, out) in enumerate(zip(x.shape[2:], output_size)):
+            start, end = adaptive_windows(size, out)
+            L = int((end - start).max())
+            idx = np.minimum(start[:, None] + np.arange(L), end[:, None] - 1)
+            win = win.take(xp.asarray(idx.ravel()), axis=2 + 2 * axis)
+            win = win.reshape(win.shape[:2 + 2 * axis] + (out, L) + win.shape[3 + 2 * axis:])
+            starts.append((start, L))
+        order = tuple(range(2)) + tuple(range(2, 2 + 2 * nd, 2)) + tuple(range(3, 3 + 2 * nd, 2))
+        pos = win.transpose(order).reshape(x.shape[:2] + tuple(output_size) + (-1,)).argmax(axis=-1)
+        flat = xp.zeros(pos.shape, np.int64)
+        for axis, ((start, L), size) in enumerate(zip(starts, x.shape[2:])):
+            inner = math.prod(x.shape[3 + axis:])
+            lengths = math.prod(L_ for _, L_ in starts[axis + 1:])
+            offset = (pos // lengths) % L
+            coord = xp.asarray(start).reshape((-1,) + (1,) * (nd - 1 - axis)) + offset
+            flat += coord * inner
+        return flat
+    return adaptive_max_pool_indices
+
+
+def _adaptive_max_rule(x, output_size):
+    nd = len(output_size)
+    if len(x.shape) != nd + 2:
+        fail("adaptive_max_pool_indices", (x,), f"expected a {nd + 2}-d input (N, C, {nd} spatial dims) for "
+             f"output_size {tuple(output_size)}, got {len(x.shape)}-d {fmt_shape(x.shape)}")
+    if x.dtype is dtypes.bool:
+        fail("adaptive_max_pool_indices", (x,), "expected a numeric input, got bool", TypeError)
+    if any(o < 1 for o in output_size) or any(n == 0 for n in x.shape[2:]):
+        fail("adaptive_max_pool_indices", (x,), f"expected non-empty spatial dimensions and a positive "
+             f"output_size, got {tuple(output_size)}")
+    return Spec(tuple(x.shape[:2]) + tuple(output_size), dtypes.int64)
+
+
+def _adaptive_max_scratch(x, output_size):
+    """The gathered windows (two copies: gather and transpose) and the int64 positions."""
+    lengths = [int((e - s).max()) for s, e in (adaptive_windows(n, o) for n, o in zip(x.shape[2:], output_size))]
+    windows = x.shape[0] * x.shape[1] * math.prod(o * L for o, L in zip(output_size, lengths))
+    return 2 * x.dtype.itemsize * windows + 24 * x.shape[0] * x.shape[1] * math.prod(output_size)
+
+
+# the argmax of adaptive max pooling; the values are a gather at these indices (eagerc/nn/functional_conv.py)
+declare("adaptive_max_pool_indices", ("x",), _adaptive_max_pool_indices, _adaptive_max_rule,
+        attrs=("output_size",), scratch=_adaptive_max_scratch, kind="window", flops=_ADAPTIVE, differentiable=False)
+
+
+# ---------------------------------------------------------------- linear / cubic interpolation along one axis
+# interpolate's linear, bilinear, trilinear and bicubic modes are separable: one interpolate_axis per
+# resized axis. Each output row is a weighted sum of 2 (linear) or 4 (cubic) input rows; the source rows
+# of each tap are non-decreasing, so the adjoint sums runs of rows (_sum_groups), never scatters.
+
+def _source_coords(out, size, scale, align_corners, cubic):
+    """PyTorch's source coordinate of each output index (area_pixel_compute_source_index):
+    corners aligned, or pixel centres with the user's scale_factor (1/scale) or size/out."""
+    i = np.arange(out, dtype=np.float64)
+    if align_corners:
+        return i * ((size - 1) / (out - 1)) if out > 1 else np.zeros(out)
+    src = (i + 0.5) * (1.0 / scale if scale else size / out) - 0.5
+    return src if cubic else np.maximum(src, 0.0)
+
+
+def cubic_coefficients(t):
+    """Keys' cubic convolution coefficients (A = -0.75, as PyTorch) of taps -1, 0, 1, 2 at
+    fraction t; plain arithmetic, so t may be an array or a Tensor (grid_sample)."""
+    A = -0.75
+
+    def near(x):   # |x| <= 1
+        return ((A + 2) * x - (A + 3)) * x * x + 1
+
+    def far(x):    # 1 < |x| < 2
+        return ((A * x - 5 * A) * x + 8 * A) * x - 4 * A
+    return far(t + 1), near(t), near(1 - t), far(2 - t)
+
+
+def interpolation_taps(out, size, scale, align_corners, cubic):
+    """[(source index, weight)] per tap along one axis (indices clamped to the input), or
+    None when the axis is unchanged (every output reads its own index with weight 1)."""
+    src = _source_coords(out, size, scale, align_corners, cubic)
+    if out == size and np.array_equal(src, np.arange(out)):
+        return None
+    i0 = np.floor(src).astype(np.int64)
+    if cubic:
+        return [(np.clip(i0 - 1 + k, 0, size - 1), w) for k, w in enumerate(cubic_coefficients(src - i0))]
+    i0 = np.minimum(i0, size - 1)
+    t = src - i0
+    return [(i0, 1 - t), (i0 + (i0 < size - 1), t)]
+
+
+# Short axes (out * in up to this) multiply by the dense (out, in) interpolation matrix instead: one
+# BLAS call beats 2-4 strided gathers and their run-summing adjoint until the matrix is mostly zeros.
+DENSE_MAX = 128 * 256
+
+
+def _tap_matrix(xp, taps, out, size, dtype):
+    """The (out, size) matrix of the taps: row i holds output i's weights (clamped taps add up)."""
+    m = np.zeros((out, size))
+    for idx, w in taps:
+        np.add.at(m, (np.arange(out), idx), w)
+    return xp.asarray(m.astype(dtype))
+
+
+def _along(xp, m, x, dim):
+    """m (out, size) applied along dimension dim of x: one matmul over contiguous rows."""
+    if dim == x.ndim - 1:
+        return xp.matmul(x, m.T)
+    lead, rest = x.shape[:dim], x.shape[dim + 1:]
+    y = xp.matmul(m, x.reshape((math.prod(lead), x.shape[dim], math.prod(rest))))
+    return y.reshape(lead + (m.shape[0],) + rest)
+
+
+def _weights(xp, w, dim, ndim, dtype):
+    return xp.asarray(w.astype(dtype).reshape((-1,) + (1,) * (ndim - dim - 1)))
+
+
+def _interpolate_axis(xp):
+    def interpolate_axis(x, dim, output_size, scale, align_corners, cubic):
+        if x.dtype.kind != "f" or not 0 <= dim < x.ndim or x.shape[dim] == 0 or output_size < 1:
+            raise ValueError("interpolate_axis: input")
+        taps = interpolation_taps(output_size, x.shape[dim], scale, align_corners, cubic)
+        if taps is None:
+            return x.copy()
+        if output_size * x.shape[dim] <= DENSE_MAX:
+            return _along(xp, _tap_matrix(xp, taps, output_size, x.shape[dim], x.dtype), x, dim)
+        y = None
+        for idx, w in taps:
+            term = x.take(xp.asarray(idx), axis=dim)
+            term *= _weights(xp, w, dim, x.ndim, x.dtype)
+            y = term if y is None else xp.add(y, term, out=y)
+        return y
+    return interpolate_axis
+
+
+def _interpolate_axis_backward(xp):
+    def interpolate_axis_backward(gy, dim, input_size, scale, align_corners, cubic):
+        """The adjoint: each tap's weighted gradient summed back onto the rows it read."""
+        taps = interpolation_taps(gy.shape[dim], input_size, scale, align_corners, cubic)
+        if taps is None:
+            return gy.copy()
+        if gy.shape[dim] * input_size <= DENSE_MAX:
+            return _along(xp, _tap_matrix(xp, taps, gy.shape[dim], input_size, gy.dtype).T, gy, dim)
+        dx = None
+        for idx, w in taps:
+            part = _sum_groups(xp, gy * _weights(xp, w, dim, gy.ndim, gy.dtype), idx, input_size, dim)
+            dx = part if dx is None else xp.add(dx, part, out=dx)
+        return dx
+    return interpolate_axis_backward
+
+
+def _interpolate_axis_rule(x, dim, output_size, scale, align_corners, cubic):
+    op = "interpolate_axis"
+    if not x.dtype.is_floating_point:
+        fail(op, (x,), f"expected a floating-point input, got {x.dtype.name} (cast with .float() first)", TypeError)
+    if not 0 <= dim < len(x.shape) or x.shape[dim] == 0 or output_size < 1:
+        fail(op, (x,), f"expected a non-empty dimension {dim} and a positive output size, got {output_size}")
+    return Spec(tuple(x.shape[:dim]) + (output_size,) + tuple(x.shape[dim + 1:]), x.dtype)
+
+
+def _interpolate_axis_backward_rule(gy, dim, input_size, scale, align_corners, cubic):
+    if not 0 <= dim < len(gy.shape) or input_size < 1 or not gy.dtype.is_floating_point:
+        fail("interpolate_axis_backward", (gy,), f"expected a floating-point grad_output with dimension {dim} and "
+             f"a positive input size, got {input_size}")
+    return Spec(tuple(gy.shape[:dim]) + (input_size,) + tuple(gy.shape[dim + 1:]), gy.dtype)
+
+
+def _interpolate_axis_scratch(x, dim, output_size, scale, align_corners, cubic):
+    """One gathered tap beside the running sum (or a contiguous copy for the matmul), and the
+    index and weight tables (or the dense matrix)."""
+    size = x.shape[dim]
+    return x.dtype.itemsize * (math.prod(x.shape) + math.prod(x.shape[:dim]) * output_size * math.prod(
+        x.shape[dim + 1:])) + 64 * output_size + 16 * output_size * size * (output_size * size <= DENSE_MAX)
+
+
+def _interpolate_axis_backward_scratch(gy, dim, input_size, scale, align_corners, cubic):
+    """The weighted gradient, each tap's summed part and _sum_groups' gathers and tables (or
+    the dense matrix and a contiguous copy)."""
+    rest = math.prod(gy.shape[:dim]) * math.prod(gy.shape[dim + 1:])
+    out = gy.shape[dim]
+    return gy.dtype.itemsize * rest * (2 * out + 2 * input_size) + 64 * (out + input_size) + \
+        16 * out * input_size * (out * input_size <= DENSE_MAX)
+
+
+_INTERPOLATE_ATTRS = ("dim", "output_size", "scale", "align_corners", "cubic")
+_TAP_FLOPS = Flops("pooling", lambda out, ins, attrs: 2 * (4 if attrs.get("cubic") else 2) * math.prod(out))
+# linear (2 taps) or cubic (4 taps) interpolation of x along dim to output_size
+declare("interpolate_axis", ("x",), _interpolate_axis, _interpolate_axis_rule, attrs=_INTERPOLATE_ATTRS,
+        scratch=_interpolate_axis_scratch, kind="window", flops=_TAP_FLOPS)
+declare("interpolate_axis_backward", ("gy",), _interpolate_axis_backward, _interpolate_axis_backward_rule,
+        attrs=("dim", "input_size", "scale", "align_corners", "cubic"), scratch=_interpolate_axis_backward_scratch,
+        kind="window")
+
+
+# ---------------------------------------------------------------- im2col / col2im (F.unfold / F.fold)
+# The convolutions' own gather and scatter, exposed: im2col is the window view copied to
+# (n, c*kH*kW, L); col2im adds the columns back (_col2im_add) and crops the padding. Each is the
+# other's derivative.
+
+def _blocks(size, kernel_size, dilation, padding, stride):
+    return tuple(conv_output_size(n, k, s, p, p, d) for n, k, s, p, d in zip(size, kernel_size, stride, padding,
+                                                                              dilation))
+
+
+def _im2col(xp):
+    def im2col(x, kernel_size, dilation, padding, stride):
+        out = _blocks(x.shape[2:], kernel_size, dilation, padding, stride)
+        if x.ndim != 4 or min(out) <= 0:
+            raise ValueError("im2col: sizes")
+        x = _pad(xp, x, tuple((p, p) for p in padding))
+        view = _window_view(xp, x, kernel_size, stride, dilation, out)
+        return view.reshape(x.shape[0], -1, math.prod(out))
+    return im2col
+
+
+def _col2im(xp):
+    def col2im(cols, output_size, kernel_size, dilation, padding, stride):
+        n, ck, L = cols.shape
+        K = math.prod(kernel_size)
+        out = _blocks(output_size, kernel_size, dilation, padding, stride)
+        if ck % K or math.prod(out) != L:
+            raise ValueError("col2im: sizes")
+        c = ck // K
+        padded = tuple(s + 2 * p for s, p in zip(output_size, padding))
+        cm = cols.reshape((n, c) + tuple(kernel_size) + (L,)).transpose(1, 2, 3, 0, 4)   # (c, kH, kW, n, L)
+        buf = _col2im_add(xp, cm, xp.zeros((c, n) + padded, cols.dtype), kernel_size, stride, dilation, out, False)
+        return _unpad(xp, buf.swapaxes(0, 1), tuple((p, p) for p in padding), output_size)
+    return col2im
+
+
+def _im2col_rule(x, kernel_size, dilation, padding, stride):
+    if len(x.shape) != 4 or x.dtype is dtypes.bool:
+        fail("im2col", (x,), f"expected a numeric 4-d input (N, C, H, W), got {fmt_shape(x.shape)} {x.dtype.name}")
+    out = _blocks(x.shape[2:], kernel_size, dilation, padding, stride)
+    if min(out) <= 0:
+        fail("im2col", (x,), f"calculated shape of the array of sliding blocks as {out}, but its components must "
+             "be at least one")
+    return Spec((x.shape[0], x.shape[1] * math.prod(kernel_size), math.prod(out)), x.dtype)
+
+
+def _col2im_rule(cols, output_size, kernel_size, dilation, padding, stride):
+    if len(cols.shape) != 3 or cols.dtype is dtypes.bool:
+        fail("col2im", (cols,), f"expected a numeric 3-d input (N, C*kH*kW, L), got {fmt_shape(cols.shape)}")
+    K = math.prod(kernel_size)
+    out = _blocks(output_size, kernel_size, dilation, padding, stride)
+    if cols.shape[1] % K or min(out) <= 0 or math.prod(out) != cols.shape[2]:
+        fail("col2im", (cols,), f"expected (N, C*{K}, {math.prod(out)}) columns for output_size "
+             f"{tuple(output_size)}, got {fmt_shape(cols.shape)}")
+    return Spec((cols.shape[0], cols.shape[1] // K) + tuple(output_size), cols.dtype)
+
+
+def _im2col_scratch(x, kernel_size, dilation, padding, stride):
+    return x.dtype.itemsize * _padded_elems(x.shape, tuple((p, p) for p in padding))
+
+
+def _col2im_scratch(cols, output_size, kernel_size, dilation, padding, stride):
+    """The channel-major copy of the columns and the zeroed padded image."""
+    padded = math.prod(s + 2 * p for s, p in zip(output_size, padding))
+    return cols.dtype.itemsize * (math.prod(cols.shape) + cols.shape[0] * cols.shape[1] // math.prod(kernel_size)
+                                  * padded)
+
+
+_FOLD = ("kernel_size", "dilation", "padding", "stride")
+declare("im2col", ("x",), _im2col, _im2col_rule, attrs=_FOLD, scratch=_im2col_scratch, kind="window")
+declare("col2im", ("cols",), _col2im, _col2im_rule, attrs=("output_size",) + _FOLD, scratch=_col2im_scratch,
+        kind="window")
