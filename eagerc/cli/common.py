@@ -89,8 +89,9 @@ def symbolic_shapes(path, graph):
         patches = json.loads(metadata["dynamic"])["patches"]
     except (OSError, ValueError, KeyError):
         return {}
+    from ..runtime.sizes import from_table
     shapes = {}
-    for path_, c0, k, syms in patches:
+    for path_, expr in map(from_table, patches):
         if path_[0] == "inputs" and path_[2] == "shape":
             v = graph.inputs[path_[1]][1]
             j = path_[3]
@@ -100,13 +101,8 @@ def symbolic_shapes(path, graph):
         else:
             continue
         shape = shapes.setdefault(v.name, list(v.shape))
-        shape[j] = _expr(c0, k, syms)
+        shape[j] = str(expr)
     return {name: tuple(s) for name, s in shapes.items()}
-
-
-def _expr(c0, k, syms):
-    s = "*".join(([str(k)] if k != 1 else []) + list(syms))
-    return s if c0 == 0 else f"{s}{'+' if c0 > 0 else '-'}{abs(c0)}"
 
 
 def example_shape(spec, dynamic_dims):

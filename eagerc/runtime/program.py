@@ -43,6 +43,7 @@ from .ops import OPS
 from .pytree import unflatten
 from .verify import arity as _arity, verify
 from .executor import last_uses
+from .sizes import SizeExpr, from_table
 
 __all__ = ["load", "loads", "from_parts", "encode", "LoadedProgram", "ProgramLoadError", "NotAProgram",
            "ProgramInputError", "ProgramRunError", "FORMAT", "FORMAT_VERSION"]
@@ -566,13 +567,6 @@ def _check_node(node):
 
 # ---------------------------------------------------------------- dynamic sizes and input specs
 
-def _expr_value(c0, k, syms, binding):
-    v = k
-    for s in syms:
-        v *= binding[s]
-    return c0 + v
-
-
 def _resolve(root, path):
     """The container and key that `path` (a list of keys/indices) names in the graph JSON."""
     node = root
@@ -647,10 +641,10 @@ def _check_dynamic(d, gj):
         value = container[last]
         if type(value) is not int:
             _fail(f"dynamic: patch {i}: path {_short(path)} names a {type(value).__name__}, not an integer")
-        if _expr_value(c0, k, syms, binding) != value:
-            _fail(f"dynamic: patch {i}: {_fmt_expr(c0, k, syms)} at the example sizes is "
-                  f"{_expr_value(c0, k, syms, binding)}, but the graph holds {value}")
-        out.append((key, c0, k, tuple(syms)))
+        key, expr = from_table(p)
+        if expr(binding) != value:
+            _fail(f"dynamic: patch {i}: {expr} at the example sizes is {expr(binding)}, but the graph holds {value}")
+        out.append((key, expr))
     return out_dims, out
 
 
@@ -662,7 +656,7 @@ def _specialise(gj, patches, binding, max_value_bytes):
     copies = {}   # id of a container of gj (or of its copy) -> this specialisation's copy
     g = gj.copy()
     copies[id(gj)] = copies[id(g)] = g
-    for path, c0, k, syms in patches:
+    for path, expr in patches:
         node = g
         for key in path[:-1]:
             child = node[key]
@@ -671,7 +665,7 @@ def _specialise(gj, patches, binding, max_value_bytes):
                 mine = copies[id(child)] = child.copy()   # (JSON containers: dicts and lists)
                 copies[id(mine)] = mine
             node[key] = node = mine
-        value = _expr_value(c0, k, syms, binding)
+        value = expr(binding)
         where = "attribute" if path[0] == "nodes" and path[2] == "attrs" else \
             "constant" if path[-1] == "const" else "size"
         if not (0 <= value < MAX_SHAPE if where == "size" else -MAX_INT <= value < MAX_INT):
@@ -697,20 +691,15 @@ def _probe_dynamic(gj, dims, patches, max_value_bytes):
         _fail(f"dynamic: the size table gives an invalid graph at {sizes}: {e}")
 
 
-def _fmt_expr(c0, k, syms):
-    s = "*".join(([str(k)] if k != 1 else []) + list(syms))
-    return s if c0 == 0 else f"{s} {'+' if c0 > 0 else '-'} {abs(c0)}"
-
-
 def _check_specs(specs, gj, args, dims, patches):
     """Each spec matches its graph argument; a named size is exactly a dynamic dimension."""
     arg_index = [i for i, item in enumerate(gj["inputs"]) if item["kind"] == "arg"]
     on_inputs = {}
-    for path, c0, k, syms in patches:
+    for path, expr in patches:
         if path[0] == "inputs":
             if gj["inputs"][path[1]]["kind"] != "arg":
                 _fail(f"dynamic: external input {gj['inputs'][path[1]]['name']!r} cannot have a dynamic size")
-            on_inputs[(path[1], path[3])] = (c0, k, syms)
+            on_inputs[(path[1], path[3])] = expr
     if not isinstance(specs, list) or len(specs) != len(args):
         _fail(f"inputs: expected a list of {len(args)} input specs (one per graph argument)")
     out = []
@@ -732,7 +721,7 @@ def _check_specs(specs, gj, args, dims, patches):
             if isinstance(s, str):
                 if s not in dims:
                     _fail(f"{what}: size {s!r} is not a declared dynamic dimension")
-                if patch != (0, 1, (s,)) or dims[s][2] != n:
+                if patch != SizeExpr.affine(0, 1, (s,)) or dims[s][2] != n:
                     _fail(f"{what}: dynamic size {s!r} of dimension {j} does not match the graph")
                 used.add(s)
             elif not _is_int(s) or s != n or patch is not None:
