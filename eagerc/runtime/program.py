@@ -42,7 +42,7 @@ from .ir import Graph, Value, spec_of, FORMAT_VERSION as GRAPH_FORMAT_VERSION
 from .ops import OPS
 from .pytree import unflatten
 from .verify import arity as _arity, verify
-from .executor import last_uses
+from .executor import Plan, ProgramRunError, node_str as _node_str
 from .sizes import SizeExpr, from_table
 
 __all__ = ["load", "loads", "from_parts", "encode", "LoadedProgram", "ProgramLoadError", "NotAProgram",
@@ -83,10 +83,6 @@ class NotAProgram(ProgramLoadError):
 
 class ProgramInputError(ValueError):
     """Arguments that do not match the program's input specs."""
-
-
-class ProgramRunError(ValueError):
-    """A kernel failed, or produced a value other than the one the graph declares."""
 
 
 class _Invalid(Exception):
@@ -761,46 +757,6 @@ def _check_examples(table, specs, graph):
 
 # ================================================================ running
 
-class _Runner:
-    """One static graph, ready to run: kernels looked up once, values freed after last use,
-    every node's result checked against the type the graph declares."""
-
-    def __init__(self, graph):
-        self.graph = graph
-        free = last_uses(graph)
-        self.steps = []
-        for i, n in enumerate(graph.nodes):
-            names = [x.name if isinstance(x, Value) else None for x in n.inputs]
-            consts = [None if isinstance(x, Value) else x for x in n.inputs]
-            self.steps.append((OPS[n.op], n.attrs, names, consts, n.out.name, n.out.shape,
-                               _NP[n.out.dtype], tuple(free.get(i, ())), n))
-        self.outputs = [v.name for v in graph.outputs]
-        self.mutations = [(t, v.name) for t, v in graph.mutations]
-
-    def __call__(self, env, xp, where):
-        for op, attrs, names, consts, out_name, shape, dtype, free, node in self.steps:
-            args = [env[nm] if nm is not None else c for nm, c in zip(names, consts)]
-            try:
-                out = op.kernel(xp)(*args, **attrs)
-            except Exception as e:
-                raise ProgramRunError(f"{where}: {_node_str(node)} failed: {type(e).__name__}: "
-                                      f"{str(e)[:500]}") from None
-            if xp is np and type(out) is not np.ndarray:
-                out = np.asarray(out)
-            if out.shape != shape or out.dtype != dtype:
-                raise ProgramRunError(f"{where}: {_node_str(node)} produced {out.dtype}{list(out.shape)} "
-                                      f"but the graph declares {dtype.name}{list(shape)}")
-            env[out_name] = out
-            for name in free:
-                del env[name]
-        return [env[n] for n in self.outputs], [(t, env[n]) for t, n in self.mutations]
-
-
-def _node_str(n):
-    where = f" at {n.loc}" if n.loc else ""
-    return f"{n.op} -> {n.out.name}{where}"
-
-
 def _xp_of_inputs(arrays):
     """numpy, or cupy when the inputs are cupy arrays (all of them)."""
     gpu = [hasattr(a, "__cuda_array_interface__") and not isinstance(a, np.ndarray) for a in arrays]
@@ -844,7 +800,7 @@ class LoadedProgram:
             a.flags.writeable = False
         self.weights = arrays
         self._device_weights = {}   # (cupy, device id) -> name -> cupy array
-        self._runners = {}   # binding key (None: the example sizes) -> _Runner, built on first use
+        self._plans = {}   # (xp name, sizes or None: the example sizes) -> Plan, bound on first use
         self._example_binding = {n: ex for n, (_, _, ex) in self._dims.items()}
 
     # ------------------------------------------------------------ description
@@ -875,11 +831,11 @@ class LoadedProgram:
                                     f"{self.signature()}, got {len(inputs)}")
         xp = _xp_of_inputs(inputs)
         arrays, binding = self._check_inputs(inputs, xp)
-        runner = self._runner(binding)
+        plan = self._plan(xp, binding)
         env = dict(self._weights_on(xp, arrays))
         for (name, _, _, _), a in zip(self._specs, arrays):
             env[name] = a
-        outs, mutations = runner(env, xp, self.path)
+        outs, mutations = plan(env)
         for target, arr in mutations:  # state updates (e.g. batch-norm running stats in train mode)
             self._mutate(target, arr, xp)
         outs = [a if getattr(a.flags, "writeable", True) else a.copy() for a in outs]
@@ -919,14 +875,17 @@ class LoadedProgram:
                                         f"[{lo}, {'inf' if hi is None else hi}]")
         return arrays, binding
 
-    def _runner(self, binding=None):
-        key = None if not binding or binding == self._example_binding else tuple(sorted(binding.items()))
-        r = self._runners.get(key)
-        if r is None:
-            r = self._runners[key] = _Runner(self.graph if key is None else self._specialise(binding))
-            if len(self._runners) > MAX_SPECIALISATIONS + 1:
-                del self._runners[next(k for k in self._runners if k is not None and k != key)]
-        return r
+    def _plan(self, xp, binding=None):
+        """The executor's plan for these sizes on array module xp, bound on first use."""
+        sizes = None if not binding or binding == self._example_binding else tuple(sorted(binding.items()))
+        key = (xp.__name__, sizes)
+        p = self._plans.get(key)
+        if p is None:
+            graph = self.graph if sizes is None else self._specialise(binding)
+            p = self._plans[key] = Plan(graph, xp, check=True, where=self.path)
+            if len(self._plans) > MAX_SPECIALISATIONS + 1:
+                del self._plans[next(k for k in self._plans if k[1] is not None and k != key)]
+        return p
 
     def _specialise(self, binding):
         try:
@@ -965,9 +924,8 @@ class LoadedProgram:
         if self.example_inputs is None:
             raise ProgramRunError(f"{self.path}: the file has no example inputs to check against "
                                   "(export with include_example_inputs=True)")
-        outs, _ = self._runner()(dict(self.weights, **{n: a for (n, _, _, _), a in
-                                                            zip(self._specs, self.example_inputs)}),
-                                      np, self.path)
+        outs, _ = self._plan(np)(dict(self.weights, **{n: a for (n, _, _, _), a in
+                                                        zip(self._specs, self.example_inputs)}))
         for i, (got, want) in enumerate(zip(outs, self.example_outputs)):
             if want.dtype.kind in "biu":
                 ok = np.array_equal(got, want)
