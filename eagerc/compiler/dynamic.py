@@ -409,7 +409,7 @@ class SymInt(int):
                 return self._unsupported(f"{_ARITH_SIGN[op]} with a float")
             return NotImplemented
         a = SizeExpr.parse(self.sym)
-        b = SizeExpr.parse(other.sym) if isinstance(other, SymInt) else int(other)
+        b = SizeExpr.parse(other.sym) if isinstance(other, SymInt) else SizeExpr([(int(other), ())])
         x, y = int(self), int(other)
         if reflected:
             a, b, x, y = b, a, y, x

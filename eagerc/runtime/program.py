@@ -824,6 +824,20 @@ class LoadedProgram:
     def __str__(self):
         return str(self.graph)
 
+    def symbolic_shapes(self):
+        """value name -> shape with each dynamic size written as its expression ("batch",
+        "2*batch"), for the values whose shape depends on dynamic sizes."""
+        shapes = {}
+        for path, expr in self._patches:
+            if path[0] == "inputs" and path[2] == "shape":
+                v, j = self.graph.inputs[path[1]][1], path[3]
+            elif path[0] == "nodes" and path[2] == "out":
+                v, j = self.graph.nodes[path[1]].out, path[4]
+            else:
+                continue
+            shapes.setdefault(v.name, list(v.shape))[j] = str(expr)
+        return {name: tuple(s) for name, s in shapes.items()}
+
     # ------------------------------------------------------------ calls
     def __call__(self, *inputs):
         if len(inputs) != len(self._specs):

@@ -1,25 +1,25 @@
 """Symbolic sizes: the one representation of a size that depends on dynamic dimensions.
 
-Every layer that meets such a size uses a `SizeExpr`: a sum of terms, each an integer
-times a product of named sizes (`s0`, `16*s0`, `s0*s1`, `batch-1`, `2*n+3`), kept in one
-canonical order (higher degree first, names sorted, the constant last), written one way
-(`str`) and evaluated one way (`expr(binding)`, never `eval`):
+A `SizeExpr` is a sum of terms, each an integer times a product of named sizes (`s0`,
+`16*s0`, `s0*s1`, `batch-1`, `2*n+3`), in one canonical order (higher degree first, names
+sorted, the constant last), written one way (`str`) and evaluated one way
+(`expr(binding)`, never `eval`). @compile's dynamic graphs hold sizes as that text and its
+SymInts compute with it (compiler/dynamic.py); a program file's size table stores each
+size-dependent integer as [path, c0, k, dims], c0 + k * product(dims) (written by
+compiler/export.py, checked and evaluated by runtime/program.py: `from_table`); ONNX export
+writes the text as dim_param names and computes the terms from the inputs' shapes.
 
-- @compile's dynamic graphs (compiler/dynamic.py) hold sizes as that text in value shapes
-  and attributes, and its SymInts do arithmetic on them while a trace runs;
-- a program file's size table (compiler/export.py writes it, runtime/program.py checks
-  and evaluates it) stores each size-dependent integer as [path, c0, k, dims], meaning
-  c0 + k * product(dims): `from_table` reads one entry;
-- ONNX export names dynamic output sizes by the text and computes them from the inputs'
-  shapes term by term.
-
-Grammar of the text: term (('+' | '-') term)*, term = factor ('*' factor)*, factor = an
-integer or a name (a letter or '_', then letters, digits, '_').
+Text grammar: term (('+' | '-') term)*, term = factor ('*' factor)*, factor = an integer
+or a name (a letter or '_', then letters, digits or '_').
 """
+import re
 
 __all__ = ["SizeExpr", "evaluate", "from_table"]
 
 MAX_TEXT = 200   # characters of a size expression's text
+_FACTOR = r"(?:\d+|[^\W\d]\w*)"
+_TERM = rf"[+-]?{_FACTOR}(?:\*{_FACTOR})*"
+_TEXT = re.compile(rf"{_TERM}(?:[+-]{_FACTOR}(?:\*{_FACTOR})*)*")
 _PARSED = {}     # text -> SizeExpr
 
 
@@ -40,13 +40,23 @@ class SizeExpr:
         """The expression written as `text` (parsed once per text); ValueError if it is not one."""
         e = _PARSED.get(text) if isinstance(text, str) else None
         if e is None:
-            e = _PARSED[text] = cls(_parse(text))
+            if not isinstance(text, str) or len(text) > MAX_TEXT or not _TEXT.fullmatch(text):
+                raise ValueError(f"bad size expression {text!r}")
+            terms = []
+            for term in re.findall(_TERM, text):
+                coef, names = -1 if term[0] == "-" else 1, []
+                for f in term.lstrip("+-").split("*"):
+                    if f[0].isdigit():
+                        coef *= int(f)
+                    else:
+                        names.append(f)
+                terms.append((coef, names))
+            e = _PARSED[text] = cls(terms)
         return e
 
     @classmethod
     def affine(cls, c0, k, names):
-        """c0 + k * product(names): a size table's entry (built directly: a loaded file may hold
-        many)."""
+        """c0 + k * product(names), built directly (a loaded file's table may hold many)."""
         if not k or not names:
             return cls([(k, tuple(names)), (c0, ())])
         e = object.__new__(cls)
@@ -81,70 +91,18 @@ class SizeExpr:
     def __hash__(self):
         return hash(self.terms)
 
-    # arithmetic with integers and other expressions (SymInts during a dynamic trace)
+    # arithmetic (SymInts during a dynamic trace): SizeExpr operands; SizeExpr([(n, ())]) is n
     def __add__(self, other):
-        return SizeExpr(self.terms + _terms(other))
-
-    __radd__ = __add__
+        return SizeExpr(self.terms + other.terms)
 
     def __neg__(self):
         return SizeExpr([(-c, names) for c, names in self.terms])
 
     def __sub__(self, other):
-        return self + -_expr(other)
-
-    def __rsub__(self, other):
-        return _expr(other) + -self
+        return self + -other
 
     def __mul__(self, other):
-        return SizeExpr([(ca * cb, na + nb) for ca, na in self.terms for cb, nb in _terms(other)])
-
-    __rmul__ = __mul__
-
-
-def _expr(x):
-    return x if isinstance(x, SizeExpr) else SizeExpr([(x, ())])
-
-
-def _terms(x):
-    return x.terms if isinstance(x, SizeExpr) else ((x, ()),)
-
-
-def _parse(text):
-    if not isinstance(text, str) or not text or len(text) > MAX_TEXT:
-        raise ValueError(f"bad size expression {text!r}")
-    terms = []
-    i, n = 0, len(text)
-    sign = 1
-    if text[0] in "+-":
-        sign = -1 if text[0] == "-" else 1
-        i = 1
-    while True:
-        coef, names = sign, []
-        while True:
-            j = i
-            if j < n and text[j].isdigit():
-                while j < n and text[j].isdigit():
-                    j += 1
-                coef *= int(text[i:j])
-            elif j < n and (text[j].isalpha() or text[j] == "_"):
-                while j < n and (text[j].isalnum() or text[j] == "_"):
-                    j += 1
-                names.append(text[i:j])
-            else:
-                raise ValueError(f"bad size expression {text!r} at position {i}")
-            i = j
-            if i < n and text[i] == "*":
-                i += 1
-                continue
-            break
-        terms.append((coef, tuple(names)))
-        if i == n:
-            return terms
-        if text[i] not in "+-":
-            raise ValueError(f"bad size expression {text!r} at position {i}")
-        sign = -1 if text[i] == "-" else 1
-        i += 1
+        return SizeExpr([(ca * cb, na + nb) for ca, na in self.terms for cb, nb in other.terms])
 
 
 def evaluate(size, binding):
