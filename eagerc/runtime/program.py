@@ -43,7 +43,7 @@ from .ops import OPS
 from .pytree import unflatten
 from .verify import arity as _arity, verify
 from .executor import Plan, ProgramRunError, node_str as _node_str
-from .sizes import SizeExpr, from_table
+from .sizes import SizeExpr
 
 __all__ = ["load", "loads", "from_parts", "encode", "LoadedProgram", "ProgramLoadError", "NotAProgram",
            "ProgramInputError", "ProgramRunError", "FORMAT", "FORMAT_VERSION"]
@@ -637,7 +637,7 @@ def _check_dynamic(d, gj):
         value = container[last]
         if type(value) is not int:
             _fail(f"dynamic: patch {i}: path {_short(path)} names a {type(value).__name__}, not an integer")
-        key, expr = from_table(p)
+        expr = SizeExpr.affine(c0, k, syms)
         if expr(binding) != value:
             _fail(f"dynamic: patch {i}: {expr} at the example sizes is {expr(binding)}, but the graph holds {value}")
         out.append((key, expr))

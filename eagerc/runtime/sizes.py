@@ -60,7 +60,8 @@ class SizeExpr:
         if not k or not names:
             return cls([(k, tuple(names)), (c0, ())])
         e = object.__new__(cls)
-        e.terms = ((k, tuple(sorted(names))), (c0, ())) if c0 else ((k, tuple(sorted(names))),)
+        names = tuple(names) if len(names) == 1 else tuple(sorted(names))
+        e.terms = ((k, names), (c0, ())) if c0 else ((k, names),)
         return e
 
     def __call__(self, binding):
