@@ -14,16 +14,19 @@ swaps instruments in, and puts the originals back when it ends:
 
 - every declared op's numpy kernel (`OpDef.cpu`, the one slot `dispatch.apply` and
   `dispatch.create` call) becomes a timed wrapper: one "op" event per eager call --
-  forward and backward ops alike, and the ops a loaded `eagerc.runtime` program runs;
+  forward and backward ops alike;
+- the runtime's graph executor (runtime/executor.py) gets the profile as its observer:
+  one "kernel" event per node of every graph it runs -- interpreter-backend programs and
+  loaded `eagerc.runtime` programs;
 - a compiled function's call (`CompiledFunction._run`) is timed as one "compiled"
-  event, and inside it each node of its program as a "kernel" event: the interpreter
-  backend's loop is replaced by a timed copy of it, and the numpy backend's generated
+  event, containing its program's "kernel" events: the numpy backend's generated
   function gets timed versions of the kernels and ufuncs it reads from its globals (the
   generated line that called tells which graph node ran);
 - backends compile with the original kernels (a program compiled while profiling keeps
   no instrument after the profile ends).
 
-With no profile active every one of these is the original object: zero overhead.
+With no profile active every one of these is the original object and the executor has no
+observer: zero overhead.
 `record_function` costs one global read when no profile is active.
 
 Times are host wall-clock times (`time.perf_counter_ns`). CUDA (cupy) kernels are not
@@ -40,6 +43,8 @@ import os
 import sys
 import threading
 import time
+
+from .runtime import executor
 
 __all__ = ["profile", "record_function", "Event", "KeyAverage", "KeyAverages", "ProfilerActivity"]
 
@@ -134,12 +139,15 @@ def _nest(events):
 
 # ---------------------------------------------------------------- instruments
 
-def _timed_kernel(name, kernel, events, shapes):
-    """kernel, recording one "op" event per call."""
-    append = events.append
+def _timed_kernel(name, kernel, prof):
+    """kernel, recording one "op" event per call while `prof` is active (an executor's plan
+    bound during the profile keeps this wrapper: afterwards it only calls the kernel)."""
+    append = prof._events.append
 
-    if shapes:
+    if prof.record_shapes:
         def timed(*args, **kwargs):
+            if _active is not prof:
+                return kernel(*args, **kwargs)
             t0 = _now()
             try:
                 return kernel(*args, **kwargs)
@@ -148,6 +156,8 @@ def _timed_kernel(name, kernel, events, shapes):
                 append(Event(name, "op", t0, t1, _ident(), _shapes(args)))
     else:
         def timed(*args, **kwargs):
+            if _active is not prof:
+                return kernel(*args, **kwargs)
             t0 = _now()
             try:
                 return kernel(*args, **kwargs)
@@ -156,39 +166,6 @@ def _timed_kernel(name, kernel, events, shapes):
     functools.update_wrapper(timed, kernel)
     timed._eagerc_profiled = kernel
     return timed
-
-
-def _timed_interpreter_call(prof, original):
-    """A timed copy of InterpretedProgram.__call__ (backends/interpreter.py): one "kernel"
-    event per node. A program that does not look as expected runs the original (untimed)."""
-    import numpy as np
-    ndarray = np.ndarray
-    events = prof._events
-
-    def __call__(self, env, overrides=None):
-        steps = getattr(self, "steps", None)
-        if not isinstance(steps, list) or len(steps) != len(self.graph.nodes) or \
-                any(len(s) != 5 for s in steps[:1]) or not hasattr(self, "free"):
-            return original(self, env, overrides)
-        env = dict(env)
-        nodes = self.graph.nodes
-        shapes = prof.record_shapes
-        for i, (kernel, out, names, consts, attrs) in enumerate(self.steps):
-            args = [env[nm] if nm is not None else c for nm, c in zip(names, consts)]
-            if overrides and out in overrides:
-                attrs = {**attrs, **overrides[out]}
-            n = nodes[i]
-            t0 = _now()
-            r = kernel(*args, **attrs)
-            t1 = _now()
-            events.append(Event(n.op, "kernel", t0, t1, _ident(), _shapes(args) if shapes else None,
-                                _node_args(n)))
-            env[out] = r if type(r) is ndarray else np.asarray(r)
-            for name in self.free.get(i, ()):
-                del env[name]
-        g = self.graph
-        return [env[v.name] for v in g.outputs], [(t, env[v.name]) for t, v in g.mutations]
-    return __call__
 
 
 def _programs_of(entry):
@@ -331,6 +308,7 @@ class profile:
         self._end = None
         self._restore = []
         self._instruments = {}
+        self._observer = False   # while installed: the executor's previous observer
 
     # ------------------------------------------------------------ start / stop
     def __enter__(self):
@@ -374,11 +352,11 @@ class profile:
     def _install(self):
         from .runtime.ops import OPS, load_all
         load_all()
-        events, shapes = self._events, self.record_shapes
         for op in OPS.values():
             orig = op.cpu
-            op.cpu = _timed_kernel(op.name, orig, events, shapes)
+            op.cpu = _timed_kernel(op.name, orig, self)
             self._restore.append((op, "cpu", orig))
+        self._observer = executor.set_observer(self._observe)
         try:
             import importlib
             _compile_mod = importlib.import_module("eagerc.compiler.compile")
@@ -390,8 +368,6 @@ class profile:
             from .compiler.backends import numpy_backend  # noqa: F401  (registers itself)
         except ImportError:
             pass
-        self._patch(_interp.InterpretedProgram, "__call__",
-                    _timed_interpreter_call(self, _interp.InterpretedProgram.__dict__["__call__"]))
         backends = {_interp.InterpreterBackend} | {c for c in _backends._BACKENDS.values() if isinstance(c, type)}
         for cls in backends:
             if "compile" in cls.__dict__:
@@ -411,6 +387,9 @@ class profile:
         setattr(owner, attr, value)
 
     def _uninstall(self):
+        if self._observer is not False:
+            executor.set_observer(self._observer)
+            self._observer = False
         for owner, attr, orig in reversed(self._restore):
             setattr(owner, attr, orig)
         self._restore = []
@@ -462,13 +441,24 @@ class profile:
                 events.append(Event("compiled_backward", "compiled", t0, _now(), _ident()))
         return timed_grads
 
+    def _observe(self, node, kernel, args, attrs):
+        """The executor's observer: one "kernel" event per node of every graph it runs
+        (interpreter programs, loaded programs)."""
+        kernel = getattr(kernel, "_eagerc_profiled", kernel)   # (a plan bound while this profile ran)
+        t0 = _now()
+        try:
+            return kernel(*args, **attrs)
+        finally:
+            self._events.append(Event(node.op, "kernel", t0, _now(), _ident(),
+                                      _shapes(args) if self.record_shapes else None, _node_args(node)))
+
     def _instrument(self, program):
         if program is None or program in self._instruments:
             return
         if hasattr(program, "__globals__") and hasattr(program, "graph"):  # numpy backend
             self._instruments[program] = _ProgramInstrument(self, program)
-        # interpreter programs are timed by the patched InterpretedProgram.__call__; other
-        # backends' programs: the call event only
+        # interpreter programs are timed by the executor's observer; other backends'
+        # programs: the call event only
 
     # ------------------------------------------------------------ results
     def events(self):

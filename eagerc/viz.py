@@ -742,32 +742,25 @@ def _vertex_style(v, fill, total):
 # ================================================================ timing
 
 def time_nodes(graph, env, repeats=5, warmup=1):
-    """Run `graph` node by node with the runtime's numpy kernels; returns (value name -> median
-    seconds, [seconds per whole run]). env: input name -> array (arguments and externals)."""
-    import numpy as np
-    from .runtime.executor import last_uses
-    from .runtime.ops import OPS
-    free = last_uses(graph)
-    steps = [(OPS[n.op].kernel(np), n.attrs, [(x.name, None) if hasattr(x, "shape") else (None, x)
-                                              for x in n.inputs], n.out.name) for n in graph.nodes]
-    samples = [[] for _ in steps]
+    """Run `graph` with the runtime's executor and numpy kernels, timing each node; returns
+    (value name -> median seconds, [seconds per whole run]). env: input name -> array
+    (arguments and externals)."""
+    from .runtime.executor import Plan
+    plan = Plan(graph)
+    samples = {n.out.name: [] for n in graph.nodes}
+    clock = time.perf_counter
+
+    def observe(node, kernel, args, attrs):
+        t0 = clock()
+        r = kernel(*args, **attrs)
+        samples[node.out.name].append(clock() - t0)
+        return r
     runs = []
     for r in range(warmup + repeats):
-        values = dict(env)
-        t_run = time.perf_counter()
-        for i, (kernel, attrs, ins, out) in enumerate(steps):
-            args = [values[nm] if nm is not None else c for nm, c in ins]
-            t0 = time.perf_counter()
-            y = kernel(*args, **attrs)
-            t1 = time.perf_counter()
-            values[out] = y if type(y) is np.ndarray else np.asarray(y)
-            if r >= warmup:
-                samples[i].append(t1 - t0)
-            for name in free.get(i, ()):
-                del values[name]
-        if r >= warmup:
-            runs.append(time.perf_counter() - t_run)
-    return {s[3]: statistics.median(t) for s, t in zip(steps, samples) if t}, runs
+        t0 = clock()
+        plan(dict(env), observe=observe)
+        runs.append(clock() - t0)
+    return {name: statistics.median(t[warmup:]) for name, t in samples.items() if t[warmup:]}, runs[warmup:]
 
 
 # ================================================================ autograd graphs

@@ -257,8 +257,15 @@ def test_loaded_program_ops_are_timed(tmp_path):
     prog = load(path)
     x = np.random.default_rng(0).standard_normal((2, 6)).astype(np.float32)
     with profiler.profile() as prof:
-        prog(x)
+        prog(x)   # the executor's plan is bound now, during the profile
     assert _counts(prof) == {"linear": 3, "relu": 1, "tanh": 1}
+    assert {e.category for e in prof.events()} == {"kernel"}   # each node once, by the executor's observer
+    n = len(prof.events())
+    prog(x)   # after the profile: nothing more is recorded into it
+    assert len(prof.events()) == n
+    with profiler.profile() as again:
+        prog(x)
+    assert _counts(again) == {"linear": 3, "relu": 1, "tanh": 1}
 
 
 # ---------------------------------------------------------------- nothing left behind
@@ -277,6 +284,8 @@ def test_everything_is_restored_and_profiles_do_not_nest():
     assert all(OPS[name].cpu is k for name, k in kernels.items())
     assert CompiledFunction.__dict__["_run"] is run and InterpretedProgram.__dict__["__call__"] is call
     assert training._OP.grads is grads
+    from eagerc.runtime import executor
+    assert executor.set_observer(None) is None   # the executor's observer is gone too
     with pytest.raises(ZeroDivisionError):  # an exception inside the block restores too
         with profiler.profile():
             1 / 0

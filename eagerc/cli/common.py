@@ -4,13 +4,12 @@ and `printable`: every string that reaches the terminal has its control characte
 Two error types decide the exit code: `UsageError` (2: the command line is wrong) and
 `CommandError` (1: the command could not do its work). Both carry a one-line message.
 """
-import json
 import os
 import re
 
 import numpy as np
 
-__all__ = ["UsageError", "CommandError", "load_program", "symbolic_shapes", "parse_shape", "parse_dtype",
+__all__ = ["UsageError", "CommandError", "load_program", "parse_shape", "parse_dtype",
            "example_shape", "random_inputs", "read_inputs", "output_leaves", "spec_type", "one_line",
            "fmt_bytes", "fmt_count", "printable", "PrintableStream"]
 
@@ -76,37 +75,6 @@ def load_program(path):
         raise CommandError(str(e)) from None
     except ProgramLoadError as e:
         raise CommandError(f"not a valid eagerc program: {e}") from None
-
-
-def symbolic_shapes(path, graph):
-    """value name -> shape with dynamic sizes by name ("batch", "2*batch"), for programs
-    exported with dynamic_shapes; {} otherwise. Reads the (already validated) size table."""
-    from ..runtime import safetensors_io as st
-    try:
-        f, size = st.open_regular(path)
-        with f:
-            metadata = st.read_header(f, size).metadata
-        patches = json.loads(metadata["dynamic"])["patches"]
-    except (OSError, ValueError, KeyError):
-        return {}
-    shapes = {}
-    for path_, c0, k, syms in patches:
-        if path_[0] == "inputs" and path_[2] == "shape":
-            v = graph.inputs[path_[1]][1]
-            j = path_[3]
-        elif path_[0] == "nodes" and path_[2] == "out":
-            v = graph.nodes[path_[1]].out
-            j = path_[4]
-        else:
-            continue
-        shape = shapes.setdefault(v.name, list(v.shape))
-        shape[j] = _expr(c0, k, syms)
-    return {name: tuple(s) for name, s in shapes.items()}
-
-
-def _expr(c0, k, syms):
-    s = "*".join(([str(k)] if k != 1 else []) + list(syms))
-    return s if c0 == 0 else f"{s}{'+' if c0 > 0 else '-'}{abs(c0)}"
 
 
 def example_shape(spec, dynamic_dims):

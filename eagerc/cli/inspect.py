@@ -5,7 +5,7 @@ import os
 
 import numpy as np
 
-from .common import CommandError, fmt_bytes, fmt_count, load_program, printable, spec_type, symbolic_shapes
+from .common import CommandError, fmt_bytes, fmt_count, load_program, printable, spec_type
 
 HELP = "describe an exported program (inputs, outputs, parameters, FLOPs, the program text) or a checkpoint"
 DESCRIPTION = """\
@@ -28,7 +28,7 @@ def describe(path, prog):
     """Everything `inspect` reports, as one JSON-plain dict."""
     from .flops import RULES, flops_by_op
     graph = prog.graph
-    shapes = symbolic_shapes(path, graph)
+    shapes = prog.symbolic_shapes()
     from ..viz import output_paths
     where = output_paths(graph.out_tree)
     outputs = [{"path": where.get(i, f"output {i}"), "name": v.name, "shape": list(shapes.get(v.name, v.shape)),

@@ -2,7 +2,7 @@
 import os
 
 from .common import CommandError, UsageError, example_shape, load_program, parse_dtype, parse_shape, \
-    printable, random_inputs, symbolic_shapes
+    printable, random_inputs
 from .target import is_target, load_target
 
 HELP = "draw a program's graph (SVG, PNG, PDF or DOT) with graphviz"
@@ -92,7 +92,7 @@ def run(args, out):
         env = dict(prog.weights)
         env.update({s["name"]: a for s, a in zip(specs, arrays)})
         opts = {"arg_labels": {s["name"]: s["path"] for s in specs},
-                "value_shapes": symbolic_shapes(args.target, prog.graph)}
+                "value_shapes": prog.symbolic_shapes()}
         name = os.path.splitext(os.path.basename(args.target))[0]
     times = None
     if args.profile:

@@ -15,8 +15,8 @@ How a dynamic graph is made (see docs/compile.md):
    to the real sizes, so Python took the same path at both sizes) and runs it once
    against the eager result before trusting it.
 4. At call time the symbols are bound from the input shapes and the attribute
-   expressions are evaluated by `Expr` -- a tiny evaluator of sums of products of
-   integers and symbols, never `eval`.
+   expressions are evaluated by the runtime's `SizeExpr` (runtime/sizes.py) -- sums of
+   products of integers and symbols, never `eval`.
 """
 import logging
 import math
@@ -29,109 +29,17 @@ from .. import dispatch
 from .._tensor import Tensor
 from ..runtime.ir import Node, Value
 from ..runtime.pytree import flatten
+from ..runtime.sizes import SizeExpr, evaluate
 from .guards import is_user_file
 
 log = logging.getLogger("eagerc.compile")
 _ndarray = np.ndarray
 
-__all__ = ["Expr", "evaluate", "choose_primes", "graph_ints", "generalize", "specialize",
+__all__ = ["evaluate", "choose_primes", "graph_ints", "generalize", "specialize",
            "same_program", "SymbolicAttrs", "scan_symbolic"]
 
 _NOT_SIZES = frozenset(("seed", "offset", "dim", "dims", "dim1", "dim2", "axis", "dtype", "device"))
 _MAX_OFF = 2       # |c| in p + c: slice bounds such as T-1
-
-
-# ---------------------------------------------------------------- expressions
-
-class Expr:
-    """A parsed size expression: a sum of terms coef * sym * sym ... (plus a constant).
-
-    Grammar: term (('+' | '-') term)*, term = factor ('*' factor)*, factor = integer or
-    symbol (a letter followed by letters/digits). Evaluated with a dict of bindings.
-    """
-    __slots__ = ("text", "terms")
-
-    def __init__(self, text):
-        self.text = text
-        self.terms = _parse(text)
-
-    def __call__(self, env):
-        total = 0
-        for coef, syms in self.terms:
-            for s in syms:
-                coef *= env[s]
-            total += coef
-        return total
-
-    def symbols(self):
-        return {s for _, syms in self.terms for s in syms}
-
-    def __repr__(self):
-        return f"Expr({self.text!r})"
-
-
-def _parse(text):
-    if not isinstance(text, str) or not text or len(text) > 200:
-        raise ValueError(f"bad size expression {text!r}")
-    terms = []
-    i, n = 0, len(text)
-    sign = 1
-    if text[0] in "+-":
-        sign = -1 if text[0] == "-" else 1
-        i = 1
-    while True:
-        coef, syms = sign, []
-        while True:
-            j = i
-            if j < n and text[j].isdigit():
-                while j < n and text[j].isdigit():
-                    j += 1
-                coef *= int(text[i:j])
-            elif j < n and (text[j].isalpha() or text[j] == "_"):
-                while j < n and (text[j].isalnum() or text[j] == "_"):
-                    j += 1
-                syms.append(text[i:j])
-            else:
-                raise ValueError(f"bad size expression {text!r} at position {i}")
-            i = j
-            if i < n and text[i] == "*":
-                i += 1
-                continue
-            break
-        terms.append((coef, tuple(syms)))
-        if i == n:
-            return terms
-        if text[i] not in "+-":
-            raise ValueError(f"bad size expression {text!r} at position {i}")
-        sign = -1 if text[i] == "-" else 1
-        i += 1
-
-
-_CACHE = {}
-
-
-def evaluate(expr, env):
-    """The value of a size: an int is itself, a string is an expression over `env`."""
-    if isinstance(expr, int):
-        return expr
-    e = _CACHE.get(expr)
-    if e is None:
-        e = _CACHE[expr] = Expr(expr)
-    return e(env)
-
-
-def _fmt(terms):
-    out = []
-    for coef, syms in terms:
-        body = "*".join(syms)
-        if not syms:
-            piece = str(abs(coef))
-        elif abs(coef) == 1:
-            piece = body
-        else:
-            piece = f"{body}*{abs(coef)}"
-        out.append(("-" if coef < 0 else ("+" if out else "")) + piece)
-    return "".join(out)
 
 
 # ---------------------------------------------------------------- choosing sizes
@@ -210,11 +118,11 @@ def _express(a, primes):
             rest //= p
             syms.append(s)
     if syms:
-        return _fmt([(rest, tuple(sorted(syms)))])
+        return str(SizeExpr([(rest, syms)]))
     for s, p in primes.items():
         c = a - p
         if 1 <= abs(c) <= _MAX_OFF:
-            return _fmt([(1, (s,)), (c, ())])
+            return str(SizeExpr([(1, (s,)), (c, ())]))
     return None
 
 
@@ -234,12 +142,12 @@ def _depends(x, primes):
 
 def _gen_attr(x, primes):
     """(attr value for the graph, template, symbolic?): integers that are sizes become
-    expression strings in the graph and `Expr`s in the template."""
+    expression strings in the graph and `SizeExpr`s in the template."""
     if isinstance(x, bool) or x is None:
         return x, x, False
     if isinstance(x, int):
         e = _express(x, primes)
-        return (x, x, False) if e is None else (e, Expr(e), True)
+        return (x, x, False) if e is None else (e, SizeExpr.parse(e), True)
     if isinstance(x, (list, tuple)):
         items = [_gen_attr(v, primes) for v in x]
         if any(s for _, _, s in items):
@@ -324,7 +232,7 @@ class SymbolicAttrs:
     """The attributes of a symbolic graph that hold size expressions, ready to evaluate.
 
     `table`: node output name -> {attr: template}, a template being the attribute with
-    `Expr`s where the graph shows expression strings. `overrides(env)` gives
+    `SizeExpr`s where the graph shows expression strings. `overrides(env)` gives
     {node output name: {attr: concrete value}} for one binding of the symbols -- the
     per-call `overrides` a backend program accepts."""
 
@@ -348,7 +256,7 @@ def scan_symbolic(graph, symbols):
     def template(x):
         if isinstance(x, str):
             try:
-                e = Expr(x)
+                e = SizeExpr.parse(x)
             except ValueError:
                 return x, False
             return (e, True) if e.symbols() and e.symbols() <= symbols else (x, False)
@@ -367,7 +275,7 @@ def scan_symbolic(graph, symbols):
 
 
 def _compile_template(t):
-    if isinstance(t, Expr):
+    if isinstance(t, SizeExpr):
         return t
     if isinstance(t, (list, tuple)):
         parts = [_compile_template(v) for v in t]
@@ -498,22 +406,20 @@ class SymInt(int):
             if isinstance(other, float):
                 return self._unsupported(f"{_ARITH_SIGN[op]} with a float")
             return NotImplemented
-        a = _parse(self.sym)
-        b = _parse(other.sym) if isinstance(other, SymInt) else [(int(other), ())]
-        if reflected:
-            a, b = b, a
+        a = SizeExpr.parse(self.sym)
+        b = SizeExpr.parse(other.sym) if isinstance(other, SymInt) else SizeExpr([(int(other), ())])
         x, y = int(self), int(other)
         if reflected:
-            x, y = y, x
+            a, b, x, y = b, a, y, x
         if op == "add":
-            terms, value = _poly_add(a, b), x + y
+            expr, value = a + b, x + y
         elif op == "sub":
-            terms, value = _poly_add(a, [(-c, t) for c, t in b]), x - y
+            expr, value = a - b, x - y
         else:
-            terms, value = _poly_mul(a, b), x * y
-        if not any(t for _, t in terms):
+            expr, value = a * b, x * y
+        if not expr.symbols():
             return value  # the symbols cancelled out
-        return SymInt(value, _fmt(terms), self.log)
+        return SymInt(value, str(expr), self.log)
 
     def __add__(self, o):
         return self._arith(o, "add")
@@ -534,7 +440,7 @@ class SymInt(int):
         return self._arith(o, "mul", True)
 
     def __neg__(self):
-        return SymInt(-int(self), _fmt([(-c, t) for c, t in _parse(self.sym)]), self.log)
+        return SymInt(-int(self), str(-SizeExpr.parse(self.sym)), self.log)
 
     def __pos__(self):
         return self
@@ -597,18 +503,6 @@ class SymInt(int):
 _ARITH_SIGN = {"add": "+", "sub": "-", "mul": "*"}
 
 
-def _poly_add(a, b):
-    out = {}
-    for c, t in list(a) + list(b):
-        key = tuple(sorted(t))
-        out[key] = out.get(key, 0) + c
-    return [(c, t) for t, c in sorted(out.items(), key=lambda kv: (-len(kv[0]), kv[0])) if c]
-
-
-def _poly_mul(a, b):
-    return _poly_add([(ca * cb, ta + tb) for ca, ta in a for cb, tb in b], [])
-
-
 def unsupported(log):
     """The unsupported arithmetic a synthetic trace logged (see SymInt), as words."""
     return [f"{what} at {where or '?'}" for kind, what, where in
@@ -622,7 +516,7 @@ def size_guards(log, symbols):
         if g[0] == "unsupported":
             continue
         expr, op, other, is_sym, outcome = g
-        syms = Expr(expr).symbols() | (Expr(other).symbols() if is_sym else set())
+        syms = SizeExpr.parse(expr).symbols() | (SizeExpr.parse(other).symbols() if is_sym else set())
         if syms <= set(symbols):
             out.append(g)
     return prune_guards(out)

@@ -28,6 +28,7 @@ from ..runtime import program as _program
 from ..runtime.device import xp_of as _xp_of
 from ..runtime.ir import Graph
 from ..runtime.pytree import flatten
+from ..runtime.sizes import SizeExpr
 from ..runtime.verify import verify
 from . import passes as _passes
 from .tracer import GraphBreak, root_modules, tensor_leaves, trace
@@ -469,7 +470,7 @@ def _fit(path, root, base, values, names, bindings):
                 ok = False
     if ok:
         c0 = v0 - k * prod0
-        ok = k != 0 and _program._expr_value(c0, k, dep, bindings[-1]) == check
+        ok = k != 0 and SizeExpr.affine(c0, k, dep)(bindings[-1]) == check
     if not ok:
         sizes = ", ".join(f"{v} at {b}" for v, b in zip(values[1:], bindings))
         raise ExportError(f"eagerc.export: the integer {'/'.join(map(str, path))}{_where(root, path)} depends on "

@@ -104,17 +104,16 @@ class Builder:
         self.node = None           # the eagerc node being converted
         self.index = None
         self._handled = set()
-        # patches: node index -> {path below the node (tuple): (c0, k, dims)}
+        # patches: (path, SizeExpr) pairs; node index -> {path below the node (tuple): SizeExpr}
         self.node_patches = {}
-        self.value_dims = {}       # ("inputs", i) / ("nodes", i) -> {axis: (c0, k, dims)}
-        for path, c0, k, syms in patches:
-            path = tuple(path)
+        self.value_dims = {}       # ("inputs", i) / ("nodes", i) -> {axis: SizeExpr}
+        for path, expr in patches:
             if path[0] == "nodes":
-                self.node_patches.setdefault(path[1], {})[path[2:]] = (c0, k, tuple(syms))
+                self.node_patches.setdefault(path[1], {})[path[2:]] = expr
                 if path[2:4] == ("out", "shape"):
-                    self.value_dims.setdefault(("nodes", path[1]), {})[path[4]] = (c0, k, tuple(syms))
+                    self.value_dims.setdefault(("nodes", path[1]), {})[path[4]] = expr
             elif path[0] == "inputs" and path[2] == "shape":
-                self.value_dims.setdefault(("inputs", path[1]), {})[path[3]] = (c0, k, tuple(syms))
+                self.value_dims.setdefault(("inputs", path[1]), {})[path[3]] = expr
         # where each dynamic dimension can be read at run time: (ONNX input name, axis)
         self._where_value = {}
         self.dim_source = {}
@@ -198,7 +197,7 @@ class Builder:
 
     # ------------------------------------------------------------ dynamic sizes
     def patch(self, *path):
-        """(c0, k, dims) if the current node's entry at `path` depends on dynamic sizes."""
+        """The SizeExpr of the current node's entry at `path` if it depends on dynamic sizes."""
         p = self.node_patches.get(self.index)
         return None if p is None else p.get(tuple(path))
 
@@ -219,28 +218,30 @@ class Builder:
             raise unsupported(self.node, f"its attribute {attr!r} depends on a dynamic size; make that "
                                          "dimension static")
 
-    def dim_expr(self, c0, k, syms):
-        """An int64 [1] tensor: c0 + k * prod(dims), read from the inputs' shapes."""
-        key = (c0, k, syms)
-        if key in self._dim_cache:
-            return self._dim_cache[key]
+    def dim_expr(self, expr):
+        """An int64 [1] tensor: the SizeExpr's value, each term read from the inputs' shapes."""
+        if expr in self._dim_cache:
+            return self._dim_cache[expr]
         save, self.node = self.node, None
         try:
-            prod = None
-            for s in syms:
-                if s not in self.dim_source:
-                    raise OnnxExportError(f"eagerc.onnx.export: dynamic dimension {s!r} is no input's size")
-                inp, ax = self.dim_source[s]
-                d = self.op("Shape", [inp], start=ax, end=ax + 1)
-                prod = d if prod is None else self.op("Mul", [prod, d])
-            if k != 1:
-                prod = self.op("Mul", [prod, self.ints([k])])
-            if c0:
-                prod = self.op("Add", [prod, self.ints([c0])])
+            total = None
+            for coef, syms in expr.terms:
+                term = None
+                for s in syms:
+                    if s not in self.dim_source:
+                        raise OnnxExportError(f"eagerc.onnx.export: dynamic dimension {s!r} is no input's size")
+                    inp, ax = self.dim_source[s]
+                    d = self.op("Shape", [inp], start=ax, end=ax + 1)
+                    term = d if term is None else self.op("Mul", [term, d])
+                if term is None:
+                    term = self.ints([coef])
+                elif coef != 1:
+                    term = self.op("Mul", [term, self.ints([coef])])
+                total = term if total is None else self.op("Add", [total, term])
         finally:
             self.node = save
-        self._dim_cache[key] = prod
-        return prod
+        self._dim_cache[expr] = total
+        return total
 
     def int_vector(self, attr, values, sub=()):
         """An int64 vector of attribute `attr` (entries at path attrs/attr/*sub/j), with entries
@@ -256,7 +257,7 @@ class Builder:
             if static:
                 pieces.append(self.ints(static))
                 static = []
-            pieces.append(self.dim_expr(*p))
+            pieces.append(self.dim_expr(p))
         if not pieces:
             return self.ints(values)
         if static:
@@ -268,7 +269,7 @@ class Builder:
         time when it depends on dynamic sizes)."""
         self.handled(attr)
         p = self.patch("attrs", attr, *sub)
-        return self.ints([value]) if p is None else self.dim_expr(*p)
+        return self.ints([value]) if p is None else self.dim_expr(p)
 
     # ------------------------------------------------------------ building
     def _value_info(self, name, value, dims_of, axis_names=None):
@@ -277,8 +278,7 @@ class Builder:
             if axis_names and ax in axis_names:
                 shape.append(axis_names[ax])
             elif dims_of and ax in dims_of:
-                c0, k, syms = dims_of[ax]
-                shape.append(_fmt_expr(c0, k, syms))
+                shape.append(str(dims_of[ax]))
             elif isinstance(n, str):
                 shape.append(n)
             else:
@@ -324,7 +324,7 @@ class Builder:
                 if not _is_value(x):
                     p = self.patch("inputs", j, "const")
                     if p is not None:
-                        ins[j] = _DynConst(self.op("Squeeze", [self.dim_expr(*p)]))
+                        ins[j] = _DynConst(self.op("Squeeze", [self.dim_expr(p)]))
             out = conv(self, n, ins)
             for key in self.node_patches.get(i, {}):
                 if key[0] == "attrs" and key[1] not in self._handled:
@@ -339,15 +339,6 @@ class Builder:
                 ("inputs", next(i for i, (_, u) in enumerate(g.inputs) if u.name == v.name))
             outputs.append(self._value_info(name, v, self.value_dims.get(where), (output_axes or {}).get(j)))
         return helper.make_graph(self.nodes, "eagerc_graph", inputs, outputs, self.initializers)
-
-
-def _fmt_expr(c0, k, syms):
-    term = "*".join(syms)
-    if k != 1:
-        term = f"{k}*{term}"
-    if c0:
-        term = f"{term}{'+' if c0 > 0 else '-'}{abs(c0)}"
-    return term
 
 
 # ================================================================ converters

@@ -20,16 +20,17 @@ def _require_onnx():
 def _as_program(obj):
     """(graph, weights, input specs, dims, patches) of a Program or a loaded runtime program, or None."""
     from ..compiler.export import Program
+    from ..runtime.sizes import from_table
     if isinstance(obj, Program):
         dyn = obj.dynamic or {"dims": {}, "patches": []}
-        return obj.graph, obj.weights, obj.input_specs, dict(dyn["dims"]), list(dyn["patches"])
+        return (obj.graph, obj.weights, obj.input_specs, dict(dyn["dims"]),
+                [from_table(p) for p in dyn["patches"]])
     try:
         from ..runtime.program import LoadedProgram
     except ImportError:  # pragma: no cover
         LoadedProgram = ()
     if isinstance(obj, LoadedProgram):
-        return (obj.graph, obj.weights, obj.input_specs, obj.dynamic_dims,
-                [list(p) for p in getattr(obj, "_patches", ())])
+        return obj.graph, obj.weights, obj.input_specs, obj.dynamic_dims, list(obj._patches)
     return None
 
 

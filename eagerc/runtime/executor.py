@@ -1,13 +1,36 @@
-"""Run a graph on arrays with the declared kernels: the reference interpreter.
+"""The graph executor: every graph that runs node by node runs here.
 
-Needs only the runtime layer, so a deployed program runs without the frontend or the
-compiler. Values are freed after their last use.
+The interpreter backend, exported programs (runtime/program.py), `run_graph` in tests and
+the per-op timings of `eagerc viz --profile` all bind a `Plan` once -- each node's kernel,
+where its inputs come from, which values die after it -- and call it per run. Only the
+runtime layer is needed, so a deployed program runs without the frontend or the compiler.
+
+Observers (the profiler, viz timings) see each node through `observe(node, kernel, args,
+attrs) -> result`: called instead of `kernel(*args, **attrs)`, it runs the kernel itself,
+so it can time the call, record the arguments' shapes, or call the kernel an instrument
+stands in for. A run takes its observer as an argument, or else the process-wide one
+installed with `set_observer` (the profiler's). With neither, the node loop is the plain
+one: no observer costs nothing but one test per node.
 """
 import numpy as np
 
+from .ir import Value
 from .ops import OPS
 
-__all__ = ["run_graph", "last_uses"]
+__all__ = ["Plan", "run_graph", "last_uses", "set_observer", "ProgramRunError"]
+
+_observer = None   # the process-wide observer (set_observer); None: runs are not observed
+
+
+class ProgramRunError(ValueError):
+    """A kernel failed, or produced a value other than the one the graph declares (checked plans)."""
+
+
+def set_observer(observe):
+    """Observe every run that names no observer of its own (None: stop); returns the previous one."""
+    global _observer
+    previous, _observer = _observer, observe
+    return previous
 
 
 def last_uses(graph):
@@ -24,17 +47,72 @@ def last_uses(graph):
     return out
 
 
-def run_graph(graph, env, xp=np, free=None):
-    """Evaluate `graph` given `env` (input name -> array). Returns (outputs, mutations) as arrays."""
-    env = dict(env)
-    free = last_uses(graph) if free is None else free
-    for i, n in enumerate(graph.nodes):
-        kernel = OPS[n.op].kernel(xp)
-        args = [env[x.name] if hasattr(x, "name") else x for x in n.inputs]
-        out = kernel(*args, **n.attrs)
-        if xp is np and type(out) is not np.ndarray:
-            out = np.asarray(out)
-        env[n.out.name] = out
-        for name in free.get(i, ()):
-            del env[name]
-    return [env[v.name] for v in graph.outputs], [(t, env[v.name]) for t, v in graph.mutations]
+class Plan:
+    """A graph bound to the kernels of array module `xp`: call it per run.
+
+    `plan(env, overrides=None, observe=None) -> (outputs, [(target, array)] mutations)`.
+    env maps input names to arrays and is consumed: the run writes each node's value into it
+    and deletes values after their last use (pass a copy to keep yours). overrides maps a
+    node's output name to attributes that change per call (the backends' contract).
+
+    check=True (exported files): every result must have the shape and dtype the graph
+    declares, and a failing kernel is reported as ProgramRunError naming the node; `where`
+    (the file) starts those messages.
+    """
+    __slots__ = ("graph", "steps", "outputs", "mutations", "asarray", "check", "where")
+
+    def __init__(self, graph, xp=np, check=False, where=None):
+        self.graph, self.check, self.where = graph, check, where
+        self.asarray = np.asarray if xp is np else None   # numpy kernels may return scalars
+        free = last_uses(graph)
+        kernels = {}
+        self.steps = []
+        for i, n in enumerate(graph.nodes):
+            kernel = kernels.get(n.op)
+            if kernel is None:
+                kernel = kernels[n.op] = OPS[n.op].kernel(xp)
+            refs = tuple(x.name if isinstance(x, Value) else None for x in n.inputs)
+            consts = tuple(None if isinstance(x, Value) else x for x in n.inputs)
+            declared = (tuple(n.out.shape), np.dtype(n.out.dtype)) if check else None
+            self.steps.append((n, kernel, refs, consts, n.attrs, n.out.name, tuple(free.get(i, ())), declared))
+        self.outputs = [v.name for v in graph.outputs]
+        self.mutations = [(t, v.name) for t, v in graph.mutations]
+
+    def __call__(self, env, overrides=None, observe=None):
+        if observe is None:
+            observe = _observer
+        asarray, ndarray = self.asarray, np.ndarray
+        try:
+            for node, kernel, refs, consts, attrs, out, free, declared in self.steps:
+                args = [env[r] if r is not None else c for r, c in zip(refs, consts)]
+                if overrides and out in overrides:
+                    attrs = {**attrs, **overrides[out]}
+                r = kernel(*args, **attrs) if observe is None else observe(node, kernel, args, attrs)
+                if asarray is not None and type(r) is not ndarray:
+                    r = asarray(r)
+                if declared is not None and (r.shape != declared[0] or r.dtype != declared[1]):
+                    raise ProgramRunError(f"{self.where}: {node_str(node)} produced {r.dtype}{list(r.shape)} "
+                                          f"but the graph declares {node.out.dtype}{list(node.out.shape)}")
+                env[out] = r
+                for name in free:
+                    del env[name]
+        except ProgramRunError:
+            raise
+        except Exception as e:
+            if not self.check:
+                raise
+            raise ProgramRunError(f"{self.where}: {node_str(node)} failed: {type(e).__name__}: "
+                                  f"{str(e)[:500]}") from None
+        return [env[n] for n in self.outputs], [(t, env[n]) for t, n in self.mutations]
+
+
+def node_str(n):
+    """`op -> value at file.py:12`: a node as messages name it."""
+    where = f" at {n.loc}" if n.loc else ""
+    return f"{n.op} -> {n.out.name}{where}"
+
+
+def run_graph(graph, env, xp=np):
+    """Evaluate `graph` once given `env` (input name -> array; left as it is). Returns
+    (outputs, mutations) as arrays."""
+    return Plan(graph, xp)(dict(env))

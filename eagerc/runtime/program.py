@@ -42,7 +42,8 @@ from .ir import Graph, Value, spec_of, FORMAT_VERSION as GRAPH_FORMAT_VERSION
 from .ops import OPS
 from .pytree import unflatten
 from .verify import arity as _arity, verify
-from .executor import last_uses
+from .executor import Plan, ProgramRunError, node_str as _node_str
+from .sizes import SizeExpr
 
 __all__ = ["load", "loads", "from_parts", "encode", "LoadedProgram", "ProgramLoadError", "NotAProgram",
            "ProgramInputError", "ProgramRunError", "FORMAT", "FORMAT_VERSION"]
@@ -82,10 +83,6 @@ class NotAProgram(ProgramLoadError):
 
 class ProgramInputError(ValueError):
     """Arguments that do not match the program's input specs."""
-
-
-class ProgramRunError(ValueError):
-    """A kernel failed, or produced a value other than the one the graph declares."""
 
 
 class _Invalid(Exception):
@@ -566,13 +563,6 @@ def _check_node(node):
 
 # ---------------------------------------------------------------- dynamic sizes and input specs
 
-def _expr_value(c0, k, syms, binding):
-    v = k
-    for s in syms:
-        v *= binding[s]
-    return c0 + v
-
-
 def _resolve(root, path):
     """The container and key that `path` (a list of keys/indices) names in the graph JSON."""
     node = root
@@ -647,10 +637,10 @@ def _check_dynamic(d, gj):
         value = container[last]
         if type(value) is not int:
             _fail(f"dynamic: patch {i}: path {_short(path)} names a {type(value).__name__}, not an integer")
-        if _expr_value(c0, k, syms, binding) != value:
-            _fail(f"dynamic: patch {i}: {_fmt_expr(c0, k, syms)} at the example sizes is "
-                  f"{_expr_value(c0, k, syms, binding)}, but the graph holds {value}")
-        out.append((key, c0, k, tuple(syms)))
+        expr = SizeExpr.affine(c0, k, syms)
+        if expr(binding) != value:
+            _fail(f"dynamic: patch {i}: {expr} at the example sizes is {expr(binding)}, but the graph holds {value}")
+        out.append((key, expr))
     return out_dims, out
 
 
@@ -662,7 +652,7 @@ def _specialise(gj, patches, binding, max_value_bytes):
     copies = {}   # id of a container of gj (or of its copy) -> this specialisation's copy
     g = gj.copy()
     copies[id(gj)] = copies[id(g)] = g
-    for path, c0, k, syms in patches:
+    for path, expr in patches:
         node = g
         for key in path[:-1]:
             child = node[key]
@@ -671,7 +661,7 @@ def _specialise(gj, patches, binding, max_value_bytes):
                 mine = copies[id(child)] = child.copy()   # (JSON containers: dicts and lists)
                 copies[id(mine)] = mine
             node[key] = node = mine
-        value = _expr_value(c0, k, syms, binding)
+        value = expr(binding)
         where = "attribute" if path[0] == "nodes" and path[2] == "attrs" else \
             "constant" if path[-1] == "const" else "size"
         if not (0 <= value < MAX_SHAPE if where == "size" else -MAX_INT <= value < MAX_INT):
@@ -697,20 +687,15 @@ def _probe_dynamic(gj, dims, patches, max_value_bytes):
         _fail(f"dynamic: the size table gives an invalid graph at {sizes}: {e}")
 
 
-def _fmt_expr(c0, k, syms):
-    s = "*".join(([str(k)] if k != 1 else []) + list(syms))
-    return s if c0 == 0 else f"{s} {'+' if c0 > 0 else '-'} {abs(c0)}"
-
-
 def _check_specs(specs, gj, args, dims, patches):
     """Each spec matches its graph argument; a named size is exactly a dynamic dimension."""
     arg_index = [i for i, item in enumerate(gj["inputs"]) if item["kind"] == "arg"]
     on_inputs = {}
-    for path, c0, k, syms in patches:
+    for path, expr in patches:
         if path[0] == "inputs":
             if gj["inputs"][path[1]]["kind"] != "arg":
                 _fail(f"dynamic: external input {gj['inputs'][path[1]]['name']!r} cannot have a dynamic size")
-            on_inputs[(path[1], path[3])] = (c0, k, syms)
+            on_inputs[(path[1], path[3])] = expr
     if not isinstance(specs, list) or len(specs) != len(args):
         _fail(f"inputs: expected a list of {len(args)} input specs (one per graph argument)")
     out = []
@@ -732,7 +717,7 @@ def _check_specs(specs, gj, args, dims, patches):
             if isinstance(s, str):
                 if s not in dims:
                     _fail(f"{what}: size {s!r} is not a declared dynamic dimension")
-                if patch != (0, 1, (s,)) or dims[s][2] != n:
+                if patch != SizeExpr.affine(0, 1, (s,)) or dims[s][2] != n:
                     _fail(f"{what}: dynamic size {s!r} of dimension {j} does not match the graph")
                 used.add(s)
             elif not _is_int(s) or s != n or patch is not None:
@@ -771,46 +756,6 @@ def _check_examples(table, specs, graph):
 
 
 # ================================================================ running
-
-class _Runner:
-    """One static graph, ready to run: kernels looked up once, values freed after last use,
-    every node's result checked against the type the graph declares."""
-
-    def __init__(self, graph):
-        self.graph = graph
-        free = last_uses(graph)
-        self.steps = []
-        for i, n in enumerate(graph.nodes):
-            names = [x.name if isinstance(x, Value) else None for x in n.inputs]
-            consts = [None if isinstance(x, Value) else x for x in n.inputs]
-            self.steps.append((OPS[n.op], n.attrs, names, consts, n.out.name, n.out.shape,
-                               _NP[n.out.dtype], tuple(free.get(i, ())), n))
-        self.outputs = [v.name for v in graph.outputs]
-        self.mutations = [(t, v.name) for t, v in graph.mutations]
-
-    def __call__(self, env, xp, where):
-        for op, attrs, names, consts, out_name, shape, dtype, free, node in self.steps:
-            args = [env[nm] if nm is not None else c for nm, c in zip(names, consts)]
-            try:
-                out = op.kernel(xp)(*args, **attrs)
-            except Exception as e:
-                raise ProgramRunError(f"{where}: {_node_str(node)} failed: {type(e).__name__}: "
-                                      f"{str(e)[:500]}") from None
-            if xp is np and type(out) is not np.ndarray:
-                out = np.asarray(out)
-            if out.shape != shape or out.dtype != dtype:
-                raise ProgramRunError(f"{where}: {_node_str(node)} produced {out.dtype}{list(out.shape)} "
-                                      f"but the graph declares {dtype.name}{list(shape)}")
-            env[out_name] = out
-            for name in free:
-                del env[name]
-        return [env[n] for n in self.outputs], [(t, env[n]) for t, n in self.mutations]
-
-
-def _node_str(n):
-    where = f" at {n.loc}" if n.loc else ""
-    return f"{n.op} -> {n.out.name}{where}"
-
 
 def _xp_of_inputs(arrays):
     """numpy, or cupy when the inputs are cupy arrays (all of them)."""
@@ -855,7 +800,7 @@ class LoadedProgram:
             a.flags.writeable = False
         self.weights = arrays
         self._device_weights = {}   # (cupy, device id) -> name -> cupy array
-        self._runners = {}   # binding key (None: the example sizes) -> _Runner, built on first use
+        self._plans = {}   # (xp name, sizes or None: the example sizes) -> Plan, bound on first use
         self._example_binding = {n: ex for n, (_, _, ex) in self._dims.items()}
 
     # ------------------------------------------------------------ description
@@ -879,6 +824,20 @@ class LoadedProgram:
     def __str__(self):
         return str(self.graph)
 
+    def symbolic_shapes(self):
+        """value name -> shape with each dynamic size written as its expression ("batch",
+        "2*batch"), for the values whose shape depends on dynamic sizes."""
+        shapes = {}
+        for path, expr in self._patches:
+            if path[0] == "inputs" and path[2] == "shape":
+                v, j = self.graph.inputs[path[1]][1], path[3]
+            elif path[0] == "nodes" and path[2] == "out":
+                v, j = self.graph.nodes[path[1]].out, path[4]
+            else:
+                continue
+            shapes.setdefault(v.name, list(v.shape))[j] = str(expr)
+        return {name: tuple(s) for name, s in shapes.items()}
+
     # ------------------------------------------------------------ calls
     def __call__(self, *inputs):
         if len(inputs) != len(self._specs):
@@ -886,11 +845,11 @@ class LoadedProgram:
                                     f"{self.signature()}, got {len(inputs)}")
         xp = _xp_of_inputs(inputs)
         arrays, binding = self._check_inputs(inputs, xp)
-        runner = self._runner(binding)
+        plan = self._plan(xp, binding)
         env = dict(self._weights_on(xp, arrays))
         for (name, _, _, _), a in zip(self._specs, arrays):
             env[name] = a
-        outs, mutations = runner(env, xp, self.path)
+        outs, mutations = plan(env)
         for target, arr in mutations:  # state updates (e.g. batch-norm running stats in train mode)
             self._mutate(target, arr, xp)
         outs = [a if getattr(a.flags, "writeable", True) else a.copy() for a in outs]
@@ -930,14 +889,17 @@ class LoadedProgram:
                                         f"[{lo}, {'inf' if hi is None else hi}]")
         return arrays, binding
 
-    def _runner(self, binding=None):
-        key = None if not binding or binding == self._example_binding else tuple(sorted(binding.items()))
-        r = self._runners.get(key)
-        if r is None:
-            r = self._runners[key] = _Runner(self.graph if key is None else self._specialise(binding))
-            if len(self._runners) > MAX_SPECIALISATIONS + 1:
-                del self._runners[next(k for k in self._runners if k is not None and k != key)]
-        return r
+    def _plan(self, xp, binding=None):
+        """The executor's plan for these sizes on array module xp, bound on first use."""
+        sizes = None if not binding or binding == self._example_binding else tuple(sorted(binding.items()))
+        key = (xp.__name__, sizes)
+        p = self._plans.get(key)
+        if p is None:
+            graph = self.graph if sizes is None else self._specialise(binding)
+            p = self._plans[key] = Plan(graph, xp, check=True, where=self.path)
+            if len(self._plans) > MAX_SPECIALISATIONS + 1:
+                del self._plans[next(k for k in self._plans if k[1] is not None and k != key)]
+        return p
 
     def _specialise(self, binding):
         try:
@@ -976,9 +938,8 @@ class LoadedProgram:
         if self.example_inputs is None:
             raise ProgramRunError(f"{self.path}: the file has no example inputs to check against "
                                   "(export with include_example_inputs=True)")
-        outs, _ = self._runner()(dict(self.weights, **{n: a for (n, _, _, _), a in
-                                                            zip(self._specs, self.example_inputs)}),
-                                      np, self.path)
+        outs, _ = self._plan(np)(dict(self.weights, **{n: a for (n, _, _, _), a in
+                                                        zip(self._specs, self.example_inputs)}))
         for i, (got, want) in enumerate(zip(outs, self.example_outputs)):
             if want.dtype.kind in "biu":
                 ok = np.array_equal(got, want)
