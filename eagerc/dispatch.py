@@ -3,7 +3,8 @@
 apply unwraps the arrays, runs the op's kernel, wraps the result, and -- when grad
 mode is on and an input requires grad -- attaches a backward `Node`; when a tracer
 is active it records the call. Define-by-run, autograd and tracing are three
-consumers of this one event. This is the hot path of eager mode: no per-call
+consumers of this one event (a fourth, the profiler, times the kernel call while a
+profile is active: one slot test otherwise). This is the hot path of eager mode: no per-call
 dictionaries, no *args repacking beyond the inputs tuple, slots everywhere.
 
 Modes are per thread. Grad mode, anomaly mode and the active tracer live in one small
@@ -41,14 +42,17 @@ class Modes:
     """One thread's modes, read on every op. Never changed after `_set_mode` publishes it.
 
     `grad_enabled`: record backward Nodes; `anomaly`: record creation sites (detect_anomaly);
-    `tracer`: the active tracer (eagerc.compiler sets it), None in plain eager mode.
+    `tracer`: the active tracer (eagerc.compiler sets it), None in plain eager mode;
+    `profiler`: the active `eagerc.profiler.profile`, which runs and times each kernel
+    (`profiler.op(name, kernel, arrays, attrs)`), None when nothing is profiled.
     """
-    __slots__ = ("grad_enabled", "anomaly", "tracer")
+    __slots__ = ("grad_enabled", "anomaly", "tracer", "profiler")
 
     def __init__(self):
         self.grad_enabled = True
         self.anomaly = False
         self.tracer = None
+        self.profiler = None
 
 
 _modes = contextvars.ContextVar("eagerc.dispatch.modes", default=Modes())
@@ -88,6 +92,15 @@ def active_tracer():
 
 def set_tracer(tracer):
     _set_mode("tracer", tracer)
+
+
+def active_profiler():
+    """The profile timing this thread's ops and compiled calls, or None."""
+    return modes().profiler
+
+
+def set_profiler(profile):
+    _set_mode("profiler", profile)
 
 
 class Node:
@@ -160,8 +173,12 @@ def apply(op, args, attrs=None):
     """Run `op` on `args` (Tensors and Python scalars) with attributes `attrs`."""
     arrays = [a._array if isinstance(a, Tensor) else a for a in args]
     kernel = op.cpu if type(arrays[0]) is _ndarray else _kernel_for(op, arrays)
+    m = modes()
     try:
-        out = kernel(*arrays) if attrs is None else kernel(*arrays, **attrs)
+        if m.profiler is None:
+            out = kernel(*arrays) if attrs is None else kernel(*arrays, **attrs)
+        else:  # a profile is active in this thread: it runs and times the kernel
+            out = m.profiler.op(op.name, kernel, arrays, attrs)
     except Exception as e:  # numpy's message names no op: explain it with the op's rule
         out = quiet_rerun(e, kernel, *arrays) if attrs is None else quiet_rerun(e, kernel, *arrays, **attrs)
         if out is None:
@@ -175,7 +192,6 @@ def apply(op, args, attrs=None):
     t._vc = None
     t._requires_grad = False
     t.grad_fn = None
-    m = modes()
     if m.grad_enabled and op.differentiable:
         for a in args:
             if isinstance(a, Tensor) and a._requires_grad:
@@ -305,8 +321,9 @@ def create(op, attrs, dev):
     """Run a creation op (no tensor inputs) on device `dev`; recorded like any op."""
     from .runtime.device import CPU, xp_for
     kernel = op.cpu if dev is CPU or dev.type == "cpu" else op.kernel(xp_for(dev))
-    t = wrap(kernel(**attrs))
-    tracer = modes().tracer
+    m = modes()
+    t = wrap(kernel(**attrs) if m.profiler is None else m.profiler.op(op.name, kernel, (), attrs))
+    tracer = m.tracer
     if tracer is not None:
         tracer.record(op, (), attrs, t)
     return t

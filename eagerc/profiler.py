@@ -7,51 +7,56 @@
     print(prof.table(sort_by="total", row_limit=10))
     prof.export_chrome_trace("trace.json")          # open in https://ui.perfetto.dev
 
-How it measures, and why it costs nothing when off
---------------------------------------------------
-Nothing in eagerc's hot path knows about the profiler. While a `profile` is active it
-swaps instruments in, and puts the originals back when it ends:
+How it measures: hooks where the work happens, nothing swapped
+---------------------------------------------------------------
+A running profile is a per-thread mode (`dispatch.Modes.profiler`, set by `start` in the
+thread that calls it, cleared by `stop`; a new thread starts unprofiled, like grad mode),
+read at the points where work runs:
 
-- every declared op's numpy kernel (`OpDef.cpu`, the one slot `dispatch.apply` and
-  `dispatch.create` call) becomes a timed wrapper: one "op" event per eager call --
-  forward and backward ops alike;
-- the runtime's graph executor (runtime/executor.py) gets the profile as its observer:
-  one "kernel" event per node of every graph it runs -- interpreter-backend programs and
-  loaded `eagerc.runtime` programs;
-- a compiled function's call (`CompiledFunction._run`) is timed as one "compiled"
-  event, containing its program's "kernel" events: the numpy backend's generated
-  function gets timed versions of the kernels and ufuncs it reads from its globals (the
-  generated line that called tells which graph node ran);
-- backends compile with the original kernels (a program compiled while profiling keeps
-  no instrument after the profile ends).
+- `dispatch.apply` and `dispatch.create` hand the kernel call to `profile.op`: one "op"
+  event per eager op, forward and backward alike;
+- a compiled call (`compiler/entries.run`) and the backward program of a compiled training
+  call (`compiler/training`) run through `profile.compiled`: one "compiled" event around
+  the program's "kernel" events. A generated program (numpy, c, cuda backends) runs as its
+  timed twin: the program's own source compiled again, with each statement on a line of
+  `program.line_nodes` (the lines that compute graph nodes, a fused kernel's line naming
+  every node it fuses) wrapped in a timer -- built once per program, kept on it
+  (`program.timed`), with its own copy of the globals. The program itself never changes,
+  and the twin only runs inside `profile.compiled`: a program compiled during a profile
+  keeps no instrument;
+- the runtime's graph executor (runtime/executor.py: interpreter-backend programs and loaded
+  `eagerc.runtime` programs) has the profile as its process-wide observer while it runs;
+  the observer times the nodes that the profiled thread runs.
 
-With no profile active every one of these is the original object and the executor has no
-observer: zero overhead.
-`record_function` costs one global read when no profile is active.
+With no profile active, `apply`, `create` and a compiled call test one slot, and the
+executor has no observer. `record_function` reads the same slot.
 
 Times are host wall-clock times (`time.perf_counter_ns`). CUDA (cupy) kernels are not
-instrumented: they run asynchronously, so their host time is the launch time only.
+synchronised: they run asynchronously, so their host time is the launch time only.
 
 Events nest by time on each thread (a `record_function` range contains the ops it ran,
 a "compiled" call contains its kernels). `total` is an event's own duration, `self` that
 minus its direct children: summing self times never counts anything twice.
 """
+import ast
 import collections
 import functools
 import json
 import os
-import sys
 import threading
 import time
 
+from . import dispatch
 from .runtime import executor
+from .runtime.ir import Value
 
 __all__ = ["profile", "record_function", "Event", "KeyAverage", "KeyAverages", "ProfilerActivity"]
 
 _now = time.perf_counter_ns
 _ident = threading.get_ident
 
-_active = None          # the running `profile`, or None
+_active = None          # the running `profile` (one at a time), or None
+_modes = dispatch.modes
 _lock = threading.Lock()
 
 
@@ -137,48 +142,7 @@ def _nest(events):
             stack.append(e)
 
 
-# ---------------------------------------------------------------- instruments
-
-def _timed_kernel(name, kernel, prof):
-    """kernel, recording one "op" event per call while `prof` is active (an executor's plan
-    bound during the profile keeps this wrapper: afterwards it only calls the kernel)."""
-    append = prof._events.append
-
-    if prof.record_shapes:
-        def timed(*args, **kwargs):
-            if _active is not prof:
-                return kernel(*args, **kwargs)
-            t0 = _now()
-            try:
-                return kernel(*args, **kwargs)
-            finally:
-                t1 = _now()
-                append(Event(name, "op", t0, t1, _ident(), _shapes(args)))
-    else:
-        def timed(*args, **kwargs):
-            if _active is not prof:
-                return kernel(*args, **kwargs)
-            t0 = _now()
-            try:
-                return kernel(*args, **kwargs)
-            finally:
-                append(Event(name, "op", t0, _now(), _ident()))
-    functools.update_wrapper(timed, kernel)
-    timed._eagerc_profiled = kernel
-    return timed
-
-
-def _programs_of(entry):
-    """Every program a compiled-function entry may run (plain, dynamic, joint training)."""
-    out = [getattr(entry, "program", None)]
-    d = getattr(entry, "dynamic", None)
-    if d is not None:
-        out += [getattr(d, "generic", None)] + list(getattr(d, "programs", {}).values())
-    j = getattr(entry, "joint", None)
-    if j is not None:
-        out += [getattr(j, "fwd_program", None), getattr(j, "bwd_program", None)]
-    return [p for p in out if p is not None]
-
+# ---------------------------------------------------------------- timed twins of generated programs
 
 def _node_args(n):
     d = {"node": n.out.name}
@@ -189,113 +153,80 @@ def _node_args(n):
     return d
 
 
-class _TimedNumpy:
-    """Stands in for `np` in a generated program's globals: its ufuncs are timed; everything
-    else is numpy's own."""
-
-    def __init__(self, np, instr):
-        self._np = np
-        self._instr = instr
-        self._cache = {}
-
-    def __getattr__(self, name):
-        f = self._cache.get(name)
-        if f is None:
-            f = getattr(self._np, name)
-            if isinstance(f, self._np.ufunc):
-                f = self._instr.timed(f, name)
-            self._cache[name] = f
-        return f
+def _declared_shapes(nodes):
+    """The input shapes the graph declares for the nodes of one line (None: a constant)."""
+    inner = {n.out.name for n in nodes}
+    return tuple(tuple(x.shape) if isinstance(x, Value) else None
+                 for n in nodes for x in n.inputs if not (isinstance(x, Value) and x.name in inner))
 
 
-class _ProgramInstrument:
-    """Times the kernels a numpy-backend program calls, by swapping the names it reads from
-    its globals (`k_<op>` kernels and `np`); `restore` puts the originals back."""
-
-    def __init__(self, prof, program):
-        import numpy as np
-        self.prof = prof
-        self.globs = program.__globals__
-        self.saved = {}
-        self.lines = _line_nodes(program)
-        self.code = program.__code__
-        fused = {k.name: k for k in getattr(program, "kernels", None) or ()}
-        for key, value in list(self.globs.items()):
-            if key.startswith("k_") and callable(value):
-                self.saved[key] = value
-                self.globs[key] = self.timed(getattr(value, "_eagerc_profiled", value), key[2:])
-            elif key.startswith("K_") and callable(value) and key[2:] in fused:
-                # a generated C / CUDA kernel (backends c, cuda): named after the ops it fuses
-                self.saved[key] = value
-                self.globs[key] = self.timed(getattr(value, "_eagerc_profiled", value),
-                                             _fused_name(fused[key[2:]], program))
-        if self.globs.get("np") is np:
-            self.saved["np"] = np
-            self.globs["np"] = _TimedNumpy(np, self)
-
-    def timed(self, fn, fallback):
-        events, lines, code, prof = self.prof._events, self.lines, self.code, self.prof
-        getframe = sys._getframe
-
-        def timed(*args, **kwargs):
-            t0 = _now()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                t1 = _now()
-                f = getframe(1)
-                n = lines.get(f.f_lineno) if f.f_code is code else None
-                events.append(Event(n.op if n is not None else fallback, "kernel", t0, t1, _ident(),
-                                    _shapes(args) if prof.record_shapes else None,
-                                    _node_args(n) if n is not None else None))
-        return timed
-
-    def restore(self):
-        for key, value in self.saved.items():
-            # (a program compiled while kernels were swapped could hold a profiled one: unwrap)
-            self.globs[key] = getattr(value, "_eagerc_profiled", value)
+def _timed_twin(program):
+    """The timed twin of a generated program (see the module docstring), built on first use and
+    kept on the program; a program without `line_nodes` (an interpreter Plan, observed by the
+    executor) runs as it is."""
+    twin = getattr(program, "timed", None)
+    if twin is None:
+        if not getattr(program, "line_nodes", None):
+            return program
+        twin = program.timed = _build_twin(program)
+    return twin
 
 
-def _fused_name(kernel, program):
-    """`fused:<k0>(amax,sub,exp,sum,div)`: the kernel and the graph ops it computes."""
-    ops = {n.out.name: n.op for n in getattr(getattr(program, "graph", None), "nodes", ())}
-    return f"fused:{kernel.name}({','.join(ops.get(m, '?') for m in kernel.nodes)})"
+def _build_twin(program):
+    nodes = {n.out.name: n for n in program.graph.nodes}
+    kernels = {tuple(k.nodes): k.name for k in getattr(program, "kernels", None) or ()}
+    events = {}   # line -> (event name, args, declared input shapes)
+    for line, names in program.line_nodes.items():
+        ns = [nodes[name] for name in names]
+        if len(ns) == 1:
+            events[line] = (ns[0].op, _node_args(ns[0]), _declared_shapes(ns))
+        else:  # a fused kernel: `fused:k0(amax,sub,exp,sum,div)`, the kernel and the ops it computes
+            events[line] = (f"fused:{kernels.get(tuple(names), 'kernel')}({','.join(n.op for n in ns)})",
+                            {"nodes": list(names)}, _declared_shapes(ns))
+    tree = ast.parse(program.source)
+    for parent in list(ast.walk(tree)):
+        for field in ("body", "orelse", "finalbody"):
+            body = getattr(parent, field, None)
+            if isinstance(body, list) and any(getattr(s, "lineno", None) in events for s in body):
+                setattr(parent, field, [t for s in body for t in (_timed_stmt(s) if s.lineno in events else [s])])
+    globs = {**program.__globals__, "_profile_now": _now, "_profile_line": functools.partial(_line_done, events)}
+    exec(compile(tree, program.filename, "exec"), globs)   # (same file name and lines: tracebacks read the source)
+    return globs["program"]
 
 
-def _line_nodes(program):
-    """{line number in the generated source: graph node} for a numpy-backend program: after the
-    `# program` marker, each node is one assignment line, in graph order (`del` lines between)."""
-    source = getattr(program, "source", None)
-    graph = getattr(program, "graph", None)
-    if not source or graph is None:
-        return {}
-    lines = source.splitlines()
-    try:
-        start = lines.index("    # program")
-    except ValueError:
-        return {}
-    assigns = []
-    for i in range(start + 1, len(lines)):
-        s = lines[i].strip()
-        if not s or s.startswith(("del ", "#", "POOL.", "return ")) or " = " not in s:
-            continue
-        assigns.append(i + 1)
-    if len(assigns) != len(graph.nodes):  # not the layout this expects: kernel names only
-        return {}
-    return dict(zip(assigns, graph.nodes))
+def _timed_stmt(s):
+    """`_profile_t0 = _profile_now()`, then `try: <s> finally: _profile_line(<line>, _profile_t0)`,
+    all on the statement's line."""
+    start = ast.parse("_profile_t0 = _profile_now()").body[0]
+    done = ast.parse(f"_profile_line({s.lineno}, _profile_t0)").body[0]
+    for new in (start, done):
+        for n in ast.walk(new):
+            if "lineno" in n._attributes:
+                ast.copy_location(n, s)
+    return [start, ast.copy_location(ast.Try(body=[s], handlers=[], orelse=[], finalbody=[done]), s)]
+
+
+def _line_done(events, line, t0):
+    """A twin's line ran: one "kernel" event into the running profile."""
+    t1 = _now()
+    prof = _active
+    if prof is not None:
+        name, args, shapes = events[line]
+        prof._events.append(Event(name, "kernel", t0, t1, _ident(), shapes if prof.record_shapes else None, args))
 
 
 # ---------------------------------------------------------------- the profiler
 
 class profile:
-    """Record per-op (eager) and per-kernel (compiled) times while the block runs.
+    """Record per-op (eager) and per-kernel (compiled) times of this thread while the block runs.
 
     record_shapes: also record each call's input shapes (shown by
         `key_averages(group_by_input_shape=True)` and in the Chrome trace).
     activities, with_stack, profile_memory: accepted for PyTorch compatibility, ignored.
     enabled: False makes the profiler a no-op.
 
-    One profile may be active at a time. After the block: `events()`, `key_averages()`,
+    One profile may be active at a time; it records the thread that starts it (and contexts
+    copied from it, such as asyncio tasks), not other threads. After the block: `events()`, `key_averages()`,
     `table()`, `export_chrome_trace(path)`, `total_time` and `wall_time` (ns).
     """
 
@@ -306,9 +237,7 @@ class profile:
         self._events = []
         self._start = None
         self._end = None
-        self._restore = []
-        self._instruments = {}
-        self._observer = False   # while installed: the executor's previous observer
+        self._observer = None    # while running: the executor's previous observer
 
     # ------------------------------------------------------------ start / stop
     def __enter__(self):
@@ -320,6 +249,7 @@ class profile:
         return False
 
     def start(self):
+        """Profile this thread from now on (and the executor's runs in it)."""
         global _active
         if not self.enabled:
             return self
@@ -329,12 +259,8 @@ class profile:
                                    "nest; use record_function for sub-ranges)")
             _active = self
         self._events = []
-        try:
-            self._install()
-        except BaseException:
-            self._uninstall()
-            _active = None
-            raise
+        self._observer = executor.set_observer(self._observe)
+        dispatch.set_profiler(self)
         self._start = _now()
         return self
 
@@ -343,122 +269,50 @@ class profile:
         if _active is not self:
             return self
         self._end = _now()
-        try:
-            self._uninstall()
-        finally:
-            _active = None
+        dispatch.set_profiler(None)
+        executor.set_observer(self._observer)
+        self._observer = None
+        _active = None
         return self
 
-    def _install(self):
-        from .runtime.ops import OPS, load_all
-        load_all()
-        for op in OPS.values():
-            orig = op.cpu
-            op.cpu = _timed_kernel(op.name, orig, self)
-            self._restore.append((op, "cpu", orig))
-        self._observer = executor.set_observer(self._observe)
+    # ------------------------------------------------------------ hooks
+    def op(self, name, kernel, args, attrs):
+        """dispatch's hook: kernel(*args, **attrs), recorded as one "op" event."""
+        if _active is not self:  # (a context copied from the profiled thread outlived the profile)
+            return kernel(*args) if attrs is None else kernel(*args, **attrs)
+        t0 = _now()
         try:
-            import importlib
-            _compile_mod = importlib.import_module("eagerc.compiler.compile")
-            from .compiler import backends as _backends
-            from .compiler.backends import interpreter as _interp
-        except ImportError:  # the runtime alone (a deployed program): eager/runtime ops only
-            return
+            return kernel(*args) if attrs is None else kernel(*args, **attrs)
+        finally:
+            t1 = _now()
+            self._events.append(Event(name, "op", t0, t1, _ident(), _shapes(args) if self.record_shapes else None))
+
+    def compiled(self, name, tensors, call, program, *args):
+        """The compiled-call hook: call(program, *args) with the program's timed twin, recorded as
+        one "compiled" event `name` (with the shapes of the argument `tensors`, if any)."""
+        if _active is not self:
+            return call(program, *args)
+        twin = _timed_twin(program)
+        t0 = _now()
         try:
-            from .compiler.backends import numpy_backend  # noqa: F401  (registers itself)
-        except ImportError:
-            pass
-        backends = {_interp.InterpreterBackend} | {c for c in _backends._BACKENDS.values() if isinstance(c, type)}
-        for cls in backends:
-            if "compile" in cls.__dict__:
-                self._patch(cls, "compile", self._untimed_compile(cls.__dict__["compile"]))
-        CF = _compile_mod.CompiledFunction
-        self._patch(CF, "_run", self._timed_run(CF.__dict__["_run"]))
-        try:  # compiled training: the backward program runs from autograd, as this op's `grads`
-            from .compiler import training as _training
-            op = _training._OP
-            self._patch(op, "grads", self._timed_backward(op.grads))
-        except (ImportError, AttributeError):
-            pass
-
-    def _patch(self, owner, attr, value):
-        orig = owner.__dict__[attr] if isinstance(owner, type) else getattr(owner, attr)
-        self._restore.append((owner, attr, orig))
-        setattr(owner, attr, value)
-
-    def _uninstall(self):
-        if self._observer is not False:
-            executor.set_observer(self._observer)
-            self._observer = False
-        for owner, attr, orig in reversed(self._restore):
-            setattr(owner, attr, orig)
-        self._restore = []
-        for inst in self._instruments.values():
-            inst.restore()
-        self._instruments = {}
-
-    def _untimed_compile(self, compile_fn):
-        """Backends compile with the original kernels, so a program keeps no instrument."""
-        restore = self._restore
-
-        def compile(backend, graph, *args, **kwargs):
-            swapped = [(op, op.cpu, orig) for op, attr, orig in restore if attr == "cpu"]
-            for op, _, orig in swapped:
-                op.cpu = orig
-            try:
-                return compile_fn(backend, graph, *args, **kwargs)
-            finally:
-                for op, wrapped, _ in swapped:
-                    op.cpu = wrapped
-        return compile
-
-    def _timed_run(self, run):
-        prof = self
-        events = self._events
-
-        def _run(cf, entry, leaves, env):
-            for p in _programs_of(entry):
-                prof._instrument(p)
-            t0 = _now()
-            try:
-                return run(cf, entry, leaves, env)
-            finally:
-                t1 = _now()
-                events.append(Event(f"compiled:{getattr(cf, '__name__', 'fn')}", "compiled", t0, t1, _ident(),
-                                    tuple(tuple(t.shape) for t in leaves) if prof.record_shapes else None))
-        return _run
-
-    def _timed_backward(self, grads):
-        prof = self
-        events = self._events
-
-        def timed_grads(node, g):
-            prof._instrument(getattr(node.attrs, "program", None))
-            t0 = _now()
-            try:
-                return grads(node, g)
-            finally:
-                events.append(Event("compiled_backward", "compiled", t0, _now(), _ident()))
-        return timed_grads
+            return call(twin, *args)
+        finally:
+            t1 = _now()
+            shapes = tuple(tuple(t.shape) for t in tensors) if self.record_shapes and tensors is not None else None
+            self._events.append(Event(name, "compiled", t0, t1, _ident(), shapes))
 
     def _observe(self, node, kernel, args, attrs):
-        """The executor's observer: one "kernel" event per node of every graph it runs
+        """The executor's observer: one "kernel" event per node the profiled thread runs
         (interpreter programs, loaded programs)."""
-        kernel = getattr(kernel, "_eagerc_profiled", kernel)   # (a plan bound while this profile ran)
+        if _active is not self or _modes().profiler is not self:
+            return kernel(*args, **attrs)
         t0 = _now()
         try:
             return kernel(*args, **attrs)
         finally:
-            self._events.append(Event(node.op, "kernel", t0, _now(), _ident(),
+            t1 = _now()
+            self._events.append(Event(node.op, "kernel", t0, t1, _ident(),
                                       _shapes(args) if self.record_shapes else None, _node_args(node)))
-
-    def _instrument(self, program):
-        if program is None or program in self._instruments:
-            return
-        if hasattr(program, "__globals__") and hasattr(program, "graph"):  # numpy backend
-            self._instruments[program] = _ProgramInstrument(self, program)
-        # interpreter programs are timed by the executor's observer; other backends'
-        # programs: the call event only
 
     # ------------------------------------------------------------ results
     def events(self):
@@ -650,7 +504,7 @@ def _fmt_shapes(shapes):
 
 class record_function:
     """Time a named range of user code (a context manager or a decorator). Ranges nest, and
-    contain the ops they ran. Without an active profile it does nothing."""
+    contain the ops they ran. Without a profile active in this thread it does nothing."""
     __slots__ = ("name", "args", "_prof", "_t0")
 
     def __init__(self, name, args=None):
@@ -660,8 +514,8 @@ class record_function:
         self._t0 = None
 
     def __enter__(self):
-        prof = _active
-        if prof is not None:
+        prof = _modes().profiler
+        if prof is not None and prof is _active:
             self._prof = prof
             self._t0 = _now()
         return self

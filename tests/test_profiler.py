@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import eagerc
-from eagerc import nn
+from eagerc import dispatch, nn
 from eagerc import profiler
 from eagerc.runtime.ops import OPS, load_all
 
@@ -246,7 +246,10 @@ def test_program_compiled_while_profiling_keeps_no_instrument():
     assert globs["np"] is np
     for key, value in globs.items():
         if key.startswith("k_"):
-            assert value is OPS[key[2:]].cpu and not hasattr(value, "_eagerc_profiled")
+            assert value is OPS[key[2:]].cpu
+    # the profile ran the program's timed twin: its own function and globals, never called outside a profile
+    assert program.timed is not program and program.timed.__globals__ is not globs
+    assert program.timed.__code__.co_filename == program.filename
 
 
 def test_loaded_program_ops_are_timed(tmp_path):
@@ -277,11 +280,11 @@ def test_everything_is_restored_and_profiles_do_not_nest():
     kernels = {name: op.cpu for name, op in OPS.items()}
     run, call = CompiledFunction.__dict__["_run"], InterpretedProgram.__dict__["__call__"]
     grads = training._OP.grads
-    with profiler.profile():
-        assert OPS["add"].cpu is not kernels["add"]
+    with profiler.profile() as prof:
+        assert dispatch.active_profiler() is prof   # the hook dispatch and compiled calls read
         with pytest.raises(RuntimeError, match="already active"):
             profiler.profile().start()
-    assert all(OPS[name].cpu is k for name, k in kernels.items())
+    assert all(OPS[name].cpu is k for name, k in kernels.items()) and dispatch.active_profiler() is None
     assert CompiledFunction.__dict__["_run"] is run and InterpretedProgram.__dict__["__call__"] is call
     assert training._OP.grads is grads
     from eagerc.runtime import executor
@@ -289,11 +292,34 @@ def test_everything_is_restored_and_profiles_do_not_nest():
     with pytest.raises(ZeroDivisionError):  # an exception inside the block restores too
         with profiler.profile():
             1 / 0
-    assert all(OPS[name].cpu is k for name, k in kernels.items())
+    assert all(OPS[name].cpu is k for name, k in kernels.items()) and dispatch.active_profiler() is None
     assert profiler._active is None
     with profiler.profile(enabled=False) as off:
         eagerc.randn(2) + 1
     assert off.events() == [] and all(OPS[name].cpu is k for name, k in kernels.items())
+
+
+def test_a_profile_records_the_thread_that_started_it():
+    """A running profile is a mode of its thread (dispatch.Modes), like grad mode: ops, compiled
+    calls and record_function ranges of another thread are not recorded into it."""
+    import threading
+    c = eagerc.compile(lambda a: (a * 2).exp(), backend="interpreter")
+    x = eagerc.randn(4)
+    with eagerc.no_grad():
+        c(x)
+
+    def other():
+        with eagerc.no_grad(), profiler.record_function("elsewhere"):
+            x + 1
+            c(x)
+    with eagerc.no_grad(), profiler.profile() as prof:
+        t = threading.Thread(target=other)
+        t.start()
+        t.join()
+        x - 1
+        c(x)
+    assert _counts(prof) == {"sub": 1, "compiled:<lambda>": 1, "mul": 1, "exp": 1}
+    assert {e.tid for e in prof.events()} == {threading.get_ident()}
 
 
 def test_failing_op_is_still_recorded_and_explained():

@@ -127,7 +127,7 @@ class CompiledFunction:
             return self._miss(key, leaves, env, args, kwargs, guard_miss=guard_miss)
 
     def _run(self, entry, leaves, env):
-        return entries.run(entry, leaves, env)
+        return entries.run(entry, leaves, env, self.__name__)
 
     def _guard_failed(self, key, leaves, env, args, kwargs, why):
         """Something the entry's program was traced with changed: trace again, unless this key

@@ -211,11 +211,12 @@ def tensor_of(a):
     return dispatch.wrap(a if type(a) is _ndarray or not isinstance(a, np.generic) else np.asarray(a))
 
 
-def run(entry, leaves, env):
+def run(entry, leaves, env, name="fn"):
     """One call of a compiled specialisation: bind the inputs, run the program with this call's
     random offsets (and size attributes when symbolic), write mutation outputs back, wrap
     the outputs (a call that needs autograd: training.JointEntry.outputs attaches the backward).
-    `env`: the symbol bindings of a dynamic entry (None when static)."""
+    `env`: the symbol bindings of a dynamic entry (None when static); `name`: the compiled
+    function's, for the profiler's "compiled:<name>" event when a profile is active."""
     env_ = inputs(entry, leaves)
     d = entry.dynamic
     overrides = None
@@ -233,7 +234,12 @@ def run(entry, leaves, env):
             for k, v in overrides.items():
                 rng[k] = {**rng[k], **v} if k in rng else v
         overrides = rng
-    outs, mutations = call(program, env_, overrides, entry.graph.mutations)
+    prof = dispatch.modes().profiler
+    if prof is None:
+        outs, mutations = call(program, env_, overrides, entry.graph.mutations)
+    else:  # a profile is active in this thread: it times the call and the program's nodes
+        outs, mutations = prof.compiled(f"compiled:{name}", leaves, call, program, env_, overrides,
+                                        entry.graph.mutations)
     if mutations or entry.grads_none:
         write_back(entry, leaves, program, mutations)
     if entry.joint is not None:

@@ -158,7 +158,12 @@ def _run_backward(node, g):
         else:  # other outputs' gradients are zero on this path (one node per output)
             shape_src = next(v for kk, v in ctx.joint.backward.inputs if v.name == grad_name)
             env[grad_name] = np.zeros(shape_src.shape, dtype=shape_src.dtype)
-    outs, _ = entries.call(ctx.joint.bwd_program, env, None, ctx.joint.backward.mutations)
+    prof = dispatch.modes().profiler
+    if prof is None:
+        outs, _ = entries.call(ctx.joint.bwd_program, env, None, ctx.joint.backward.mutations)
+    else:  # a profile is active in this thread: it times the backward program and its nodes
+        outs, _ = prof.compiled("compiled_backward", None, entries.call, ctx.joint.bwd_program, env, None,
+                                ctx.joint.backward.mutations)
     it = iter(outs)
     return [dispatch.wrap(np.asarray(next(it))) if present else None for present in ctx.joint.grad_slots]
 
