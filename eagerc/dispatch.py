@@ -46,13 +46,14 @@ class Modes:
     `profiler`: the active `eagerc.profiler.profile`, which runs and times each kernel
     (`profiler.op(name, kernel, arrays, attrs)`), None when nothing is profiled.
     """
-    __slots__ = ("grad_enabled", "anomaly", "tracer", "profiler")
+    __slots__ = ("grad_enabled", "anomaly", "tracer", "profiler", "_derived")
 
     def __init__(self):
         self.grad_enabled = True
         self.anomaly = False
         self.tracer = None
         self.profiler = None
+        self._derived = {}  # (name, bool) -> the Modes that differs only there (see _set_mode)
 
 
 _modes = contextvars.ContextVar("eagerc.dispatch.modes", default=Modes())
@@ -60,13 +61,27 @@ modes = _modes.get  # the calling thread's Modes: one cheap lookup, then read it
 
 
 def _set_mode(name, value):
-    """Publish a copy of this thread's Modes with `name` = value (other threads keep theirs)."""
+    """Publish a copy of this thread's Modes with `name` = value (other threads keep theirs).
+
+    A flag flipped back and forth (grad mode around every backward and optimizer step) reuses
+    the copies it made: each Modes remembers the ones that differ from it in one bool, both
+    ways, so a toggle is a dict lookup. Non-bool slots (a tracer, a profiler) are never cached,
+    so nothing keeps them alive."""
     old = modes()
-    new = _new(Modes)
-    for f in Modes.__slots__:
-        setattr(new, f, getattr(old, f))
-    setattr(new, name, value)
+    new = old._derived.get((name, value))
+    if new is None:
+        new = _new(Modes)
+        for f in _STATE:
+            setattr(new, f, getattr(old, f))
+        setattr(new, name, value)
+        new._derived = {}
+        if type(value) is bool:
+            old._derived[name, value] = new
+            new._derived[name, getattr(old, name)] = old
     _modes.set(new)
+
+
+_STATE = tuple(f for f in Modes.__slots__ if f != "_derived")
 
 
 def grad_enabled():
@@ -207,9 +222,8 @@ def apply(op, args, attrs=None):
         t._vc = vc
         t._base = src
         t._view = (op.name, attrs)  # how t views src: an in-place op on t rewrites src's history
-    tracer = m.tracer
-    if tracer is not None:
-        tracer.record(op, args, attrs, t)
+    if m.tracer is not None:
+        m.tracer.record(op, args, attrs, t)
     return t
 
 

@@ -21,6 +21,9 @@ def _axes(dim, ndim):
 # attributes a floating-point warning (an overflowing float16 sum) to eagerc, whose filter
 # silences it (runtime/ownership.py); it also skips a Python call. cupy never warns.
 
+_add_reduce = np.add.reduce
+
+
 def array_sum(x, axis=None, keepdims=False, dtype=None):
     """x.sum(axis, keepdims, dtype) for a numpy or cupy array."""
     if isinstance(x, np.ndarray):
@@ -42,6 +45,8 @@ def array_mean(x, axis=None, keepdims=False):
 
 def _sum(xp):
     def sum_(x, dim=None, keepdim=False):
+        if dim is None and not keepdim and type(x) is np.ndarray and x.dtype.kind in "fc":
+            return _add_reduce(x, None)  # the common x.sum(): one ufunc call
         axis = None if dim is None else _axes(dim, x.ndim)
         return array_sum(x, axis, keepdim, np.int64 if x.dtype.kind in "biu" else None)
     return sum_
