@@ -796,12 +796,17 @@ def _lstm_layer(xp):
         so it recomputes nothing; one product h W_hh^T per step."""
         T, B, H = xg.shape[0], h0.shape[0], h0.shape[1]
         out = xp.empty((6, T, B, H), dtype=xg.dtype)
-        a = xp.empty((B, 4 * H), dtype=xg.dtype)
+        scale, shift = (v.reshape(4, 1, H) for v in _lstm_affine(xp, H, xg.dtype))
         h, c = h0, c0
         for t in range(T):
-            _lstm_activate_(xp, xp.add(xg[t], linear(h, w_hh), out=a))
-            out[2:, t] = a.reshape(B, 4, H).transpose(1, 0, 2)
-            i, f, g, o = out[2:, t]
+            gates = out[2:, t]              # (4, B, H): the [i, f, g, o] blocks of the rows, gate-major
+            xp.add(xg[t].reshape(B, 4, H).transpose(1, 0, 2), linear(h, w_hh).reshape(B, 4, H).transpose(1, 0, 2),
+                   out=gates)
+            gates *= scale                  # _lstm_activate_, gate-major
+            xp.tanh(gates, out=gates)
+            gates *= scale
+            gates += shift
+            i, f, g, o = gates
             h, c_prev, c = out[0, t], c, out[1, t]
             xp.multiply(f, c_prev, out=c)
             c += i * g
@@ -814,40 +819,47 @@ def _lstm_layer(xp):
 def _lstm_layer_backward(xp):
     def lstm_layer_backward(g, h0, c0, w_hh, out):
         """(T + 1, B, 4H) from g = d out: rows t < T d xg_t (the gates' gradients before activation,
-        also those of h_{t-1} W_hh^T); row T [d h0 | d c0 | 0 | 0]. Everything that does not
-        depend on the gradient flowing back in time is computed for all steps at once, so the
-        loop over time does one product (d gates W_hh) and a few element-wise passes per step."""
+        also those of h_{t-1} W_hh^T); row T [d h0 | d c0 | 0 | 0]. Back in time, one product
+        (d gates W_hh) per step and the gate math on that step's (B, H) blocks of the saved gates,
+        which stay in cache (whole-sequence passes would stream the reserve through memory ~10 times)."""
         T, B, H = out.shape[1:]
-        cs, (i, f, gg, o) = out[1], out[2:]
-        tc = xp.tanh(cs)
-        dtc = tc * tc                       # d c_t gets d h_t o (1 - tanh(c_t)^2)
-        xp.subtract(1.0, dtc, out=dtc)
-        dtc *= o
-        act = 1.0 - out[2:]                 # the activations' derivatives: s (1 - s), and 1 - g^2 for g
-        act[:2] *= out[2:4]
-        act[3] *= o
-        xp.multiply(gg, gg, out=act[2])
-        xp.subtract(1.0, act[2], out=act[2])
         res = xp.empty((T + 1, B, 4 * H), dtype=out.dtype)
-        xp.multiply(g[2:], act, out=res[:T].reshape(T, B, 4, H).transpose(2, 0, 1, 3))  # the gates' own gradients
-        m = act                             # then per gate the factor of d c_t (i, f, g) or d h_t (o)
-        m[0] *= gg
-        m[1, 0] *= c0
-        m[1, 1:] *= cs[:-1]
-        m[2] *= i
-        m[3] *= tc
-        m3 = m[:3].transpose(1, 2, 0, 3)    # (T, B, 3, H), as the rows' first three gates
         dh = xp.zeros((B, H), dtype=out.dtype)
         dc = xp.zeros((B, H), dtype=out.dtype)
+        s = xp.empty((B, H), dtype=out.dtype)          # scratch: an activation's derivative
         for t in range(T - 1, -1, -1):
+            i, f, gg, o = out[2:, t]
+            di, df, dg, do = res[t].reshape(B, 4, H).transpose(1, 0, 2)
+            tc = xp.tanh(out[1, t])
             dh += g[0, t]
+            xp.multiply(dh, tc, out=do)                # d o = (d h tanh(c) + its own) o (1 - o)
+            do += g[5, t]
+            xp.subtract(1.0, o, out=s)
+            s *= o
+            do *= s
+            tc *= tc                                   # d c += d h o (1 - tanh(c)^2), and c's own
+            xp.subtract(1.0, tc, out=tc)
+            tc *= o
+            tc *= dh
+            dc += tc
             dc += g[1, t]
-            dc += dh * dtc[t]
-            d = res[t]
-            d.reshape(B, 4, H)[:, :3] += m3[t] * dc[:, None]
-            d[:, 3 * H:] += m[3, t] * dh
-            dh = d @ w_hh
-            dc *= f[t]
+            xp.multiply(dc, gg, out=di)                # d i = (d c g + its own) i (1 - i)
+            di += g[2, t]
+            xp.subtract(1.0, i, out=s)
+            s *= i
+            di *= s
+            xp.multiply(dc, c0 if t == 0 else out[1, t - 1], out=df)   # d f = (d c c_prev + its own) f (1 - f)
+            df += g[3, t]
+            xp.subtract(1.0, f, out=s)
+            s *= f
+            df *= s
+            xp.multiply(dc, i, out=dg)                 # d g = (d c i + its own) (1 - g^2)
+            dg += g[4, t]
+            xp.multiply(gg, gg, out=s)
+            xp.subtract(1.0, s, out=s)
+            dg *= s
+            dh = res[t] @ w_hh
+            dc *= f
         res[T, :, :H] = dh
         res[T, :, H:2 * H] = dc
         res[T, :, 2 * H:] = 0
