@@ -19,8 +19,8 @@ from ..autograd.engine import _saved_input, _saved_output
 from ..autograd.formulas import defdecomp, defgrad_node
 from ..dispatch import apply
 from ..runtime.ops import OPS
-from .elementwise import sigmoid, tanh
 from .creation import zeros
+from .elementwise import sigmoid, tanh
 from .joining import cat, stack
 from .nn import _first_order
 

@@ -680,9 +680,9 @@ def _lstm_affine(xp, H, dtype):
     return _GATE_AFFINE[key]
 
 
-def _lstm_activate_(xp, a):
-    """The gates [i, f, g, o] activated in place (sigmoid, sigmoid, tanh, sigmoid) over the last dim."""
-    scale, shift = _lstm_affine(xp, a.shape[-1] // 4, a.dtype)
+def _lstm_activate_(xp, a, scale, shift):
+    """The gates [i, f, g, o] in `a` activated in place (sigmoid, sigmoid, tanh, sigmoid), with
+    `_lstm_affine`'s (scale, shift) shaped to broadcast against a's layout of the gates."""
     a *= scale
     xp.tanh(a, out=a)
     a *= scale
@@ -694,7 +694,8 @@ def _lstm_gates(xp, xg, hg):
     """The activated gates [i, f, g, o] as one C-ordered (..., 4H) array."""
     a = xp.empty(xg.shape, dtype=xg.dtype)
     xp.add(xg, hg, out=a)
-    return _lstm_activate_(xp, a), a.shape[-1] // 4
+    H = a.shape[-1] // 4
+    return _lstm_activate_(xp, a, *_lstm_affine(xp, H, a.dtype)), H
 
 
 def _lstm_cell(xp):
@@ -796,17 +797,13 @@ def _lstm_layer(xp):
         so it recomputes nothing; one product h W_hh^T per step."""
         T, B, H = xg.shape[0], h0.shape[0], h0.shape[1]
         out = xp.empty((6, T, B, H), dtype=xg.dtype)
-        scale, shift = (v.reshape(4, 1, H) for v in _lstm_affine(xp, H, xg.dtype))
+        scale, shift = (v.reshape(4, 1, H) for v in _lstm_affine(xp, H, xg.dtype))   # gate-major
         h, c = h0, c0
         for t in range(T):
             gates = out[2:, t]              # (4, B, H): the [i, f, g, o] blocks of the rows, gate-major
             xp.add(xg[t].reshape(B, 4, H).transpose(1, 0, 2), linear(h, w_hh).reshape(B, 4, H).transpose(1, 0, 2),
                    out=gates)
-            gates *= scale                  # _lstm_activate_, gate-major
-            xp.tanh(gates, out=gates)
-            gates *= scale
-            gates += shift
-            i, f, g, o = gates
+            i, f, g, o = _lstm_activate_(xp, gates, scale, shift)
             h, c_prev, c = out[0, t], c, out[1, t]
             xp.multiply(f, c_prev, out=c)
             c += i * g
