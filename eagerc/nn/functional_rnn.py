@@ -2,15 +2,17 @@
 
 PyTorch's `torch.lstm_cell`, `torch.gru_cell`, `torch.rnn_tanh_cell` and `torch.rnn_relu_cell`
 (exported as `eagerc.<name>`), and `recurrent_layer`, the loop nn.RNN/LSTM/GRU run per layer and
-direction. A layer computes its input projection for every time step with one `linear`, then per
-step one `linear` for the hidden state and the gate math: for LSTM and GRU one fused op declared in
-eagerc/runtime/ops/nn.py (`lstm_cell`, `gru_cell`), whose derivatives and decompositions live with
-the ops (eagerc/ops/rnn.py):
+direction. A layer computes its input projection for every time step with one `linear`. An LSTM
+layer (no proj_size, not packed) is then one `lstm_layer` op over the whole sequence (its backward
+one kernel too, and d W_hh one product over all steps). Other layers run per step one `linear` for
+the hidden state and the gate math: for LSTM and GRU one fused op. The ops are declared in
+eagerc/runtime/ops/nn.py; their derivatives and decompositions live in eagerc/ops/rnn.py:
 
-| op                       | derivative                                  | decomposition                    |
-|--------------------------|---------------------------------------------|----------------------------------|
-| `lstm_cell(xg, hg, c)`   | `lstm_cell_backward` kernel -> d gates, d c | `lstm_cell_decomposed`           |
-| `gru_cell(xg, hg, h)`    | `gru_cell_backward` kernel -> d xg, d hg, dh| `gru_cell_decomposed`            |
+| op                           | derivative                                   | decomposition             |
+|------------------------------|----------------------------------------------|---------------------------|
+| `lstm_cell(xg, hg, c)`       | `lstm_cell_backward` kernel -> d gates, d c  | `lstm_cell_decomposed`    |
+| `gru_cell(xg, hg, h)`        | `gru_cell_backward` kernel -> d xg, d hg, dh | `gru_cell_decomposed`     |
+| `lstm_layer(xg, h0, c0, w_hh)` | `lstm_layer_backward` kernel -> d xg, d h0, d c0; d W_hh one linear | `lstm_layer_decomposed` |
 
 xg and hg are the two projections (x W_ih^T + b_ih, h W_hh^T + b_hh), so the ops hold only the
 element-wise gate math and BLAS does every product. Under create_graph=True the derivative is the
