@@ -32,7 +32,7 @@ REDUCTIONS = {"sum", "mean", "amax", "amin", "prod"}
 TESTED = {"linear", "softmax", "log_softmax", "layer_norm", "batch_norm", "cross_entropy", "gelu", "embedding",
           "softmax_backward", "log_softmax_backward", "gelu_backward", "layer_norm_backward",
           "layer_norm_weight_backward", "cross_entropy_backward", "lstm_cell", "lstm_cell_backward", "gru_cell",
-          "gru_cell_backward"}
+          "gru_cell_backward", "lstm_layer", "lstm_layer_backward"}
 
 
 # ---------------------------------------------------------------- helpers
@@ -516,6 +516,54 @@ def test_recurrent_cells_and_their_backward(dtype, kind, batch):
         ins = [_req(a) for a in (xg, hg, state)]
         return _grad_of(apply(op, tuple(ins)), ins, g)
     check(backward, (_t(xg), _t(hg), _t(state), _t(g)), [op.name + "_backward"], list(grads), dtype)
+
+
+def _np_lstm_layer(xg, h0, c0, w, g):
+    """lstm_layer's (6, T, B, H) [h, c, i, f, g, o per step] and (d xg, d h0, d c0, d w) given g = d out."""
+    h, c, steps = h0, c0, []
+    for x in xg:
+        i, f, gg, o = np.split(x + h @ w.T, 4, -1)
+        i, f, gg, o = _np_sig(i), _np_sig(f), np.tanh(gg), _np_sig(o)
+        c = f * c + i * gg
+        h = o * np.tanh(c)
+        steps.append((h, c, i, f, gg, o))
+    out = np.stack([np.stack(k) for k in zip(*steps)])
+    dxg, dw, dh, dc = np.empty_like(xg), np.zeros_like(w), np.zeros_like(h0), np.zeros_like(c0)
+    for t in range(len(xg) - 1, -1, -1):
+        h, c, i, f, gg, o = out[:, t]
+        hp, cp = (h0, c0) if t == 0 else out[:2, t - 1]
+        tc = np.tanh(c)
+        dh = dh + g[0, t]
+        dc = dc + g[1, t] + dh * o * (1 - tc ** 2)
+        dxg[t] = np.concatenate([(dc * gg + g[2, t]) * i * (1 - i), (dc * cp + g[3, t]) * f * (1 - f),
+                                 (dc * i + g[4, t]) * (1 - gg ** 2), (dh * tc + g[5, t]) * o * (1 - o)], -1)
+        dw += dxg[t].T @ hp
+        dh, dc = dxg[t] @ w, dc * f
+    return out, (dxg, dh, dc, dw)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_lstm_layer_and_its_backward(dtype):
+    """The whole-sequence op: its decomposition (a per-step loop) and that of its backward kernel,
+    which the derivative completes with one product for d W_hh."""
+    from eagerc.dispatch import apply
+    from eagerc.runtime.ops import OPS
+    nt = DTYPES[dtype][1]
+    r = _rng(12)
+    T, B, H = 4, 3, 5
+    xg = r.standard_normal((T, B, 4 * H)).astype(nt)
+    h0, c0 = (r.standard_normal((B, H)).astype(nt) for _ in range(2))
+    w = (0.5 * r.standard_normal((4 * H, H))).astype(nt)
+    g = r.standard_normal((6, T, B, H)).astype(nt)
+    out, grads = _np_lstm_layer(*(a.astype(float) for a in (xg, h0, c0, w, g)))
+    op = OPS["lstm_layer"]
+    check(lambda *a: apply(op, a), (_t(xg), _t(h0), _t(c0), _t(w)), [op.name], [out], dtype)
+
+    def backward(*args):
+        ins = [_req(a) for a in args[:4]]
+        return _grad_of(apply(op, tuple(ins)), ins, args[4])
+    check(backward, (_t(xg), _t(h0), _t(c0), _t(w), _t(g)), [op.name + "_backward"], list(grads), dtype,
+          leading_sum_ok=True)
 
 
 def test_decomposed_functions_run_eagerly_and_match_the_kernels():

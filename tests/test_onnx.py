@@ -272,6 +272,7 @@ def _loss(x, t):
 
 LSTM_W = tuple(eagerc.tensor(RNG.standard_normal(s).astype(np.float32)) for s in ((16, 5), (16, 4), (16,), (16,)))
 GRU_W = tuple(eagerc.tensor(RNG.standard_normal(s).astype(np.float32)) for s in ((12, 5), (12, 4), (12,), (12,)))
+_LSTM, _GRU = nn.LSTM(3, 4, bidirectional=True), nn.GRU(3, 4)   # whole layers (LSTM: the lstm_layer op)
 
 
 OP_CASES = {
@@ -285,6 +286,7 @@ OP_CASES = {
     "float64": (lambda x: ((x @ x.mT).softmax(-1), F.layer_norm(x, (5,))), (X.astype(np.float64),)),
     "recurrent_cells": (lambda x, h: (*eagerc.lstm_cell(x, (h, h), *LSTM_W), eagerc.gru_cell(x, h, *GRU_W)),
                         (X[0], X[0, :, :4] * 0.5)),
+    "recurrent_layers": (lambda x: (*_LSTM(x)[0:1], *_LSTM(x)[1], _GRU(x)[0]), (X[:, :, :3] * 0.5,)),
     "bool": (lambda m, x: (eagerc.where(m, x, -x), m.sum(), ~m), (X > 0, X)),
 }
 

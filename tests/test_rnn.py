@@ -157,6 +157,26 @@ def test_second_derivatives_through_the_fused_cells(cls):
     assert gradgradcheck(fn, (x, h))
 
 
+def test_second_derivatives_through_the_lstm_layer():
+    """nn.LSTM runs each layer as one lstm_layer node; under create_graph its derivative is the
+    backward kernel's decomposition, differentiated again (through the saved gates too)."""
+    eagerc.manual_seed(0)
+    m = nn.LSTM(2, 2, bidirectional=True).double()
+    r = np.random.default_rng(5)
+    x = eagerc.tensor(r.standard_normal((3, 2, 2)), requires_grad=True)
+    h = eagerc.tensor(r.standard_normal((2, 2, 2)), requires_grad=True)
+
+    def fn(x, h):
+        out, (hn, cn) = m(x, (h, h * 0.5))
+        return out * out, hn, cn
+    assert gradgradcheck(fn, (x, h))
+    w = m.weight_hh_l0
+    out, _ = m(x)
+    (gw,) = eagerc.autograd.grad(out.sum(), w, create_graph=True)
+    assert gw.requires_grad and gradcheck(lambda x: eagerc.autograd.grad(m(x)[0].pow(2).sum(), w,
+                                                                         create_graph=True)[0], (x,))
+
+
 # ---------------------------------------------------------------- cells
 
 

@@ -12,8 +12,8 @@ forward pass saves (so nothing else is kept alive):
 - an attribute    that attribute's value, e.g. `dim`, `keepdim`
 
 An op whose derivative is easier as one function for all inputs (variadic ops like
-cat) uses `defgrad_node(name, fn, saves_inputs=False)`: fn(node, g) returns a
-sequence with one gradient (or None) per input.
+cat) uses `defgrad_node(name, fn, saves_inputs=False, saves_output=False)`: fn(node, g)
+returns a sequence with one gradient (or None) per input.
 
 A composite op (softmax, layer_norm, ...) gets its decomposition into primitives with
 `defdecomp(name, fn)`: fn(*inputs, **attrs) computes the op with other ops; the compiler
@@ -76,12 +76,16 @@ def defgrad(name, *formulas):
     return op
 
 
-def defgrad_node(name, fn, saves_inputs=False):
-    """One function for the whole node: fn(node, g) -> per-input gradients."""
+def defgrad_node(name, fn, saves_inputs=False, saves_output=False):
+    """One function for the whole node: fn(node, g) -> per-input gradients. With `saves_output`
+    the node keeps its output as well (read with engine._saved_output), e.g. a recurrence's states."""
     op = get(name)
     op.grads = fn
     op.grad_params = None
     op.save_table = SAVE_ALL if saves_inputs else None
+    if saves_output:
+        everything = (tuple(range(len(op.inputs))) if saves_inputs else (), True, True)
+        op.save_table = [everything] * (1 << len(op.inputs))
     return op
 
 

@@ -2,15 +2,17 @@
 
 PyTorch's `torch.lstm_cell`, `torch.gru_cell`, `torch.rnn_tanh_cell` and `torch.rnn_relu_cell`
 (exported as `eagerc.<name>`), and `recurrent_layer`, the loop nn.RNN/LSTM/GRU run per layer and
-direction. A layer computes its input projection for every time step with one `linear`, then per
-step one `linear` for the hidden state and the gate math: for LSTM and GRU one fused op declared in
-eagerc/runtime/ops/nn.py (`lstm_cell`, `gru_cell`), whose derivatives and decompositions live with
-the ops (eagerc/ops/rnn.py):
+direction. A layer computes its input projection for every time step with one `linear`. An LSTM
+layer (no proj_size, not packed) is then one `lstm_layer` op over the whole sequence (its backward
+one kernel too, and d W_hh one product over all steps). Other layers run per step one `linear` for
+the hidden state and the gate math: for LSTM and GRU one fused op. The ops are declared in
+eagerc/runtime/ops/nn.py; their derivatives and decompositions live in eagerc/ops/rnn.py:
 
-| op                       | derivative                                  | decomposition                    |
-|--------------------------|---------------------------------------------|----------------------------------|
-| `lstm_cell(xg, hg, c)`   | `lstm_cell_backward` kernel -> d gates, d c | `lstm_cell_decomposed`           |
-| `gru_cell(xg, hg, h)`    | `gru_cell_backward` kernel -> d xg, d hg, dh| `gru_cell_decomposed`            |
+| op                           | derivative                                   | decomposition             |
+|------------------------------|----------------------------------------------|---------------------------|
+| `lstm_cell(xg, hg, c)`       | `lstm_cell_backward` kernel -> d gates, d c  | `lstm_cell_decomposed`    |
+| `gru_cell(xg, hg, h)`        | `gru_cell_backward` kernel -> d xg, d hg, dh | `gru_cell_decomposed`     |
+| `lstm_layer(xg, h0, c0, w_hh)` | `lstm_layer_backward` kernel -> d xg, d h0, d c0; d W_hh one linear | `lstm_layer_decomposed` |
 
 xg and hg are the two projections (x W_ih^T + b_ih, h W_hh^T + b_hh), so the ops hold only the
 element-wise gate math and BLAS does every product. Under create_graph=True the derivative is the
@@ -28,7 +30,7 @@ from . import functional as F
 __all__ = ["lstm_cell", "gru_cell", "rnn_tanh_cell", "rnn_relu_cell", "lstm_cell_decomposed",
            "lstm_cell_backward_decomposed", "gru_cell_decomposed", "gru_cell_backward_decomposed"]
 
-_LSTM, _GRU = OPS["lstm_cell"], OPS["gru_cell"]
+_LSTM, _GRU, _LSTM_LAYER = OPS["lstm_cell"], OPS["gru_cell"], OPS["lstm_layer"]
 
 
 # =============================================================== PyTorch's cell functions
@@ -88,15 +90,19 @@ def recurrent_layer(mode, x, state, weights, reverse=False, batch_sizes=None):
     (w_ih, w_hh, b_ih, b_hh, w_hr), biases and w_hr may be None. Returns (output, final state):
     output (T, B, out), or packed (sum(batch_sizes), out)."""
     w_ih, w_hh, b_ih, b_hh, w_hr = weights
-    if mode != "GRU" and b_ih is not None:     # both biases add to the gates: add them once, not per step
-        b_ih, b_hh = b_ih + b_hh, None         # (GRU's b_hn sits inside r * (...), so it stays per step)
+    if mode != "GRU" and b_hh is not None:     # both biases add to the gates: add them once, not per step
+        b_ih, b_hh = b_hh if b_ih is None else b_ih + b_hh, None   # (GRU's b_hn sits inside r * (...))
     xproj = F.linear(x, w_ih, b_ih)            # every step's input projection: one matmul
     if batch_sizes is None:
+        if xproj.shape[0] == 0:
+            raise RuntimeError("Expected sequence length to be larger than 0 in RNN")
+        if mode == "LSTM" and w_hr is None:    # the whole recurrence in one op, its backward too
+            hc = apply(_LSTM_LAYER, (xproj.flip(0) if reverse else xproj, state[0], state[1], w_hh))
+            hs, cs = hc.unbind(0)[:2]          # (the gates after them are the backward's)
+            return (hs.flip(0) if reverse else hs), (hs[-1], cs[-1])
         # one view per step; unbind's backward gathers the steps' gradients back into one
         # (T, B, gates) gradient, so the projection's backward is one matmul too
         steps = xproj.unbind(0)
-        if not steps:
-            raise RuntimeError("Expected sequence length to be larger than 0 in RNN")
         order = range(len(steps) - 1, -1, -1) if reverse else range(len(steps))
         outs = [None] * len(steps)
         for t in order:

@@ -988,6 +988,26 @@ def _lstm_cell(b, n, ins):
     return b.op("Concat", [b.op("Unsqueeze", [h1, b.ints([0])]), b.op("Unsqueeze", [c1, b.ints([0])])], axis=0)
 
 
+@converts("lstm_layer")
+def _lstm_layer(b, n, ins):
+    """Every step's [h, c, i, f, g, o] stacked (6, T, B, H): the recurrence unrolled over its
+    (traced, fixed) length, one MatMul by W_hh^T per step and lstm_cell's gate math."""
+    dt = n.out.dtype
+    xg, h, c, w = (b.val(v, dt) for v in ins)
+    H = ins[1].shape[-1]
+    wt = b.op("Transpose", [w], perm=[1, 0])
+    rows = [[] for _ in range(6)]
+    for t in range(ins[0].shape[0]):
+        x = b.op("Gather", [xg, b.const(np.int64(t))], axis=0)
+        i, f, g, o = b.op("Split", [b.op("Add", [x, b.op("MatMul", [h, wt])]), b.ints([H] * 4)], outputs=4, axis=-1)
+        i, f, g, o = b.op("Sigmoid", [i]), b.op("Sigmoid", [f]), b.op("Tanh", [g]), b.op("Sigmoid", [o])
+        c = b.op("Add", [b.op("Mul", [f, c]), b.op("Mul", [i, g])])
+        h = b.op("Mul", [o, b.op("Tanh", [c])])
+        for row, v in zip(rows, (h, c, i, f, g, o)):
+            row.append(b.op("Unsqueeze", [v, b.ints([0])]))
+    return b.op("Concat", [b.op("Unsqueeze", [b.op("Concat", row, axis=0), b.ints([0])]) for row in rows], axis=0)
+
+
 @converts("gru_cell")
 def _gru_cell(b, n, ins):
     """h' = n + z (h - n), n = tanh(x_n + r h_n), r and z sigmoids of x + h (PyTorch's GRU)."""
@@ -1141,7 +1161,7 @@ for _why, _names in [
          "softmax_backward log_softmax_backward layer_norm_backward layer_norm_weight_backward batch_norm_backward "
          "batch_norm_weight_backward batch_norm_stats gelu_backward cross_entropy_backward embedding_backward "
          "conv2d_weight conv3d_weight interpolate_axis_backward col2im max_pool2d_backward max_pool2d_select avg_pool2d_backward adaptive_avg_pool2d_backward "
-         "upsample_nearest2d_backward lstm_cell_backward gru_cell_backward"),
+         "upsample_nearest2d_backward lstm_cell_backward gru_cell_backward lstm_layer_backward"),
         ("batch statistics of training mode; export in eval mode (running statistics)", "batch_norm"),
         ("ONNX has CumSum but no CumProd", "cumprod"),
         ("not converted yet (ONNX ScatterND / ScatterElements could express it)",

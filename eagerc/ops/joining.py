@@ -296,9 +296,9 @@ def _join(node, parts):
         grads[piece.attrs["piece"]] = g
     shape, like = list(a["shape"]), next(iter(parts.values()))
     for i, g in enumerate(grads):
-        if g is None:
+        if g is None:   # a broadcast zero: nothing to fill, the join copies it anyway
             shape[a["dim"]] = a["sizes"][i]
-            g = zeros(tuple(shape), dtype=like.dtype, device=like.device)
+            g = zeros((), dtype=like.dtype, device=like.device).expand(tuple(shape))
             grads[i] = g.squeeze(a["dim"]) if a["stacked"] else g
     return [stack(grads, a["dim"]) if a["stacked"] else cat(grads, a["dim"])]
 

@@ -1,24 +1,34 @@
 """Derivatives and decompositions of the recurrent cells' fused ops (runtime/ops/nn.py:
-`lstm_cell`, `gru_cell` and their `*_backward` kernels); eagerc.nn.functional_rnn holds the
-PyTorch-named cell functions and the layer loop that apply them.
+`lstm_cell`, `gru_cell`, the whole-sequence `lstm_layer` and their `*_backward` kernels);
+eagerc.nn.functional_rnn holds the PyTorch-named cell functions and the layer loop that apply them.
 
 xg and hg are the two projections (x W_ih^T + b_ih, h W_hh^T + b_hh), so the ops hold only the
 element-wise gate math. A plain backward uses the fused backward kernel; under create_graph=True
 the derivative is that kernel's decomposition (`*_backward_decomposed`, Tensor ops), so second
 derivatives work. The compiler's decompose pass traces the decompositions to fuse them.
+
+`lstm_layer(xg, h0, c0, w_hh)` runs the recurrence over a whole sequence in one node, the way
+cuDNN and oneDNN do: it returns every step's h, c and activated gates (the gates are its
+"reserve space": the backward recomputes nothing), its backward kernel walks back in time with
+one product per step, and the derivative forms d W_hh = sum_t d gates_t^T h_{t-1} as ONE
+product over all steps (where per-step nodes did T small products and T accumulations into a
+fresh array). Its decompositions are per-step loops of Tensor ops, so create_graph=True
+differentiates them.
 """
-from ..autograd.engine import _saved_input
+from ..autograd.engine import _saved_input, _saved_output
 from ..autograd.formulas import defdecomp, defgrad_node
 from ..dispatch import apply
 from ..runtime.ops import OPS
+from .creation import zeros
 from .elementwise import sigmoid, tanh
 from .joining import cat, stack
 from .nn import _first_order
 
 __all__ = ["lstm_cell_decomposed", "lstm_cell_backward_decomposed", "gru_cell_decomposed",
-           "gru_cell_backward_decomposed"]
+           "gru_cell_backward_decomposed", "lstm_layer_decomposed", "lstm_layer_backward_decomposed"]
 
 _LSTM_BACKWARD, _GRU_BACKWARD = OPS["lstm_cell_backward"], OPS["gru_cell_backward"]
+_LSTM_LAYER_BACKWARD, _LINEAR = OPS["lstm_layer_backward"], OPS["linear"]
 
 
 def lstm_cell_decomposed(xg, hg, c):
@@ -58,6 +68,40 @@ def gru_cell_backward_decomposed(g, xg, hg, h):
     return cat([dr, dz, dn, dr, dz, dn * r, g * z], -1)
 
 
+def lstm_layer_decomposed(xg, h0, c0, w_hh):
+    """The `lstm_layer` kernel's (6, T, B, H) [every h_t, c_t, i_t, f_t, g_t, o_t] as a per-step loop."""
+    h, c, steps = h0, c0, []
+    for t in range(xg.shape[0]):
+        i, f, g, o = (xg[t] + h @ w_hh.t()).chunk(4, -1)
+        i, f, g, o = sigmoid(i), sigmoid(f), tanh(g), sigmoid(o)
+        c = f * c + i * g
+        h = o * tanh(c)
+        steps.append((h, c, i, f, g, o))
+    return stack([stack(list(k)) for k in zip(*steps)])
+
+
+def lstm_layer_backward_decomposed(g, h0, c0, w_hh, out):
+    """The `lstm_layer_backward` kernel's (T + 1, B, 4H) as Tensor ops, back in time step by step
+    (also the create_graph derivative: it differentiates through the saved gates)."""
+    T, H = out.shape[1], h0.shape[-1]
+    hs, cs, i, f, gg, o = out.unbind(0)
+    dh = dc = None
+    rows = [None] * T
+    for t in range(T - 1, -1, -1):
+        tc = tanh(cs[t])
+        gh, gc = g[0, t], g[1, t]
+        if dh is not None:
+            gh, gc = gh + dh, gc + dc
+        gc = gc + gh * o[t] * (1 - tc * tc)
+        rows[t] = cat([(gc * gg[t] + g[2, t]) * i[t] * (1 - i[t]),
+                       (gc * (c0 if t == 0 else cs[t - 1]) + g[3, t]) * f[t] * (1 - f[t]),
+                       (gc * i[t] + g[4, t]) * (1 - gg[t] * gg[t]),
+                       (gh * tc + g[5, t]) * o[t] * (1 - o[t])], -1)
+        dh, dc = rows[t] @ w_hh, gc * f[t]
+    last = cat([dh, dc, zeros(tuple(dh.shape[:-1]) + (2 * H,), dtype=dh.dtype, device=dh.device)], -1)
+    return cat([stack(rows), last.unsqueeze(0)])
+
+
 def _pieces(d, H, widths):
     out, at = [], 0
     for w in widths:
@@ -85,9 +129,28 @@ def _gru_cell_grad(node, g):
     return _pieces(d, h.shape[-1], (3, 3, 1))
 
 
+def _lstm_layer_grad(node, g):
+    h0, c0, w_hh = (_saved_input(node, i) for i in (1, 2, 3))
+    out = _saved_output(node)
+    if _first_order():
+        d = apply(_LSTM_LAYER_BACKWARD, (g, h0, c0, w_hh, out))
+    else:
+        d = lstm_layer_backward_decomposed(g, h0, c0, w_hh, out)
+    T, B, H = out.shape[1:]
+    dxg = d[:T]
+    dw = None
+    if node.next[3] is not None:   # sum_t d gates_t^T h_{t-1}: one product over every step
+        hprev = cat([h0.unsqueeze(0), out[0, :T - 1]]).reshape(T * B, H)
+        dw = apply(_LINEAR, (dxg.reshape(T * B, 4 * H).t(), hprev.t(), None))
+    return dxg, d[T, :, :H], d[T, :, H:2 * H], dw
+
+
 defgrad_node("lstm_cell", _lstm_cell_grad, saves_inputs=True)
+defgrad_node("lstm_layer", _lstm_layer_grad, saves_inputs=True, saves_output=True)
 defgrad_node("gru_cell", _gru_cell_grad, saves_inputs=True)
 defdecomp("lstm_cell", lstm_cell_decomposed)
 defdecomp("lstm_cell_backward", lstm_cell_backward_decomposed)
 defdecomp("gru_cell", gru_cell_decomposed)
+defdecomp("lstm_layer", lstm_layer_decomposed)
+defdecomp("lstm_layer_backward", lstm_layer_backward_decomposed)
 defdecomp("gru_cell_backward", gru_cell_backward_decomposed)

@@ -423,6 +423,33 @@ def _R():
     return R
 
 
+def _ref_lstm_layer(xg, h0, c0, w_hh):
+    """The lstm_layer op's (6, T, B, H): every step's h, c and activated gates i, f, g, o."""
+    h, c, steps = h0, c0, []
+    for x in xg:
+        i, f, g, o = np.split(x + h @ w_hh.T, 4, -1)
+        i, f, g, o = _sigmoid(i), _sigmoid(f), np.tanh(g), _sigmoid(o)
+        c = f * c + i * g
+        h = o * np.tanh(c)
+        steps.append((h, c, i, f, g, o))
+    return np.stack([np.stack(k) for k in zip(*steps)])
+
+
+def _ref_lstm_layer_backward(g, xg, h0, c0, w_hh):
+    """lstm_layer_backward's (T + 1, B, 4H) by central differences: d xg per step, then [d h0 | d c0 | 0 | 0]."""
+    def vjp(k):
+        return _numeric_vjp(lambda a: _ref_lstm_layer(*[a if j == k else b for j, b in enumerate((xg, h0, c0))],
+                                                      w_hh), g, (xg, h0, c0)[k])
+    last = np.concatenate([vjp(1), vjp(2), np.zeros(h0.shape[:-1] + (2 * h0.shape[-1],))], -1)
+    return np.concatenate([vjp(0), last[None]])
+
+
+def _lstm_layer(xg, h0, c0, w_hh):
+    import eagerc
+    from eagerc.dispatch import apply
+    return apply(eagerc.runtime.ops.OPS["lstm_layer"], (xg, h0, c0, w_hh))
+
+
 CELL_LSTM = [((3, 4), (3, 5), (3, 5), (20, 4), (20, 5), (20,), (20,)), ((4,), (5,), (5,), (20, 4), (20, 5), (20,), (20,))]
 CELL_GRU = [((3, 4), (3, 5), (15, 4), (15, 5), (15,), (15,)), ((4,), (5,), (15, 4), (15, 5), (15,), (15,))]
 CELL_RNN = [((3, 4), (3, 5), (5, 4), (5, 5), (5,), (5,))]
@@ -443,6 +470,14 @@ CASES += [
     Case("nn.lstm_cell_backward_decomposed", lambda g, xg, hg, c: _R().lstm_cell_backward_decomposed(g, xg, hg, c),
          lambda g, xg, hg, c: _numeric_vjp(lambda xg, c: np.stack(_ref_lstm_gates(xg, hg, c)), g, xg, c),
          [((2, 3, 2), (3, 8), (3, 8), (3, 2))], grad_variants=1, rtol=1e-6, atol=1e-8),
+    Case("nn.lstm_layer", _lstm_layer, _ref_lstm_layer,
+         [((4, 3, 8), (3, 2), (3, 2), (8, 2)), ((1, 1, 4), (1, 1), (1, 1), (4, 1))]),
+    Case("nn.lstm_layer_decomposed", lambda xg, h0, c0, w: _R().lstm_layer_decomposed(xg, h0, c0, w), _ref_lstm_layer,
+         [((4, 3, 8), (3, 2), (3, 2), (8, 2))], grad_variants=1),
+    Case("nn.lstm_layer_backward_decomposed",
+         lambda g, xg, h0, c0, w: _R().lstm_layer_backward_decomposed(g, h0, c0, w, _lstm_layer(xg, h0, c0, w)),
+         _ref_lstm_layer_backward, [((6, 4, 3, 2), (4, 3, 8), (3, 2), (3, 2), (8, 2))], grad_variants=1,
+         rtol=1e-6, atol=1e-8),
     Case("nn.gru_cell_backward_decomposed", lambda g, xg, hg, h: _R().gru_cell_backward_decomposed(g, xg, hg, h),
          lambda g, xg, hg, h: _numeric_vjp(_ref_gru_gates, g, xg, hg, h),
          [((3, 2), (3, 6), (3, 6), (3, 2))], grad_variants=1, rtol=1e-6, atol=1e-8),

@@ -680,17 +680,22 @@ def _lstm_affine(xp, H, dtype):
     return _GATE_AFFINE[key]
 
 
+def _lstm_activate_(xp, a, scale, shift):
+    """The gates [i, f, g, o] in `a` activated in place (sigmoid, sigmoid, tanh, sigmoid), with
+    `_lstm_affine`'s (scale, shift) shaped to broadcast against a's layout of the gates."""
+    a *= scale
+    xp.tanh(a, out=a)
+    a *= scale
+    a += shift
+    return a
+
+
 def _lstm_gates(xp, xg, hg):
     """The activated gates [i, f, g, o] as one C-ordered (..., 4H) array."""
     a = xp.empty(xg.shape, dtype=xg.dtype)
     xp.add(xg, hg, out=a)
     H = a.shape[-1] // 4
-    scale, shift = _lstm_affine(xp, H, a.dtype)
-    a *= scale
-    xp.tanh(a, out=a)
-    a *= scale
-    a += shift
-    return a, H
+    return _lstm_activate_(xp, a, *_lstm_affine(xp, H, a.dtype)), H
 
 
 def _lstm_cell(xp):
@@ -782,6 +787,106 @@ def _gru_cell_backward(xp):
     return gru_cell_backward
 
 
+def _lstm_layer(xp):
+    linear = _linear(xp)
+
+    def lstm_layer(xg, h0, c0, w_hh):
+        """(6, T, B, H): every step's h, c and activated gates i, f, g, o -- the LSTM recurrence
+        over the input projections xg (T, B, 4H: x W_ih^T plus both biases) from (h0, c0), with
+        `lstm_cell`'s gate math. The gates are what the backward reads (cuDNN's "reserve space"),
+        so it recomputes nothing; one product h W_hh^T per step."""
+        T, B, H = xg.shape[0], h0.shape[0], h0.shape[1]
+        out = xp.empty((6, T, B, H), dtype=xg.dtype)
+        scale, shift = (v.reshape(4, 1, H) for v in _lstm_affine(xp, H, xg.dtype))   # gate-major
+        h, c = h0, c0
+        for t in range(T):
+            gates = out[2:, t]              # (4, B, H): the [i, f, g, o] blocks of the rows, gate-major
+            xp.add(xg[t].reshape(B, 4, H).transpose(1, 0, 2), linear(h, w_hh).reshape(B, 4, H).transpose(1, 0, 2),
+                   out=gates)
+            i, f, g, o = _lstm_activate_(xp, gates, scale, shift)
+            h, c_prev, c = out[0, t], c, out[1, t]
+            xp.multiply(f, c_prev, out=c)
+            c += i * g
+            xp.tanh(c, out=h)
+            h *= o
+        return out
+    return lstm_layer
+
+
+def _lstm_layer_backward(xp):
+    def lstm_layer_backward(g, h0, c0, w_hh, out):
+        """(T + 1, B, 4H) from g = d out: rows t < T d xg_t (the gates' gradients before activation,
+        also those of h_{t-1} W_hh^T); row T [d h0 | d c0 | 0 | 0]. Back in time, one product
+        (d gates W_hh) per step and the gate math on that step's (B, H) blocks of the saved gates,
+        which stay in cache (whole-sequence passes would stream the reserve through memory ~10 times)."""
+        T, B, H = out.shape[1:]
+        res = xp.empty((T + 1, B, 4 * H), dtype=out.dtype)
+        dh = xp.zeros((B, H), dtype=out.dtype)
+        dc = xp.zeros((B, H), dtype=out.dtype)
+        s = xp.empty((B, H), dtype=out.dtype)          # scratch: an activation's derivative
+        for t in range(T - 1, -1, -1):
+            i, f, gg, o = out[2:, t]
+            di, df, dg, do = res[t].reshape(B, 4, H).transpose(1, 0, 2)
+            tc = xp.tanh(out[1, t])
+            dh += g[0, t]
+            xp.multiply(dh, tc, out=do)                # d o = (d h tanh(c) + its own) o (1 - o)
+            do += g[5, t]
+            xp.subtract(1.0, o, out=s)
+            s *= o
+            do *= s
+            tc *= tc                                   # d c += d h o (1 - tanh(c)^2), and c's own
+            xp.subtract(1.0, tc, out=tc)
+            tc *= o
+            tc *= dh
+            dc += tc
+            dc += g[1, t]
+            xp.multiply(dc, gg, out=di)                # d i = (d c g + its own) i (1 - i)
+            di += g[2, t]
+            xp.subtract(1.0, i, out=s)
+            s *= i
+            di *= s
+            xp.multiply(dc, c0 if t == 0 else out[1, t - 1], out=df)   # d f = (d c c_prev + its own) f (1 - f)
+            df += g[3, t]
+            xp.subtract(1.0, f, out=s)
+            s *= f
+            df *= s
+            xp.multiply(dc, i, out=dg)                 # d g = (d c i + its own) (1 - g^2)
+            dg += g[4, t]
+            xp.multiply(gg, gg, out=s)
+            xp.subtract(1.0, s, out=s)
+            dg *= s
+            dh = (w_hh.T @ res[t].T).T                 # d gates W_hh, in linear's faster few-rows orientation
+            dc *= f
+        res[T, :, :H] = dh
+        res[T, :, H:2 * H] = dc
+        res[T, :, 2 * H:] = 0
+        return res
+    return lstm_layer_backward
+
+
+def _lstm_layer_rule(xg, h0, c0, w_hh):
+    specs = (xg, h0, c0, w_hh)
+    if (len(xg.shape) != 3 or len(h0.shape) != 2 or tuple(c0.shape) != tuple(h0.shape)
+            or tuple(w_hh.shape) != (4 * h0.shape[1], h0.shape[1])
+            or tuple(xg.shape[1:]) != (h0.shape[0], 4 * h0.shape[1])):
+        fail("lstm_layer", specs, "expected input projections [seq, batch, 4 * hidden], states [batch, hidden] "
+             "and weight_hh [4 * hidden, hidden]")
+    if any(s.dtype is not xg.dtype for s in specs) or not xg.dtype.is_floating_point:
+        fail("lstm_layer", specs, "expected floating-point tensors of one dtype", TypeError)
+    return Spec((6, xg.shape[0], h0.shape[0], h0.shape[1]), xg.dtype)
+
+
+def _lstm_layer_backward_rule(g, h0, c0, w_hh, out):
+    specs = (g, h0, c0, w_hh, out)
+    T = out.shape[1] if len(out.shape) == 4 else 0
+    spec = _lstm_layer_rule(Spec((T, h0.shape[0] if h0.shape else 0, w_hh.shape[0] if w_hh.shape else 0), out.dtype),
+                            h0, c0, w_hh)
+    if any(tuple(s.shape) != tuple(spec.shape) or s.dtype is not out.dtype for s in (g, out)):
+        fail("lstm_layer_backward", specs, f"the gradient and the output must have lstm_layer's output shape "
+             f"{fmt_shape(spec.shape)} and dtype")
+    return Spec((T + 1, spec.shape[2], 4 * spec.shape[3]), out.dtype)
+
+
 def _cell_rule(name, gates):
     def rule(xg, hg, state):
         specs = (xg, hg, state)
@@ -815,3 +920,10 @@ declare("lstm_cell_backward", ("g", "xg", "hg", "c"), _lstm_cell_backward, _cell
 declare("gru_cell", ("xg", "hg", "h"), _gru_cell, _cell_rule("gru_cell", 3), kind="composite", flops=_CELL_FLOPS)
 declare("gru_cell_backward", ("g", "xg", "hg", "h"), _gru_cell_backward, _cell_backward_rule("gru_cell", 3, 7),
         **_BACKWARD)
+
+# a product per step (2 B 4H H multiply-accumulates) and the gate math; backward: one product per step
+declare("lstm_layer", ("xg", "h0", "c0", "w_hh"), _lstm_layer, _lstm_layer_rule, kind="composite",
+        flops=Flops("matmul-like", lambda out, ins, attrs: (2 * ins[3][1] + 4) * _numel(ins[0])))
+declare("lstm_layer_backward", ("g", "h0", "c0", "w_hh", "out"), _lstm_layer_backward, _lstm_layer_backward_rule,
+        kind="composite", differentiable=False,
+        flops=Flops("matmul-like", lambda out, ins, attrs: (2 * ins[3][1] + 12) * _numel(out)))
