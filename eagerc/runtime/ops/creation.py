@@ -23,6 +23,8 @@ def _np_dtype(dtype):
 
 def _full(xp):
     def full(shape, value, dtype):
+        if value == 0 and math.copysign(1.0, value) > 0:  # (not -0.0): zeroed pages from the OS, no fill pass
+            return xp.zeros(tuple(shape), dtype=_np_dtype(dtype))
         return xp.full(tuple(shape), value, dtype=_np_dtype(dtype))
     return full
 
