@@ -26,6 +26,11 @@ that every tensor is there with the dtype and shape recorded -- and fails with a
 CheckpointError (a RuntimeError) naming the file and what is wrong. (A missing file
 raises FileNotFoundError, as in PyTorch.)
 
+Other files load too, told apart by their first bytes (docs/training.md, "Loading PyTorch
+weights"): `torch.save`'s zip and legacy formats and Hugging Face's pytorch_model.bin, read by
+eagerc/torch_checkpoint.py without running anything from them; and safetensors files without
+eagerc's metadata (PyTorch's, Hugging Face's), which load as a dict of name -> tensor.
+
 Writes are atomic: the bytes go to a temporary file in the target's directory,
 which is fsync'ed and then renamed over the target (os.replace), so a crash or an
 error mid-write leaves any previous checkpoint intact (eagerc/runtime/atomic.py;

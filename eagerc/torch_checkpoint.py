@@ -312,7 +312,7 @@ def _ordered_dict(r, args):
 
 def _int_arg(r, x, what):
     if type(x) is not int or x < 0:
-        raise r.fail(f"tensor {what} {str(x)[:40]} is not a non-negative integer")
+        raise r.fail(f"tensor {what} {_show(x)} is not a non-negative integer")
     return x
 
 
@@ -594,11 +594,11 @@ def _storage_pid(r, pid, n):
     if type(stype) is not _Global or stype.dtype is None:
         raise r.fail(f"a storage whose type is a {_kind(stype)}")
     if type(key) is not str or not key or len(key) > 64 or not key.replace("_", "").isalnum() or not key.isascii():
-        raise r.fail(f"a storage key {str(key)[:40]!r} that is not a short name")
+        raise r.fail(f"a storage key {_show(key)} that is not a short name")
     if type(location) is not str or len(location) > 32:
         raise r.fail("a storage location that is not a short string")
     if type(numel) is not int or numel < 0:
-        raise r.fail(f"a storage of {str(numel)[:40]} elements")
+        raise r.fail(f"a storage of {_show(numel)} elements")
     return key, stype.dtype, numel, location
 
 
@@ -609,7 +609,7 @@ def _span(f, size, info):
     if info.compress_type != zipfile.ZIP_STORED or info.compress_size != info.file_size:
         raise TorchFormatError(f"entry {info.filename[:60]!r} is compressed; torch.save stores entries "
                                "uncompressed, and eagerc reads them so (no zip bombs)")
-    if info.header_offset + 30 > size:
+    if not 0 <= info.header_offset <= size - 30:
         raise TorchFormatError(f"entry {info.filename[:60]!r} starts past the end of the file")
     f.seek(info.header_offset)
     local = f.read(30)
@@ -654,7 +654,7 @@ def _read_legacy(f, size):
         raise NotTorch("its first pickle is not PyTorch's magic number (eagerc reads no other pickles)")
     protocol, pos = read_pickle(data, pos, "the protocol pickle")
     if protocol != LEGACY_PROTOCOL:
-        raise TorchFormatError(f"legacy protocol version {str(protocol)[:20]} (eagerc reads {LEGACY_PROTOCOL})")
+        raise TorchFormatError(f"legacy protocol version {_show(protocol)} (eagerc reads {LEGACY_PROTOCOL})")
     info, pos = read_pickle(data, pos, "the sys info pickle")
     if type(info) is not dict or info.get("little_endian") is not True:
         raise TorchFormatError("its sys info is not a dict saying little_endian=True (big-endian legacy files "
@@ -760,4 +760,12 @@ class _Finisher:
 
 
 def _path(path):
-    return "obj" + "".join(f"[{p!r}]" if not isinstance(p, str) else f"[{p[:60]!r}]" for p in path)
+    return "obj" + "".join(f"[{_show(p)}]" for p in path)
+
+
+def _show(x):
+    """A value for a message: scalars clipped, anything else by its kind (never a huge repr)."""
+    if type(x) in _SCALARS or (type(x) is tuple and len(x) < 8 and all(type(v) in _SCALARS for v in x)):
+        text = repr(x)
+        return text if len(text) <= 60 else text[:60] + "..."
+    return f"<{_kind(x)}>"
