@@ -138,11 +138,12 @@ for _name, _dt in _STORAGE_DTYPES.items():
 # ---------------------------------------------------------------- the pickle reader
 
 class _Reader:
-    """The state of one pickle being read: bytes, position, stack, marks, memo."""
-    __slots__ = ("data", "pos", "stack", "marks", "memo", "persistent_load", "where")
+    """The state of one pickle being read: bytes, position, the current opcode's position,
+    stack, marks, memo."""
+    __slots__ = ("data", "pos", "at", "stack", "marks", "memo", "persistent_load", "where")
 
-    def fail(self, what, at=None):
-        return TorchFormatError(f"{self.where}, byte {self.pos - 1 if at is None else at}: {what}")
+    def fail(self, what):
+        return TorchFormatError(f"{self.where}, byte {self.at}: {what}")
 
     def take(self, n):
         end = self.pos + n
@@ -499,11 +500,12 @@ def read_pickle(data, pos, where, persistent_load=None):
     """(object, position after STOP) of the pickle starting at data[pos]. `persistent_load(reader,
     pid)` gives the object for a persistent id (BINPERSID); without it one is an error."""
     r = _Reader()
-    r.data, r.pos, r.stack, r.marks, r.memo = data, pos, [], [], {}
+    r.data, r.pos, r.at, r.stack, r.marks, r.memo = data, pos, pos, [], [], {}
     r.persistent_load, r.where = persistent_load, where
     n = len(data)
     ops = _OPS
     while r.pos < n:
+        r.at = r.pos
         code = data[r.pos]
         r.pos += 1
         if code == 46:   # STOP
@@ -517,7 +519,8 @@ def read_pickle(data, pos, where, persistent_load=None):
             raise r.fail(f"refused the pickle opcode {name} (eagerc builds no objects but tensors and plain "
                          "values)" if name else f"unknown pickle opcode 0x{code:02x}")
         op(r)
-    raise r.fail("truncated: the pickle ends without STOP", at=n)
+    r.at = n
+    raise r.fail("truncated: the pickle ends without STOP")
 
 
 # ---------------------------------------------------------------- zip layout
