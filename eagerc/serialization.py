@@ -26,6 +26,11 @@ that every tensor is there with the dtype and shape recorded -- and fails with a
 CheckpointError (a RuntimeError) naming the file and what is wrong. (A missing file
 raises FileNotFoundError, as in PyTorch.)
 
+Other files load too, told apart by their first bytes (docs/training.md, "Loading PyTorch
+weights"): `torch.save`'s zip and legacy formats and Hugging Face's pytorch_model.bin, read by
+eagerc/torch_checkpoint.py without running anything from them; and safetensors files without
+eagerc's metadata (PyTorch's, Hugging Face's), which load as a dict of name -> tensor.
+
 Writes are atomic: the bytes go to a temporary file in the target's directory,
 which is fsync'ed and then renamed over the target (os.replace), so a crash or an
 error mid-write leaves any previous checkpoint intact (eagerc/runtime/atomic.py;
@@ -40,6 +45,7 @@ from collections import OrderedDict
 
 import numpy as np
 
+from . import torch_checkpoint
 from .runtime import safetensors_io as st
 from .runtime.atomic import atomic_write
 
@@ -202,19 +208,31 @@ def load(f, map_location=None, *, weights_only=True, mmap=None):
 
 
 def _load(f, size, where, map_location):
+    f.seek(0)
+    first = f.read(16)
+    kind = None if first[8:9] == b"{" else torch_checkpoint.sniff(first)  # (safetensors: '{' at byte 8)
     with st.gc_paused():
+        if kind is not None:
+            return _load_torch(f, size, kind, where, map_location)
         try:
             header = st.read_header(f, size, checksum_key=CHECKSUM_KEY)
             arrays = st.read_tensors(f, header) if header.checksum else None  # verified before any use
-            version, structure = _check_metadata(header, where)
+            plain = _is_plain(header.metadata)
+            if not plain:
+                version, structure = _check_metadata(header, where)
             if arrays is None:
                 arrays = st.read_tensors(f, header)
         except st.NotSafetensors as e:
             raise CheckpointError(f"{where}: not an eagerc checkpoint: it {e}") from None
+        except st.UnsupportedDtype as e:
+            raise CheckpointError(f"{where}: cannot load: {e}") from None
         except st.FormatError as e:
             raise CheckpointError(f"{where}: corrupted or truncated checkpoint: {e}") from None
         except OSError as e:
             raise CheckpointError(f"{where}: cannot read: {e.strerror or e}") from None
+        if plain:
+            dec = _Decoder(arrays, where, map_location, VERSION)
+            return {name: dec.make_tensor(arr, st._clip(name), "cpu", False, False) for name, arr in arrays.items()}
         dec = _Decoder(arrays, where, map_location, version)
         try:
             obj = dec.decode(structure)
@@ -226,6 +244,27 @@ def _load(f, size, where, map_location):
         raise CheckpointError(f"{where}: corrupted checkpoint: it holds tensors the metadata does not "
                               f"mention: {[st._clip(k, 60) for k in extra[:5]]}")
     return obj
+
+
+def _is_plain(meta):
+    """A safetensors file of tensors alone (the safetensors package's, PyTorch's, Hugging Face's):
+    no eagerc metadata at all. It loads as a dict of name -> tensor."""
+    return meta.get("format") != "eagerc.program" and not any(k.startswith("eagerc.") for k in meta)
+
+
+def _load_torch(f, size, kind, where, map_location):
+    """A file torch.save wrote (eagerc/torch_checkpoint.py reads it; nothing in it runs)."""
+    dec = _Decoder({}, where, map_location, VERSION)
+    try:
+        return torch_checkpoint.read(f, size, kind, dec.torch_tensor)
+    except torch_checkpoint.NotTorch as e:
+        what = "a zip file" if kind == "zip" else "a pickle file"
+        raise CheckpointError(f"{where}: not an eagerc checkpoint: it is {what}, and not a PyTorch checkpoint "
+                              f"either: {e}") from None
+    except torch_checkpoint.TorchFormatError as e:
+        raise CheckpointError(f"{where}: cannot load this PyTorch checkpoint ({kind} format): {e}") from None
+    except OSError as e:
+        raise CheckpointError(f"{where}: cannot read: {e.strerror or e}") from None
 
 
 def _check_metadata(header, where):
@@ -348,13 +387,13 @@ class _Decoder:
         if crc is not None and (zlib.crc32(memoryview(arr).cast("B")) if arr.size else 0) != crc:
             raise self.fail(f"corrupted checkpoint: the data of tensor {st._clip(name)} does not match its checksum")
         self.used.add(name)
-        out = arr if kind == "ndarray" else self.make_tensor(arr, node)
+        out = arr if kind == "ndarray" else self.make_tensor(arr, st._clip(name), node.get("device", "cpu"),
+                                                             node.get("requires_grad"), node.get("parameter"))
         self.cache[(name, kind)] = out
         return out
 
-    def make_tensor(self, arr, node):
+    def make_tensor(self, arr, name, saved, requires_grad, parameter):
         from .dispatch import wrap
-        saved = node.get("device", "cpu")
         try:
             target = self.target_device(str(saved))
             t = wrap(arr)
@@ -363,18 +402,27 @@ class _Decoder:
         if target.type != "cpu":
             from .runtime.device import cuda_available
             if not cuda_available():
-                raise self.fail(f"tensor {st._clip(node['key'])} was saved on {target}, but CUDA is "
+                raise self.fail(f"tensor {name} was saved on {target}, but CUDA is "
                                 "not available here; pass map_location='cpu' to load it on the CPU")
             t = t.to(target)
         try:
-            if node.get("requires_grad"):
+            if requires_grad:
                 t.requires_grad_(True)   # (checks the dtype, as PyTorch does)
-            if node.get("parameter"):
+            if parameter:
                 from .nn.parameter import Parameter
-                t = Parameter(t, requires_grad=bool(node.get("requires_grad")))
+                t = Parameter(t, requires_grad=bool(requires_grad))
         except (TypeError, ValueError, RuntimeError) as e:  # e.g. an integer tensor that "requires grad"
             raise self.malformed("tensor", e) from None
         return t
+
+    def torch_tensor(self, arr, location, requires_grad, parameter, name):
+        """make_tensor for a PyTorch checkpoint's tensor, saved on `location` ('cpu', 'cuda:0'...)."""
+        try:
+            self.target_device(location)
+        except (TypeError, ValueError, RuntimeError):
+            raise self.fail(f"tensor {name} was saved on {st._clip(location, 40)}, a device eagerc does not "
+                            "have: pass map_location='cpu'") from None
+        return self.make_tensor(arr, name, location, requires_grad, parameter)
 
     def target_device(self, saved):
         d = self.devices.get(saved)

@@ -201,9 +201,12 @@ def test_corrupted_bytes(tmp_path):
 
 def test_files_that_are_not_checkpoints(tmp_path):
     buf = io.BytesIO()
-    safetensors_io.write(buf, {"w": np.ones(2)})
+    safetensors_io.write(buf, {"w": np.ones(2)}, {"eagerc.structure": "{}"})
     with pytest.raises(CheckpointError, match="not an eagerc checkpoint.*without eagerc's metadata"):
         _load_bytes(tmp_path, buf.getvalue())
+    buf = io.BytesIO()   # a plain safetensors file (PyTorch's, Hugging Face's) loads as a dict of tensors
+    safetensors_io.write(buf, {"w": np.ones(2)})
+    assert list(_load_bytes(tmp_path, buf.getvalue())) == ["w"]
     with pytest.raises(CheckpointError, match="not an eagerc checkpoint: it is a pickle file"):
         _load_bytes(tmp_path, b"\x80\x04\x95" + b"\x00" * 40)
     with pytest.raises(CheckpointError, match="not an eagerc checkpoint: it is a zip file"):

@@ -40,7 +40,7 @@ import numpy as np
 
 from .atomic import atomic_write
 
-__all__ = ["FormatError", "NotSafetensors", "Header", "DTYPES", "MAX_HEADER", "open_regular", "loads_json",
+__all__ = ["FormatError", "NotSafetensors", "UnsupportedDtype", "Header", "DTYPES", "MAX_HEADER", "open_regular", "loads_json",
            "gc_paused", "sniff", "read_header", "read_tensors", "verify", "write", "save_file", "seal"]
 
 MAX_HEADER = 100_000_000  # bytes of JSON header; the safetensors package's own limit
@@ -56,6 +56,7 @@ DTYPES = {"BOOL": np.dtype(np.bool_), "U8": np.dtype(np.uint8), "I8": np.dtype(n
           "I32": np.dtype(np.int32), "U64": np.dtype(np.uint64), "I64": np.dtype(np.int64),
           "F16": np.dtype(np.float16), "F32": np.dtype(np.float32), "F64": np.dtype(np.float64)}
 _CODES = {d: code for code, d in DTYPES.items()}
+_OTHER_CODES = frozenset(("BF16", "F8_E4M3", "F8_E5M2", "F8_E8M0", "F6_E2M3", "F6_E3M2", "F4", "C64"))
 
 # the first bytes of files people pass by mistake
 _MAGIC = [(b"\x93NUMPY", "a numpy .npy file"), (b"PK\x03\x04", "a zip file (a PyTorch .pt / numpy .npz?)"),
@@ -69,6 +70,10 @@ class FormatError(ValueError):
 
 class NotSafetensors(FormatError):
     """The file is not a safetensors file at all (another format, text, empty)."""
+
+
+class UnsupportedDtype(FormatError):
+    """A well-formed entry of a dtype eagerc does not hold (BF16, F8_*...): not a corruption."""
 
 
 # ---------------------------------------------------------------- opening
@@ -307,8 +312,10 @@ def _check_entry(name, entry, data_size):
     code, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
     dtype = DTYPES.get(code) if type(code) is str else None
     if dtype is None:
-        raise FormatError(f"tensor {_clip(name)}: unsupported dtype {str(code)[:40]!r} "
-                          f"(supported: {', '.join(DTYPES)})")
+        if code == "BF16":
+            raise UnsupportedDtype(f"tensor {_clip(name)} is bfloat16 (BF16), which eagerc does not support yet")
+        raise (UnsupportedDtype if type(code) is str and code in _OTHER_CODES else FormatError)(
+            f"tensor {_clip(name)}: unsupported dtype {str(code)[:40]!r} (supported: {', '.join(DTYPES)})")
     if type(shape) is not list or len(shape) > MAX_NDIM:
         raise FormatError(f"tensor {_clip(name)}: shape is not a list of at most {MAX_NDIM} sizes")
     nbytes = dtype.itemsize
