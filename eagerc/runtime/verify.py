@@ -94,7 +94,8 @@ def verify(graph: Graph, check_types=True, structure=True):
 
     structure=False skips what the file loader's JSON schema check has already established
     for every node (a declared op, its arity, declared JSON-plain attributes, well-formed
-    values): definitions before use and the shape/dtype rules are always checked."""
+    values with static integer shapes): definitions before use and the shape/dtype rules are
+    always checked."""
     defined = {}
     static_of = {}   # value name -> whether its shape is static
     for kind, v in graph.inputs:
@@ -131,7 +132,7 @@ def verify(graph: Graph, check_types=True, structure=True):
             if isinstance(x, Value):
                 if defined.get(x.name) is not x:
                     raise GraphError(f"{_where(i, n)}: reads {x.name!r} before it is defined")
-                if not static_of[x.name]:
+                if structure and not static_of[x.name]:
                     static = False
                 ins.append((x.shape, x.dtype))
             else:
@@ -139,7 +140,9 @@ def verify(graph: Graph, check_types=True, structure=True):
                     raise GraphError(f"{_where(i, n)}: constant input {x!r} is not a Python number")
                 ins.append((type(x), x))
         out = n.out
-        static_of[out.name] = out_static = _check_value(out, lambda: _where(i, n)) if structure else True
+        out_static = True
+        if structure:
+            static_of[out.name] = out_static = _check_value(out, lambda: _where(i, n))
         if out.name in defined:
             raise GraphError(f"{_where(i, n)}: redefines value {out.name!r}")
         if check_types and static and out_static:
