@@ -653,12 +653,10 @@ def _check_dynamic(d, gj):
 
 
 def _specialise(graph, patches, binding, max_value_bytes):
-    """The graph at other dynamic sizes: each patched integer replaced, then checked like a
-    loaded file. Only what the patches reach is rebuilt -- values whose shape changes, the nodes
-    that define or read them, attributes (their containers on the patch's path copied) and
-    constants -- the rest is shared with `graph`, which stays as it is. The names and structure
-    are those of `graph`, checked already; each new integer is checked for its place (a size,
-    an attribute or a constant)."""
+    """The graph at other dynamic sizes, checked like a loaded file: new Values and Nodes where
+    the patches reach (attributes' containers copied on the patch's path), the rest shared with
+    `graph`, which stays as it is and whose names and structure are checked already; each new
+    integer is checked for its place (a size, an attribute or a constant)."""
     edits = {}   # ("inputs" | "nodes", index) -> [(the rest of the path, the new integer)]
     values = {}  # id of a SizeExpr (the loader shares equal ones) -> its value at `binding`
     for path, expr in patches:
@@ -676,10 +674,10 @@ def _specialise(graph, patches, binding, max_value_bytes):
     nodes = []
     for i, n in enumerate(graph.nodes):
         mine = edits.get(("nodes", i))
-        ins = [resized.get(x.name, x) if isinstance(x, Value) else x for x in n.inputs] if resized else n.inputs
-        if mine is None and all(a is b for a, b in zip(ins, n.inputs)):
+        if mine is None and not resized:
             nodes.append(n)
             continue
+        ins = [resized.get(x.name, x) if isinstance(x, Value) else x for x in n.inputs]
         attrs, copies, shape_edits = n.attrs, {}, []
         for rest, value in mine or ():
             if rest[0] == "out":

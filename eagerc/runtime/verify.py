@@ -121,11 +121,8 @@ def verify(graph: Graph, check_types=True, structure=True):
                 if k not in op.attrs:
                     unknown = sorted(set(n.attrs) - set(op.attrs))
                     raise GraphError(f"{_where(i, n)}: unknown attributes {unknown} (op takes {list(op.attrs)})")
-        # What the node's shape/dtype rule depends on -- its op, its inputs' types (constants
-        # with their Python type: True is not 1), its attributes -- is the key of the rules
-        # memo, so that a graph's repeated layers run each rule once. Built in the same walk
-        # over the inputs that checks their definitions (this loop runs per node of every
-        # loaded file: one pass, nothing built but the key).
+        # The rules memo's key is what the rule depends on -- op, input types (a constant's with
+        # its Python type: True is not 1), attributes -- so repeated layers run each rule once.
         static = True
         ins = []
         for x in n.inputs:
