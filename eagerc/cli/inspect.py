@@ -104,7 +104,7 @@ def describe_checkpoint(path):
     except (CheckpointError, st.FormatError, OSError) as e:
         raise CommandError(f"not a valid eagerc checkpoint: {path}: {e}") from None
     tensors = [{"name": name, "dtype": dt.name, "shape": list(shape), "bytes": end - begin}
-               for name, (dt, shape, begin, end) in sorted(header.tensors.items(), key=lambda kv: kv[1][2])]
+               for name in header.order for dt, shape, begin, end in [header.tensors[name]]]
     return {"path": path, "format": "eagerc.checkpoint", "format_version": version, "checksum": header.checksum,
             "bytes": os.path.getsize(path), "tensors": tensors,
             "keys": list(structure) if isinstance(structure, dict) and "$type" not in structure else None}

@@ -227,18 +227,19 @@ class Graph:
             env[v.name] = v
             inputs.append((item["kind"], v))
         nodes = []
-        for nd in d["nodes"]:
+        for nd in d["nodes"]:   # (a loaded file's graph may hold 100,000s: one lookup per field)
             ins = []
             for x in nd["inputs"]:
                 if "value" in x:
-                    if x["value"] not in env:
+                    v = env.get(x["value"])
+                    if v is None:
                         raise ValueError(f"node {nd['out']['name']} ({nd['op']}) reads undefined value "
                                          f"{x['value']!r}")
-                    ins.append(env[x["value"]])
+                    ins.append(v)
                 else:
                     ins.append(x["const"])
-            out = Value.from_json(nd["out"])
-            env[out.name] = out
+            o = nd["out"]
+            env[o["name"]] = out = Value(o["name"], o["shape"], o["dtype"], o.get("device", "cpu"))
             nodes.append(Node(nd["op"], ins, nd["attrs"], out, nd.get("loc"), nd.get("module")))
 
         def lookup(name):

@@ -264,9 +264,9 @@ def _validate(metadata, table, max_value_bytes, checksum, in_file):
     dims, patches = _check_dynamic(_parse_json(metadata["dynamic"], "dynamic"), gj)
     specs = _check_specs(_parse_json(metadata["inputs"], "inputs"), gj, args, dims, patches)
     if dims:
-        _probe_dynamic(gj, dims, patches, max_value_bytes)
+        _probe_dynamic(graph, dims, patches, max_value_bytes)
     examples = _check_examples(table, specs, graph)
-    return {"graph": graph, "graph_json": gj, "specs": specs, "dims": dims, "patches": patches,
+    return {"graph": graph, "specs": specs, "dims": dims, "patches": patches,
             "producer": producer, "version": int(version), "examples": examples, "checksum": checksum}
 
 
@@ -612,6 +612,7 @@ def _check_dynamic(d, gj):
         _fail("dynamic: 'patches' is not a list")
     binding = {n: ex for n, (_, _, ex) in out_dims.items()}
     seen = set()
+    exprs = {}   # (c0, k, *dims) -> (its SizeExpr, its value at the example sizes): a table repeats few
     out = []
     for i, p in enumerate(patches):
         if type(p) is not list or len(p) != 4:
@@ -630,58 +631,104 @@ def _check_dynamic(d, gj):
         seen.add(key)
         if not (type(c0) is int and type(k) is int and abs(c0) < MAX_SHAPE and 0 < abs(k) < MAX_SHAPE):
             _fail(f"dynamic: patch {i}: coefficients must be integers of magnitude below 2**40 (k nonzero)")
-        if type(syms) is not list or not 0 < len(syms) <= 8 or \
-                not all(type(x) is str and x in out_dims for x in syms) or len(set(syms)) != len(syms):
-            _fail(f"dynamic: patch {i}: dims {_short(syms)} are not distinct declared dynamic dimensions")
+        try:
+            known = exprs.get((c0, k, *syms)) if type(syms) is list else None
+        except TypeError:   # (an unhashable entry in dims: not a dimension name)
+            known = None
+        if known is None:
+            if type(syms) is not list or not 0 < len(syms) <= 8 or \
+                    not all(type(x) is str and x in out_dims for x in syms) or len(set(syms)) != len(syms):
+                _fail(f"dynamic: patch {i}: dims {_short(syms)} are not distinct declared dynamic dimensions")
+            expr = SizeExpr.affine(c0, k, syms)
+            known = exprs[(c0, k, *syms)] = expr, expr(binding)
         container, last = _resolve(gj, path)
         value = container[last]
         if type(value) is not int:
             _fail(f"dynamic: patch {i}: path {_short(path)} names a {type(value).__name__}, not an integer")
-        expr = SizeExpr.affine(c0, k, syms)
-        if expr(binding) != value:
-            _fail(f"dynamic: patch {i}: {expr} at the example sizes is {expr(binding)}, but the graph holds {value}")
+        expr, example = known
+        if example != value:
+            _fail(f"dynamic: patch {i}: {expr} at the example sizes is {example}, but the graph holds {value}")
         out.append((key, expr))
     return out_dims, out
 
 
-def _specialise(gj, patches, binding, max_value_bytes):
-    """The graph at other dynamic sizes: its integers patched (the containers on each patch's
-    path copied, the rest shared with `gj`, which stays as it is), then checked like a loaded
-    file. The schema check of the unpatched parts holds already; each new integer is checked
-    for its place (a size, an attribute or a constant)."""
-    copies = {}   # id of a container of gj (or of its copy) -> this specialisation's copy
-    g = gj.copy()
-    copies[id(gj)] = copies[id(g)] = g
+def _specialise(graph, patches, binding, max_value_bytes):
+    """The graph at other dynamic sizes, checked like a loaded file: new Values and Nodes where
+    the patches reach (attributes' containers copied on the patch's path), the rest shared with
+    `graph`, which stays as it is and whose names and structure are checked already; each new
+    integer is checked for its place (a size, an attribute or a constant)."""
+    edits = {}   # ("inputs" | "nodes", index) -> [(the rest of the path, the new integer)]
+    values = {}  # id of a SizeExpr (the loader shares equal ones) -> its value at `binding`
     for path, expr in patches:
-        node = g
-        for key in path[:-1]:
-            child = node[key]
-            mine = copies.get(id(child))
-            if mine is None:
-                mine = copies[id(child)] = child.copy()   # (JSON containers: dicts and lists)
-                copies[id(mine)] = mine
-            node[key] = node = mine
-        value = expr(binding)
-        where = "attribute" if path[0] == "nodes" and path[2] == "attrs" else \
-            "constant" if path[-1] == "const" else "size"
-        if not (0 <= value < MAX_SHAPE if where == "size" else -MAX_INT <= value < MAX_INT):
-            _fail(f"dynamic: {_short(list(path))} would be {value}, out of range for a {where}")
-        node[path[-1]] = value
-    graph = _graph_from_json(g)
+        value = values.get(id(expr))
+        if value is None:
+            value = values[id(expr)] = expr(binding)
+        if not 0 <= value < MAX_SHAPE:
+            where = "attribute" if path[0] == "nodes" and path[2] == "attrs" else \
+                "constant" if path[-1] == "const" else "size"
+            if where == "size" or not -MAX_INT <= value < MAX_INT:
+                _fail(f"dynamic: {_short(list(path))} would be {value}, out of range for a {where}")
+        edits.setdefault(path[:2], []).append((path[2:], value))
+    resized = {}   # value name -> its Value at these sizes
+    inputs = [(kind, _resized(v, edits.get(("inputs", i)), resized)) for i, (kind, v) in enumerate(graph.inputs)]
+    nodes = []
+    for i, n in enumerate(graph.nodes):
+        mine = edits.get(("nodes", i))
+        if mine is None and not resized:
+            nodes.append(n)
+            continue
+        ins = [resized.get(x.name, x) if isinstance(x, Value) else x for x in n.inputs]
+        attrs, copies, shape_edits = n.attrs, {}, []
+        for rest, value in mine or ():
+            if rest[0] == "out":
+                shape_edits.append((rest[1:], value))
+            elif rest[0] == "inputs":
+                ins = list(ins)
+                ins[rest[1]] = value
+            else:   # an attribute, maybe inside nested lists: each container on the way copied once
+                box = attrs = _own(copies, attrs)
+                for key in rest[1:-1]:
+                    box[key] = box = _own(copies, box[key])
+                box[rest[-1]] = value
+        nodes.append(n.copy_with(inputs=ins, attrs=attrs, out=_resized(n.out, shape_edits, resized)))
+    graph = graph.copy(inputs=inputs, nodes=nodes, outputs=[resized.get(v.name, v) for v in graph.outputs],
+                       mutations=[(t, resized.get(v.name, v)) for t, v in graph.mutations])
     _check_sizes(graph, max_value_bytes)
     _verify(graph)
     _check_scratch(graph, max_value_bytes)
     return graph
 
 
-def _probe_dynamic(gj, dims, patches, max_value_bytes):
+def _own(copies, container):
+    """This specialisation's copy of a (JSON) container: `copies` maps the id of the original,
+    and of the copy, to the copy."""
+    mine = copies.get(id(container))
+    if mine is None:
+        mine = copies[id(container)] = container.copy()
+        copies[id(mine)] = mine
+    return mine
+
+
+def _resized(v, shape_edits, resized):
+    """Value v with the sizes that `shape_edits` ([(("shape", j), size)]) give, noted in `resized`
+    by name; v itself when there are none."""
+    if not shape_edits:
+        return v
+    shape = list(v.shape)
+    for (_, j), size in shape_edits:
+        shape[j] = size
+    v = resized[v.name] = Value(v.name, shape, v.dtype, v.device)
+    return v
+
+
+def _probe_dynamic(graph, dims, patches, max_value_bytes):
     """The size table must give a valid graph at other sizes too: try the sizes export traced
     last (each dynamic size + 3), so a table with a missing or wrong entry fails at load time."""
     binding = {}
     for name, (lo, hi, ex) in dims.items():
         binding[name] = ex + 3 if hi is None else min(ex + 3, hi)
     try:
-        _specialise(gj, patches, binding, max_value_bytes)
+        _specialise(graph, patches, binding, max_value_bytes)
     except _Invalid as e:
         sizes = ", ".join(f"{k}={v}" for k, v in sorted(binding.items()))
         _fail(f"dynamic: the size table gives an invalid graph at {sizes}: {e}")
@@ -791,7 +838,6 @@ class LoadedProgram:
         self._specs = spec["specs"]
         self._dims = spec["dims"]
         self._patches = spec["patches"]
-        self._graph_json = spec["graph_json"] if spec["dims"] else None   # (kept to re-derive other sizes)
         self._max_value_bytes = max_value_bytes
         ex = spec["examples"]
         self.example_inputs = None if ex is None else [arrays.pop(f"{EXAMPLE_IN}{i}") for i in range(ex[0])]
@@ -903,7 +949,7 @@ class LoadedProgram:
 
     def _specialise(self, binding):
         try:
-            return _specialise(self._graph_json, self._patches, binding, self._max_value_bytes)
+            return _specialise(self.graph, self._patches, binding, self._max_value_bytes)
         except _Invalid as e:
             sizes = ", ".join(f"{k}={v}" for k, v in sorted(binding.items()))
             raise ProgramInputError(f"{self.path}: the program does not support sizes {sizes}: {e}") from None

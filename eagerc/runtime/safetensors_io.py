@@ -194,16 +194,18 @@ class Header:
 
     tensors: name -> (numpy dtype, shape tuple, begin, end), absolute file offsets;
     metadata: the {str: str} dict; data_start: offset of the first tensor byte;
-    checksum: "sha256:<hex>" for a sealed file, None for a file without a checksum.
+    checksum: "sha256:<hex>" for a sealed file, None for a file without a checksum;
+    order: the tensor names in the order of their bytes in the file.
     """
-    __slots__ = ("tensors", "metadata", "data_start", "checksum", "_hash")
+    __slots__ = ("tensors", "metadata", "data_start", "checksum", "_hash", "order")
 
-    def __init__(self, tensors, metadata, data_start, checksum, hasher):
+    def __init__(self, tensors, metadata, data_start, checksum, hasher, order):
         self.tensors = tensors
         self.metadata = metadata
         self.data_start = data_start
         self.checksum = checksum
         self._hash = hasher
+        self.order = order
 
 
 def sniff(first):
@@ -277,29 +279,34 @@ def read_header(f, size, max_header=MAX_HEADER, checksum_key=None):
     data_start = 8 + n
     data_size = size - data_start
     tensors = {}
+    pos = data_start   # writers lay the tensors out in header order: then they tile the data as listed
     for name, entry in header.items():
-        tensors[name] = _check_entry(name, entry, data_size)
-    spans = sorted((b, e, name) for name, (_, _, b, e) in tensors.items())
-    pos = 0
-    for b, e, name in spans:
-        if b < pos:
-            raise FormatError(f"tensor {_clip(name)} (bytes {b}..{e}) overlaps another tensor")
-        if b > pos:
-            raise FormatError(f"bytes {pos}..{b} of the data belong to no tensor (before {_clip(name)})")
-        pos = e
-    if pos < data_size:
-        raise FormatError(f"file has {data_size - pos} bytes of trailing data after the last tensor "
-                          f"(oversized or corrupted file)")
-    table = {name: (dt, shape, data_start + b, data_start + e) for name, (dt, shape, b, e) in tensors.items()}
-    return Header(table, metadata, data_start, checksum, hasher)
+        _, _, b, e = tensors[name] = _check_entry(name, entry, data_start, data_size)
+        pos = e if b == pos else -1
+    if pos == size:
+        order = list(tensors)
+    else:   # any other layout: sorted by offset, they must tile the data without holes or overlap
+        spans = sorted((b - data_start, e - data_start, name) for name, (_, _, b, e) in tensors.items())
+        pos = 0
+        for b, e, name in spans:
+            if b < pos:
+                raise FormatError(f"tensor {_clip(name)} (bytes {b}..{e}) overlaps another tensor")
+            if b > pos:
+                raise FormatError(f"bytes {pos}..{b} of the data belong to no tensor (before {_clip(name)})")
+            pos = e
+        if pos < data_size:
+            raise FormatError(f"file has {data_size - pos} bytes of trailing data after the last tensor "
+                              f"(oversized or corrupted file)")
+        order = [name for _, _, name in spans]
+    return Header(tensors, metadata, data_start, checksum, hasher, order)
 
 
 _ENTRY_KEYS = frozenset(("dtype", "shape", "data_offsets"))
 
 
-def _check_entry(name, entry, data_size):
-    """(dtype, shape, begin, end) of one header entry, checked (the common case fast: a large
-    header holds hundreds of thousands of these)."""
+def _check_entry(name, entry, data_start, data_size):
+    """(dtype, shape, begin, end) of one header entry, checked, with absolute file offsets (the
+    common case fast: a large header holds hundreds of thousands of these)."""
     if not name or len(name) > MAX_NAME:
         raise FormatError(f"tensor name {name[:80]!r} is empty or longer than {MAX_NAME} characters")
     if type(entry) is not dict or entry.keys() != _ENTRY_KEYS:
@@ -334,7 +341,7 @@ def _check_entry(name, entry, data_size):
     if e - b != nbytes:
         raise FormatError(f"tensor {_clip(name)}: {code}{shape} needs {nbytes} bytes but data_offsets {offsets} "
                           f"span {e - b}")
-    return dtype, tuple(shape), b, e
+    return dtype, tuple(shape), data_start + b, data_start + e
 
 
 def _read_exactly(f, n):
@@ -355,7 +362,7 @@ def read_tensors(f, header, names=None):
     their arrays; runs of small ones with one read each (a checkpoint may hold 100,000 of them)."""
     tensors = header.tensors
     hasher = header._hash.copy() if names is None and header._hash is not None else None
-    order = sorted(tensors, key=lambda k: tensors[k][2]) if names is None else list(names)
+    order = header.order if names is None else list(names)
     out = {}
     i = 0
     while i < len(order):

@@ -89,20 +89,13 @@ def _where(i, n):
     return f"node {i} ({n.op} -> {getattr(n.out, 'name', '?')})"
 
 
-def _rule_key(n):
-    """What a node's shape/dtype rule depends on -- its op, its inputs' types (constants with
-    their Python type: True is not 1), its attributes -- as a hashable key, so that a graph's
-    repeated layers run each rule once."""
-    ins = tuple([(x.shape, x.dtype) if isinstance(x, Value) else (type(x), x) for x in n.inputs])
-    return n.op, ins, repr(n.attrs) if n.attrs else ""
-
-
 def verify(graph: Graph, check_types=True, structure=True):
     """Raise GraphError if `graph` is malformed; return it otherwise.
 
     structure=False skips what the file loader's JSON schema check has already established
     for every node (a declared op, its arity, declared JSON-plain attributes, well-formed
-    values): definitions before use and the shape/dtype rules are always checked."""
+    values with static integer shapes): definitions before use and the shape/dtype rules are
+    always checked."""
     defined = {}
     static_of = {}   # value name -> whether its shape is static
     for kind, v in graph.inputs:
@@ -128,20 +121,29 @@ def verify(graph: Graph, check_types=True, structure=True):
                 if k not in op.attrs:
                     unknown = sorted(set(n.attrs) - set(op.attrs))
                     raise GraphError(f"{_where(i, n)}: unknown attributes {unknown} (op takes {list(op.attrs)})")
+        # The rules memo's key is what the rule depends on -- op, input types (a constant's with
+        # its Python type: True is not 1), attributes -- so repeated layers run each rule once.
         static = True
+        ins = []
         for x in n.inputs:
             if isinstance(x, Value):
                 if defined.get(x.name) is not x:
                     raise GraphError(f"{_where(i, n)}: reads {x.name!r} before it is defined")
-                static = static and static_of[x.name]
-            elif structure and not (x is None or isinstance(x, (bool, int, float))):
-                raise GraphError(f"{_where(i, n)}: constant input {x!r} is not a Python number")
+                if structure and not static_of[x.name]:
+                    static = False
+                ins.append((x.shape, x.dtype))
+            else:
+                if structure and not (x is None or isinstance(x, (bool, int, float))):
+                    raise GraphError(f"{_where(i, n)}: constant input {x!r} is not a Python number")
+                ins.append((type(x), x))
         out = n.out
-        static_of[out.name] = out_static = _check_value(out, lambda: _where(i, n)) if structure else True
+        out_static = True
+        if structure:
+            static_of[out.name] = out_static = _check_value(out, lambda: _where(i, n))
         if out.name in defined:
             raise GraphError(f"{_where(i, n)}: redefines value {out.name!r}")
         if check_types and static and out_static:
-            key = _rule_key(n)
+            key = (n.op, tuple(ins), repr(n.attrs) if n.attrs else "")
             got = rules.get(key)
             if got is None:
                 specs = [spec_of(x) if isinstance(x, Value) else x for x in n.inputs]
@@ -181,7 +183,7 @@ def _check_fields(graph):
            for i, name in graph.output_aliases.items()):
         raise GraphError(f"output_aliases {graph.output_aliases} names what is not an output and an input")
     grouped = [name for g in graph.fusion_groups or () for name in g]
-    if len(set(grouped)) < len(grouped) or not {n.out.name for n in graph.nodes}.issuperset(grouped):
+    if grouped and (len(set(grouped)) < len(grouped) or not {n.out.name for n in graph.nodes}.issuperset(grouped)):
         raise GraphError(f"fusion_groups {graph.fusion_groups} name a node twice or what is not a node")
 
 
