@@ -31,6 +31,7 @@ import numpy as np
 import pytest
 
 from eagerc.serialization import CheckpointError, load
+from test_loader_fuzz import raw_mutation
 from test_torch_checkpoint import _state, payloads
 from torch_files import Storage, Tensor, data_pkl, glob, legacy_file, tensor, text, with_pickle, zip_file
 
@@ -53,28 +54,6 @@ def _bases():
                          ("p", tensor(np.ones(2, np.float16), requires_grad=True, parameter=True)),
                          ("meta", {"epoch": 1, "lr": 0.5, "names": ["a", "b"], "pair": (1, None)})])
     return [zip_file(small), zip_file(_state(), prefix="model"), legacy_file(small), legacy_file(_state())]
-
-
-def _raw(data, rng):
-    kind = int(rng.integers(6))
-    b = bytearray(data)
-    if kind == 0:
-        for _ in range(int(rng.integers(1, 4))):
-            b[int(rng.integers(len(b)))] ^= 1 << int(rng.integers(8))
-        return bytes(b), "bit flips"
-    if kind == 1:
-        for _ in range(int(rng.integers(1, 9))):
-            b[int(rng.integers(len(b)))] = int(rng.integers(256))
-        return bytes(b), "byte changes"
-    if kind == 2:
-        cut = int(rng.integers(len(data)))
-        return data[:cut], f"truncate to {cut}"
-    if kind == 3:
-        return data + rng.bytes(int(rng.integers(1, 64))), "trailing garbage"
-    at = int(rng.integers(len(data)))
-    if kind == 4:
-        return data[:at] + rng.bytes(int(rng.integers(1, 9))) + data[at:], f"insert at {at}"
-    return data[:at] + data[at + int(rng.integers(1, 9)):], f"delete at {at}"
 
 
 _ALPHABET = b"(012NI\x88\x89JKML\x8a\x8bFGX\x8c\x8dBC\x8e)t\x85\x86\x87]l}daesughjpqr\x94c\x93QRb\x81.\x80\x95iobPSVTU\x82\x83\x84\x92\x8f\x90\x91\x96\x97\x98"
@@ -174,7 +153,7 @@ def test_fuzzed_torch_checkpoints_raise_only_checkpoint_errors_and_run_nothing(t
         base = bases[i % len(bases)]
         if family == "pickle" and i % len(bases) >= 2:
             base = bases[i % 2]   # (the pickle family mutates zip files' data.pkl)
-        data, what = (_raw(base, r) if family == "raw" else _pickle_mutation(base, r) if family == "pickle"
+        data, what = (raw_mutation(base, r) if family == "raw" else _pickle_mutation(base, r) if family == "pickle"
                       else _crafted(r) if family == "crafted" else _payload(r))
         measure = i % 100 == 0
         if measure:
