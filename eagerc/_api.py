@@ -61,6 +61,10 @@ from .nn.functional_rnn import lstm_cell, gru_cell, rnn_tanh_cell, rnn_relu_cell
 from .nn.functional import (conv1d, conv2d, conv3d, conv_transpose1d, conv_transpose2d,  # noqa: E402,F401
                             conv_transpose3d, pixel_shuffle, pixel_unshuffle, channel_shuffle, native_channel_shuffle)
 
+# every torch.Tensor name still missing says so when read (after all methods are attached)
+from ._missing import mark_missing_methods  # noqa: E402
+mark_missing_methods(Tensor)
+
 # The compiler is the layer above: eager use never imports it. `eagerc.compile` and
 # `eagerc.export` load it on first use (PEP 562).
 _LAZY = {"compile": ("eagerc.compiler.compile", "compile"), "export": ("eagerc.compiler.export", "export")}

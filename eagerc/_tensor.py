@@ -113,14 +113,6 @@ class Tensor:
             tracer.raw_write(self, "setting .data")
         self._array = value._array
 
-    def __getattr__(self, name):
-        """Only reached for a name Tensor lacks: say whether it is PyTorch's and not implemented
-        yet, or not a PyTorch name at all. (Unset internal slots end here too: fast path.)"""
-        if name[:1] == "_":
-            raise AttributeError(name)
-        from ._missing import missing
-        raise missing("eagerc.Tensor", "torch.Tensor", name)
-
     # ------------------------------------------------------------ properties
     @property
     def shape(self):
