@@ -14,6 +14,8 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
+import eagerc
+
 
 def normal(rng, shape):
     return rng.standard_normal(shape)
@@ -49,6 +51,16 @@ def booleans(rng, shape):
 
 
 booleans.kind = "b"
+
+
+def grad2(fn):
+    """d(sum(fn(x) ** 3))/dx with create_graph, as an op-table `fn`: the gradient check of such
+    a case checks fn's second derivatives."""
+    def f(x):
+        if not x.requires_grad:  # the forward-only tests pass plain tensors
+            x = x.detach().requires_grad_()
+        return eagerc.autograd.grad((fn(x) ** 3).sum(), x, create_graph=True)[0]
+    return f
 
 
 @dataclass

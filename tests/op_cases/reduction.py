@@ -10,7 +10,7 @@ import math
 import numpy as np
 
 import eagerc
-from optable import Case, distinct, away_from_zero, integers, booleans
+from optable import Case, distinct, away_from_zero, grad2 as _grad2, integers, booleans
 
 
 def with_zeros(rng, shape):
@@ -138,15 +138,6 @@ def _np_norm(p):
 
 
 SHAPES_CUM = [((3, 4),), ((2, 3, 4),), ((0, 3),), ((),)]
-
-def _grad2(fn):
-    """d(sum(fn(x) ** 3))/dx with create_graph, so gradcheck checks second derivatives."""
-    def f(x):
-        if not x.requires_grad:  # the forward-only tests pass plain tensors
-            x = x.detach().requires_grad_()
-        return eagerc.autograd.grad((fn(x) ** 3).sum(), x, create_graph=True)[0]
-    return f
-
 
 def _others(x):
     """prod_{j != i} x_j for each i, by direct products (no division)."""
