@@ -110,23 +110,23 @@ def _pieces(d, H, widths):
     return out
 
 
+def _cell_backward(node, g, backward_op, decomposed):
+    """The cell's saved inputs (xg, hg, state) and [d xg... | d state] from the fused backward
+    kernel in a plain backward, from its Tensor-op decomposition under create_graph=True."""
+    xg, hg, state = (_saved_input(node, i) for i in range(3))
+    d = apply(backward_op, (g, xg, hg, state)) if _first_order() else decomposed(g, xg, hg, state)
+    return d, state.shape[-1]
+
+
 def _lstm_cell_grad(node, g):
-    xg, hg, c = (_saved_input(node, i) for i in range(3))
-    if _first_order():
-        d = apply(_LSTM_BACKWARD, (g, xg, hg, c))
-    else:
-        d = lstm_cell_backward_decomposed(g, xg, hg, c)
-    dgates, dc = _pieces(d, c.shape[-1], (4, 1))
+    d, H = _cell_backward(node, g, _LSTM_BACKWARD, lstm_cell_backward_decomposed)
+    dgates, dc = _pieces(d, H, (4, 1))
     return dgates, dgates, dc
 
 
 def _gru_cell_grad(node, g):
-    xg, hg, h = (_saved_input(node, i) for i in range(3))
-    if _first_order():
-        d = apply(_GRU_BACKWARD, (g, xg, hg, h))
-    else:
-        d = gru_cell_backward_decomposed(g, xg, hg, h)
-    return _pieces(d, h.shape[-1], (3, 3, 1))
+    d, H = _cell_backward(node, g, _GRU_BACKWARD, gru_cell_backward_decomposed)
+    return _pieces(d, H, (3, 3, 1))
 
 
 def _lstm_layer_grad(node, g):
