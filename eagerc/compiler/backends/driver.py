@@ -50,7 +50,7 @@ class Binding:
 
     def __init__(self, backend, kernel="OPS[{op!r}].cpu", globs=None, to_device=None):
         self.backend, self.kernel, self.to_device = backend, kernel, to_device
-        self.globs = {"np": np, "asarray": np.asarray, **(globs or {})}
+        self.globs = {"np": np, "asarray": np.asarray, "A_empty": np.empty, **(globs or {})}
 
 
 def literal(x):
@@ -270,6 +270,26 @@ class Driver:
             args.append(f"**per_call(overrides, {n.out.name!r}, {recorded})")
         expr = f"{k}({', '.join(args)})"
         return expr if n.out.shape else f"asarray({expr})"   # kernels may return numpy scalars for 0-d
+
+    def use_buffers(self, memory):
+        """Allocate the buffers of a memory plan (passes/memplan.py) once per buffer set -- one
+        typed array per buffer, one view of it per shape it holds -- and return {value name:
+        the local name of its view}, in first-use order."""
+        values = {n.out.name: n.out for n in self.graph.nodes}
+        raws, views, view_of = {}, {}, {}
+        for name, b in memory.buffer.items():
+            if b not in raws:
+                dtype, size = memory.buffers[b]
+                raws[b] = f"raw{len(raws)}"
+                self.buffers.append((None, f"{raws[b]} = A_empty({size}, {np_type(dtype)})"))
+            shape = tuple(values[name].shape)
+            key = (b, shape)
+            if key not in views:
+                views[key] = f"buf{len(views)}"
+            view_of[name] = views[key]
+        for (b, shape), view in views.items():
+            self.buffers.append((view, f"{view} = {raws[b]}[:{math.prod(shape)}].reshape({literal(shape)})"))
+        return view_of
 
     def step(self, code, comment, nodes, reads, defines, setup=(), cleanup=()):
         """One unit of the program: `code` computes `nodes` (output names; commented), after the
