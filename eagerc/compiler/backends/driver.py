@@ -273,22 +273,31 @@ class Driver:
 
     def use_buffers(self, memory):
         """Allocate the buffers of a memory plan (passes/memplan.py) once per buffer set -- one
-        typed array per buffer, one view of it per shape it holds -- and return {value name:
-        the local name of its view}, in first-use order."""
+        array per buffer, or a flat one and a view of it per shape it holds -- and return
+        {value name: the local name of its array or view}, in first-use order."""
         values = {n.out.name: n.out for n in self.graph.nodes}
-        raws, views, view_of = {}, {}, {}
+        views, view_of = {}, {}   # (buffer id, shape) -> local name
         for name, b in memory.buffer.items():
-            if b not in raws:
-                dtype, size = memory.buffers[b]
-                raws[b] = f"raw{len(raws)}"
-                self.buffers.append((None, f"{raws[b]} = A_empty({size}, {np_type(dtype)})"))
-            shape = tuple(values[name].shape)
-            key = (b, shape)
+            key = (b, tuple(values[name].shape))
             if key not in views:
                 views[key] = f"buf{len(views)}"
             view_of[name] = views[key]
+        shapes = {}
+        for b, shape in views:
+            shapes.setdefault(b, []).append(shape)
+        raw = {}
+        for b, shape in views:
+            dtype, size = memory.buffers[b]
+            if shapes[b] == [shape] and math.prod(shape) == size:
+                continue
+            if b not in raw:
+                raw[b] = f"raw{len(raw)}"
+                self.buffers.append((None, f"{raw[b]} = A_empty({size}, {np_type(dtype)})"))
         for (b, shape), view in views.items():
-            self.buffers.append((view, f"{view} = {raws[b]}[:{math.prod(shape)}].reshape({literal(shape)})"))
+            dtype = memory.buffers[b][0]
+            src = f"{raw[b]}[:{math.prod(shape)}].reshape({literal(shape)})" if b in raw else \
+                f"A_empty({literal(shape)}, {np_type(dtype)})"
+            self.buffers.append((view, f"{view} = {src}"))
         return view_of
 
     def step(self, code, comment, nodes, reads, defines, setup=(), cleanup=()):
