@@ -17,14 +17,14 @@ import eagerc.nn as nn
 import eagerc.nn.functional as F
 from eagerc.compiler.passes import (PIPELINE, check_memory_plan, cse, dce, decompose, fold, fusion, memplan,
                                     optimize, peak_bytes, schedule, simplify)
-from eagerc.compiler.passes.memplan import FRESH, OUT
+from eagerc.compiler.passes.memplan import BUFFER, FRESH, NONE, OUT
 from eagerc.compiler.passes.util import alias_roots, last_reads, schedule_peak
 from eagerc.compiler.tracer import trace
 from eagerc.runtime import dtypes
 from eagerc.runtime.executor import run_graph
 from eagerc.runtime.ir import Graph, MemoryPlan, Node, Value, spec_of
 from eagerc.runtime.ops import OPS, load_all
-from eagerc.runtime.verify import verify
+from eagerc.runtime.verify import GraphError, verify
 
 load_all()
 
@@ -777,6 +777,37 @@ def test_memplan_plannable_predicate():
     plan = out.memory_plan.buffer
     assert m.name not in plan and a.name in plan and c.name not in plan
     assert out.memory_plan.inplace == {c.name: m.name}   # into m's fresh array: it dies at c
+
+
+def test_memplan_units_count_lifetimes_in_kernels():
+    b = B()
+    x = b.arg("x", (8,))
+    a = b("exp", x)
+    c = b("sin", b("neg", a))        # neg and sin: one fused kernel reading a, writing c
+    s = b("sum", c, dim=None, keepdim=False)
+    g = b.graph(s)
+    kinds = {"exp": BUFFER, "neg": NONE, "sin": BUFFER, "sum": FRESH}
+    alone = memplan(g, writes=lambda n: kinds[n.op]).memory_plan
+    assert alone.buffer[a.name] == alone.buffer[c.name]    # node by node, a dies before c is made
+    units = {0: 0, 1: 1, 2: 1, 3: 2}
+    fused = memplan(g, writes=lambda n: kinds[n.op], units=units).memory_plan
+    assert fused.buffer[a.name] != fused.buffer[c.name]    # the kernel reads a while it writes c
+    assert fused.inplace == {} and fused.buffers == (("float32", 8), ("float32", 8))
+
+
+def test_memory_plan_is_a_typed_graph_field():
+    b = B()
+    x = b.arg("x", (4,))
+    g = b.graph(b("sum", b("exp", b("exp", x)), dim=None, keepdim=False))
+    out = memplan(g)
+    plan = out.memory_plan
+    with pytest.raises(AttributeError, match="frozen"):
+        plan.buffers = ()
+    assert out.copy(nodes=list(out.nodes)).memory_plan is plan and g.memory_plan is None
+    assert Graph.loads(out.dumps()).memory_plan == plan and "meta" not in out.to_json()
+    bad = out.copy(memory_plan=MemoryPlan({"nope": 0}, {}, plan.buffers))
+    with pytest.raises(GraphError, match="memory_plan"):
+        verify(bad)
 
 
 def test_memplan_check_catches_a_bad_plan():
