@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 import eagerc
-from eagerc.compiler.backends.numpy_backend import NumpyBackend, _may_alias
+from eagerc.compiler.backends.numpy_backend import NumpyBackend
+from eagerc.compiler.passes.util import may_alias as _may_alias
 from eagerc.compiler.tracer import trace
 from eagerc.runtime.executor import run_graph
 from eagerc.runtime.ir import Graph

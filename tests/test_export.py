@@ -891,6 +891,18 @@ def test_format_1_programs_without_checksum_still_load(mlp_file, exported, tmp_p
     _expect(path, "checksum")   # a stale checksum (not where eagerc writes it) is refused, not ignored
 
 
+def test_files_with_the_old_empty_meta_key_still_load(mlp_file):
+    """Files written before the memory plan became a typed Graph field carry "meta": {}."""
+    header, _ = _parts(mlp_file)
+    assert "meta" not in json.loads(header["__metadata__"]["graph"])     # new files write none
+    x = np.random.default_rng(4).standard_normal((3, 6)).astype(np.float32)
+    want = eagerc.runtime.load(mlp_file)(x)
+    old = _edit_graph(mlp_file, lambda g: g.update(meta={}))
+    np.testing.assert_array_equal(eagerc.runtime.load(old)(x), want)
+    _expect(_edit_graph(mlp_file, lambda g: g.update(meta={"memory_plan": {}})), "graph: meta", "not empty")
+    _expect(_edit_graph(mlp_file, lambda g: g.update(meta=[])), "graph: meta", "not empty")
+
+
 def test_the_checkpoint_loader_is_named_for_a_checkpoint(tmp_path):
     eagerc.save({"w": eagerc.ones(2)}, tmp_path / "ck.safetensors")
     with pytest.raises(rp.NotAProgram, match="it is an eagerc checkpoint: load it with eagerc.load"):

@@ -4,7 +4,7 @@ Each check runs the same computation three ways -- eager, the reference interpre
 (backend="interpreter") and the generated program (backend="numpy") -- and compares
 values, then looks at what was generated: readable, deterministic source registered
 with linecache, planned buffers that never leak from one call into the next, and a
-memory plan followed only where it is safe.
+memory plan checked before it is followed.
 """
 import copy
 import threading
@@ -17,11 +17,11 @@ import eagerc
 import eagerc.nn as nn
 import eagerc.nn.functional as F
 from eagerc.compiler.backends import get_backend
-from eagerc.compiler.backends.numpy_backend import NumpyBackend, _checked_table, build_program, render
+from eagerc.compiler.backends.numpy_backend import NumpyBackend, _checked_table, build_program, plan_memory, render
 from eagerc.compiler.tracer import trace
 from eagerc.runtime import random as R
 from eagerc.runtime.executor import run_graph
-from eagerc.runtime.ir import Graph, Node, Value
+from eagerc.runtime.ir import Graph, MemoryPlan, Node, Value
 from eagerc.runtime.ops import OPS
 
 
@@ -440,26 +440,31 @@ def test_in_place_only_into_dying_fresh_values():
 
 
 def test_works_with_and_without_a_memory_plan():
+    from eagerc.compiler.passes import optimize
     graph, _, env = _buffered_graph()
     ref, _ = run_graph(graph, env)
     names = [n.out.name for n in graph.nodes]
     outs = {v.name for v in graph.outputs}
     inner = [n for n in names if n not in outs]
     plain = copy.copy(graph)
-    plain.meta = {}
-    planned = Graph.loads(graph.dumps())
-    planned.meta["memory_plan"] = {n: k % 2 for k, n in enumerate(inner)}   # alternating: often unsafe
-    everything = Graph.loads(graph.dumps())
-    everything.meta["memory_plan"] = {n: 0 for n in names}                  # outputs too: must be ignored
-    for g in (plain, planned, everything):
+    plain.memory_plan = None
+    foreign = optimize(Graph.loads(graph.dumps()))      # passes.PIPELINE's plan: made for every node
+    for g in (plain, _planned(graph), foreign):
         program = build_program(g)
         for _ in range(2):
             out, _ = program(env)
             for o, r in zip(out, ref):
                 np.testing.assert_array_equal(o, r)
-    assert "# memory plan:" in build_program(planned).source
-    src = build_program(everything).source
-    assert "not followed for" in src and "returned or written back" in src
+    assert "in place only: the graph has none" in build_program(plain).source
+    assert build_program(plain).buffers == [] and build_program(_planned(graph)).buffers
+    big = [("float32", 30)] * 2
+    direct = [n.out.name for n in graph.nodes if n.op in ("mul", "add", "sub")]
+    alternating = graph.copy(memory_plan=MemoryPlan({n: 0 for n in direct}, {}, big))   # a and b both alive
+    with pytest.raises(ValueError, match="memory plan: .* overwrites"):
+        build_program(alternating)
+    returned = graph.copy(memory_plan=MemoryPlan({graph.outputs[1].name: 0}, {}, big))
+    with pytest.raises(ValueError, match="returned or written back"):
+        build_program(returned)
 
 
 def test_plan_from_the_passes():
@@ -480,10 +485,13 @@ def test_plan_is_followed_when_safe():
     nodes = [Node("mul", [x, 2.0], {}, t[0]), Node("exp", [t[0]], {}, t[1]),
              Node("add", [t[1], x], {}, t[2]), Node("sum", [t[2]], {"dim": None, "keepdim": False},
                                                     Value("t3", (), "float64"))]
-    g = Graph([("arg", x)], nodes, [nodes[3].out], meta={"memory_plan": {"t0": 7, "t1": 7, "t2": 7}})
+    plan = MemoryPlan({"t0": 0, "t1": 0, "t2": 0}, {"t1": "t0", "t2": "t1"}, [("float64", 4)])
+    g = Graph([("arg", x)], nodes, [nodes[3].out], memory_plan=plan)
+    assert plan_memory(g.copy(memory_plan=None)).memory_plan == plan   # what the pipeline makes
     program = build_program(g)
     assert len(program.buffers) == 1
     assert "np.multiply(x, 2.0, out=buf0)" in program.source
+    assert "np.exp(t0, out=t0)" in program.source and "np.add(t1, x, out=t1)" in program.source
     env = {"x": np.arange(4.0)}
     np.testing.assert_array_equal(program(env)[0][0], run_graph(g, env)[0][0])
 

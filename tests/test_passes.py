@@ -17,13 +17,14 @@ import eagerc.nn as nn
 import eagerc.nn.functional as F
 from eagerc.compiler.passes import (PIPELINE, check_memory_plan, cse, dce, decompose, fold, fusion, memplan,
                                     optimize, peak_bytes, schedule, simplify)
+from eagerc.compiler.passes.memplan import BUFFER, FRESH, NONE, OUT
 from eagerc.compiler.passes.util import alias_roots, last_reads, schedule_peak
 from eagerc.compiler.tracer import trace
 from eagerc.runtime import dtypes
 from eagerc.runtime.executor import run_graph
-from eagerc.runtime.ir import Graph, Node, Value, spec_of
+from eagerc.runtime.ir import Graph, MemoryPlan, Node, Value, spec_of
 from eagerc.runtime.ops import OPS, load_all
-from eagerc.runtime.verify import verify
+from eagerc.runtime.verify import GraphError, verify
 
 load_all()
 
@@ -698,8 +699,8 @@ def test_schedule_traced_training_step():
 
 def _check_plan_independently(graph):
     """No two values with one buffer are alive at once (except an in-place hand-over)."""
-    plan = graph.meta["memory_plan"]
-    inplace = set(graph.meta["inplace"])
+    plan = graph.memory_plan.buffer
+    inplace = set(graph.memory_plan.inplace)
     root, last, pinned = last_reads(graph)
     index = {n.out.name: i for i, n in enumerate(graph.nodes)}
     spans = {v: (index[v], last.get(v, index[v])) for v in plan}
@@ -724,11 +725,11 @@ def test_memplan_reuses_buffers_and_never_overlaps():
     out = memplan(g)
     check_memory_plan(out)
     _check_plan_independently(out)
-    plan = out.meta["memory_plan"]
+    plan = out.memory_plan.buffer
     assert v.name not in plan                   # the output is the user's array
     assert len(set(plan.values())) <= 3 < len(plan)
     assert peak_bytes(out, plan=True) < sum(32 * 32 * 4 for _ in plan)
-    json.dumps(out.meta)
+    assert json.loads(json.dumps(out.memory_plan.to_json())) == out.memory_plan.to_json()
 
 
 def test_memplan_in_place_only_where_safe():
@@ -744,8 +745,8 @@ def test_memplan_in_place_only_where_safe():
     out = memplan(g)
     check_memory_plan(out)
     _check_plan_independently(out)
-    assert out.meta["inplace"] == [c.name, f.name]
-    plan = out.meta["memory_plan"]
+    assert out.memory_plan.inplace == {c.name: a.name, f.name: e.name}
+    plan = out.memory_plan.buffer
     assert plan[c.name] == plan[a.name] and plan[d.name] != plan[c.name]
     assert t.name not in plan and a.name in plan
 
@@ -760,7 +761,7 @@ def test_memplan_views_keep_base_buffer_alive():
     g = b.graph(b("sum", d, dim=None, keepdim=False))
     out = memplan(g)
     _check_plan_independently(out)
-    plan = out.meta["memory_plan"]
+    plan = out.memory_plan.buffer
     assert plan[c.name] != plan[a.name]
 
 
@@ -771,11 +772,42 @@ def test_memplan_plannable_predicate():
     m = b("matmul", a, w)           # say the backend cannot write a matmul into a buffer
     c = b("neg", m)
     g = b.graph(b("sum", c, dim=None, keepdim=False))
-    out = memplan(g, plannable=lambda n: n.op != "matmul")
+    out = memplan(g, writes=lambda n: FRESH if n.op == "matmul" else OUT)
     check_memory_plan(out)
-    plan = out.meta["memory_plan"]
-    assert m.name not in plan and a.name in plan and c.name in plan
-    assert c.name not in out.meta["inplace"]          # m has no buffer to write into
+    plan = out.memory_plan.buffer
+    assert m.name not in plan and a.name in plan and c.name not in plan
+    assert out.memory_plan.inplace == {c.name: m.name}   # into m's fresh array: it dies at c
+
+
+def test_memplan_units_count_lifetimes_in_kernels():
+    b = B()
+    x = b.arg("x", (8,))
+    a = b("exp", x)
+    c = b("sin", b("neg", a))        # neg and sin: one fused kernel reading a, writing c
+    s = b("sum", c, dim=None, keepdim=False)
+    g = b.graph(s)
+    kinds = {"exp": BUFFER, "neg": NONE, "sin": BUFFER, "sum": FRESH}
+    alone = memplan(g, writes=lambda n: kinds[n.op]).memory_plan
+    assert alone.buffer[a.name] == alone.buffer[c.name]    # node by node, a dies before c is made
+    units = {0: 0, 1: 1, 2: 1, 3: 2}
+    fused = memplan(g, writes=lambda n: kinds[n.op], units=units).memory_plan
+    assert fused.buffer[a.name] != fused.buffer[c.name]    # the kernel reads a while it writes c
+    assert fused.inplace == {} and fused.buffers == (("float32", 8), ("float32", 8))
+
+
+def test_memory_plan_is_a_typed_graph_field():
+    b = B()
+    x = b.arg("x", (4,))
+    g = b.graph(b("sum", b("exp", b("exp", x)), dim=None, keepdim=False))
+    out = memplan(g)
+    plan = out.memory_plan
+    with pytest.raises(AttributeError, match="frozen"):
+        plan.buffers = ()
+    assert out.copy(nodes=list(out.nodes)).memory_plan is plan and g.memory_plan is None
+    assert Graph.loads(out.dumps()).memory_plan == plan and "meta" not in out.to_json()
+    bad = out.copy(memory_plan=MemoryPlan({"nope": 0}, {}, plan.buffers))
+    with pytest.raises(GraphError, match="memory_plan"):
+        verify(bad)
 
 
 def test_memplan_check_catches_a_bad_plan():
@@ -785,9 +817,10 @@ def test_memplan_check_catches_a_bad_plan():
     c = b("sin", x)
     g = b.graph(b("sum", b("add", a, c), dim=None, keepdim=False))
     out = memplan(g)
-    out.meta["memory_plan"][c.name] = out.meta["memory_plan"][a.name]
-    with pytest.raises(ValueError, match="while"):
-        check_memory_plan(out)
+    plan = out.memory_plan
+    bad = out.copy(memory_plan=MemoryPlan({**plan.buffer, c.name: plan.buffer[a.name]}, plan.inplace, plan.buffers))
+    with pytest.raises(ValueError, match="overwrites"):
+        check_memory_plan(bad)
 
 
 def test_memplan_traced_training_step():
@@ -795,7 +828,7 @@ def test_memplan_traced_training_step():
     out = optimize(g)
     check_memory_plan(out)
     _check_plan_independently(out)
-    assert out.meta["inplace"]
+    assert out.memory_plan.inplace
     assert peak_bytes(out, plan=True) <= sum(
         n.out.shape and int(np.prod(n.out.shape)) * 4 or 4 for n in out.nodes)
     assert_same(g, out, env, rtol=1e-4, atol=1e-6)
@@ -808,7 +841,7 @@ def test_pipeline_order_and_options():
                                               "memplan"]
     g = _wide_graph()
     out = optimize(g, passes=[dce])
-    assert "memory_plan" not in out.meta
+    assert out.memory_plan is None
 
 
 def test_pipeline_debug_and_dump(monkeypatch, capsys):
@@ -825,9 +858,9 @@ def test_pipeline_debug_and_dump(monkeypatch, capsys):
 
 def test_pipeline_leaves_its_input_alone():
     g, env = mlp_step_graph()
-    before, meta = str(g), dict(g.meta)
+    before = str(g)
     optimize(decompose(g))
-    assert str(g) == before and g.meta == meta and g.fusion_groups is None
+    assert str(g) == before and g.memory_plan is None and g.fusion_groups is None
     assert_same(g, g, env)
 
 
@@ -847,7 +880,7 @@ def test_pipeline_symbolic_shapes():
     verify(out)
     assert ops_of(out) == ["exp", "add", "sum"]
     assert out.fusion_groups == [["e", "r", "s"]]
-    assert out.meta["memory_plan"] == {}
+    assert out.memory_plan.buffer == {}
     for n in (3, 5):
         env = {"x": np.random.default_rng(n).standard_normal((n, 8)).astype(np.float32),
                "w": np.zeros((8, 8), np.float32)}
@@ -859,7 +892,7 @@ def test_pipeline_json_round_trip():
     out = optimize(decompose(g))
     back = Graph.loads(out.dumps())
     verify(back)
-    assert back.meta == json.loads(json.dumps(out.meta)) and back.fusion_groups == out.fusion_groups
+    assert back.memory_plan == out.memory_plan and back.fusion_groups == out.fusion_groups
     check_memory_plan(back)
     assert_same(out, back, env)
 
@@ -885,7 +918,7 @@ def test_compile_with_default_pipeline_matches_eager():
             x = eagerc.randn(5, 6)
             np.testing.assert_allclose(c(x).numpy(), m(x).numpy(), rtol=1e-5, atol=1e-6)
     graph = c._compiled.graphs[0]
-    assert "memory_plan" in graph.meta and graph.fusion_groups is not None
+    assert graph.memory_plan is not None and graph.fusion_groups is not None
 
 
 # ====================================================================== random programs

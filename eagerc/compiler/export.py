@@ -380,8 +380,6 @@ def _fit_dynamic(fn, args, kwargs, names, paths, graph, tracer, leaves, dyn):
                 raise ExportError(f"eagerc.export: tensor {name!r} that the function reads changes with the "
                                   "dynamic sizes; compute it inside the function with tensor ops")
         others.append(json.loads(g2.dumps()))
-    for j in [base_json] + others:
-        j.pop("meta")  # backend annotations; a program's graph carries none
     diffs = {}
     _diff(base_json, others, [], diffs, base_json)
     patches = []

@@ -22,10 +22,11 @@ The printed form is one binding per line, like a jaxpr:
     }
 """
 import json
+from types import MappingProxyType
 
 from . import dtypes
 
-__all__ = ["Value", "Node", "Graph", "FORMAT_VERSION", "short_dtype"]
+__all__ = ["Value", "Node", "Graph", "MemoryPlan", "FORMAT_VERSION", "short_dtype"]
 
 FORMAT_VERSION = 1
 
@@ -144,20 +145,20 @@ class Graph:
     grads_none:     [input name] whose .grad the function set to None (zero_grad)
     output_aliases: {output index: input name}: outputs that are that input tensor itself
     fusion_groups:  [[node output name, ...]] (passes/fusion.py) or None; dropped with the nodes
-    meta:           the memory plan (passes/memplan.py: memory_plan, inplace, buffers)
+    memory_plan:    a MemoryPlan (passes/memplan.py) or None; dropped with the nodes
     """
 
-    def __init__(self, inputs=(), nodes=(), outputs=(), out_tree=None, mutations=(), meta=None,
-                 grads_none=(), output_aliases=None, fusion_groups=None):
+    def __init__(self, inputs=(), nodes=(), outputs=(), out_tree=None, mutations=(),
+                 grads_none=(), output_aliases=None, fusion_groups=None, memory_plan=None):
         self.inputs = list(inputs)
         self.nodes = list(nodes)
         self.outputs = list(outputs)
         self.out_tree = out_tree if out_tree is not None else {"t": 0}
         self.mutations = list(mutations)
-        self.meta = dict(meta or {})
         self.grads_none = tuple(grads_none)
         self.output_aliases = dict(output_aliases or {})
         self.fusion_groups = fusion_groups
+        self.memory_plan = memory_plan
 
     # ------------------------------------------------------------ views
     def args(self):
@@ -207,9 +208,9 @@ class Graph:
             "outputs": [v.name for v in self.outputs],
             "out_tree": self.out_tree,
             "mutations": [[t, v.name] for t, v in self.mutations],
-            "meta": self.meta,
         }
         typed = {"grads_none": list(self.grads_none) or None, "fusion_groups": self.fusion_groups,
+                 "memory_plan": self.memory_plan.to_json() if self.memory_plan is not None else None,
                  "output_aliases": [[i, name] for i, name in sorted(self.output_aliases.items())] or None}
         d.update((k, v) for k, v in typed.items() if v is not None)  # where set: a program file has none
         return d
@@ -247,9 +248,9 @@ class Graph:
                 raise ValueError(f"graph output/mutation names undefined value {name!r}")
             return env[name]
         return cls(inputs, nodes, [lookup(n) for n in d["outputs"]], d["out_tree"],
-                   [(t, lookup(n)) for t, n in d.get("mutations", [])], d.get("meta"),
+                   [(t, lookup(n)) for t, n in d.get("mutations", [])],
                    d.get("grads_none", ()), {i: name for i, name in d.get("output_aliases", ())},
-                   d.get("fusion_groups"))
+                   d.get("fusion_groups"), MemoryPlan.from_json(d["memory_plan"]) if "memory_plan" in d else None)
 
     @classmethod
     def loads(cls, text):
@@ -269,8 +270,44 @@ class Graph:
         return g
 
 
-_FIELDS = ("inputs", "nodes", "outputs", "out_tree", "mutations", "meta", "grads_none", "output_aliases",
-           "fusion_groups")
+_FIELDS = ("inputs", "nodes", "outputs", "out_tree", "mutations", "grads_none", "output_aliases",
+           "fusion_groups", "memory_plan")
+
+
+class MemoryPlan:
+    """Where each value a program makes lives (made by compiler/passes/memplan.py, read by the
+    backends): a frozen record, so a graph copy can share it.
+
+    buffer:  {value name: buffer id}: written into that buffer, allocated once per program
+    inplace: {value name: name of the input whose memory it takes over}: written into that
+             input's array (a value dying at this node, or a mutation target the graph updates)
+    buffers: ((dtype, numel), ...) indexed by buffer id
+    A value in neither map gets a fresh array (kernel calls; values the user receives)."""
+    __slots__ = ("buffer", "inplace", "buffers")
+
+    def __init__(self, buffer=None, inplace=None, buffers=()):
+        object.__setattr__(self, "buffer", MappingProxyType(dict(buffer or {})))
+        object.__setattr__(self, "inplace", MappingProxyType(dict(inplace or {})))
+        object.__setattr__(self, "buffers", tuple((str(d), int(n)) for d, n in buffers))
+
+    def __setattr__(self, name, value):
+        raise AttributeError("MemoryPlan is frozen: make a new one")
+
+    def __eq__(self, other):
+        return isinstance(other, MemoryPlan) and (self.buffer, self.inplace, self.buffers) == \
+            (other.buffer, other.inplace, other.buffers)
+
+    __hash__ = None
+
+    def __repr__(self):
+        return f"MemoryPlan({len(self.buffer)} values in {len(self.buffers)} buffers, {len(self.inplace)} in place)"
+
+    def to_json(self):
+        return {"buffer": dict(self.buffer), "inplace": dict(self.inplace), "buffers": [list(b) for b in self.buffers]}
+
+    @classmethod
+    def from_json(cls, d):
+        return cls(d["buffer"], d["inplace"], d["buffers"])
 
 
 def spec_of(value):

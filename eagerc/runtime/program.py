@@ -469,7 +469,8 @@ _INPUT_KEYS = frozenset(("kind", "name", "shape", "dtype", "device"))
 
 def _check_graph_json(g):
     """The graph JSON has exactly the shape Graph.to_json writes, with bounded sizes."""
-    _check_keys(g, ("format_version", "inputs", "nodes", "outputs", "out_tree", "mutations", "meta"), "graph")
+    _check_keys(g, ("format_version", "inputs", "nodes", "outputs", "out_tree", "mutations"), "graph",
+                optional=("meta",))   # files written before the memory plan became a typed field: "meta": {}
     if g["format_version"] != GRAPH_FORMAT_VERSION or not _is_int(g["format_version"]):
         _fail(f"graph: format_version {_short(g['format_version'])} is not {GRAPH_FORMAT_VERSION}")
     for key in ("inputs", "nodes", "outputs", "mutations"):
@@ -495,9 +496,8 @@ def _check_graph_json(g):
             _fail(f"graph: mutation {i} is not a [target, value] pair")
         _check_name(m[0], f"graph: mutation {i} target")
         _check_name(m[1], f"graph: mutation {i} value")
-    if not isinstance(g["meta"], dict):
-        _fail("graph: meta is not an object")
-    _check_plain(g["meta"], "graph: meta")
+    if g.get("meta", {}) != {}:
+        _fail(f"graph: meta {_short(g['meta'])} is not empty (a program's graph carries no backend annotations)")
     _check_tree(g["out_tree"], len(g["outputs"]))
 
 

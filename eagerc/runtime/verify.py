@@ -185,6 +185,10 @@ def _check_fields(graph):
     grouped = [name for g in graph.fusion_groups or () for name in g]
     if grouped and (len(set(grouped)) < len(grouped) or not {n.out.name for n in graph.nodes}.issuperset(grouped)):
         raise GraphError(f"fusion_groups {graph.fusion_groups} name a node twice or what is not a node")
+    plan = graph.memory_plan
+    if plan is not None and (not {n.out.name for n in graph.nodes}.issuperset(plan.buffer.keys() | plan.inplace.keys())
+                             or any(not (type(b) is int and 0 <= b < len(plan.buffers)) for b in plan.buffer.values())):
+        raise GraphError(f"memory_plan {plan} names what is not a node, or a buffer it does not have")
 
 
 def _check_tree(tree, n, depth=0):

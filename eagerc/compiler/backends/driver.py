@@ -50,7 +50,7 @@ class Binding:
 
     def __init__(self, backend, kernel="OPS[{op!r}].cpu", globs=None, to_device=None):
         self.backend, self.kernel, self.to_device = backend, kernel, to_device
-        self.globs = {"np": np, "asarray": np.asarray, **(globs or {})}
+        self.globs = {"np": np, "asarray": np.asarray, "A_empty": np.empty, **(globs or {})}
 
 
 def literal(x):
@@ -270,6 +270,35 @@ class Driver:
             args.append(f"**per_call(overrides, {n.out.name!r}, {recorded})")
         expr = f"{k}({', '.join(args)})"
         return expr if n.out.shape else f"asarray({expr})"   # kernels may return numpy scalars for 0-d
+
+    def use_buffers(self, memory):
+        """Allocate the buffers of a memory plan (passes/memplan.py) once per buffer set -- one
+        array per buffer, or a flat one and a view of it per shape it holds -- and return
+        {value name: the local name of its array or view}, in first-use order."""
+        values = {n.out.name: n.out for n in self.graph.nodes}
+        views, view_of = {}, {}   # (buffer id, shape) -> local name
+        for name, b in memory.buffer.items():
+            key = (b, tuple(values[name].shape))
+            if key not in views:
+                views[key] = f"buf{len(views)}"
+            view_of[name] = views[key]
+        shapes = {}
+        for b, shape in views:
+            shapes.setdefault(b, []).append(shape)
+        raw = {}
+        for b, shape in views:
+            dtype, size = memory.buffers[b]
+            if shapes[b] == [shape] and math.prod(shape) == size:
+                continue
+            if b not in raw:
+                raw[b] = f"raw{len(raw)}"
+                self.buffers.append((None, f"{raw[b]} = A_empty({size}, {np_type(dtype)})"))
+        for (b, shape), view in views.items():
+            dtype = memory.buffers[b][0]
+            src = f"{raw[b]}[:{math.prod(shape)}].reshape({literal(shape)})" if b in raw else \
+                f"A_empty({literal(shape)}, {np_type(dtype)})"
+            self.buffers.append((view, f"{view} = {src}"))
+        return view_of
 
     def step(self, code, comment, nodes, reads, defines, setup=(), cleanup=()):
         """One unit of the program: `code` computes `nodes` (output names; commented), after the

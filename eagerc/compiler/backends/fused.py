@@ -12,9 +12,11 @@ ops' kernels; they differ only in the kernels' language and device (`Binding`):
    group that does not lower as a whole gives its longest lowerable prefix, and the rest is
    tried again.
 3. `driver`: the Python driver (driver.py) calling kernel K_<name> with data pointers per
-   group, the op's kernel for other nodes. Kernel outputs go into the arrays of the mutation
-   targets they update (optimizer steps, in place), into buffers reused by every call
-   (values that stay inside the program), or into fresh arrays (values the user receives).
+   group, the op's kernel for other nodes. Where kernel outputs go is passes/memplan.py's
+   plan (each kernel one unit, fed by `_writes`): into the arrays of the mutation targets
+   they update (optimizer steps, in place: `_inplace_targets` says which a kernel can),
+   into buffers reused by every call (values that stay inside the program), or into fresh
+   arrays (values the user receives).
 """
 import math
 
@@ -23,7 +25,7 @@ from ..kernels.ir import DTYPES, contiguous_strides
 from ..kernels.lower import DECOMPOSED, LOWERABLE, RANDOM, REDUCIBLE, Unsupported, index_space, lower_group
 from ..passes import CLEANUP, cse, dce, fusion, schedule, simplify
 from ..passes.decompose import decompose, decomposable
-from ..passes.memplan import alias_ends, returned
+from ..passes.memplan import BUFFER, FRESH, NONE, alias_ends, memplan, returned
 from ..passes.util import numel
 from .driver import Driver, literal, np_type, where
 
@@ -161,15 +163,29 @@ def _param_args(k, node_of, drv, code, temps):
     return args
 
 
+def _writes(plan, fused):
+    """The backend's predicate for passes/memplan.py: a kernel writes its (non-0-d) outputs into
+    any buffer it is given, computes its other members in registers, and the ops' kernels of
+    unfused nodes make fresh arrays."""
+    outputs = {b.name for _, _, k in plan for b in k.outputs}
+
+    def writes(n):
+        if n.out.name in outputs:
+            return BUFFER if n.out.shape else FRESH
+        return NONE if n.out.name in fused else FRESH
+    return writes
+
+
 def driver(graph, plan, binding, language, inplace=True):
     """The Driver of the program that runs `plan` ([(first node index, member names, Kernel)])
     over `graph`; the backend binds each kernel as global K_<name>, then loads it.
 
-    Kernel outputs go (1) for a mutation whose target the kernel reads elementwise: into the
-    target's own array (`inplace`; the write-back then has nothing to copy), (2) for values
-    used only inside the program: into buffers allocated once per buffer set and reused by
-    every call (by liveness: a buffer is taken again after the last read of its value or a
-    view of it), (3) otherwise into fresh arrays (the user receives them)."""
+    Kernel outputs go where memplan puts them, each kernel one unit: (1) for a mutation whose
+    target the kernel reads elementwise: into the target's own array (`inplace`; the
+    write-back then has nothing to copy), (2) for values used only inside the program: into
+    buffers allocated once per buffer set and reused by every call (by liveness: a buffer is
+    taken again after the last read of its value or a view of it), (3) otherwise into fresh
+    arrays (the user receives them)."""
     drv = Driver(graph, binding)
     names = drv.names
     starts = {start: (members, k) for start, members, k in plan}
@@ -181,7 +197,7 @@ def driver(graph, plan, binding, language, inplace=True):
         k.inplace = targets.get(k.name, {})
     drv.updated = [t for _, _, k in plan for o, b in enumerate(k.outputs) if o in k.inplace
                    for t, v in graph.mutations if v.name == b.name]
-    unit_of = {}             # node index -> unit index
+    unit_of = {}             # node index -> unit index (a kernel's nodes run as one unit)
     count = 0
     for i, n in enumerate(graph.nodes):
         if n.out.name in fused and i not in starts:
@@ -189,9 +205,9 @@ def driver(graph, plan, binding, language, inplace=True):
         else:
             unit_of[i] = count
             count += 1
-    buffers = []             # [(name, shape, dtype)] allocated once per buffer set
-    busy = []                # [(buffer index, last unit reading it)]
-    free = {}                # (shape, dtype) -> [buffer index]
+    memory = memplan(graph, _writes(plan, fused), units=unit_of, takes={
+        k.outputs[o].name: k.inputs[s].name for _, _, k in plan for o, s in k.inplace.items()}).memory_plan
+    view_of = drv.use_buffers(memory)
     contiguous = set()       # values made by kernels: contiguous, recorded dtype
     for i, n in enumerate(graph.nodes):
         if n.op not in OPS:
@@ -203,11 +219,6 @@ def driver(graph, plan, binding, language, inplace=True):
                          [v.name for v in n.input_values()], [n.out.name])
             continue
         members, k = starts[i]
-        u = unit_of[i]
-        for bi, last in busy:
-            if last < u:
-                free.setdefault(buffers[bi][1:], []).append(bi)
-        busy = [(bi, last) for bi, last in busy if last >= u]
         code, ptrs, temps, loaded = [], [], [], []
         for b in k.inputs:
             if b.name in contiguous:
@@ -219,18 +230,10 @@ def driver(graph, plan, binding, language, inplace=True):
                 loaded.append(tmp)
             ptrs.append(f"ptr({loaded[-1]})")
         for o, b in enumerate(k.outputs):
-            key = (tuple(b.shape), b.dtype)
-            end = ends.get(b.name, math.inf)
             if o in k.inplace:
                 code.append(f"{names[b.name]} = {loaded[k.inplace[o]]}")
-            elif end != math.inf and b.shape:
-                pool = free.get(key)
-                bi = pool.pop() if pool else None
-                if bi is None:
-                    bi = len(buffers)
-                    buffers.append((f"buf{bi}",) + key)
-                busy.append((bi, unit_of[end]))
-                code.append(f"{names[b.name]} = {buffers[bi][0]}")
+            elif b.name in view_of:
+                code.append(f"{names[b.name]} = {view_of[b.name]}")
             else:
                 code.append(f"{names[b.name]} = A_empty({literal(tuple(b.shape))}, {np_type(b.dtype)})")
             ptrs.append(f"ptr({names[b.name]})")
@@ -239,8 +242,8 @@ def driver(graph, plan, binding, language, inplace=True):
         drv.step(f"K_{k.name}({', '.join(ptrs)})", f"{k.name}: fused {' '.join(members)}", members,
                  [b.name for b in k.inputs], [b.name for b in k.outputs], setup=code,
                  cleanup=[f"del {', '.join(temps)}"] if temps else ())
+    nb = len(memory.buffers)
     drv.notes.append(f"# {len(graph.nodes)} nodes; {len(plan)} fused {language} kernel"
-                     f"{'s' if len(plan) != 1 else ''}; {len(buffers)} reused buffer{'s' if len(buffers) != 1 else ''}")
-    drv.buffers = [(name, f"{name} = A_empty({literal(shape)}, {np_type(dtype)})") for name, shape, dtype in buffers]
+                     f"{'s' if len(plan) != 1 else ''}; {nb} reused buffer{'s' if nb != 1 else ''}")
     drv.buffer_note = "kernel outputs used only inside the program, reused by every call"
     return drv

@@ -9,27 +9,22 @@ How a node is rendered
 ----------------------
 - A "direct" node -- a hot elementwise op whose kernel is (or plainly wraps) a numpy
   ufunc, where `ufunc.resolve_dtypes` proves the ufunc makes exactly the value's dtype --
-  becomes a ufunc call, `np.add(t0, t1)`. It may write its result with `out=`:
-    * in place into a dying input (`np.maximum(t0, 0, out=t0)`): an input that is
-      the same shape and dtype, was made fresh by this call, and whose memory nothing
-      reads afterwards (views included) -- safe even when the result is returned;
+  becomes a ufunc call, `np.add(t0, t1)`. It writes its result where graph.memory_plan
+  says (passes/memplan.py, made with this backend's predicate `_Plan.writes`: direct calls
+  write with `out=`, kernel calls make fresh arrays, Python-float scalars no array):
+    * in place into a dying input (`np.maximum(t0, 0, out=t0)`);
     * into a planned buffer (`np.add(t2, t3, out=buf0)`) allocated once per program
-      and reused by every call: only for values whose memory never escapes (neither
-      returned, nor written back as a mutation, nor reachable from those through
-      views), so no call ever hands out memory that the next call overwrites.
-  Buffers come from graph.meta["memory_plan"] ({value: buffer id}), made by passes/memplan.py
-  in this backend's pipeline with its predicate (`plannable`); each planned assignment is
-  checked against the alias-aware liveness (memplan.alias_ends) and dropped if unsafe. A
-  graph without a plan gets no buffers. Each call takes a buffer set from a pool and puts
+      and reused by every call (only values whose memory never escapes);
+    * into a mutation target's own array (`np.subtract(w, t52, out=w)`: an optimizer
+      step; compile.py's write-back then finds it in place. A cheap check per call,
+      `shared_or_readonly`, falls back to updating copies when another input is a view
+      of a target or a target is read-only);
+    * else into a fresh array.
+  A plan on the graph is checked (check_memory_plan) and followed; a graph without one gets
+  memplan's in-place plan, without buffers. Each call takes a buffer set from a pool and puts
   it back at the end, so concurrent or re-entrant calls never share one.
 - Any other node calls its op's kernel, bound once as a global (`k_linear =
   OPS["linear"].cpu`), as eager mode's dispatch calls it (driver.Driver.call).
-- A mutation (an external updated in place: parameters, optimizer state, running
-  stats) is computed straight into the target's array when the chain of direct nodes
-  that makes the new value starts where the old value is read for the last time
-  (`np.subtract(w, t52, out=w)`); compile.py's write-back then finds it in place. A
-  cheap check per call (`shared_or_readonly`) falls back to updating copies when another
-  input is a view of a target or a target is read-only.
 - A value is `del`-ed after its last use.
 
 Per-call attributes (a random op's seed and offset; size expressions of a dynamic graph,
@@ -39,21 +34,17 @@ Values whose memory may be shared: ops declared `aliases` (views, and kernels th
 back their input: contiguous, to_device, einsum) and any op this backend does not know.
 Their readers keep the base's memory alive.
 """
-import math
-
 import numpy as np
 
 from ...runtime.ops import OPS
-from ..passes import CLEANUP, fusion, memplan, schedule
-from ..passes.memplan import alias_ends, returned
-from ..passes.util import may_alias as _may_alias, nbytes, numel
+from ..passes import CLEANUP, fusion, schedule
+from ..passes.memplan import FRESH, NONE, OUT, check_memory_plan, memplan
 from . import register_backend
-from .driver import Binding, Driver, literal, np_type, where, wrap_comment
+from .driver import Binding, Driver, per_call_attrs, where
 from .scalars import GLOBALS as SCALAR_GLOBALS, scalar_expr, scalar_nodes
 
 __all__ = ["NumpyBackend", "render", "build_program"]
 
-_INF = math.inf
 NUMPY = Binding("numpy_backend")   # kernels: the ops' numpy kernels, OPS[op].cpu
 
 # Ops rendered as direct ufunc calls: every elementwise op whose kernel is exactly its declared
@@ -99,28 +90,6 @@ def _scalar_dtype(x):
 
 
 # ---------------------------------------------------------------- analysis
-
-class _Storage:
-    """Memory made by this program: 'fresh' (allocated during the call) or 'buffer'."""
-    __slots__ = ("kind", "members", "end", "buf")
-
-    def __init__(self, kind, end, buf=None):
-        self.kind = kind
-        self.members = []
-        self.end = end
-        self.buf = buf
-
-
-class _Buffer:
-    """One planned allocation: raw bytes and the typed views the program writes through."""
-    __slots__ = ("key", "nbytes", "views", "storage")
-
-    def __init__(self, key):
-        self.key = key
-        self.nbytes = 0
-        self.views = {}      # (shape, dtype) -> local name
-        self.storage = None  # the storage that occupies it now
-
 
 def _resolves_to(ufunc, ins, out):
     """Does `ufunc` on inputs of these dtypes (Python types for weak scalars) make `out`?"""
@@ -179,24 +148,14 @@ def _direct(node, table):
 
 
 class _Plan:
-    """Per node: how it is rendered (direct ufunc or kernel call) and where its result goes.
+    """Per node: how it is rendered (direct ufunc, Python float or kernel call); where results
+    go is graph.memory_plan's (passes/memplan.py), made with this backend's predicate.
 
-    target[i] is ("inplace", input value name) or ("buffer", _Buffer, (shape, dtype)).
-    """
+    target[i] is the name of the input node i writes over."""
 
-    def __init__(self, graph, per_call=()):
+    def __init__(self, graph, per_call=(), replan=False):
         table = _direct_table()
         self.direct = {}      # node index -> ufunc name (or "clamp")
-        self.target = {}
-        self.buffers = []     # [_Buffer] in first-use order
-        self.dropped = []     # [(value, why)]: memory-plan entries not safe to follow
-        self.kernel_planned = []  # planned values made by kernel calls (they keep fresh arrays)
-        self.followed = 0
-        self.has_plan = bool(graph.meta.get("memory_plan"))
-        ends = alias_ends(graph)
-        plan = graph.meta.get("memory_plan") or None
-        planned = {}          # plan buffer id -> _Buffer
-        storage = {}          # value name -> the _Storage it directly owns or shares in place
         for i, n in enumerate(graph.nodes):
             uf = _direct(n, table) if n.out.name not in per_call else None
             if uf is not None:
@@ -206,132 +165,32 @@ class _Plan:
         self.scalar_ufunc = {i: self.direct.pop(i, None) for i in self.scalar}
         self.scalar_values = {graph.nodes[i].out.name for i, k in self.scalar.items() if k == "f"} | \
             self.scalar_inputs
-        forced = self._update_chains(graph, ends, storage)
-        for i, n in enumerate(graph.nodes):
-            if i in self.scalar:   # a Python (or numpy) scalar: no array memory at all
-                continue
-            out = n.out
-            uf = self.direct.get(i)
-            escapes = ends[out.name] == _INF
-            if i in forced:
-                chosen = ("inplace", forced[i])
-            else:
-                chosen = self._inplace(i, n, storage, escapes) if uf is not None else None
-            if plan is not None and out.name in plan:
-                if uf is None:
-                    self.kernel_planned.append(out.name)
-                elif chosen is None:
-                    chosen, why = self._planned(i, n, plan[out.name], planned, escapes)
-                    if chosen is None:
-                        self.dropped.append((out.name, why))
-                    else:
-                        self.followed += 1
-                else:
-                    self.followed += 1   # in place: the plan's chain, or no new memory at all
-            # the memory the output lives in
-            if chosen is not None and chosen[0] == "inplace":
-                st = storage[chosen[1]]
-                st.members.append(out.name)
-                st.end = max(st.end, ends[out.name])
-                storage[out.name] = st
-            elif chosen is not None:
-                st = _Storage("buffer", ends[out.name], chosen[1])
-                st.members.append(out.name)
-                chosen[1].storage = st
-                storage[out.name] = st
-            elif not _may_alias(n):
-                st = _Storage("fresh", ends[out.name])
-                st.members.append(out.name)
-                storage[out.name] = st
-            if chosen is not None:
-                self.target[i] = chosen
-        k = 0
-        for b in self.buffers:
-            for key in b.views:
-                b.views[key] = f"buf{k}"
-                k += 1
+        self.has_plan = graph.memory_plan is not None
+        self.memory = self._memory(graph, replan)
+        inputs = {v.name for _, v in graph.inputs}
+        written = set(self.memory.inplace.values()) & inputs
+        self.targets = [t for t, _ in graph.mutations if t in written]
+        self.target = {i: self.memory.inplace[n.out.name] for i, n in enumerate(graph.nodes)
+                       if n.out.name in self.memory.inplace}   # node index -> the input it overwrites
 
-    def _update_chains(self, graph, ends, storage):
-        """Mutation outputs computed straight into their target's memory.
+    def writes(self, node, i):
+        """This backend's predicate for passes/memplan.py (OUT: a direct ufunc call with out=)."""
+        return NONE if i in self.scalar else OUT if i in self.direct else FRESH
 
-        For an external (or argument) T that the graph updates (a mutation T <- m), follow T's
-        heirs: the direct node where T is read for the last time (views included) and whose
-        output has T's shape and dtype, then that output's such node, and so on. If the chain
-        reaches m, and none of its values is returned or written elsewhere, every node of it
-        writes into T's own array (`np.subtract(w, t52, out=w)`): no fresh array, and the
-        write-back after the run finds the value already in place. Returns {node index: name
-        of the input it overwrites}; self.targets lists the T written this way."""
-        self.targets = []
-        muts = {t: v.name for t, v in graph.mutations}
-        inputs = {v.name: v for _, v in graph.inputs}
-        escaping = returned(graph)
-        reader = {}   # value name -> (node index, output) where it dies in place-ably
-        for j, n in enumerate(graph.nodes):
-            if j not in self.direct:
-                continue
-            for x in n.inputs:
-                if hasattr(x, "name") and ends.get(x.name) == j and x.name not in reader \
-                        and tuple(x.shape) == tuple(n.out.shape) and x.dtype == n.out.dtype:
-                    reader[x.name] = (j, n.out)
-                    break
-        counts = {}   # a target written twice, or a value written to two targets: leave alone
-        for t, v in graph.mutations:
-            counts[t] = counts.get(t, 0) + 1
-            counts[v.name] = counts.get(v.name, 0) + 1
-        forced = {}
-        for target, m in muts.items():
-            v = inputs.get(target)
-            if v is None or target.endswith(".grad") or counts[target] > 1 or counts[m] > 1 or m in escaping \
-                    or ends.get(target) == _INF or numel(v.shape) is None:
-                continue
-            chain, x = [], target
-            while x in reader and x != m:
-                j, out = reader[x]
-                if out.name != m and ends[out.name] == _INF:
-                    break
-                chain.append((j, x, out.name))
-                x = out.name
-            if x != m or not chain or any(j in forced for j, _, _ in chain):
-                continue
-            st = _Storage("target", _INF)
-            st.members.append(target)
-            storage[target] = st
-            for j, prev, _ in chain:
-                forced[j] = prev
-            self.targets.append(target)
-        return forced
-
-    @staticmethod
-    def _inplace(i, n, storage, escapes):
-        """An input whose memory this node may overwrite: made by this call, same shape and
-        dtype, and read by nothing after this node (views included)."""
-        out = n.out
-        for x in n.inputs:
-            st = storage.get(x.name) if hasattr(x, "name") else None
-            if st is None or st.end != i or tuple(x.shape) != tuple(out.shape) or x.dtype != out.dtype:
-                continue
-            if st.kind == "buffer" and escapes or st.kind == "target":
-                continue
-            return ("inplace", x.name)
-        return None
-
-    def _planned(self, i, n, bid, planned, escapes):
-        out = n.out
-        if escapes:
-            return None, "returned or written back: a buffer is overwritten by the next call"
-        if numel(out.shape) is None:
-            return None, "symbolic shape"
-        b = planned.get(bid)
-        if b is None:
-            b = planned[bid] = _Buffer(bid)
-            self.buffers.append(b)
-        elif b.storage is not None and b.storage.end > i:
-            last = b.storage.members[-1]
-            return None, f"buffer {bid!r} still holds {last} (or a view of it), read later"
-        b.nbytes = max(b.nbytes, nbytes(out))
-        key = (tuple(out.shape), out.dtype)
-        b.views.setdefault(key, None)
-        return ("buffer", b, key), None
+    def _memory(self, graph, replan):
+        """The graph's memory plan, checked, when it is one this backend can follow; else the
+        plan memplan makes with this backend's predicate (in place only for a graph without a
+        plan: a graph gets buffers only from its pipeline, or with replan=True)."""
+        index = {n.out.name: i for i, n in enumerate(graph.nodes)}
+        plan = graph.memory_plan
+        if plan is not None and not replan:
+            check_memory_plan(graph)   # never follow an unsafe plan; a plan made for another backend's
+            if all(self.writes(graph.nodes[index[v]], index[v]) == OUT for v in (*plan.buffer, *plan.inplace)) \
+                    and all(x not in index or self.writes(graph.nodes[index[x]], index[x]) != NONE
+                            for x in plan.inplace.values()):   # predicate is made again with ours
+                return plan
+        nodes = {id(n): i for i, n in enumerate(graph.nodes)}
+        return memplan(graph, lambda n: self.writes(n, nodes[id(n)]), buffers=replan or plan is not None).memory_plan
 
 
 # ---------------------------------------------------------------- rendering
@@ -374,6 +233,7 @@ def _driver(graph):
     drv = Driver(graph, NUMPY)
     plan = _Plan(graph, drv.per_call)
     names = drv.names
+    view_of = plan.view_of = drv.use_buffers(plan.memory)
     for i, n in enumerate(graph.nodes):
         if n.op not in OPS:
             raise ValueError(f"numpy backend: node {n.out.name} applies unknown op {n.op!r}")
@@ -382,11 +242,7 @@ def _driver(graph):
             expr = scalar_expr(n, plan.scalar[i], plan.scalar_ufunc[i], names, plan.scalar_values)
             drv.globs.update(SCALAR_GLOBALS)
         elif uf is not None:
-            outarg = ""
-            if target is not None and target[0] == "inplace":
-                outarg = names[target[1]]
-            elif target is not None:
-                outarg = target[1].views[(tuple(n.out.shape), n.out.dtype)]
+            outarg = names[target] if target is not None else view_of.get(n.out.name, "")
             args = [drv.arg(x) for x in n.inputs]
             o = f", out={outarg}" if outarg else ""
             if uf == "clamp":
@@ -409,24 +265,15 @@ def _driver(graph):
                 args[1] = f"c_rhs({args[1]})"
                 drv.globs["c_rhs"] = _c_rhs
             expr = drv.call(n, args)
-        comment = where(n) + (" [in place]" if target and target[0] == "inplace" else "")
+        comment = where(n) + (" [in place]" if target is not None else "")
         drv.step(f"{names[n.out.name]} = {expr}", comment, [n.out.name],
                  [v.name for v in n.input_values()], [n.out.name])
-    nb = len(plan.buffers)
+    nb = len(plan.memory.buffers)
     drv.notes.append(f"# {len(graph.nodes)} nodes; {nb} planned buffer{'s' if nb != 1 else ''}")
-    if plan.has_plan:
-        drv.notes.append(f"# memory plan: {plan.followed} planned value{'s' if plan.followed != 1 else ''} "
-                         "written with out=")
-        if plan.kernel_planned:
-            drv.notes += wrap_comment("#   kernel calls keep fresh arrays: ", plan.kernel_planned)
-        drv.notes += [f"#   not followed for {v}: {why}" for v, why in plan.dropped]
-    for j, b in enumerate(plan.buffers):
-        drv.buffers.append((None, f"raw{j} = np.empty({b.nbytes}, np.uint8)"))
-    for j, b in enumerate(plan.buffers):
-        for (shape, dtype), name in b.views.items():
-            size = math.prod(shape) * np.dtype(dtype).itemsize
-            view = f"raw{j}[:{size}].view({np_type(dtype)}).reshape({literal(tuple(shape))})"
-            drv.buffers.append((name, f"{name} = {view}"))
+    mp = plan.memory
+    drv.notes.append(f"# memory plan{'' if plan.has_plan else ' (in place only: the graph has none)'}: "
+                     f"{len(mp.buffer)} value{'s' if len(mp.buffer) != 1 else ''} in buffers, "
+                     f"{len(mp.inplace)} written in place")
     drv.buffer_note = "planned buffers: allocated once per buffer set, reused by every call"
     drv.updated = list(plan.targets)
     drv.float_inputs = plan.scalar_inputs
@@ -436,21 +283,17 @@ def _driver(graph):
 def build_program(graph):
     drv, plan = _driver(graph)
     program = drv.load()
-    program.buffers = [(name, tuple(shape), dtype) for b in plan.buffers
-                       for (shape, dtype), name in b.views.items()]
+    values = {n.out.name: n.out for n in graph.nodes}
+    program.buffers = list({view: (view, tuple(values[v].shape), values[v].dtype)
+                            for v, view in plan.view_of.items()}.values())
     program.pool = program.__globals__["POOL"]
     return program
 
 
-def plannable(node):
-    """Can this node write into a given buffer (a direct ufunc call with out=)? Kernel calls
-    always make fresh arrays."""
-    return _direct(node, _direct_table()) is not None
-
-
 def plan_memory(graph):
-    """passes.memplan, fed by what this backend can write into a given buffer."""
-    return memplan(graph, plannable=plannable)
+    """passes.memplan, fed by this backend's predicate (_Plan.writes): direct ufunc calls write
+    where the plan says, kernel calls make fresh arrays, Python-float scalars no array."""
+    return graph.copy(memory_plan=_Plan(graph, per_call_attrs(graph), replan=True).memory)
 
 
 class NumpyBackend:

@@ -10,7 +10,7 @@ is the first five, PIPELINE all but decompose; backends name theirs as `pipeline
     fold       constant folding into `full` nodes
     schedule   a node order with a lower peak of live bytes
     fusion     groups of elementwise ops + a trailing reduction -> graph.fusion_groups
-    memplan    buffer reuse by liveness, in place where safe -> meta["memory_plan"]
+    memplan    where each value lives: buffers by liveness, in place where safe -> graph.memory_plan
 
 With EAGERC_DEBUG=1 the verifier runs after every pass (and the memory plan is checked);
 with EAGERC_DUMP_IR=1 the program is printed after every pass with the pass's name and
@@ -36,7 +36,7 @@ __all__ = ["optimize", "CLEANUP", "PIPELINE", "dce", "cse", "simplify", "fold", 
 # the clean-up every pipeline starts with; exported programs stop here (the runtime interprets
 # the graph; export schedules the final graph itself)
 CLEANUP = [dce, cse, simplify, fold, dce]
-# the full pipeline: scheduling, fusion groups and a memory plan in graph.meta. Each backend
+# the full pipeline: scheduling, fusion groups and a memory plan (graph.memory_plan). Each backend
 # names its own (`backend.pipeline`: numpy's plans only what it writes with out=, c and cuda
 # decompose and fuse for their kernels), run once by `optimize` before `backend.compile`
 PIPELINE = CLEANUP + [schedule, fusion, memplan]
@@ -58,8 +58,7 @@ def optimize(graph, passes=None):
         ms = (time.perf_counter() - t0) * 1e3
         if debug:
             verify(graph)
-            if "memory_plan" in graph.meta:
-                check_memory_plan(graph)
+            check_memory_plan(graph)
         if dump:
             print(f"# Constructed by {p.__name__} (took {ms:.2f} ms)\n{graph}{_meta_lines(graph)}",
                   file=sys.stderr)
@@ -71,9 +70,9 @@ def _meta_lines(graph):
     lines = []
     for i, g in enumerate(graph.fusion_groups or ()):
         lines.append(f"# fusion{i}: [{', '.join(g)}]")
-    plan = graph.meta.get("memory_plan")
+    plan = graph.memory_plan
     if plan is not None:
-        lines.append(f"# memory plan: {len(plan)} values in {len(graph.meta.get('buffers', ()))} buffers, "
-                     f"{len(graph.meta.get('inplace', ()))} in place; peak {peak_bytes(graph)} -> "
-                     f"{peak_bytes(graph, plan)} bytes")
+        lines.append(f"# memory plan: {len(plan.buffer)} values in {len(plan.buffers)} buffers, "
+                     f"{len(plan.inplace)} in place; peak {peak_bytes(graph)} -> "
+                     f"{peak_bytes(graph, plan.buffer)} bytes")
     return "".join("\n" + line for line in lines)

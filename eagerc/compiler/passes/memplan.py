@@ -1,93 +1,190 @@
-"""Memory planning by liveness: which buffer each intermediate value is written into.
+"""Memory planning: where each value a program makes lives. One plan, read by the backends.
 
-Lifetimes. A value lives from its node to the last node that reads it or any view of
-it (util.alias_roots: a view keeps its base's buffer busy). Two values may share a
-buffer when their lifetimes are disjoint; a value defined at the node that last reads
-another still overlaps it (a node's output never shares memory with an input it is
-reading) -- except in place:
+A backend says what it can do with a node through its predicate `writes(node)`:
+    OUT     it writes the result wherever the plan says (a ufunc's `out=`);
+    BUFFER  it writes the result into a buffer, never over an input (a fused kernel's output);
+    FRESH   it always gets a new array (a kernel call);
+    NONE    the value is no array at all (a Python float; a value inside a fused kernel).
+Views (ops declared `aliases`, util.may_alias) own no memory. Backends that run several
+nodes as one unit (a fused kernel reads all its inputs and writes all its outputs at once)
+say so with `units` ({node index: unit index}): lifetimes are then counted in units; and
+`takes` ({value: input}) names outputs the backend writes over an input itself (a C
+kernel's optimizer update into its parameter). The plan (ir.MemoryPlan) then names, for
+each OUT (BUFFER) value, one of these places (the second only for OUT), tried in this order:
 
-In place: an elementwise node may write its result into an input that dies at this
-node, when that input is a planned value (not a view, not a graph input), has the
-output's shape and dtype, and no other input of the node is a view of it (numpy's
-ufuncs handle an `out=` that *is* an input, not one that overlaps it shifted). The
-two values then form one chain with one buffer.
+1. The array of a mutation target (an optimizer step's `w <- w - lr * g`): the target T is
+   a graph input written back once, not returned, and read for the last time by an
+   elementwise OUT node of T's shape and dtype; that node's output dies likewise at the
+   next such node, and so on until the chain reaches the mutation value. Every node of it
+   writes into T's own array, and the write-back has nothing to copy.
+2. In place into a dying input: an elementwise OUT node may write into an input that
+   dies at this node (nothing reads it, or a view of it, later), that is memory this
+   program made (a fresh array, a buffer; not a view, not a graph input), has the
+   output's shape and dtype, and that no other input of the node views (a shifted
+   overlap). Into a buffer only when the result stays inside the program.
+3. A buffer, allocated once per program and reused by every call: only for values whose
+   memory never escapes (not returned, not written back, not reachable from those
+   through views), so no call hands out memory that the next one overwrites; not for
+   symbolic shapes.
+Anything else gets a fresh array.
 
-Assignment: greedy by size (as TFLite's shared-object planner). Chains are taken
-largest first; each goes into the smallest existing buffer of its dtype whose chains
-are all disjoint from it in time, else into a new buffer. Since larger chains come
-first, a buffer is never too small for a later chain and never grows. Per buffer the
-busy intervals are kept sorted, so each test is a bisection; at most SEARCH buffers are
-tried (the smallest ones) before a new one is made, which keeps the pass linear on
-graphs with thousands of live values at once.
+Lifetimes (`alias_ends`): a value lives from its node to the last node that reads it or
+any view of it; a value defined at the node that last reads another still overlaps it,
+except for the in-place hand-over. Values that share memory in place form one chain.
 
-Not planned: graph inputs, outputs and mutation values and everything they view (the
-user receives those arrays), views (they own no memory), symbolic shapes.
+Assignment: greedy by size (as TFLite's shared-object planner). Buffer chains are taken
+largest first; each goes into the smallest existing buffer of its dtype whose chains are
+all disjoint from it in time, else into a new buffer. Since larger chains come first, a
+buffer is never too small for a later chain and never grows. Per buffer the busy intervals
+are kept sorted, so each test is a bisection; at most SEARCH buffers are tried (the
+smallest ones) before a new one is made, which keeps the pass linear on graphs with
+thousands of live values at once.
 
-Result, all JSON-plain:
-    meta["memory_plan"] = {value name: buffer id}
-    meta["inplace"]     = [value names written into their dying input's buffer]
-    meta["buffers"]     = [{"dtype": ..., "numel": ...}] indexed by buffer id
-`peak_bytes(graph)` / `peak_bytes(graph, plan=True)` measure the peak without / with it;
-`check_memory_plan(graph)` proves that no two values alive at once share a buffer.
+`check_memory_plan(graph)` proves a plan safe (every backend may follow it blindly);
+`peak_bytes(graph)` / `peak_bytes(graph, plan=True)` measure the peak without / with it.
 """
 import math
 from bisect import bisect_left
 
-from .util import is_elementwise, last_reads, may_alias, numel, peak_bytes
+from ...runtime.ir import MemoryPlan
+from .util import alias_roots, is_elementwise, may_alias, numel, peak_bytes
 
-__all__ = ["memplan", "peak_bytes", "check_memory_plan", "planned_bytes", "alias_ends", "returned", "SEARCH"]
+__all__ = ["memplan", "peak_bytes", "check_memory_plan", "planned_bytes", "alias_ends", "returned", "SEARCH",
+           "OUT", "BUFFER", "FRESH", "NONE"]
 
 SEARCH = 64   # buffers tried per value (smallest first) before a new one: keeps the pass linear
+OUT, BUFFER, FRESH, NONE = "out", "buffer", "fresh", "none"
 
 
-def memplan(graph, plannable=None):
-    """Plan buffers for `graph`; `plannable(node) -> bool` (optional) names the nodes a backend
-    can write into a given buffer (e.g. ufuncs with `out=`): the others keep fresh arrays."""
-    root, last, pinned = last_reads(graph)
-    chain_of = {}   # planned value -> index of its chain in `chains`
-    chains = []     # [dtype, numel, start, end, [value names]]
-    inplace = []
+class _Storage:
+    """Memory a chain of values lives in: 'fresh', 'buffer' (a buffer candidate) or 'target'."""
+    __slots__ = ("kind", "start", "end", "members", "dtype", "size")
+
+    def __init__(self, kind, start, end, first, dtype=None, size=None):
+        self.kind, self.start, self.end, self.members = kind, start, end, [first]
+        self.dtype, self.size = dtype, size
+
+
+def memplan(graph, writes=None, buffers=True, units=None, takes=None):
+    """`graph` with its MemoryPlan. `writes(node)` is the backend's predicate (OUT, BUFFER, FRESH
+    or NONE; default OUT for every node); buffers=False plans in place only (no buffers);
+    `units` and `takes` as in the module docstring."""
+    ends = alias_ends(graph)
+    if units is not None:
+        ends = {v: e if e == math.inf else units[e] for v, e in ends.items()}
+    root = alias_roots(graph)
+    what = {}
     for i, n in enumerate(graph.nodes):
-        out = n.out
-        size = numel(out.shape)
-        if may_alias(n) or out.name in pinned or size is None or (plannable is not None and not plannable(n)):
+        what[i] = None if may_alias(n) else (OUT if writes is None else writes(n))
+    storage = {}    # value name -> its _Storage (fresh values, chains and targets)
+    inplace, targets = _target_chains(graph, what, ends, units)
+    for v, t in (takes or {}).items():
+        inplace[v] = t
+        targets.append(t)
+    for t in targets:
+        storage[t] = _Storage("target", -1, math.inf, t)
+    for k, n in enumerate(graph.nodes):
+        w, out, i = what[k], n.out, k if units is None else units[k]
+        if w is None or w == NONE:
             continue
-        end = last.get(out.name, i)
-        v = _inplace_input(n, i, chain_of, root, last) if is_elementwise(n) else None
-        if v is not None:
-            c = chains[chain_of[v]]
-            c[3] = end
-            c[4].append(out.name)
-            chain_of[out.name] = chain_of[v]
-            inplace.append(out.name)
+        if out.name in inplace:                      # a target chain
+            st = storage[inplace[out.name]]
         else:
-            chain_of[out.name] = len(chains)
-            chains.append([out.dtype, size, i, end, [out.name]])
-    plan, buffers, busy = {}, [], []   # busy[b] = (sorted starts, ends)
+            x = _dying_input(n, i, storage, ends, root) if w == OUT and is_elementwise(n) else None
+            if x is not None:
+                inplace[out.name] = x
+                st = storage[x]
+                st.end = max(st.end, ends[out.name])
+            else:
+                kind = "buffer" if w in (OUT, BUFFER) and buffers and ends[out.name] != math.inf \
+                    and numel(out.shape) is not None else "fresh"
+                storage[out.name] = _Storage(kind, i, ends[out.name], out.name, out.dtype, numel(out.shape))
+                continue
+        st.members.append(out.name)
+        storage[out.name] = st
+    chains = {id(st): st for st in storage.values() if st.kind == "buffer"}.values()
+    plan, sizes = _assign(chains)
+    order = [n.out.name for n in graph.nodes]
+    return graph.copy(memory_plan=MemoryPlan({v: plan[v] for v in order if v in plan},
+                                             {v: inplace[v] for v in order if v in inplace}, sizes))
+
+
+def _dying_input(n, i, storage, ends, root):
+    """An input whose memory node `n` may overwrite (rule 2 of the module docstring), or None."""
+    out, vals = n.out, n.input_values()
+    escapes = ends[out.name] == math.inf
+    for v in vals:
+        st = storage.get(v.name)
+        if st is None or st.kind == "target" or st.end != i or (st.kind == "buffer" and escapes) \
+                or tuple(v.shape) != tuple(out.shape) or v.dtype != out.dtype:
+            continue
+        if all(u is v or root[u.name] != v.name for u in vals):
+            return v.name
+    return None
+
+
+def _target_chains(graph, what, ends, units):
+    """({value name: the input it overwrites}, [targets]): the mutation chains of rule 1."""
+    reader = {}   # value name -> (node index, output) where it dies, read by an elementwise OUT node
+    for j, n in enumerate(graph.nodes):
+        if what[j] != OUT or not is_elementwise(n):
+            continue
+        for x in n.input_values():
+            if ends.get(x.name) == (j if units is None else units[j]) and x.name not in reader \
+                    and tuple(x.shape) == tuple(n.out.shape) and x.dtype == n.out.dtype:
+                reader[x.name] = (j, n.out)
+                break
+    counts = {}   # a target written twice, or a value written to two targets: leave alone
+    for t, v in graph.mutations:
+        counts[t] = counts.get(t, 0) + 1
+        counts[v.name] = counts.get(v.name, 0) + 1
+    inputs = {v.name: v for _, v in graph.inputs}
+    escaping = returned(graph)
+    forced, targets = {}, []   # node index -> (its value, the input it overwrites)
+    for target, mv in graph.mutations:
+        m, v = mv.name, inputs.get(target)
+        if v is None or target.endswith(".grad") or counts[target] > 1 or counts[m] > 1 or m in escaping \
+                or ends.get(target) == math.inf or numel(v.shape) is None:
+            continue
+        chain, x = [], target
+        while x in reader and x != m:
+            j, out = reader[x]
+            if out.name != m and ends[out.name] == math.inf:
+                break
+            chain.append((j, x, out.name))
+            x = out.name
+        if x != m or not chain or any(j in forced for j, _, _ in chain):
+            continue
+        for j, prev, name in chain:
+            forced[j] = (name, prev)
+        targets.append(target)
+    return dict(forced.values()), targets
+
+
+def _assign(chains):
+    """({value name: buffer id}, [(dtype, numel)]): the greedy assignment of the docstring."""
+    plan, sizes, busy = {}, [], []     # busy[b] = (sorted starts, ends)
     by_dtype = {}                      # dtype -> buffer ids, largest first (creation order)
-    for dtype, size, start, end, names in sorted(chains, key=lambda c: (-c[1], c[2])):
+    for st in sorted(chains, key=lambda c: (-c.size, c.start)):
+        size = st.size
         best = None
-        ids = by_dtype.setdefault(dtype, [])
+        ids = by_dtype.setdefault(st.dtype, [])
         for k in range(len(ids) - 1, max(len(ids) - 1 - SEARCH, -1), -1):   # smallest first
-            if _free(busy[ids[k]], start, end):
+            if _free(busy[ids[k]], st.start, st.end):
                 best = ids[k]
                 break
         if best is None:
-            ids.append(len(buffers))
-            best = len(buffers)
-            buffers.append({"dtype": dtype, "numel": size})
+            ids.append(len(sizes))
+            best = len(sizes)
+            sizes.append((st.dtype, size))
             busy.append(([], []))
         starts, ends = busy[best]
-        k = bisect_left(starts, start)
-        starts.insert(k, start)
-        ends.insert(k, end)
-        for name in names:
+        k = bisect_left(starts, st.start)
+        starts.insert(k, st.start)
+        ends.insert(k, st.end)
+        for name in st.members:
             plan[name] = best
-    g = graph.copy()
-    g.meta["memory_plan"] = {n.out.name: plan[n.out.name] for n in graph.nodes if n.out.name in plan}
-    g.meta["inplace"] = inplace
-    g.meta["buffers"] = buffers
-    return g
+    return plan, sizes
 
 
 def _free(busy, start, end):
@@ -99,50 +196,89 @@ def _free(busy, start, end):
     return k == len(starts) or starts[k] > end
 
 
-def _inplace_input(n, i, planned, root, last):
-    vals = n.input_values()
-    for v in vals:
-        if v.name in planned and root[v.name] == v.name and last[v.name] == i \
-                and tuple(v.shape) == tuple(n.out.shape) and v.dtype == n.out.dtype \
-                and all(u is v or root[u.name] != v.name for u in vals):
-            return v.name
-    return None
-
-
 def check_memory_plan(graph):
-    """Raise ValueError if two values share a buffer while both are alive (in-place hand-over at
-    the reading node excepted), a buffer is too small or of the wrong dtype, or a value the
-    user receives is planned."""
-    plan = graph.meta.get("memory_plan", {})
-    buffers = graph.meta.get("buffers", [])
-    inplace = set(graph.meta.get("inplace", ()))
-    root, last, pinned = last_reads(graph)
-    index = {n.out.name: i for i, n in enumerate(graph.nodes)}
-    owner = {}   # buffer id -> (value name, last index) currently holding it
+    """Raise ValueError unless following graph.memory_plan is safe: no value overwrites memory
+    that a live value (or a view of it) still holds, in-place hand-overs excepted; buffers hold
+    nothing the user receives and fit their values; a mutation target's array is written only
+    by its own chain, ending at the value written back; views and graph inputs keep theirs."""
+    plan = graph.memory_plan
+    if plan is None:
+        return graph
+    ends, root = alias_ends(graph), alias_roots(graph)
+    inputs = {v.name for _, v in graph.inputs}
+    escaping = returned(graph)
+    counts = {}
+    for t, v in graph.mutations:
+        counts[t] = counts.get(t, 0) + 1
+        counts[v.name] = counts.get(v.name, 0) + 1
+    target_of = {v.name: t for t, v in graph.mutations if counts[t] == counts[v.name] == 1}
+    taken = {x: v for v, x in plan.inplace.items()}   # value -> the value written into its memory
+    where = {}    # value name -> its memory: ("buffer", id), ("input", name) or ("fresh", name)
+    owner = {}    # memory -> (value name, last index) holding it now
     for i, n in enumerate(graph.nodes):
-        b = plan.get(n.out.name)
-        if b is None:
+        name, b, x = n.out.name, plan.buffer.get(n.out.name), plan.inplace.get(n.out.name)
+        if b is None and x is None:
+            if not may_alias(n):
+                where[name] = ("fresh", name)
+                owner[where[name]] = (name, ends[name])
             continue
-        if n.out.name in pinned or may_alias(n):
-            raise ValueError(f"memory plan: {n.out.name} is an output, mutation or view and must not be planned")
-        buf = buffers[b]
-        if buf["dtype"] != n.out.dtype or buf["numel"] < numel(n.out.shape):
-            raise ValueError(f"memory plan: buffer {b} ({buf}) cannot hold {n.out!r}")
-        prev = owner.get(b)
+        if may_alias(n):
+            raise ValueError(f"memory plan: {name} ({n.op}) is a view and owns no memory to plan")
+        if x is not None:
+            ins = n.input_values()
+            v = next((u for u in ins if u.name == x), None)
+            if v is None or tuple(v.shape) != tuple(n.out.shape) or v.dtype != n.out.dtype:
+                raise ValueError(f"memory plan: {name} is written in place into {x!r}, not an input of "
+                                 "its shape and dtype")
+            if any(u is not v and root[u.name] == x for u in ins):
+                raise ValueError(f"memory plan: {name} is written into {x}, which another input views")
+            if x in inputs:
+                if target_of.get(_chain_end(taken, name)) != x or name in escaping:
+                    raise ValueError(f"memory plan: {name} is written into input {x!r}, but its chain does not "
+                                     f"end at the value written back to {x!r}")
+                where[x] = ("input", x)
+                owner[where[x]] = (x, ends.get(x, -1))
+            mem = where.get(x)
+            if mem is None:
+                raise ValueError(f"memory plan: {name} is written into {x!r}, a view or a value without memory")
+        else:
+            if not 0 <= b < len(plan.buffers):
+                raise ValueError(f"memory plan: {name} names buffer {b}; the plan has {len(plan.buffers)}")
+            dtype, size = plan.buffers[b]
+            if dtype != n.out.dtype or numel(n.out.shape) is None or size < numel(n.out.shape):
+                raise ValueError(f"memory plan: buffer {b} ({dtype}[{size}]) cannot hold {n.out!r}")
+            mem = ("buffer", b)
+        if mem[0] == "input" and (name in escaping or ends[name] == math.inf and target_of.get(name) != mem[1]):
+            raise ValueError(f"memory plan: {name} is written into input {mem[1]!r} and also returned or "
+                             "written elsewhere")
+        if mem[0] == "buffer" and ends[name] == math.inf:
+            raise ValueError(f"memory plan: {name} is returned or written back and must not be in a buffer "
+                             "(the next call overwrites it)")
+        if b is not None and mem != ("buffer", b):
+            raise ValueError(f"memory plan: {name} is in buffer {b} but written into {x}, held elsewhere")
+        prev = owner.get(mem)
         if prev is not None:
-            name, end = prev
-            handover = n.out.name in inplace and end == i and name in {v.name for v in n.input_values()}
-            if end >= i and not handover:
-                raise ValueError(f"memory plan: {n.out.name} (defined at node {i}) reuses buffer {b} "
-                                 f"while {name} (defined at node {index[name]}, read until node {end}) is alive")
-        owner[b] = (n.out.name, last.get(n.out.name, i))
+            held, end = prev
+            if end > i or (end == i and held != x):
+                raise ValueError(f"memory plan: {name} (defined at node {i}) overwrites {held} (read until "
+                                 f"node {end}) in {mem[0]} {mem[1]}")
+        where[name] = mem
+        owner[mem] = (name, ends[name])
     return graph
+
+
+def _chain_end(taken, name):
+    """The last value of the in-place chain through `name`."""
+    while name in taken:
+        name = taken[name]
+    return name
 
 
 def planned_bytes(graph):
     """Total bytes of the planned buffers."""
     from ...runtime import dtypes
-    return sum(b["numel"] * dtypes.as_dtype(b["dtype"]).itemsize for b in graph.meta.get("buffers", []))
+    plan = graph.memory_plan
+    return sum(n * dtypes.as_dtype(d).itemsize for d, n in plan.buffers) if plan is not None else 0
 
 
 def alias_ends(graph):

@@ -26,12 +26,8 @@ from ...runtime import dtypes
 from ...runtime.ops import OPS, load_all
 
 __all__ = ["is_random", "may_alias", "ELEMENTWISE", "REDUCTIONS", "is_elementwise", "numel", "nbytes",
-           "alias_roots", "Escape", "rewrite", "ANALYSIS_META", "attrs_key", "const_key",
+           "alias_roots", "Escape", "rewrite", "attrs_key", "const_key",
            "last_reads", "peak_bytes", "schedule_peak", "successors", "drop_analysis"]
-
-# meta keys that describe one node order / node set (with Graph.fusion_groups); a pass that
-# changes either drops them
-ANALYSIS_META = ("memory_plan", "inplace", "buffers")
 
 load_all()
 ELEMENTWISE = frozenset(n for n, op in OPS.items() if op.pointwise)
@@ -161,9 +157,9 @@ def rewrite(graph, visit):
 
 
 def drop_analysis(graph):
+    """Forget the analyses that describe one node order / node set (a pass changed them)."""
     graph.fusion_groups = None
-    for k in ANALYSIS_META:
-        graph.meta.pop(k, None)
+    graph.memory_plan = None
     return graph
 
 
@@ -229,11 +225,11 @@ def peak_bytes(graph, plan=None, symbolic=1):
     """Peak bytes of the graph's intermediates, without or with a memory plan.
 
     Without a plan: `schedule_peak` (every value its own allocation, freed after last use).
-    With a plan ({value name: buffer id}, default graph.meta["memory_plan"] when plan=True):
+    With a plan ({value name: buffer id}, default graph.memory_plan.buffer when plan=True):
     all planned buffers (each as large as its largest value) plus the peak of the values
     the plan leaves out (outputs, mutation values, symbolic shapes)."""
     if plan is True:
-        plan = graph.meta.get("memory_plan", {})
+        plan = graph.memory_plan.buffer if graph.memory_plan is not None else {}
     if plan is None:
         return schedule_peak(graph, symbolic=symbolic)
     buffers = {}
