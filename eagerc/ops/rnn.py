@@ -139,9 +139,11 @@ def _lstm_layer_grad(node, g):
     T, B, H = out.shape[1:]
     dxg = d[:T]
     dw = None
-    if node.next[3] is not None:   # sum_t d gates_t^T h_{t-1}: one product over every step
-        hprev = cat([h0.unsqueeze(0), out[0, :T - 1]]).reshape(T * B, H)
-        dw = apply(_LINEAR, (dxg.reshape(T * B, 4 * H).t(), hprev.t(), None))
+    if node.next[3] is not None:   # sum_t d gates_t^T h_{t-1}: one product over steps 1.., h_{t-1} read
+        dw = apply(_LINEAR, (dxg[0].t(), h0.t(), None))    # in place in the output, plus step 0's from h0
+        if T > 1:
+            dw = dw + apply(_LINEAR, (dxg[1:].reshape((T - 1) * B, 4 * H).t(), out[0, :T - 1].reshape((T - 1) * B, H).t(),
+                                      None))
     return dxg, d[T, :, :H], d[T, :, H:2 * H], dw
 
 
