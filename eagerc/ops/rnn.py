@@ -148,7 +148,7 @@ def _lstm_layer_grad(node, g):
 
 
 defgrad_node("lstm_cell", _lstm_cell_grad, saves_inputs=True)
-defgrad_node("lstm_layer", _lstm_layer_grad, saves_inputs=True, saves_output=True)
+defgrad_node("lstm_layer", _lstm_layer_grad, saves_inputs=("h0", "c0", "w_hh"), saves_output=True)
 defgrad_node("gru_cell", _gru_cell_grad, saves_inputs=True)
 defdecomp("lstm_cell", lstm_cell_decomposed)
 defdecomp("lstm_cell_backward", lstm_cell_backward_decomposed)
