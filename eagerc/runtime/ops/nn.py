@@ -827,9 +827,9 @@ def _lstm_layer_backward(xp):
         blocks of the saved gates, which stay in cache (whole-sequence passes would stream the
         reserve through memory ~10 times). The gate gradients are formed in a contiguous gate-major
         scratch, where each pass is one run over memory (a pass over the result's strided [i, f, g, o]
-        blocks costs twice as much), and land in the result with the last multiply; the four
-        activations' derivatives are two passes over that scratch: (1 - a)(a + k), a (1 - a) for the
-        sigmoids (k = 0) and 1 - a^2 for tanh's g (k = 1)."""
+        blocks costs twice as much), and land in the result with the last multiply; all four
+        activations' derivatives come from four passes over whole steps: (1 - a)(a + k) is a (1 - a)
+        for the sigmoids (k = 0) and 1 - a^2 for tanh's g (k = 1)."""
         T, B, H = out.shape[1:]
         dt = out.dtype
         res = xp.empty((T + 1, B, 4 * H), dtype=dt)
