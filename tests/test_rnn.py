@@ -177,6 +177,25 @@ def test_second_derivatives_through_the_lstm_layer():
                                                                          create_graph=True)[0], (x,))
 
 
+def test_the_lstm_layer_node_keeps_only_what_its_derivative_reads():
+    """The lstm_layer node saves h0, c0, W_hh and its output (the gates' reserve), not the input
+    projections (T x B x 4H, its largest input: freed after the forward); the gradient is still
+    the reference's (finite differences above). A name that is not an input is refused."""
+    from eagerc.autograd.formulas import defgrad_node
+    m = nn.LSTM(3, 2).double()
+    x = eagerc.tensor(np.random.default_rng(6).standard_normal((4, 2, 3)), requires_grad=True)
+    out, _ = m(x)
+    todo, node = [out.grad_fn], None
+    while todo and node is None:
+        n = todo.pop()
+        node = n if n.op.name == "lstm_layer" else None
+        todo += [e for e in n.next if e is not None and hasattr(e, "op")]
+    assert node is not None and node.saved[0] is None and node.out is not None
+    assert all(node.saved[i] is not None for i in (1, 2, 3))
+    with pytest.raises(TypeError, match=r"saves_inputs names \['x'\], not its inputs"):
+        defgrad_node("lstm_layer", None, saves_inputs=("x",))
+
+
 # ---------------------------------------------------------------- cells
 
 

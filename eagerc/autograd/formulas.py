@@ -77,15 +77,23 @@ def defgrad(name, *formulas):
 
 
 def defgrad_node(name, fn, saves_inputs=False, saves_output=False):
-    """One function for the whole node: fn(node, g) -> per-input gradients. With `saves_output`
-    the node keeps its output as well (read with engine._saved_output), e.g. a recurrence's states."""
+    """One function for the whole node: fn(node, g) -> per-input gradients. `saves_inputs`: True
+    for every input, or the names of the inputs fn reads (the others are freed with the forward's
+    last use, e.g. a recurrence's input projections); with `saves_output` the node keeps its
+    output as well (read with engine._saved_output), e.g. a recurrence's states."""
     op = get(name)
+    names = op.inputs if saves_inputs is True else tuple(saves_inputs or ())
+    unknown = [p for p in names if p not in op.inputs]
+    if unknown:
+        raise TypeError(f"derivative of {name}: saves_inputs names {unknown}, not its inputs {op.inputs}")
     op.grads = fn
     op.grad_params = None
-    op.save_table = SAVE_ALL if saves_inputs else None
-    if saves_output:
-        everything = (tuple(range(len(op.inputs))) if saves_inputs else (), True, True)
-        op.save_table = [everything] * (1 << len(op.inputs))
+    if saves_inputs is True and not saves_output:
+        op.save_table = SAVE_ALL
+    elif names or saves_output:
+        op.save_table = [(tuple(op.inputs.index(p) for p in names), bool(saves_output), True)] * (1 << len(op.inputs))
+    else:
+        op.save_table = None
     return op
 
 

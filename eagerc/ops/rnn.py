@@ -139,14 +139,16 @@ def _lstm_layer_grad(node, g):
     T, B, H = out.shape[1:]
     dxg = d[:T]
     dw = None
-    if node.next[3] is not None:   # sum_t d gates_t^T h_{t-1}: one product over every step
-        hprev = cat([h0.unsqueeze(0), out[0, :T - 1]]).reshape(T * B, H)
-        dw = apply(_LINEAR, (dxg.reshape(T * B, 4 * H).t(), hprev.t(), None))
+    if node.next[3] is not None:   # sum_t d gates_t^T h_{t-1}: one product over steps 1.., h_{t-1} read
+        dw = apply(_LINEAR, (dxg[0].t(), h0.t(), None))    # in place in the output, plus step 0's from h0
+        if T > 1:
+            dw = dw + apply(_LINEAR, (dxg[1:].reshape((T - 1) * B, 4 * H).t(), out[0, :T - 1].reshape((T - 1) * B, H).t(),
+                                      None))
     return dxg, d[T, :, :H], d[T, :, H:2 * H], dw
 
 
 defgrad_node("lstm_cell", _lstm_cell_grad, saves_inputs=True)
-defgrad_node("lstm_layer", _lstm_layer_grad, saves_inputs=True, saves_output=True)
+defgrad_node("lstm_layer", _lstm_layer_grad, saves_inputs=("h0", "c0", "w_hh"), saves_output=True)
 defgrad_node("gru_cell", _gru_cell_grad, saves_inputs=True)
 defdecomp("lstm_cell", lstm_cell_decomposed)
 defdecomp("lstm_cell_backward", lstm_cell_backward_decomposed)

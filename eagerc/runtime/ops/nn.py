@@ -670,13 +670,14 @@ _GATE_AFFINE = {}
 
 
 def _lstm_affine(xp, H, dtype):
-    """(scale, shift) over the 4H gates: sigmoid(x) = 0.5 tanh(0.5 x) + 0.5 for i, f, o and tanh(x)
-    for g, so all four activations are three passes over one array: tanh(a * scale) * scale + shift."""
+    """(scale, shift, k) over the 4H gates: sigmoid(x) = 0.5 tanh(0.5 x) + 0.5 for i, f, o and tanh(x)
+    for g, so all four activations are three passes over one array: tanh(a * scale) * scale + shift;
+    and k (1 for g, else 0), so that all four derivatives from the activated a are (1 - a)(a + k)."""
     key = (xp.__name__, H, dtype)
     if key not in _GATE_AFFINE:
         scale = xp.full(4 * H, 0.5, dtype=dtype)
         scale[2 * H:3 * H] = 1.0
-        _GATE_AFFINE[key] = scale, 1.0 - scale
+        _GATE_AFFINE[key] = scale, 1.0 - scale, 2.0 * scale - 1.0
     return _GATE_AFFINE[key]
 
 
@@ -695,7 +696,7 @@ def _lstm_gates(xp, xg, hg):
     a = xp.empty(xg.shape, dtype=xg.dtype)
     xp.add(xg, hg, out=a)
     H = a.shape[-1] // 4
-    return _lstm_activate_(xp, a, *_lstm_affine(xp, H, a.dtype)), H
+    return _lstm_activate_(xp, a, *_lstm_affine(xp, H, a.dtype)[:2]), H
 
 
 def _lstm_cell(xp):
@@ -788,26 +789,31 @@ def _gru_cell_backward(xp):
 
 
 def _lstm_layer(xp):
-    linear = _linear(xp)
-
     def lstm_layer(xg, h0, c0, w_hh):
         """(6, T, B, H): every step's h, c and activated gates i, f, g, o -- the LSTM recurrence
         over the input projections xg (T, B, 4H: x W_ih^T plus both biases) from (h0, c0), with
         `lstm_cell`'s gate math. The gates are what the backward reads (cuDNN's "reserve space"),
-        so it recomputes nothing; one product h W_hh^T per step."""
+        so it recomputes nothing. Per step: one product W_hh h^T into a preallocated buffer, whose
+        (4H, B) rows are already gate-major (BLAS's faster few-rows orientation, as linear's; no
+        transposing copy), and ten in-place passes over the step's blocks, written into the result."""
         T, B, H = xg.shape[0], h0.shape[0], h0.shape[1]
         out = xp.empty((6, T, B, H), dtype=xg.dtype)
-        scale, shift = (v.reshape(4, 1, H) for v in _lstm_affine(xp, H, xg.dtype))   # gate-major
+        scale, shift = (v.reshape(4, 1, H) for v in _lstm_affine(xp, H, xg.dtype)[:2])   # gate-major
+        hw = xp.empty((4 * H, B), dtype=xg.dtype)
+        hw4 = hw.reshape(4, H, B).transpose(0, 2, 1)              # (4, B, H): its [i, f, g, o] blocks
+        xg4 = xg.reshape(T, B, 4, H).transpose(0, 2, 1, 3)
+        ig = xp.empty((B, H), dtype=xg.dtype)
         h, c = h0, c0
         for t in range(T):
-            gates = out[2:, t]              # (4, B, H): the [i, f, g, o] blocks of the rows, gate-major
-            xp.add(xg[t].reshape(B, 4, H).transpose(1, 0, 2), linear(h, w_hh).reshape(B, 4, H).transpose(1, 0, 2),
-                   out=gates)
+            gates = out[2:, t]              # (4, B, H): the step's activated gates, in the reserve
+            xp.matmul(w_hh, h.T, out=hw)
+            xp.add(hw4, xg4[t], out=gates)
             i, f, g, o = _lstm_activate_(xp, gates, scale, shift)
             h, c_prev, c = out[0, t], c, out[1, t]
-            xp.multiply(f, c_prev, out=c)
-            c += i * g
-            xp.tanh(c, out=h)
+            xp.multiply(f, c_prev, out=c)   # c = f c_prev + i g
+            xp.multiply(i, g, out=ig)
+            c += ig
+            xp.tanh(c, out=h)               # h = o tanh(c)
             h *= o
         return out
     return lstm_layer
@@ -817,47 +823,47 @@ def _lstm_layer_backward(xp):
     def lstm_layer_backward(g, h0, c0, w_hh, out):
         """(T + 1, B, 4H) from g = d out: rows t < T d xg_t (the gates' gradients before activation,
         also those of h_{t-1} W_hh^T); row T [d h0 | d c0 | 0 | 0]. Back in time, one product
-        (d gates W_hh) per step and the gate math on that step's (B, H) blocks of the saved gates,
-        which stay in cache (whole-sequence passes would stream the reserve through memory ~10 times)."""
+        (d gates W_hh) per step into a preallocated buffer, and the gate math on that step's (B, H)
+        blocks of the saved gates, which stay in cache (whole-sequence passes would stream the
+        reserve through memory ~10 times). The gate gradients are formed in a contiguous gate-major
+        scratch, where each pass is one run over memory (a pass over the result's strided [i, f, g, o]
+        blocks costs twice as much), and land in the result with the last multiply; all four
+        activations' derivatives come from four passes over whole steps: (1 - a)(a + k) is a (1 - a)
+        for the sigmoids (k = 0) and 1 - a^2 for tanh's g (k = 1)."""
         T, B, H = out.shape[1:]
-        res = xp.empty((T + 1, B, 4 * H), dtype=out.dtype)
-        dh = xp.zeros((B, H), dtype=out.dtype)
-        dc = xp.zeros((B, H), dtype=out.dtype)
-        s = xp.empty((B, H), dtype=out.dtype)          # scratch: an activation's derivative
+        dt = out.dtype
+        res = xp.empty((T + 1, B, 4 * H), dtype=dt)
+        k = _lstm_affine(xp, H, dt)[2].reshape(4, 1, H)
+        dh, dc, tc, tmp = (xp.empty((B, H), dtype=dt) for _ in range(4))
+        d, s = xp.empty((4, B, H), dtype=dt), xp.empty((4, B, H), dtype=dt)
+        di, df, dg, do = d
+        dhT = xp.empty((H, B), dtype=dt)              # d gates W_hh, in linear's faster few-rows orientation
+        xp.copyto(dh, g[0, T - 1])
+        xp.copyto(dc, g[1, T - 1])
         for t in range(T - 1, -1, -1):
-            i, f, gg, o = out[2:, t]
-            di, df, dg, do = res[t].reshape(B, 4, H).transpose(1, 0, 2)
-            tc = xp.tanh(out[1, t])
-            dh += g[0, t]
-            xp.multiply(dh, tc, out=do)                # d o = (d h tanh(c) + its own) o (1 - o)
-            do += g[5, t]
-            xp.subtract(1.0, o, out=s)
-            s *= o
-            do *= s
-            tc *= tc                                   # d c += d h o (1 - tanh(c)^2), and c's own
-            xp.subtract(1.0, tc, out=tc)
-            tc *= o
-            tc *= dh
-            dc += tc
-            dc += g[1, t]
-            xp.multiply(dc, gg, out=di)                # d i = (d c g + its own) i (1 - i)
-            di += g[2, t]
-            xp.subtract(1.0, i, out=s)
-            s *= i
-            di *= s
-            xp.multiply(dc, c0 if t == 0 else out[1, t - 1], out=df)   # d f = (d c c_prev + its own) f (1 - f)
-            df += g[3, t]
-            xp.subtract(1.0, f, out=s)
-            s *= f
-            df *= s
-            xp.multiply(dc, i, out=dg)                 # d g = (d c i + its own) (1 - g^2)
-            dg += g[4, t]
-            xp.multiply(gg, gg, out=s)
-            xp.subtract(1.0, s, out=s)
-            dg *= s
-            dh = (w_hh.T @ res[t].T).T                 # d gates W_hh, in linear's faster few-rows orientation
-            dc *= f
-        res[T, :, :H] = dh
+            if t < T - 1:
+                xp.add(dhT.T, g[0, t], out=dh)        # d h: through step t + 1's gates, and its own
+                dc *= out[3, t + 1]                   # d c: through c_{t+1} = f c + i g, and its own
+                dc += g[1, t]
+            gates = out[2:, t]
+            i, f, gg, o = gates
+            xp.tanh(out[1, t], out=tc)
+            xp.multiply(dh, tc, out=do)               # d o = d h tanh(c)
+            xp.multiply(out[0, t], tc, out=tmp)       # d c += d h o (1 - tanh(c)^2) = d h (o - h tanh(c))
+            xp.subtract(o, tmp, out=tmp)
+            tmp *= dh
+            dc += tmp
+            xp.multiply(dc, gg, out=di)               # d i = d c g
+            xp.multiply(dc, c0 if t == 0 else out[1, t - 1], out=df)   # d f = d c c_prev
+            xp.multiply(dc, i, out=dg)                # d g = d c i
+            d += g[2:, t]                             # the gates' own gradients
+            xp.subtract(1, gates, out=s)              # through the activations: (1 - a)(a + k)
+            d *= s
+            xp.add(gates, k, out=s)
+            xp.multiply(d, s, out=res[t].reshape(B, 4, H).transpose(1, 0, 2))
+            xp.matmul(w_hh.T, res[t].T, out=dhT)
+        res[T, :, :H] = dhT.T
+        dc *= out[3, 0]
         res[T, :, H:2 * H] = dc
         res[T, :, 2 * H:] = 0
         return res
