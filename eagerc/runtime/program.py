@@ -236,8 +236,20 @@ def _validate(metadata, table, max_value_bytes, checksum, in_file):
     if len(producer) > 64:
         _fail("metadata 'eagerc_version' is longer than 64 characters")
 
-    gj = _parse_json(metadata["graph"], "graph")
-    graph = _read_graph(gj, max_value_bytes)
+    text = metadata["graph"]
+    try:
+        gj, bound = st.loads_json_counted(text, "metadata 'graph'", constants=True)
+    except st.FormatError as e:
+        _fail(str(e))
+    try:
+        graph, keys, colons = _read_graph(gj, max_value_bytes)
+    except _Invalid:
+        _parse_json(text, "graph")   # a repeated key explains the failure first
+        raise
+    try:
+        st.unique_keys(text, "metadata 'graph'", bound, keys, colons, constants=True)
+    except st.FormatError as e:
+        _fail(str(e))
     for target, _ in graph.mutations:
         if target.endswith(".grad"):
             _fail(f"graph: mutation target {target!r}: programs do not update gradients")
@@ -264,12 +276,18 @@ def _validate(metadata, table, max_value_bytes, checksum, in_file):
 
 
 def _read_graph(gj, max_value_bytes):
-    """The Graph of the graph JSON `gj`, checked: its schema (exactly what Graph.to_json writes,
-    sizes bounded) and, node by node as Graph.from_json builds it, what `verify` checks (values
-    defined before use and once, the op's shape/dtype rule), the size of its output and of its
-    temporary buffers. One walk over the nodes, each field read once: a large file holds
-    100,000s of them (a schema check, from_json and verify in turn took twice as long)."""
+    """(graph, keys, colons): the Graph of the graph JSON `gj`, checked: its schema (exactly what
+    Graph.to_json writes, sizes bounded) and, node by node as Graph.from_json builds it, what
+    `verify` checks (values defined before use and once, the op's shape/dtype rule), the size of
+    its output and of its temporary buffers. One walk over the nodes, each field read once: a
+    large file holds 100,000s of them (a schema check, from_json and verify in turn took half as
+    long again). keys, colons: what the walk saw, for safetensors_io.unique_keys."""
     _check_graph_json(gj)   # all but the nodes, which the reader checks
+    keys, colons = len(gj), 0
+    for k, v in gj.items():
+        if k != "nodes":
+            more, c = _json_counts(v)
+            keys, colons = keys + more, colons + c
     for item in gj["inputs"]:
         _check_input_size(item["name"], item["shape"], item["dtype"], max_value_bytes)
     reader = _NodeReader(max_value_bytes)
@@ -280,7 +298,26 @@ def _read_graph(gj, max_value_bytes):
         _fail(f"graph: {str(e)[:2000]}")
     except (ValueError, TypeError, KeyError, IndexError, AttributeError) as e:  # schema already checked
         _fail(f"graph: {e}")
-    return graph
+    return graph, keys + reader.keys, colons + reader.colons
+
+
+def _json_counts(x):
+    """(keys, colons) of the JSON value x: the sum of len() of its objects and the ':' in its
+    strings (for safetensors_io.unique_keys); for the small parts of a graph, whose nesting the
+    schema check has bounded."""
+    keys = colons = 0
+    stack = [x]
+    while stack:
+        v = stack.pop()
+        t = type(v)
+        if t is dict:
+            keys += len(v)
+            stack.extend(v.values())
+        elif t is list:
+            stack.extend(v)
+        elif t is str:
+            colons += v.count(":")
+    return keys, colons
 
 
 def _short(x, n=60):
@@ -540,13 +577,16 @@ class _NodeReader:
     explains a failure), that it reads values defined before it and defines a new one, that it
     is allowed in programs and its output fits max_value_bytes, its op's shape/dtype rule
     (verify.Rules) and its temporary buffers (the op's scratch rule). `env` is from_json's
-    name -> Value of what is defined so far."""
-    __slots__ = ("rules", "limit", "env")
+    name -> Value of what is defined so far. keys, colons: the keys of the objects it read and
+    the ':' in their strings where there may be some (loc, device): see safetensors_io.unique_keys
+    (an attribute holding an object or a string with a ':' is left to its strict parse)."""
+    __slots__ = ("rules", "limit", "env", "keys", "colons")
 
     def __init__(self, max_value_bytes):
         self.rules = Rules()
         self.limit = max_value_bytes
         self.env = {}
+        self.keys = self.colons = 0
 
     def node(self, i, nd, env):
         self.env = env
@@ -602,6 +642,11 @@ class _NodeReader:
                 _check_plain(attrs, "attrs")
             except _Invalid:
                 _malformed(i, nd)
+        self.keys += 10 + len(inputs) + len(attrs)   # node 6, out 4, each input 1
+        if loc is not None:
+            self.colons += loc.count(":")
+        if dev != "cpu":
+            self.colons += dev.count(":")
         # well-formed JSON: now what it means
         if undefined is not None:
             _fail(f"graph: node {name} ({op}) reads undefined value {undefined!r}")
