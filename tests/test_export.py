@@ -877,6 +877,29 @@ def test_duplicate_keys_in_the_graph_are_refused(mlp_file):
     _expect(_write(mlp_file, header, body), "metadata 'inputs' repeats the key 'name'")
 
 
+@pytest.mark.parametrize("loc,module", [
+    ("model.py:12", "fc"),          # the canonical text: the key count alone finds the repeat
+    ("a:b:c", "x:y"),               # a ':' where the count does not look (module): the strict parse does
+    ("x\\u003ay", "fc"),            # an escaped ':' the count cannot see: the strict parse does
+])
+def test_a_repeated_key_that_passes_the_schema_is_refused(mlp_file, loc, module):
+    """The graph is parsed without the per-object duplicate hook; the loader counts the keys its
+    walk reads against the ':' in the text (safetensors_io.unique_keys). A repeat whose last
+    value is valid (so every other check passes) is refused all the same."""
+    header, body = _parts(mlp_file)
+    text = header["__metadata__"]["graph"]
+    i = text.index('"loc": ')
+    j = text.index(", ", i)
+    edited = text[:i] + f'"loc": "{loc}", "module": "{module}", "loc": "main.py:3"' + text[j:]
+    header["__metadata__"]["graph"] = edited
+    _expect(_write(mlp_file, header, body), "metadata 'graph' repeats the key 'loc'")
+    # without the repeat the same text loads (the first loc and module replaced, not repeated)
+    k = edited.index('"module": ', edited.index('"loc": "main.py:3"'))
+    header["__metadata__"]["graph"] = edited[:edited.index(', "loc": "main.py:3"')] + edited[edited.index(", ", k):]
+    prog = eagerc.runtime.load(_write(mlp_file, header, body))
+    assert prog.graph.nodes[0].loc == loc.replace("\\u003a", ":") and prog.graph.nodes[0].module == module
+
+
 def test_format_1_programs_without_checksum_still_load(mlp_file, exported, tmp_path):
     loaded = eagerc.runtime.load(mlp_file)
     tensors, metadata = exported["mlp"][1].parts()
@@ -910,3 +933,13 @@ def test_the_checkpoint_loader_is_named_for_a_checkpoint(tmp_path):
     np.save(tmp_path / "x.npy", np.ones(2))
     with pytest.raises(rp.NotAProgram, match="x.npy: not an eagerc program: it is a numpy .npy file"):
         eagerc.runtime.load(tmp_path / "x.npy")
+
+
+def test_a_program_without_nodes_loads(tmp_path):
+    """A graph whose output is its input: the loader's node walk never runs, the outputs are
+    still checked against the inputs."""
+    path = str(tmp_path / "identity.eagerc")
+    eagerc.export(lambda x: x, (eagerc.ones(2, 3),)).save(path)
+    prog = eagerc.runtime.load(path)
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    assert prog.graph.nodes == [] and np.array_equal(prog(x), x)

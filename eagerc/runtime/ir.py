@@ -105,6 +105,22 @@ def _attrs_json(attrs):
     return {k: (list(v) if isinstance(v, tuple) else v) for k, v in attrs.items()}
 
 
+def _node_of(i, nd, env):
+    """Node i of a graph's JSON, reading its inputs in env (name -> Value) and defining its output there."""
+    ins = []
+    for x in nd["inputs"]:
+        if "value" in x:
+            v = env.get(x["value"])
+            if v is None:
+                raise ValueError(f"node {nd['out']['name']} ({nd['op']}) reads undefined value {x['value']!r}")
+            ins.append(v)
+        else:
+            ins.append(x["const"])
+    o = nd["out"]
+    env[o["name"]] = out = Value(o["name"], o["shape"], o["dtype"], o.get("device", "cpu"))
+    return Node(nd["op"], ins, nd["attrs"], out, nd.get("loc"), nd.get("module"))
+
+
 def _fmt_input(v):
     if isinstance(v, Value):
         return v.name
@@ -219,29 +235,17 @@ class Graph:
         return json.dumps(self.to_json(), sort_keys=True)
 
     @classmethod
-    def from_json(cls, d):
-        """Rebuild a graph from its JSON form. Structure only: `verify` checks the rest."""
+    def from_json(cls, d, node=None):
+        """Rebuild a graph from its JSON form. Structure only: `verify` checks the rest.
+        `node(i, nd, env)`, when given, builds node i from its JSON `nd` instead, reading and
+        defining values in `env` (name -> Value): the file loader checks each node as it builds it."""
         env = {}
         inputs = []
         for item in d["inputs"]:
             v = Value.from_json(item)
             env[v.name] = v
             inputs.append((item["kind"], v))
-        nodes = []
-        for nd in d["nodes"]:   # (a loaded file's graph may hold 100,000s: one lookup per field)
-            ins = []
-            for x in nd["inputs"]:
-                if "value" in x:
-                    v = env.get(x["value"])
-                    if v is None:
-                        raise ValueError(f"node {nd['out']['name']} ({nd['op']}) reads undefined value "
-                                         f"{x['value']!r}")
-                    ins.append(v)
-                else:
-                    ins.append(x["const"])
-            o = nd["out"]
-            env[o["name"]] = out = Value(o["name"], o["shape"], o["dtype"], o.get("device", "cpu"))
-            nodes.append(Node(nd["op"], ins, nd["attrs"], out, nd.get("loc"), nd.get("module")))
+        nodes = [(node or _node_of)(i, nd, env) for i, nd in enumerate(d["nodes"])]
 
         def lookup(name):
             if name not in env:

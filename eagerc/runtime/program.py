@@ -38,10 +38,10 @@ import os
 import numpy as np
 
 from . import safetensors_io as st
-from .ir import Graph, Value, spec_of, FORMAT_VERSION as GRAPH_FORMAT_VERSION
+from .ir import Graph, Node, Value, spec_of, FORMAT_VERSION as GRAPH_FORMAT_VERSION
 from .ops import OPS
 from .pytree import unflatten
-from .verify import arity as _arity, verify
+from .verify import GraphError, Rules, arity as _arity, check_ends
 from .executor import Plan, ProgramRunError, node_str as _node_str
 from .sizes import SizeExpr
 
@@ -236,15 +236,20 @@ def _validate(metadata, table, max_value_bytes, checksum, in_file):
     if len(producer) > 64:
         _fail("metadata 'eagerc_version' is longer than 64 characters")
 
-    gj = _parse_json(metadata["graph"], "graph")
-    _check_graph_json(gj)
-    graph = _graph_from_json(gj)
-    for n in graph.nodes:
-        if n.op in NOT_IN_PROGRAMS:
-            _fail(f"graph: node {n.out.name} uses op {n.op!r}, which programs may not contain")
-    _check_sizes(graph, max_value_bytes)  # before the shape rules run on declared sizes
-    _verify(graph)
-    _check_scratch(graph, max_value_bytes)  # after them: the attributes are checked
+    text = metadata["graph"]
+    try:
+        gj, bound = st.loads_json_counted(text, "metadata 'graph'", constants=True)
+    except st.FormatError as e:
+        _fail(str(e))
+    try:
+        graph, keys, colons = _read_graph(gj, max_value_bytes)
+    except _Invalid:
+        _parse_json(text, "graph")   # a repeated key explains the failure first
+        raise
+    try:
+        st.unique_keys(text, "metadata 'graph'", bound, keys, colons, constants=True)
+    except st.FormatError as e:
+        _fail(str(e))
     for target, _ in graph.mutations:
         if target.endswith(".grad"):
             _fail(f"graph: mutation target {target!r}: programs do not update gradients")
@@ -270,11 +275,49 @@ def _validate(metadata, table, max_value_bytes, checksum, in_file):
             "producer": producer, "version": int(version), "examples": examples, "checksum": checksum}
 
 
-def _graph_from_json(gj):
+def _read_graph(gj, max_value_bytes):
+    """(graph, keys, colons): the Graph of the graph JSON `gj`, checked: its schema (exactly what
+    Graph.to_json writes, sizes bounded) and, node by node as Graph.from_json builds it, what
+    `verify` checks (values defined before use and once, the op's shape/dtype rule), the size of
+    its output and of its temporary buffers. One walk over the nodes, each field read once: a
+    large file holds 100,000s of them (a schema check, from_json and verify in turn took half as
+    long again). keys, colons: what the walk saw, for safetensors_io.unique_keys."""
+    _check_graph_json(gj)   # all but the nodes, which the reader checks
+    keys, colons = len(gj), 0
+    for k, v in gj.items():
+        if k != "nodes":
+            more, c = _json_counts(v)
+            keys, colons = keys + more, colons + c
+    for item in gj["inputs"]:
+        _check_input_size(item["name"], item["shape"], item["dtype"], max_value_bytes)
+    reader = _NodeReader(max_value_bytes)
     try:
-        return Graph.from_json(gj)
+        graph = Graph.from_json(gj, node=reader.node)
+        check_ends(graph, reader.env if graph.nodes else {v.name: v for _, v in graph.inputs})
+    except GraphError as e:
+        _fail(f"graph: {str(e)[:2000]}")
     except (ValueError, TypeError, KeyError, IndexError, AttributeError) as e:  # schema already checked
         _fail(f"graph: {e}")
+    return graph, keys + reader.keys, colons + reader.colons
+
+
+def _json_counts(x):
+    """(keys, colons) of the JSON value x: the sum of len() of its objects and the ':' in its
+    strings (for safetensors_io.unique_keys); for the small parts of a graph, whose nesting the
+    schema check has bounded."""
+    keys = colons = 0
+    stack = [x]
+    while stack:
+        v = stack.pop()
+        t = type(v)
+        if t is dict:
+            keys += len(v)
+            stack.extend(v.values())
+        elif t is list:
+            stack.extend(v)
+        elif t is str:
+            colons += v.count(":")
+    return keys, colons
 
 
 def _short(x, n=60):
@@ -291,13 +334,6 @@ def _parse_json(text, what):
         _fail(str(e))
 
 
-def _verify(graph):
-    try:
-        verify(graph, structure=False)   # _check_graph_json checked names, values, arity and attributes
-    except ValueError as e:  # GraphError
-        _fail(f"graph: {str(e)[:2000]}")
-    except Exception as e:  # an op's shape rule that chokes on a hostile attribute
-        _fail(f"graph: an op's shape/dtype rule rejected its inputs ({type(e).__name__}: {str(e)[:500]})")
 
 
 def _nbytes(shape, dtype):
@@ -307,31 +343,22 @@ def _nbytes(shape, dtype):
     return n
 
 
-def _check_sizes(graph, max_value_bytes):
-    for kind, v in graph.inputs:
-        if _nbytes(v.shape, v.dtype) > max_value_bytes:
-            _fail(f"graph: input {v.name} ({v.dtype}{list(v.shape)}) is larger than the limit of "
-                  f"{max_value_bytes} bytes (load(..., max_value_bytes=) raises it)")
-    for n in graph.nodes:
-        if _nbytes(n.out.shape, n.out.dtype) > max_value_bytes:
-            _fail(f"graph: {n.op} -> {n.out.name} ({n.out.dtype}{list(n.out.shape)}) is larger than the "
-                  f"limit of {max_value_bytes} bytes (load(..., max_value_bytes=) raises it)")
+def _check_input_size(name, shape, dtype, max_value_bytes):
+    if _nbytes(shape, dtype) > max_value_bytes:
+        _fail(f"graph: input {name} ({dtype}{list(shape)}) is larger than the limit of "
+              f"{max_value_bytes} bytes (load(..., max_value_bytes=) raises it)")
 
 
-def _check_scratch(graph, max_value_bytes):
-    """The temporary buffers of kernels that allocate far more than their inputs and output
-    (im2col, padding, window masks: the ops' `scratch` rules) are bounded like values."""
-    for n in graph.nodes:
-        rule = OPS[n.op].scratch
-        if rule is None:
-            continue
-        try:
-            need = rule(*[spec_of(x) if isinstance(x, Value) else x for x in n.inputs], **n.attrs)
-        except Exception as e:  # the shape rule accepted the node; a hostile one may still choke this
-            _fail(f"graph: {_node_str(n)}: cannot size its temporary buffers ({type(e).__name__}: {str(e)[:200]})")
-        if need > max_value_bytes:
-            _fail(f"graph: {_node_str(n)} needs {need} bytes of temporary buffers, more than the limit of "
-                  f"{max_value_bytes} bytes (load(..., max_value_bytes=) raises it)")
+def _check_scratch(n, op, max_value_bytes):
+    """The temporary buffers of a kernel that allocates far more than its inputs and output
+    (im2col, padding, window masks: the op's `scratch` rule) are bounded like values."""
+    try:
+        need = op.scratch(*[spec_of(x) if isinstance(x, Value) else x for x in n.inputs], **n.attrs)
+    except Exception as e:  # the shape rule accepted the node; a hostile one may still choke this
+        _fail(f"graph: {_node_str(n)}: cannot size its temporary buffers ({type(e).__name__}: {str(e)[:200]})")
+    if need > max_value_bytes:
+        _fail(f"graph: {_node_str(n)} needs {need} bytes of temporary buffers, more than the limit of "
+              f"{max_value_bytes} bytes (load(..., max_value_bytes=) raises it)")
 
 
 # ---------------------------------------------------------------- graph schema
@@ -468,7 +495,8 @@ _INPUT_KEYS = frozenset(("kind", "name", "shape", "dtype", "device"))
 
 
 def _check_graph_json(g):
-    """The graph JSON has exactly the shape Graph.to_json writes, with bounded sizes."""
+    """The graph JSON has exactly the shape Graph.to_json writes, with bounded sizes (the nodes:
+    _NodeReader, as they are built)."""
     _check_keys(g, ("format_version", "inputs", "nodes", "outputs", "out_tree", "mutations"), "graph",
                 optional=("meta",))   # files written before the memory plan became a typed field: "meta": {}
     if g["format_version"] != GRAPH_FORMAT_VERSION or not _is_int(g["format_version"]):
@@ -476,19 +504,16 @@ def _check_graph_json(g):
     for key in ("inputs", "nodes", "outputs", "mutations"):
         if not isinstance(g[key], list):
             _fail(f"graph: '{key}' is not a list")
+    names = set()
     for i, item in enumerate(g["inputs"]):
         if type(item) is not dict or item.keys() != _INPUT_KEYS:
             _check_keys(item, _INPUT_KEYS, f"graph: input {i}")
         if item["kind"] not in ("arg", "external"):
             _fail(f"graph: input {i} has unknown kind {_short(item['kind'])}")
         _check_value_json({k: v for k, v in item.items() if k != "kind"}, f"graph: input {i}")
-    for i, node in enumerate(g["nodes"]):
-        try:
-            _check_node(node)
-        except _Invalid as e:  # name the node: "graph: node 3 (relu): ..."
-            op = node.get("op") if isinstance(node, dict) else None
-            label = f" ({op})" if isinstance(op, str) and op in OPS else ""
-            raise _Invalid(f"graph: node {i}{label}: {e}") from None
+        if item["name"] in names:
+            _fail(f"graph: input {item['name']!r} is defined twice")
+        names.add(item["name"])
     for i, name in enumerate(g["outputs"]):
         _check_name(name, f"graph: output {i}")
     for i, m in enumerate(g["mutations"]):
@@ -501,30 +526,15 @@ def _check_graph_json(g):
     _check_tree(g["out_tree"], len(g["outputs"]))
 
 
-def _value_ok(d):
-    """The fast path of _check_value_json: True when the value JSON is certainly well formed."""
-    if type(d) is not dict or d.keys() != _VALUE_KEYS:
-        return False
-    name, shape, dt, dev = d["name"], d["shape"], d["dtype"], d["device"]
-    if type(name) is not str or not 0 < len(name) <= MAX_NAME or type(shape) is not list \
-            or len(shape) > MAX_NDIM or type(dt) is not str or dt not in _NP or type(dev) is not str or len(dev) > 64:
-        return False
-    for n in shape:
-        if type(n) is not int or not 0 <= n < MAX_SHAPE:
-            return False
-    return True
-
-
 def _check_node(node):
-    """One node's JSON; a failure's message is relative to the node (the caller names it).
-    The common case runs inline; the helpers that explain a failure run only on one."""
+    """One node's JSON, slowly: _NodeReader's fast path found it malformed and this says how (a
+    message relative to the node: the caller names it)."""
     if type(node) is not dict or node.keys() != _NODE_KEYS:
         _check_keys(node, _NODE_KEYS, "node")
     op = node["op"]
     if type(op) is not str or op not in OPS:
         _fail(f"unknown op {_short(op)}")
-    if not _value_ok(node["out"]):
-        _check_value_json(node["out"], "out")
+    _check_value_json(node["out"], "out")
     inputs = node["inputs"]
     if type(inputs) is not list or len(inputs) > 10_000:
         _fail("inputs is not a list")
@@ -559,6 +569,123 @@ def _check_node(node):
         _check_str(loc, "loc")
     if not (module is None or (type(module) is str and len(module) <= MAX_STR)):
         _check_str(module, "module")
+
+
+class _NodeReader:
+    """Builds each node of a file's graph as Graph.from_json reads it (its `node`), checking it
+    first: its JSON schema (the common case in line: a few type tests per field; _check_node
+    explains a failure), that it reads values defined before it and defines a new one, that it
+    is allowed in programs and its output fits max_value_bytes, its op's shape/dtype rule
+    (verify.Rules) and its temporary buffers (the op's scratch rule). `env` is from_json's
+    name -> Value of what is defined so far. keys, colons: the keys of the objects it read and
+    the ':' in their strings where there may be some (loc, device): see safetensors_io.unique_keys
+    (an attribute holding an object or a string with a ':' is left to its strict parse)."""
+    __slots__ = ("rules", "limit", "env", "keys", "colons")
+
+    def __init__(self, max_value_bytes):
+        self.rules = Rules()
+        self.limit = max_value_bytes
+        self.env = {}
+        self.keys = self.colons = 0
+
+    def node(self, i, nd, env):
+        self.env = env
+        if type(nd) is not dict or nd.keys() != _NODE_KEYS:
+            _malformed(i, nd)
+        op, o, inputs, attrs, loc, module = nd["op"], nd["out"], nd["inputs"], nd["attrs"], nd["loc"], nd["module"]
+        opdef = OPS.get(op) if type(op) is str else None
+        if opdef is None or type(o) is not dict or o.keys() != _VALUE_KEYS:
+            _malformed(i, nd)
+        name, shape, dt, dev = o["name"], o["shape"], o["dtype"], o["device"]
+        npdt = _NP.get(dt) if type(dt) is str else None
+        if type(name) is not str or not 0 < len(name) <= MAX_NAME or type(shape) is not list \
+                or len(shape) > MAX_NDIM or npdt is None or type(dev) is not str or len(dev) > 64:
+            _malformed(i, nd)
+        nbytes = npdt.itemsize
+        for size in shape:
+            if type(size) is not int or not 0 <= size < MAX_SHAPE:
+                _malformed(i, nd)
+            nbytes *= size
+        if type(inputs) is not list or len(inputs) > 10_000:
+            _malformed(i, nd)
+        ins, types, undefined = [], [], None
+        for x in inputs:
+            if type(x) is dict and len(x) == 1:
+                v = x.get("value")
+                if v is not None:
+                    if type(v) is str and 0 < len(v) <= MAX_NAME:
+                        val = env.get(v)
+                        if val is None:
+                            undefined = v
+                        else:
+                            ins.append(val)
+                            types.append((val.shape, val.dtype))
+                        continue
+                elif "const" in x:
+                    c = x["const"]
+                    if c is None or type(c) in (bool, float) or (type(c) is int and -MAX_INT <= c < MAX_INT):
+                        ins.append(c)
+                        types.append((type(c), c))
+                        continue
+            _malformed(i, nd)
+        lo, hi = _arity(opdef)
+        if not lo <= len(inputs) <= hi or type(attrs) is not dict \
+                or not (loc is None or (type(loc) is str and len(loc) <= MAX_STR)) \
+                or not (module is None or (type(module) is str and len(module) <= MAX_STR)):
+            _malformed(i, nd)
+        if attrs:
+            declared = opdef.attrs
+            for k in attrs:
+                if k not in declared:
+                    _malformed(i, nd)
+            try:
+                _check_plain(attrs, "attrs")
+            except _Invalid:
+                _malformed(i, nd)
+        self.keys += 10 + len(inputs) + len(attrs)   # node 6, out 4, each input 1
+        if loc is not None:
+            self.colons += loc.count(":")
+        if dev != "cpu":
+            self.colons += dev.count(":")
+        # well-formed JSON: now what it means
+        if undefined is not None:
+            _fail(f"graph: node {name} ({op}) reads undefined value {undefined!r}")
+        if op in NOT_IN_PROGRAMS:
+            _fail(f"graph: node {name} uses op {op!r}, which programs may not contain")
+        if nbytes > self.limit:
+            _fail(f"graph: {op} -> {name} ({dt}{shape}) is larger than the limit of {self.limit} bytes "
+                  "(load(..., max_value_bytes=) raises it)")
+        if name in env:
+            _fail(f"graph: node {i} ({op} -> {name}): redefines value {name!r}")
+        env[name] = out = Value(name, shape, dt, dev)
+        n = Node(op, ins, attrs, out, loc, module)
+        _check_node_types(self.rules, i, n, opdef, tuple(types), self.limit)
+        return n
+
+
+def _malformed(i, nd):
+    """Raise _Invalid naming node i and what is wrong with its JSON `nd`."""
+    try:
+        _check_node(nd)
+    except _Invalid as e:  # name the node: "graph: node 3 (relu): ..."
+        op = nd.get("op") if isinstance(nd, dict) else None
+        label = f" ({op})" if isinstance(op, str) and op in OPS else ""
+        raise _Invalid(f"graph: node {i}{label}: {e}") from None
+    _fail(f"graph: node {i} is malformed")   # (_check_node is as strict as the reader's fast path)
+
+
+def _check_node_types(rules, i, n, op, types, max_value_bytes):
+    """Node i's op's shape/dtype rule gives its declared output type for inputs of `types` (see
+    verify.Rules), and its temporary buffers fit max_value_bytes (after the rule: the attributes
+    are checked then)."""
+    try:
+        rules.check(i, n, op, types)
+    except GraphError as e:
+        _fail(f"graph: {str(e)[:2000]}")
+    except Exception as e:  # an op's shape rule that chokes on a hostile attribute
+        _fail(f"graph: an op's shape/dtype rule rejected its inputs ({type(e).__name__}: {str(e)[:500]})")
+    if op.scratch is not None:
+        _check_scratch(n, op, max_value_bytes)
 
 
 # ---------------------------------------------------------------- dynamic sizes and input specs
@@ -656,7 +783,8 @@ def _specialise(graph, patches, binding, max_value_bytes):
     """The graph at other dynamic sizes, checked like a loaded file: new Values and Nodes where
     the patches reach (attributes' containers copied on the patch's path), the rest shared with
     `graph`, which stays as it is and whose names and structure are checked already; each new
-    integer is checked for its place (a size, an attribute or a constant)."""
+    integer is checked for its place (a size, an attribute or a constant), each new node as the
+    loader checks one (its output's size, its op's shape rule, its temporary buffers), in one walk."""
     edits = {}   # ("inputs" | "nodes", index) -> [(the rest of the path, the new integer)]
     values = {}  # id of a SizeExpr (the loader shares equal ones) -> its value at `binding`
     for path, expr in patches:
@@ -671,11 +799,17 @@ def _specialise(graph, patches, binding, max_value_bytes):
         edits.setdefault(path[:2], []).append((path[2:], value))
     resized = {}   # value name -> its Value at these sizes
     inputs = [(kind, _resized(v, edits.get(("inputs", i)), resized)) for i, (kind, v) in enumerate(graph.inputs)]
+    for _, v in inputs:
+        if v.name in resized:
+            _check_input_size(v.name, v.shape, v.dtype, max_value_bytes)
+    defined = {v.name: v for _, v in inputs}
+    rules = Rules()
     nodes = []
     for i, n in enumerate(graph.nodes):
         mine = edits.get(("nodes", i))
         if mine is None and not resized:
             nodes.append(n)
+            defined[n.out.name] = n.out
             continue
         ins = [resized.get(x.name, x) if isinstance(x, Value) else x for x in n.inputs]
         attrs, copies, shape_edits = n.attrs, {}, []
@@ -690,12 +824,20 @@ def _specialise(graph, patches, binding, max_value_bytes):
                 for key in rest[1:-1]:
                     box[key] = box = _own(copies, box[key])
                 box[rest[-1]] = value
-        nodes.append(n.copy_with(inputs=ins, attrs=attrs, out=_resized(n.out, shape_edits, resized)))
+        n = n.copy_with(inputs=ins, attrs=attrs, out=_resized(n.out, shape_edits, resized))
+        out = defined[n.out.name] = n.out
+        if _nbytes(out.shape, out.dtype) > max_value_bytes:
+            _fail(f"graph: {n.op} -> {out.name} ({out.dtype}{list(out.shape)}) is larger than the limit of "
+                  f"{max_value_bytes} bytes (load(..., max_value_bytes=) raises it)")
+        types = tuple((x.shape, x.dtype) if isinstance(x, Value) else (type(x), x) for x in ins)
+        _check_node_types(rules, i, n, OPS[n.op], types, max_value_bytes)
+        nodes.append(n)
     graph = graph.copy(inputs=inputs, nodes=nodes, outputs=[resized.get(v.name, v) for v in graph.outputs],
                        mutations=[(t, resized.get(v.name, v)) for t, v in graph.mutations])
-    _check_sizes(graph, max_value_bytes)
-    _verify(graph)
-    _check_scratch(graph, max_value_bytes)
+    try:
+        check_ends(graph, defined)
+    except GraphError as e:
+        _fail(f"graph: {str(e)[:2000]}")
     return graph
 
 

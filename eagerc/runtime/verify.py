@@ -10,7 +10,7 @@ from .ir import Graph, Value, spec_of
 from .ops import OPS
 from . import dtypes
 
-__all__ = ["GraphError", "verify"]
+__all__ = ["GraphError", "verify", "Rules", "check_ends"]
 
 
 class GraphError(ValueError):
@@ -89,13 +89,9 @@ def _where(i, n):
     return f"node {i} ({n.op} -> {getattr(n.out, 'name', '?')})"
 
 
-def verify(graph: Graph, check_types=True, structure=True):
-    """Raise GraphError if `graph` is malformed; return it otherwise.
-
-    structure=False skips what the file loader's JSON schema check has already established
-    for every node (a declared op, its arity, declared JSON-plain attributes, well-formed
-    values with static integer shapes): definitions before use and the shape/dtype rules are
-    always checked."""
+def verify(graph: Graph, check_types=True):
+    """Raise GraphError if `graph` is malformed; return it otherwise. (The file loader checks a
+    graph as it reads it: program._NodeReader, with this module's Rules and check_ends.)"""
     defined = {}
     static_of = {}   # value name -> whether its shape is static
     for kind, v in graph.inputs:
@@ -105,57 +101,77 @@ def verify(graph: Graph, check_types=True, structure=True):
         if v.name in defined:
             raise GraphError(f"graph input {v.name!r} is defined twice")
         defined[v.name] = v
-    rules = {}   # _rule_key -> (shape, dtype name) the op's rule gave
+    rules = Rules() if check_types else None
     for i, n in enumerate(graph.nodes):
         op = OPS.get(n.op)
         if op is None:
             raise GraphError(f"{_where(i, n)}: unknown op {n.op!r}")
-        if structure:
-            if n.attrs and not _json_plain(n.attrs):
-                raise GraphError(f"{_where(i, n)}: attributes are not JSON-plain: {n.attrs!r}")
-            lo, hi = arity(op)
-            if not lo <= len(n.inputs) <= hi:  # an extra input would reach a ufunc as its out= array
-                raise GraphError(f"{_where(i, n)}: has {len(n.inputs)} inputs; {n.op} takes "
-                                 f"{lo if lo == hi else f'at least {lo}'} ({', '.join(op.inputs)})")
-            for k in n.attrs:
-                if k not in op.attrs:
-                    unknown = sorted(set(n.attrs) - set(op.attrs))
-                    raise GraphError(f"{_where(i, n)}: unknown attributes {unknown} (op takes {list(op.attrs)})")
-        # The rules memo's key is what the rule depends on -- op, input types (a constant's with
-        # its Python type: True is not 1), attributes -- so repeated layers run each rule once.
+        if n.attrs and not _json_plain(n.attrs):
+            raise GraphError(f"{_where(i, n)}: attributes are not JSON-plain: {n.attrs!r}")
+        lo, hi = arity(op)
+        if not lo <= len(n.inputs) <= hi:  # an extra input would reach a ufunc as its out= array
+            raise GraphError(f"{_where(i, n)}: has {len(n.inputs)} inputs; {n.op} takes "
+                             f"{lo if lo == hi else f'at least {lo}'} ({', '.join(op.inputs)})")
+        for k in n.attrs:
+            if k not in op.attrs:
+                unknown = sorted(set(n.attrs) - set(op.attrs))
+                raise GraphError(f"{_where(i, n)}: unknown attributes {unknown} (op takes {list(op.attrs)})")
         static = True
         ins = []
         for x in n.inputs:
             if isinstance(x, Value):
                 if defined.get(x.name) is not x:
                     raise GraphError(f"{_where(i, n)}: reads {x.name!r} before it is defined")
-                if structure and not static_of[x.name]:
+                if not static_of[x.name]:
                     static = False
                 ins.append((x.shape, x.dtype))
             else:
-                if structure and not (x is None or isinstance(x, (bool, int, float))):
+                if not (x is None or isinstance(x, (bool, int, float))):
                     raise GraphError(f"{_where(i, n)}: constant input {x!r} is not a Python number")
                 ins.append((type(x), x))
         out = n.out
-        out_static = True
-        if structure:
-            static_of[out.name] = out_static = _check_value(out, lambda: _where(i, n))
+        static_of[out.name] = out_static = _check_value(out, lambda: _where(i, n))
         if out.name in defined:
             raise GraphError(f"{_where(i, n)}: redefines value {out.name!r}")
-        if check_types and static and out_static:
-            key = (n.op, tuple(ins), repr(n.attrs) if n.attrs else "")
-            got = rules.get(key)
-            if got is None:
-                specs = [spec_of(x) if isinstance(x, Value) else x for x in n.inputs]
-                try:
-                    spec = op.meta(*specs, **n.attrs)
-                except (RuntimeError, TypeError, ValueError, IndexError, KeyError) as e:
-                    raise GraphError(f"{_where(i, n)}: {e}") from None
-                got = rules[key] = (tuple(spec.shape), dtypes.as_dtype(spec.dtype).name)
-            if got[0] != tuple(out.shape) or got[1] != out.dtype:
-                raise GraphError(f"{_where(i, n)}: declared {out.type_str()} but {n.op}'s rule gives "
-                                 f"{got[1]}{list(got[0])}")
+        if rules is not None and static and out_static:
+            rules.check(i, n, op, tuple(ins))
         defined[out.name] = out
+    check_ends(graph, defined)
+    return graph
+
+
+class Rules:
+    """The ops' shape/dtype rules applied to nodes, memoised on what a rule depends on -- op,
+    input types (a constant's with its Python type: True is not 1), attributes -- so the
+    repeated layers of a large graph run each rule once. `verify` holds one per call; the file
+    loader one per graph it builds, checking each node as it reads it."""
+    __slots__ = ("memo",)
+
+    def __init__(self):
+        self.memo = {}   # (op, input types, repr of the attributes) -> (shape, dtype name)
+
+    def check(self, i, n, op, ins):
+        """Raise GraphError unless node n (number i, of OpDef op) declares the type its rule gives
+        for `ins`: one (shape, dtype name) per input Value, (type, value) per constant."""
+        key = (n.op, ins, repr(n.attrs) if n.attrs else "")
+        got = self.memo.get(key)
+        if got is None:
+            specs = [spec_of(x) if isinstance(x, Value) else x for x in n.inputs]
+            try:
+                spec = op.meta(*specs, **n.attrs)
+            except (RuntimeError, TypeError, ValueError, IndexError, KeyError) as e:
+                raise GraphError(f"{_where(i, n)}: {e}") from None
+            got = self.memo[key] = (tuple(spec.shape), dtypes.as_dtype(spec.dtype).name)
+        out = n.out
+        if got[0] != tuple(out.shape) or got[1] != out.dtype:
+            raise GraphError(f"{_where(i, n)}: declared {out.type_str()} but {n.op}'s rule gives "
+                             f"{got[1]}{list(got[0])}")
+
+
+def check_ends(graph, defined):
+    """What follows the nodes: outputs and mutations read defined values (`defined`: name ->
+    Value, every input and node output), a mutation fits its target, the output structure and
+    the typed fields are well formed."""
     for v in graph.outputs:
         if defined.get(v.name) is not v:
             raise GraphError(f"graph output {v.name!r} is not defined")
