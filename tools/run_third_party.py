@@ -142,7 +142,31 @@ def _vs_torch(code):
 
 
 def exists(*paths):
-    return lambda d: all(os.path.exists(os.path.join(d, p)) for p in paths)
+    """Check: the stage exited 0 and wrote these files."""
+    return lambda d, out, rc: rc == 0 and all(os.path.exists(os.path.join(d, p)) for p in paths)
+
+
+def printed(text):
+    """Check: the run printed `text` (a stage reached inside one script run, whatever came after)."""
+    return lambda d, out, rc: text in out
+
+
+SAME_RUN = "same run"  # a stage judged on the previous stage's run (with a `printed` check)
+
+
+def shrink(path, **values):
+    """Setup: set top-level hyperparameters `name = value` in a copied script that has no CLI for them."""
+    def apply(cwd):
+        import re
+        file = os.path.join(cwd, path)
+        with open(file) as f:
+            text = f.read()
+        for name, value in values.items():
+            text, n = re.subn(rf"^{name} = .*$", f"{name} = {value!r}", text, count=1, flags=re.M)
+            assert n == 1, f"{path} has no top-level `{name} = ...` to shrink"
+        with open(file, "w") as f:
+            f.write(text)
+    return apply
 
 
 # program -> (files that must be in SRC/<program>, setup commands, [(stage, command, check or None)])
@@ -214,6 +238,43 @@ PROGRAMS["makemore"] = (
                 return {"loss": loss, "logits": logits, **{n + ".grad": p.grad for n, p in m.named_parameters()}}
             same_as_torch(m, run, kind)"""), None)])
 
+PROGRAMS["ng-video-lecture"] = (
+    ["bigram.py", "gpt.py"],
+    [shrink("bigram.py", max_iters=60, eval_interval=30, eval_iters=5),
+     shrink("gpt.py", batch_size=8, block_size=32, max_iters=20, eval_interval=10, eval_iters=4, n_embd=32,
+            n_head=4, n_layer=2)],
+    [("bigram.py: build + train 60 steps", _aliased("bigram.py"), printed("step 30: train loss")),
+     ("bigram.py: generate 500 chars", SAME_RUN, None),
+     ("gpt.py: build (parameter count)", _aliased("gpt.py"), printed("M parameters")),
+     ("gpt.py: train 20 steps + estimate_loss", SAME_RUN, printed("step 19: train loss")),
+     ("gpt.py: generate 500 chars", SAME_RUN, None)])
+
+PROGRAMS["minGPT"] = (
+    ["mingpt/model.py", "mingpt/trainer.py", "mingpt/utils.py", "projects/adder/adder.py"], [],
+    [("import mingpt", _snippet("import mingpt.model, mingpt.trainer, mingpt.utils"), None),
+     ("build GPT (gpt-nano), generate", _snippet("""
+        import torch
+        from mingpt.model import GPT
+        c = GPT.get_default_config(); c.model_type = 'gpt-nano'; c.vocab_size = 10; c.block_size = 6
+        m = GPT(c); m.eval(); out = m.generate(torch.zeros(2, 1, dtype=torch.long), 5, do_sample=True, top_k=3)
+        assert tuple(out.shape) == (2, 6)"""), None),
+     ("same as PyTorch (loss, logits, grads)", _vs_torch("""
+        from mingpt.model import GPT
+        c = GPT.get_default_config(); c.model_type = 'gpt-nano'; c.vocab_size = 10; c.block_size = 6
+        c.embd_pdrop = c.resid_pdrop = c.attn_pdrop = 0.0
+        m = GPT(c); rng = np.random.default_rng(0)
+        x = torch.tensor(rng.integers(0, 10, (4, 6))); y = torch.tensor(rng.integers(-1, 10, (4, 6)))
+        def run(m):
+            logits, loss = m(x, y); loss.backward()
+            return {"loss": loss, "logits": logits, **{n + ".grad": p.grad for n, p in m.named_parameters()}}
+        same_as_torch(m, run)"""), None),
+     ("adder: Trainer 501 steps, eval, save model.pt",
+      _aliased("projects/adder/adder.py", "--data.ndigit=1", "--trainer.max_iters=501", "--trainer.num_workers=0",
+               "--trainer.batch_size=16"), exists("out/adder/model.pt")),
+     ("adder: Trainer with DataLoader workers (num_workers=2)",
+      _aliased("projects/adder/adder.py", "--data.ndigit=1", "--trainer.max_iters=20", "--trainer.num_workers=2",
+               "--trainer.batch_size=16"), None)])
+
 
 def run_program(src, name, verbose, timeout):
     files, setup, stages = PROGRAMS[name]
@@ -223,29 +284,35 @@ def run_program(src, name, verbose, timeout):
         return None, f"skipped: {home} lacks {', '.join(missing)}"
     work = tempfile.mkdtemp(prefix=f"eagerc-{name}-")
     shutil.copytree(home, os.path.join(work, name))
-    for extra in ("input.txt",):
-        if os.path.exists(os.path.join(src, extra)):
-            shutil.copy(os.path.join(src, extra), work)
     cwd = os.path.join(work, name)
+    if os.path.exists(os.path.join(src, "input.txt")):
+        shutil.copy(os.path.join(src, "input.txt"), work)
+        if not os.path.exists(os.path.join(cwd, "input.txt")):
+            shutil.copy(os.path.join(src, "input.txt"), cwd)
     if name == "mnist":
         for rel, text in TORCHVISION.items():
             os.makedirs(os.path.dirname(os.path.join(cwd, rel)), exist_ok=True)
             with open(os.path.join(cwd, rel), "w") as f:
                 f.write(text)
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, cwd, os.environ.get("PYTHONPATH", "")]))
     for cmd in setup:
-        subprocess.run(cmd, cwd=cwd, env=env, check=True, capture_output=True, text=True)
+        if callable(cmd):
+            cmd(cwd)
+        else:
+            subprocess.run(cmd, cwd=cwd, env=env, check=True, capture_output=True, text=True)
     results = []
+    rc, out = 1, ""
     for stage, cmd, check in stages:
         if cmd is None:  # a comparison stage without PyTorch installed
             print(f"  [skip] {name}: {stage} (PyTorch is not installed)")
             continue
-        try:
-            r = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-            ok = r.returncode == 0 and (check is None or check(cwd))
-            out = r.stdout + r.stderr
-        except subprocess.TimeoutExpired as e:
-            ok, out = False, f"timed out after {timeout}s\n{e.stdout or ''}{e.stderr or ''}"
+        if cmd != SAME_RUN:
+            try:
+                r = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+                rc, out = r.returncode, r.stdout + r.stderr
+            except subprocess.TimeoutExpired as e:
+                rc, out = 124, f"timed out after {timeout}s\n{e.stdout or ''}{e.stderr or ''}"
+        ok = rc == 0 if check is None else check(cwd, out, rc)
         results.append((stage, ok, out))
         diffs = [float(line.rsplit("=", 1)[1]) for line in str(out).splitlines() if "max |eagerc - torch|" in line]
         worst = f" (worst max |eagerc - torch| of {len(diffs)}: {max(diffs):.1e})" if diffs else ""
