@@ -275,6 +275,33 @@ PROGRAMS["minGPT"] = (
       _aliased("projects/adder/adder.py", "--data.ndigit=1", "--trainer.max_iters=20", "--trainer.num_workers=2",
                "--trainer.batch_size=16"), None)])
 
+WLM_TINY = ["--data", "data/tiny", "--emsize", "16", "--nhid", "16", "--nlayers", "2", "--epochs", "1",
+            "--batch_size", "8", "--bptt", "10", "--log-interval", "20"]
+WLM_TYPES = ["RNN_TANH", "RNN_RELU", "LSTM", "GRU", "Transformer"]
+PROGRAMS["word_language_model"] = (
+    ["main.py", "model.py", "data.py", "generate.py", "data/tiny/train.txt"], [],
+    [(f"--model {t}: train 1 epoch + validate", _aliased("main.py", *WLM_TINY, "--model", t),
+      printed("| end of epoch   1")) for t in WLM_TYPES]
+    + [("LSTM: torch.save(model) / torch.load (test loss)", _aliased("main.py", *WLM_TINY, "--model", "LSTM",
+                                                                    "--tied", "--onnx-export", "m.onnx"),
+        printed("| End of training")),
+       ("LSTM: ONNX export", SAME_RUN, exists("m.onnx")),
+       ("generate.py (loads model.pt)", _aliased("generate.py", "--data", "data/tiny", "--words", "30"), None),
+       ("same as PyTorch (5 models: output, grads)", _vs_torch("""
+        import model as wm
+        rng = np.random.default_rng(0)
+        x = torch.tensor(rng.integers(0, 30, (7, 3)))
+        for kind in ["RNN_TANH", "RNN_RELU", "LSTM", "GRU", "Transformer"]:
+            torch.manual_seed(0)
+            m = (wm.TransformerModel(30, 16, 2, 16, 2, 0.0) if kind == "Transformer"
+                 else wm.RNNModel(kind, 30, 16, 16, 2, 0.0))
+            m.eval()  # nn.Transformer's own dropout is 0.1
+            def run(m):
+                out = m(x) if kind == "Transformer" else m(x, m.init_hidden(3))[0]
+                out.square().mean().backward()
+                return {"out": out, **{n + ".grad": p.grad for n, p in m.named_parameters() if p.grad is not None}}
+            same_as_torch(m, run, kind)"""), None)])
+
 
 def run_program(src, name, verbose, timeout):
     files, setup, stages = PROGRAMS[name]
