@@ -25,8 +25,9 @@ check holds. docs/pytorch_compat.md keeps the table this prints.
 Harness-only stubs (`STUBS`), each applied only where eagerc still lacks the name and reported
 when used: `torch.bfloat16` (a dtype another change brings; the programs only name it in a dict)
 and `torch.cuda.amp.GradScaler(enabled=False)` (a no-op on CPU in nanoGPT; GradScaler is built
-elsewhere). torchvision is not eagerc's: mnist gets a minimal `torchvision` (datasets.MNIST
-with synthetic digits, transforms.Compose/ToTensor/Normalize) written here.
+elsewhere). Packages that are not PyTorch's get stand-ins (`FAKES`): mnist a minimal
+`torchvision` (datasets.MNIST with synthetic digits, transforms.Compose/ToTensor/Normalize),
+time_sequence_prediction a do-nothing `matplotlib` where none is installed.
 """
 import argparse
 import os
@@ -93,6 +94,19 @@ TORCHVISION = {  # a minimal torchvision for mnist/main.py: synthetic digits, no
                 return (self.transform(x) if self.transform else x), int(self.targets[i])
     '''),
 }
+
+MATPLOTLIB = {  # a do-nothing matplotlib for time_sequence_prediction when none is installed
+    "matplotlib/__init__.py": "def use(backend): pass\n",
+    "matplotlib/pyplot.py": textwrap.dedent('''
+        def _noop(*a, **k): pass
+        figure = title = xlabel = ylabel = xticks = yticks = plot = close = _noop
+        def savefig(path, *a, **k): open(path, "wb").close()
+    '''),
+}
+
+# program -> stand-ins for third-party packages it imports that are not PyTorch's (written only when
+# the real package is not installed; torchvision always, as the real one would import the real torch)
+FAKES = {"mnist": (None, TORCHVISION), "time_sequence_prediction": ("matplotlib", MATPLOTLIB)}
 
 
 def _aliased(script, *args):
@@ -302,6 +316,23 @@ PROGRAMS["word_language_model"] = (
                 return {"out": out, **{n + ".grad": p.grad for n, p in m.named_parameters() if p.grad is not None}}
             same_as_torch(m, run, kind)"""), None)])
 
+PROGRAMS["time_sequence_prediction"] = (
+    ["generate_sine_wave.py", "train.py"], [shrink("generate_sine_wave.py", L=100, N=10)],
+    [("generate_sine_wave.py: torch.save(ndarray, open(...))", _aliased("generate_sine_wave.py"),
+      exists("traindata.pt")),
+     ("train.py: torch.load, build, LBFGS step (closure)", _aliased("train.py", "--steps", "2"),
+      printed("STEP:  1")),
+     ("train.py: predict 1000 steps ahead, plot", SAME_RUN, exists("predict1.pdf")),
+     ("same as PyTorch (LSTMCell model, float64: output, grads)", _vs_torch("""
+        import sys; sys.argv = ["x"]
+        from train import Sequence
+        torch.manual_seed(0); m = Sequence().double()
+        x = torch.tensor(np.sin(np.arange(24.0).reshape(2, 12) / 3))
+        def run(m):
+            out = m(x, future=5); out.square().mean().backward()
+            return {"out": out, **{n + ".grad": p.grad for n, p in m.named_parameters()}}
+        same_as_torch(m, run, rtol=1e-10, atol=1e-12)"""), None)])
+
 
 def run_program(src, name, verbose, timeout):
     files, setup, stages = PROGRAMS[name]
@@ -316,11 +347,14 @@ def run_program(src, name, verbose, timeout):
         shutil.copy(os.path.join(src, "input.txt"), work)
         if not os.path.exists(os.path.join(cwd, "input.txt")):
             shutil.copy(os.path.join(src, "input.txt"), cwd)
-    if name == "mnist":
-        for rel, text in TORCHVISION.items():
-            os.makedirs(os.path.dirname(os.path.join(cwd, rel)), exist_ok=True)
-            with open(os.path.join(cwd, rel), "w") as f:
-                f.write(text)
+    package, fake = FAKES.get(name, (None, {}))
+    import importlib.util
+    if package is not None and importlib.util.find_spec(package) is not None:
+        fake = {}
+    for rel, text in fake.items():
+        os.makedirs(os.path.dirname(os.path.join(cwd, rel)), exist_ok=True)
+        with open(os.path.join(cwd, rel), "w") as f:
+            f.write(text)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, cwd, os.environ.get("PYTHONPATH", "")]))
     for cmd in setup:
         if callable(cmd):
