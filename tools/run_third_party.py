@@ -333,6 +333,22 @@ PROGRAMS["time_sequence_prediction"] = (
             return {"out": out, **{n + ".grad": p.grad for n, p in m.named_parameters()}}
         same_as_torch(m, run, rtol=1e-10, atol=1e-12)"""), None)])
 
+PROGRAMS["mnist"] = (
+    ["main.py"], [],
+    [("import, build Net", _snippet("import main; main.Net()"), None),
+     ("train 2 epochs (Adadelta, StepLR), test", _aliased("main.py", "--epochs", "2", "--batch-size", "32",
+                                                          "--test-batch-size", "64", "--save-model"),
+      printed("Test set: Average loss")),
+     ("save state_dict", SAME_RUN, exists("mnist_cnn.pt")),
+     ("same as PyTorch (Net: output, grads)", _vs_torch("""
+        import main
+        torch.manual_seed(0); m = main.Net(); m.eval()
+        x = torch.tensor(np.random.default_rng(0).standard_normal((2, 1, 28, 28)).astype(np.float32))
+        def run(m):
+            out = m(x); out.square().mean().backward()
+            return {"out": out, **{n + ".grad": p.grad for n, p in m.named_parameters()}}
+        same_as_torch(m, run)"""), None)])
+
 
 def run_program(src, name, verbose, timeout):
     files, setup, stages = PROGRAMS[name]
