@@ -349,6 +349,46 @@ PROGRAMS["mnist"] = (
             return {"out": out, **{n + ".grad": p.grad for n, p in m.named_parameters()}}
         same_as_torch(m, run)"""), None)])
 
+LLAMA_ARGS = ("dict(dim=32, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=64, multiple_of=16, max_seq_len=16, "
+              "dropout=0.0)")
+PROGRAMS["llama2.c"] = (
+    ["model.py", "export.py"], [],
+    [("import model.py, export.py", _snippet("import model, export"), None),
+     ("build (GQA), train 3 steps, save ckpt.pt as train.py does", _snippet(f"""
+        import torch
+        from model import ModelArgs, Transformer
+        args = {LLAMA_ARGS}
+        torch.manual_seed(0); m = Transformer(ModelArgs(**args))
+        opt = m.configure_optimizers(0.1, 1e-3, (0.9, 0.95), "cpu")
+        x, y = torch.randint(64, (4, 16)), torch.randint(64, (4, 16))
+        for _ in range(3):
+            m(x, y); m.last_loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
+        torch.save(dict(model=m.state_dict(), optimizer=opt.state_dict(), model_args=args, iter_num=3,
+                        best_val_loss=1e9, config={{}}), "ckpt.pt")"""), exists("ckpt.pt")),
+     ("generate (inference_mode, top_k)", _snippet("""
+        import torch, export
+        m = export.load_checkpoint("ckpt.pt")
+        out = m.generate(torch.zeros(1, 1, dtype=torch.long), 8, temperature=1.0, top_k=5)
+        assert tuple(out.shape) == (1, 9)"""), None)]
+    + [(f"export.py --version {v} (load_checkpoint, {kind})",
+        _aliased("export.py", f"out{v}.bin", "--version", str(v), "--checkpoint", "ckpt.pt"), exists(f"out{v}.bin"))
+       for v, kind in ((0, "legacy fp32"), (1, "fp32"), (2, "int8 Q8_0"))]
+    + [("same as PyTorch (logits, loss, grads, v1/v2 export bytes)", _vs_torch(f"""
+        import export
+        from model import ModelArgs, Transformer
+        torch.manual_seed(0); m = Transformer(ModelArgs(**{LLAMA_ARGS}))
+        rng = np.random.default_rng(0)
+        x, y = (torch.tensor(rng.integers(0, 64, (2, 16))) for _ in range(2))
+        def run(m):
+            logits = m(x, y); m.last_loss.backward()
+            export.version1_export(m, "v1.bin"); export.version2_export(m, "v2.bin", group_size=16)
+            v1, v2 = np.fromfile("v1.bin", np.uint8), np.fromfile("v2.bin", np.uint8)
+            return {{"logits": logits, "loss": m.last_loss, "v1 header": torch.tensor(v1[:256]),
+                     "v1 weights": torch.tensor(v1[256:].view(np.float32)), "v2 header": torch.tensor(v2[:256]),
+                     "v2 int8 / scales": torch.tensor(v2[256:].astype(np.float32)),
+                     **{{n + ".grad": p.grad for n, p in m.named_parameters()}}}}
+        same_as_torch(m, run)"""), None)])
+
 
 def run_program(src, name, verbose, timeout):
     files, setup, stages = PROGRAMS[name]
