@@ -45,17 +45,18 @@ class TorchAlias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
                 raise ModuleNotFoundError(f"No module named {spec.name!r}: eagerc has no {real!r} "
                                           f"(PyTorch's {spec.name} is not implemented in eagerc yet, "
                                           f"see docs/pytorch_compat.md)", name=spec.name) from None
-        self._real_spec = getattr(module, "__spec__", None)
+        spec.loader_state = getattr(module, "__spec__", None)  # eagerc's own, for exec_module to put back
         return module
 
     def exec_module(self, module):
         # the import machinery set module.__spec__ to the alias's spec: give eagerc's module its own back
-        if getattr(self, "_real_spec", None) is not None:
+        alias_spec = getattr(module, "__spec__", None)
+        real = getattr(alias_spec, "loader_state", None)
+        if real is not None:
             try:
-                module.__spec__ = self._real_spec
+                module.__spec__ = real
             except AttributeError:
                 pass
-        self._real_spec = None
 
 
 def install(alias="torch", target="eagerc"):
