@@ -147,9 +147,13 @@ class _Encoder:
             return {"$type": "dtype", "name": obj.name}
         if isinstance(obj, Device):
             return {"$type": "device", "name": str(obj)}
+        hint = ""
+        if callable(getattr(obj, "state_dict", None)):  # torch.save(model): PyTorch pickles the whole module
+            hint = (f"; save {type(obj).__name__}'s state_dict() instead and load it into one you build "
+                    f"(load_state_dict)")
         raise TypeError(f"eagerc.save can't store an object of type {type(obj).__name__} at {_path_str(path)}: "
                         "checkpoints hold tensors, numpy arrays, dicts, lists, tuples and int / float / str / "
-                        "bool / None values (eagerc never pickles)")
+                        f"bool / None values (eagerc never pickles){hint}")
 
     def key(self, k, path, depth=0):
         if k is None or isinstance(k, (bool, int, str)):

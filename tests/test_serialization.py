@@ -163,6 +163,19 @@ def test_unsupported_objects_are_refused(tmp_path):
     assert not os.path.exists(tmp_path / "x.safetensors")
 
 
+def test_a_whole_module_is_refused_with_the_state_dict_way(tmp_path):
+    """torch.save(model) pickles the module in PyTorch (pytorch/examples' word_language_model does it);
+    eagerc names the module's class and the state-dict round trip that works instead."""
+    model = eagerc.nn.Linear(3, 2)
+    with pytest.raises(TypeError, match=r"type Linear at obj: .*never pickles\); save Linear's state_dict\(\) "
+                                        r"instead and load it into one you build \(load_state_dict\)"):
+        save(model, tmp_path / "m.pt")
+    save(model.state_dict(), tmp_path / "m.pt")
+    other = eagerc.nn.Linear(3, 2)
+    other.load_state_dict(load(tmp_path / "m.pt"))
+    np.testing.assert_array_equal(other.weight.detach().numpy(), model.weight.detach().numpy())
+
+
 # ---------------------------------------------------------------- bad files
 
 def _bytes(obj):
