@@ -3,6 +3,7 @@ import numbers
 
 import numpy as np
 
+from ..runtime.dtypes import FLOATING_KINDS
 from .. import dispatch
 from ..dispatch import create, wrap
 from ..runtime import dtypes, random as rng
@@ -88,7 +89,7 @@ def to_array(data, dtype=None, device=None, copy=True):
             arr = arr.astype(dtypes.get_default_dtype().np)
         copy = False
     if arr.dtype not in dtypes._BY_NP:
-        if arr.dtype.kind == "f":
+        if arr.dtype.kind in FLOATING_KINDS:
             arr = arr.astype(np.float32)
         elif arr.dtype.kind in "iu":
             arr = arr.astype(np.int64)

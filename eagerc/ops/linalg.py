@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 
+from ..runtime.dtypes import FLOATING_KINDS
 from ..autograd.engine import _saved_input, sum_to
 from ..autograd.formulas import defgrad, defgrad_node
 from ..dispatch import apply
@@ -51,7 +52,7 @@ def _promoted(op, xs):
 def matmul(input, other):
     """Matrix product with PyTorch semantics: 1-d operands are vectors, batch dims broadcast."""
     if isinstance(input, Tensor) and isinstance(other, Tensor) and input._array.dtype is other._array.dtype \
-            and input._array.dtype.kind == "f":
+            and input._array.dtype.kind in FLOATING_KINDS:
         return apply(_MATMUL, (input, other))  # the common case: straight to np.matmul
     return _promoted_matmul("matmul", input, other)
 

@@ -43,6 +43,7 @@ import math
 
 import numpy as np
 
+from ...runtime.dtypes import FLOATING_KINDS
 from ...runtime.ops import OPS
 from ..passes import CLEANUP, fusion, memplan, schedule
 from ..passes.memplan import alias_ends, returned
@@ -153,7 +154,7 @@ def _direct(node, table):
         if node.op == "sign":  # bool inputs are copied, not signed
             return uf if x == out and x.kind != "b" and _resolves_to(np.sign, (x,), out) else None
         if node.op == "round":  # np.round(x) of a float array is rint(x)
-            return uf if x == out and x.kind == "f" and not node.attrs else None
+            return uf if x == out and x.kind in FLOATING_KINDS and not node.attrs else None
         lo, hi = node.attrs.get("min"), node.attrs.get("max")
         if set(node.attrs) - {"min", "max"} or (lo is None and hi is None) or x != out or x.kind not in "fiu":
             return None

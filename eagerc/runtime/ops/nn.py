@@ -38,6 +38,7 @@ are attributes, so the shape rules below work on shapes alone.
 from ...runtime import dtypes
 from . import NORMALISATION, Flops, declare
 from .meta import Spec, fail, fmt_shape, normalize_dim
+from .linalg import array_matmul
 from .reduction import array_mean, array_sum
 
 
@@ -65,7 +66,7 @@ def _linear(xp):
             out = x @ weight.T
         if bias is not None:
             out += bias
-        return out
+        return out if out.dtype == x.dtype else out.astype(x.dtype)   # bfloat16: float32, rounded once
     # what the numpy backend relies on when it hands a 2-d x of more rows a weight whose transpose
     # is C-contiguous (backends/numpy_backend.py, _c_rhs): that product is x @ weight.T
     linear.few_rows = FEW_ROWS
@@ -855,7 +856,7 @@ def _lstm_layer_backward(xp):
             xp.multiply(gg, gg, out=s)
             xp.subtract(1.0, s, out=s)
             dg *= s
-            dh = (w_hh.T @ res[t].T).T                 # d gates W_hh, in linear's faster few-rows orientation
+            dh = array_matmul(w_hh.T, res[t].T).T                 # d gates W_hh, in linear's faster few-rows orientation
             dc *= f
         res[T, :, :H] = dh
         res[T, :, H:2 * H] = dc

@@ -25,20 +25,23 @@ _add_reduce = np.add.reduce
 
 
 def array_sum(x, axis=None, keepdims=False, dtype=None):
-    """x.sum(axis, keepdims, dtype) for a numpy or cupy array."""
+    """x.sum(axis, keepdims, dtype) for a numpy or cupy array. bfloat16 accumulates in float32
+    and rounds once, as PyTorch's does (summed in bfloat16, 1000 ones would make 256)."""
     if isinstance(x, np.ndarray):
+        if dtype is None and x.dtype.kind == "V":
+            return np.add.reduce(x, axis=axis, keepdims=keepdims, dtype=np.float32).astype(x.dtype)
         return np.add.reduce(x, axis=axis, keepdims=keepdims, dtype=dtype)
     return x.sum(axis=axis, keepdims=keepdims, dtype=dtype)
 
 
 def array_mean(x, axis=None, keepdims=False):
     """x.mean(axis, keepdims) for a floating numpy or cupy array, numpy's numbers exactly
-    (float16 accumulates in float32); nan where nothing is averaged."""
+    (float16 accumulates in float32, and bfloat16 as in PyTorch); nan where nothing is averaged."""
     if not isinstance(x, np.ndarray):
         if x.size == 0:  # no "Mean of empty slice" warning
             return x.sum(axis=axis, keepdims=keepdims) * np.nan
         return x.mean(axis=axis, keepdims=keepdims)
-    s = np.add.reduce(x, axis=axis, keepdims=keepdims, dtype=np.float32 if x.dtype == np.float16 else None)
+    s = np.add.reduce(x, axis=axis, keepdims=keepdims, dtype=np.float32 if x.dtype.itemsize == 2 else None)
     n = x.size // s.size if s.size else 1
     return np.asarray(s / n if n else s * np.nan).astype(x.dtype, copy=False)
 
