@@ -152,8 +152,9 @@ def _softmax_backward_rule(g, out, dim):
     return Spec(tuple(out.shape), out.dtype)
 
 
-_COMPOSITE = dict(kind="composite", flops=NORMALISATION)      # max/mean, subtract, exp or square, sum, scale
-_BACKWARD = dict(kind="composite", differentiable=False)
+# computed in float32 for bfloat16, as PyTorch does (the opmath trait)
+_COMPOSITE = dict(kind="composite", flops=NORMALISATION, opmath=True)   # max/mean, subtract, exp or square, sum, scale
+_BACKWARD = dict(kind="composite", differentiable=False, opmath=True)
 declare("softmax", ("x",), _softmax, _softmax_rule("softmax"), attrs=("dim",), **_COMPOSITE)
 declare("log_softmax", ("x",), _log_softmax, _softmax_rule("log_softmax"), attrs=("dim",), **_COMPOSITE)
 declare("softmax_backward", ("g", "out"), _softmax_backward, _softmax_backward_rule, attrs=("dim",), **_BACKWARD)

@@ -151,8 +151,8 @@ def _cum_rule(name):
     return rule
 
 
-declare("cumsum", ("x",), _cum("cumsum"), _cum_rule("cumsum"), attrs=("dim",), kind="scan")
-declare("cumprod", ("x",), _cum("cumprod"), _cum_rule("cumprod"), attrs=("dim",), kind="scan")
+declare("cumsum", ("x",), _cum("cumsum"), _cum_rule("cumsum"), attrs=("dim",), kind="scan", opmath=True)
+declare("cumprod", ("x",), _cum("cumprod"), _cum_rule("cumprod"), attrs=("dim",), kind="scan", opmath=True)
 
 
 def _logcumsumexp(xp):
@@ -178,4 +178,4 @@ def _logcumsumexp_rule(x, dim):
     return Spec(x.shape, x.dtype)
 
 
-declare("logcumsumexp", ("x",), _logcumsumexp, _logcumsumexp_rule, attrs=("dim",), kind="scan")
+declare("logcumsumexp", ("x",), _logcumsumexp, _logcumsumexp_rule, attrs=("dim",), kind="scan", opmath=True)
