@@ -40,7 +40,7 @@ import numpy as np
 
 from .atomic import atomic_write
 
-__all__ = ["FormatError", "NotSafetensors", "UnsupportedDtype", "Header", "DTYPES", "MAX_HEADER", "open_regular", "loads_json",
+__all__ = ["register_bfloat16", "FormatError", "NotSafetensors", "UnsupportedDtype", "Header", "DTYPES", "MAX_HEADER", "open_regular", "loads_json",
            "gc_paused", "sniff", "read_header", "read_tensors", "verify", "write", "save_file", "seal"]
 
 MAX_HEADER = 100_000_000  # bytes of JSON header; the safetensors package's own limit
@@ -60,9 +60,9 @@ _OTHER_CODES = frozenset(("F8_E4M3", "F8_E5M2", "F8_E8M0", "F6_E2M3", "F6_E3M2",
 
 
 
-def _bfloat16():
-    """Add "BF16" to DTYPES on its first use: bfloat16 is ml_dtypes' type, imported only by
-    files and programs that hold it. None when ml_dtypes is not installed."""
+def register_bfloat16():
+    """Add "BF16" to DTYPES on its first use and return its numpy dtype: bfloat16 is ml_dtypes'
+    type, imported only by files and programs that hold it. None without ml_dtypes."""
     from . import dtypes
     try:
         d = dtypes.bfloat16.np
@@ -333,7 +333,7 @@ def _check_entry(name, entry, data_start, data_size):
     code, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
     dtype = DTYPES.get(code) if type(code) is str else None
     if dtype is None and code == "BF16":
-        dtype = _bfloat16()
+        dtype = register_bfloat16()
         if dtype is None:
             from .dtypes import BF16_EXTRA
             raise UnsupportedDtype(f"tensor {_clip(name)} is bfloat16 (BF16): {BF16_EXTRA}")
@@ -455,7 +455,7 @@ def _header_bytes(tensors, metadata):
         header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
     pos = 0
     for name, arr in tensors.items():
-        if arr.dtype not in _CODES and not (arr.dtype.name == "bfloat16" and _bfloat16() is not None):
+        if arr.dtype not in _CODES and not (arr.dtype.name == "bfloat16" and register_bfloat16() is not None):
             raise TypeError(f"safetensors_io: cannot store tensor {name!r} of dtype {arr.dtype}")
         header[name] = {"dtype": _CODES[arr.dtype], "shape": list(arr.shape),
                         "data_offsets": [pos, pos + arr.nbytes]}
