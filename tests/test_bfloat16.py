@@ -228,6 +228,11 @@ def test_only_bfloat16_imports_ml_dtypes():
                   "x = eagerc.ones(3) * 2; x.sum(); print('ml_dtypes' in sys.modules)\n"
                   "eagerc.bfloat16; print('ml_dtypes' in sys.modules)")
     assert out.split() == ["False", "True"]
+    # an ml_dtypes array handed to eagerc before anything named bfloat16 keeps its dtype
+    out = _python("import numpy, ml_dtypes, eagerc\n"
+                  "print(eagerc.tensor(numpy.ones(2, ml_dtypes.bfloat16)).dtype, "
+                  "eagerc.from_numpy(numpy.ones(2, ml_dtypes.bfloat16)).dtype)")
+    assert out.split() == ["eagerc.bfloat16", "eagerc.bfloat16"]
 
 
 def test_without_ml_dtypes_bfloat16_names_the_extra(tmp_path):

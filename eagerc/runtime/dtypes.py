@@ -85,7 +85,7 @@ def _load_bfloat16():
     except ImportError:
         raise ImportError(BF16_EXTRA) from None
     d = DType("bfloat16", ml_dtypes.bfloat16, 2)
-    ALL = ALL[:6] + (d,) + ALL[6:]   # after float16, as PyTorch lists them
+    ALL = ALL[:7] + (d,) + ALL[7:]   # after float16
     _BY_NP[d.np] = _BY_NAME["bfloat16"] = d
     globals()["bfloat16"] = d
     return d
