@@ -10,7 +10,6 @@ import math
 
 import numpy as np
 
-from ..runtime.dtypes import FLOATING_KINDS
 from ..autograd.engine import _saved_input, sum_to
 from ..autograd.formulas import defgrad, defgrad_node
 from ..dispatch import apply
@@ -52,14 +51,20 @@ def _promoted(op, xs):
 def matmul(input, other):
     """Matrix product with PyTorch semantics: 1-d operands are vectors, batch dims broadcast."""
     if isinstance(input, Tensor) and isinstance(other, Tensor) and input._array.dtype is other._array.dtype \
-            and input._array.dtype.kind in FLOATING_KINDS:
+            and input._array.dtype.kind == "f":
         return apply(_MATMUL, (input, other))  # the common case: straight to np.matmul
     return _promoted_matmul("matmul", input, other)
 
 
 def _promoted_matmul(name, input, other):
     _check_tensors(name, input, other)
-    return apply(_MATMUL, _promoted(name, (input, other)))
+    a, b = _promoted(name, (input, other))
+    if a._array.dtype.kind == "V":
+        # bfloat16: the matmul kernel is np.matmul itself, which makes float32 of it; so the
+        # product is a float32 matmul rounded once to bfloat16, as PyTorch's bfloat16 matmul
+        # (float32 accumulation) -- three ops in a traced graph, one rounding
+        return cast(apply(_MATMUL, (cast(a, dtypes.float32), cast(b, dtypes.float32))), a.dtype)
+    return apply(_MATMUL, (a, b))
 
 
 def _strict(name, rule, ok):

@@ -151,16 +151,17 @@ def _matmul_flops(out, ins, attrs):
 
 
 def array_matmul(a, b):
-    """a @ b (numpy or cupy) in a's dtype, for every kernel that multiplies matrices: ml_dtypes'
-    bfloat16 matmul accumulates in float32 and returns float32, rounded once to bfloat16 here
-    as PyTorch's bfloat16 matmul does."""
+    """a @ b (numpy or cupy) in a's dtype, for the kernels that multiply matrices (linear, conv,
+    pooling, resampling): ml_dtypes' bfloat16 matmul accumulates in float32 and returns
+    float32, rounded once to bfloat16 here as PyTorch's bfloat16 matmul does."""
     out = a @ b
     return out if out.dtype == a.dtype else out.astype(a.dtype)
 
 
 # Matrix product with batch broadcasting; 1-d operands are vectors (PyTorch semantics). The
-# kernel is xp.matmul (the BLAS call, no copies) and a dtype test for bfloat16.
-declare("matmul", ("a", "b"), lambda xp: array_matmul, matmul_rule, kind="linalg", ufunc="matmul",
+# kernel is the ufunc xp.matmul itself: the BLAS call, no wrapper, no copies (a bfloat16
+# product is a float32 one between casts: the frontend's matmul, eagerc/ops/linalg.py).
+declare("matmul", ("a", "b"), None, matmul_rule, kind="linalg", ufunc="matmul",
         flops=Flops("matmul-like", _matmul_flops))
 
 
