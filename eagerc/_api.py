@@ -66,8 +66,9 @@ from ._missing import mark_missing_methods  # noqa: E402
 mark_missing_methods(Tensor)
 
 # The compiler is the layer above: eager use never imports it. `eagerc.compile` and
-# `eagerc.export` load it on first use (PEP 562).
-_LAZY = {"compile": ("eagerc.compiler.compile", "compile"), "export": ("eagerc.compiler.export", "export")}
+# `eagerc.export` load it on first use (PEP 562); so does `eagerc.bfloat16` its ml_dtypes.
+_LAZY = {"compile": ("eagerc.compiler.compile", "compile"), "export": ("eagerc.compiler.export", "export"),
+         "bfloat16": ("eagerc.runtime.dtypes", "bfloat16")}
 
 
 def __getattr__(name):

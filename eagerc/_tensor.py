@@ -9,6 +9,7 @@ import warnings
 
 import numpy as np
 
+from .runtime.dtypes import FLOATING_KINDS
 from .runtime import dtypes
 from .runtime.device import CPU, device_of_array
 
@@ -168,7 +169,7 @@ class Tensor:
         return self._array.itemsize
 
     def is_floating_point(self):
-        return self._array.dtype.kind == "f"
+        return self._array.dtype.kind in FLOATING_KINDS
 
     def stride(self, dim=None):
         strides = tuple(s // self._array.itemsize for s in self._array.strides)
@@ -341,7 +342,7 @@ def leaf_flag_error(requires_grad):
 def set_requires_grad(t, first_word):
     """Set requires_grad on `t`, or raise PyTorch's error for integer and bool dtypes
     (`first_word` "only" from the attribute, "Only" from requires_grad_ / tensor(...))."""
-    if t._array.dtype.kind != "f":  # eagerc has no complex dtypes
+    if t._array.dtype.kind not in FLOATING_KINDS:  # eagerc has no complex dtypes
         raise RuntimeError(f"{first_word} Tensors of floating point and complex dtype can require "
                            f"gradients (this tensor is {dtypes.from_np(t._array.dtype)})")
     t._requires_grad = True

@@ -28,6 +28,7 @@ import re
 
 import numpy as np
 
+from .runtime.dtypes import FLOATING_KINDS
 from .runtime.ops.meta import Spec
 from .runtime import dtypes
 from ._tensor import Tensor
@@ -210,7 +211,7 @@ def apply(op, args, attrs=None):
     if m.grad_enabled and op.differentiable:
         for a in args:
             if isinstance(a, Tensor) and a._requires_grad:
-                if out.dtype.kind == "f":
+                if out.dtype.kind in FLOATING_KINDS:
                     t._requires_grad = True
                     t.grad_fn = _make_node(op, args, attrs, t, out, m.anomaly)
                 break

@@ -23,6 +23,7 @@ import math
 
 import numpy as np
 
+from .runtime.dtypes import FLOATING_KINDS
 from .runtime import dtypes
 from .runtime.device import xp_of
 
@@ -86,7 +87,7 @@ def _float_format(flat, precision, sci_mode):
 def _element_strings(a):
     """Every element of `a` (a host array) as text, right-aligned to PyTorch's common width."""
     values = a.ravel().tolist()
-    if a.dtype.kind != "f":
+    if a.dtype.kind not in FLOATING_KINDS:
         texts = [str(v) for v in values]
         width = max(map(len, texts))
     else:

@@ -67,6 +67,19 @@ _DTYPE_NAME = {d: d.name for d in _STORABLE}   # (dtype.name costs microseconds 
 _DTYPE_NAMES = set(_DTYPE_NAME.values())
 
 
+def _storable(dtype):
+    """Can a checkpoint hold arrays of this numpy dtype? bfloat16 joins the tables above on
+    its first use (it is ml_dtypes' type, imported only then)."""
+    if dtype in _STORABLE:
+        return True
+    if dtype.name == "bfloat16" and st.register_bfloat16() is not None:
+        _STORABLE.add(dtype)
+        _DTYPE_NAME[dtype] = "bfloat16"
+        _DTYPE_NAMES.add("bfloat16")
+        return True
+    return False
+
+
 # ---------------------------------------------------------------- encoding
 
 def _path_str(path):
@@ -97,7 +110,7 @@ class _Encoder:
             host = data if type(data) is np.ndarray else data.get()
         else:
             host, device = obj, "cpu"
-        if host.dtype.newbyteorder("=") not in _STORABLE:
+        if not _storable(host.dtype.newbyteorder("=")):
             raise TypeError(f"eagerc.save can't store an array of dtype {host.dtype} at {_path_str(path)} "
                             f"(checkpoints hold {', '.join(sorted(d.name for d in _STORABLE))})")
         if not host.flags.c_contiguous:
@@ -384,7 +397,7 @@ class _Decoder:
         if arr is None:
             raise self.fail(f"corrupted checkpoint: tensor {st._clip(name)} listed in the metadata is missing "
                             f"from the file")
-        if _DTYPE_NAME[arr.dtype] != dtype or arr.shape != tuple(shape):
+        if not _storable(arr.dtype) or _DTYPE_NAME[arr.dtype] != dtype or arr.shape != tuple(shape):
             said = dtype if isinstance(dtype, str) and dtype in _DTYPE_NAMES else st._clip(dtype, 20)
             raise self.fail(f"corrupted checkpoint: tensor {st._clip(name)} is {arr.dtype.name}{list(arr.shape)} "
                             f"in the file but {said}{st._clip(shape, 60)} in the metadata")

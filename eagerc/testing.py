@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from .runtime.dtypes import FLOATING_KINDS
 from ._tensor import Tensor
 from .runtime import dtypes
 
@@ -155,7 +156,7 @@ def _allowed(tol, equal):
 
 def _values(kind, a, e, rtol, atol, equal_nan):
     """Compare arrays of one shape; on failure, PyTorch's summary of the mismatches."""
-    floating = a.dtype.kind == "f" or e.dtype.kind == "f"
+    floating = a.dtype.kind in FLOATING_KINDS or e.dtype.kind in FLOATING_KINDS
     work = np.result_type(a.dtype, e.dtype) if floating else dtypes.get_default_dtype().np
     if a.dtype.kind == "b":
         a, e = a.astype(np.int64), e.astype(np.int64)
@@ -182,6 +183,6 @@ def _values(kind, a, e, rtol, atol, equal_nan):
 def _argmax(x):
     """The index of the largest value, nan first (as PyTorch reports nan differences)."""
     flat = x.reshape(-1)
-    nan = np.isnan(flat) if flat.dtype.kind == "f" else np.zeros(flat.shape, bool)
+    nan = np.isnan(flat) if flat.dtype.kind in FLOATING_KINDS else np.zeros(flat.shape, bool)
     i = int(np.argmax(nan)) if nan.any() else int(np.argmax(flat))
     return tuple(int(j) for j in np.unravel_index(i, x.shape)) if x.shape else ()

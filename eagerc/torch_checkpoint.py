@@ -36,6 +36,8 @@ from collections import OrderedDict
 
 import numpy as np
 
+from .runtime import dtypes
+
 __all__ = ["TorchFormatError", "NotTorch", "sniff", "read"]
 
 MAX_PICKLE = 1 << 28       # bytes of one object pickle (data.pkl); a large model's is a few MB
@@ -89,10 +91,10 @@ class _Global:
 class _Unsupported:
     """The dtype of a storage eagerc cannot hold (bfloat16...): refused when a tensor uses it,
     naming that tensor."""
-    __slots__ = ("name", "itemsize")
+    __slots__ = ("name", "itemsize", "why")
 
-    def __init__(self, name, itemsize):
-        self.name, self.itemsize = name, itemsize
+    def __init__(self, name, itemsize, why="which eagerc does not support yet"):
+        self.name, self.itemsize, self.why = name, itemsize, why
 
 
 class _Storage:
@@ -116,7 +118,8 @@ _STORAGE_DTYPES = {"FloatStorage": np.float32, "DoubleStorage": np.float64, "Hal
                    "LongStorage": np.int64, "IntStorage": np.int32, "ShortStorage": np.int16,
                    "CharStorage": np.int8, "ByteStorage": np.uint8, "BoolStorage": np.bool_,
                    "UntypedStorage": np.uint8,
-                   # storages of dtypes eagerc does not have (yet): (name, bytes per element)
+                   # storages of dtypes eagerc does not have (yet): (name, bytes per element);
+                   # bfloat16 is ml_dtypes' type, resolved when a file uses it (_storage_dtype)
                    "BFloat16Storage": ("bfloat16", 2), "ComplexFloatStorage": ("complex64", 8),
                    "ComplexDoubleStorage": ("complex128", 16), "QInt8Storage": ("qint8", 1),
                    "QUInt8Storage": ("quint8", 1), "QInt32Storage": ("qint32", 4)}
@@ -602,7 +605,18 @@ def _storage_pid(r, pid, n):
         raise r.fail("a storage location that is not a short string")
     if type(numel) is not int or numel < 0:
         raise r.fail(f"a storage of {_show(numel)} elements")
-    return key, stype.dtype, numel, location
+    return key, _storage_dtype(stype.dtype), numel, location
+
+
+def _storage_dtype(dtype):
+    """bfloat16 storages get ml_dtypes' bfloat16, imported only now that a file holds one;
+    without ml_dtypes they stay unsupported, and a tensor using one is refused naming the extra."""
+    if type(dtype) is _Unsupported and dtype.name == "bfloat16":
+        try:
+            return dtypes.bfloat16.np
+        except ImportError:
+            return _Unsupported("bfloat16", 2, "and " + dtypes.BF16_EXTRA)
+    return dtype
 
 
 def _span(f, size, info):
@@ -752,7 +766,7 @@ class _Finisher:
     def tensor(self, t, path):
         s = t.storage
         if isinstance(s.dtype, _Unsupported):
-            raise TorchFormatError(f"tensor {_path(path)} is {s.dtype.name}, which eagerc does not support yet")
+            raise TorchFormatError(f"tensor {_path(path)} is {s.dtype.name}, {s.dtype.why}")
         flat = s.load(s)     # (read once per storage: tensors viewing one share its memory)
         if 0 in t.size:
             arr = np.empty(t.size, s.dtype)

@@ -8,7 +8,8 @@ source the CUDA renderer emits is compiled as C with a small shim:
 - `__shared__` arrays are function-level `static` (one copy, shared by the block's threads,
   which is what shared memory is while blocks run one at a time);
 - the PTX `cvt` conversions of float16 become C `_Float16` conversions (same IEEE
-  round-to-nearest-even), `__umul64hi` a 128-bit multiply, `__int_as_float` a memcpy.
+  round-to-nearest-even), `__umul64hi` a 128-bit multiply, `__int_as_float` (and the
+  `__uint_as_float` / `__float_as_uint` of bfloat16's bit conversions) a memcpy.
 
 Everything else -- thread indexing, grid-stride loops, the per-pass block reductions of
 row kernels, launch configurations -- is the generated code itself. A test can shrink the
@@ -44,6 +45,8 @@ static inline unsigned int atomicInc(unsigned int *a, unsigned int val) {   /* o
     return old;
 }
 static inline float __int_as_float(int i) { float f; memcpy(&f, &i, 4); return f; }
+static inline float __uint_as_float(unsigned int i) { float f; memcpy(&f, &i, 4); return f; }
+static inline unsigned int __float_as_uint(float f) { unsigned int i; memcpy(&i, &f, 4); return i; }
 static inline unsigned long long __umul64hi(unsigned long long a, unsigned long long b) {
     return (unsigned long long)(((unsigned __int128)a * b) >> 64);
 }

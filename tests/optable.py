@@ -77,7 +77,11 @@ class Case:
     rtol: float = 1e-7                      # float64 tolerance
     atol: float = 1e-9
     float32: bool = True                    # run the float32 comparison
+    bfloat16: bool = True                   # run the bfloat16 comparison (float16's axis: same rule)
+    rtol16: float = 2e-2                    # bfloat16 tolerance against the float64 reference of the
+    atol16: float = 2e-2                    # bfloat16-rounded inputs (8 significant bits: eps 2**-7)
     out_dtype: Optional[Callable] = None    # expected eagerc dtype name for float32 inputs
+    out16: Optional[str] = None             # ... for bfloat16 inputs (default: bfloat16 where float32 gives float32)
     tags: tuple = field(default_factory=tuple)
 
     def maker(self, i):

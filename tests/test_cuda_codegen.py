@@ -376,16 +376,20 @@ def test_cuda_compiled_training_step_matches_eager():
 
 
 @needs_nvrtc
-def test_float16_kernels_compile_with_nvrtc():
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_kernels_compile_with_nvrtc(dtype):
     from test_c_backend import _HALF_PROGRAMS
+    dt = eagerc.runtime.dtypes.as_dtype(dtype).np
     rng = np.random.default_rng(0)
-    a, b = rng.standard_normal((48, 300)).astype(np.float16), rng.standard_normal(300).astype(np.float16)
+    a, b = rng.standard_normal((48, 300)).astype(dt), rng.standard_normal(300).astype(dt)
     kernels = []
     for name, fn in sorted(_HALF_PROGRAMS.items()):
         kernels += _kernels_of(fn, [a, b])
-    kernels = _compile_all(kernels, "half")
+    assert any(x.dtype == dtype for k in kernels for x in k.instrs)
+    kernels = _compile_all(kernels, dtype)
     src = render_cuda(kernels)
-    assert "eagerc_f2h(" in src and "eagerc_h2f(" in src and "_Float16" not in src
+    convert = ("eagerc_f2h(", "eagerc_h2f(") if dtype == "float16" else ("eagerc_f2bf(", "eagerc_bf2f(")
+    assert all(c in src for c in convert) and "_Float16" not in src and "uint16_t" not in src
 
 
 @pytest.mark.cuda

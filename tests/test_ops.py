@@ -37,7 +37,7 @@ def _compare(case, outs, refs, rtol, atol, what):
     for k, (o, r) in enumerate(zip(outs, refs)):
         o, r = _host(o), np.asarray(r)
         assert o.shape == r.shape, f"{case.name} {what} output {k}: shape {o.shape} != reference {r.shape}"
-        if r.dtype.kind == "f" or o.dtype.kind == "f":
+        if r.dtype.kind == "f" or o.dtype.kind in dtypes.FLOATING_KINDS:
             np.testing.assert_allclose(o.astype(np.float64), r.astype(np.float64), rtol=rtol, atol=atol,
                                        err_msg=f"{case.name} {what} output {k}")
         else:
@@ -74,6 +74,32 @@ def test_forward_float32(cv):
             if r.dtype.kind == "f" and not any(a.dtype.kind == "f" for a in arrays32):
                 expected = "float32"
         assert o.dtype.name == expected, f"{case.name}: float32 inputs gave {o.dtype}, expected {expected}"
+
+
+@pytest.mark.parametrize("cv", VARIANTS, ids=_ids)
+def test_forward_bfloat16(cv):
+    # bfloat16 inputs against the float64 reference of the same (bfloat16-rounded) values,
+    # within bfloat16's precision; the output has bfloat16 where float32 inputs give float32
+    case, v = cv
+    if not (case.float32 and case.bfloat16):
+        pytest.skip(f"{case.name}: bfloat16 comparison disabled in its table entry")
+    bf16 = eagerc.bfloat16.np
+    arrays = [a.astype(bf16) if a.dtype.kind == "f" else a for a in case.arrays(v)]
+    if "quantile" in case.name:   # PyTorch's quantile takes float32 and float64 only
+        with pytest.raises(RuntimeError, match="quantile\\(\\) input tensor must be either float or double"):
+            _run(case, arrays)
+        return
+    _, outs = _run(case, arrays)
+    refs = _as_tuple(case.ref(*[a.astype(np.float64) if a.dtype == bf16 else a for a in arrays]))
+    _compare(case, outs, refs, case.rtol16, case.atol16, "bfloat16")
+    for o, r in zip(outs, refs):
+        if isinstance(o, eagerc.Tensor):
+            r = np.asarray(r)
+            expected = case.out_dtype or {"f": "float32", "b": "bool"}.get(r.dtype.kind, "int64")
+            if expected == "float32" and any(a.dtype == bf16 for a in arrays):
+                expected = "bfloat16"
+            expected = case.out16 or expected
+            assert o.dtype.name == expected, f"{case.name}: bfloat16 inputs gave {o.dtype}, expected {expected}"
 
 
 GRAD_VARIANTS = [(c, v) for c in CASES if c.grad for v in range(min(c.grad_variants, len(c.shapes)))]

@@ -121,10 +121,13 @@ def test_locations_and_map_location():
     assert _load(zip_file(obj), map_location={"mps": "cpu"})["w"].device.type == "cpu"
 
 
-def test_bfloat16_is_refused_by_name_until_eagerc_has_it():
-    obj = {"layer": {"w": Tensor(Storage(np.zeros(2, np.uint16), type_name="BFloat16Storage"), 0, (2,), (1,))}}
+def test_bfloat16_storages_load_as_bfloat16():
+    # bfloat16 is the top half of a float32: 0x3FC0 = 1.5, 0xC040 = -3.0, 0x3F81 = 1.0078125
+    bits = np.array([0x3FC0, 0xC040, 0x3F81], np.uint16)
+    obj = {"layer": {"w": Tensor(Storage(bits, type_name="BFloat16Storage"), 1, (2,), (1,))}}
     for data in (zip_file(obj), legacy_file(obj)):
-        _refused(data, r"tensor obj\['layer'\]\['w'\] is bfloat16, which eagerc does not support yet")
+        w = _load(data)["layer"]["w"]
+        assert w.dtype == eagerc.bfloat16 and w.float().tolist() == [-3.0, 1.0078125]
 
 
 def test_plain_safetensors_files_load_as_dicts(tmp_path):
@@ -134,8 +137,8 @@ def test_plain_safetensors_files_load_as_dicts(tmp_path):
     got = _load(buf.getvalue(), "m.safetensors")
     assert set(got) == {"a", "b"} and got["a"].dtype == eagerc.float16
     head = b'{"w":{"dtype":"BF16","shape":[2],"data_offsets":[0,4]}}'
-    with pytest.raises(CheckpointError, match="m.safetensors: cannot load: tensor 'w' is bfloat16 .* not support"):
-        _load(struct.pack("<Q", len(head)) + head + b"\0" * 4, "m.safetensors")
+    got = _load(struct.pack("<Q", len(head)) + head + np.array([0x3FC0, 0xC040], "<u2").tobytes(), "m.safetensors")
+    assert got["w"].dtype == eagerc.bfloat16 and got["w"].float().tolist() == [1.5, -3.0]
 
 
 # ---------------------------------------------------------------- refused: code, classes, opcodes
@@ -300,12 +303,13 @@ def test_real_safetensors_files_from_pytorch(tmp_path):
     ref = {"w": torch.randn(3, 2), "h": torch.randn(4).half(), "i": torch.arange(3)}
     stt.save_file(ref, tmp_path / "model.safetensors", metadata={"format": "pt"})
     _same(torch, eagerc.load(tmp_path / "model.safetensors"), ref)
-    stt.save_file({"b": torch.ones(2, dtype=torch.bfloat16)}, tmp_path / "bf.safetensors")
-    with pytest.raises(CheckpointError, match="tensor 'b' is bfloat16 .*not support"):
-        eagerc.load(tmp_path / "bf.safetensors")
-    torch.save({"b": torch.ones(2, dtype=torch.bfloat16)}, tmp_path / "bf.pt")
-    with pytest.raises(CheckpointError, match=r"tensor obj\['b'\] is bfloat16"):
-        eagerc.load(tmp_path / "bf.pt")
+    bf = {"b": torch.randn(3, 2).to(torch.bfloat16)}
+    stt.save_file(bf, tmp_path / "bf.safetensors")
+    torch.save(bf, tmp_path / "bf.pt")
+    for name in ("bf.safetensors", "bf.pt"):
+        got = eagerc.load(tmp_path / name)["b"]
+        assert got.dtype == eagerc.bfloat16
+        assert got.float().numpy().tolist() == bf["b"].float().numpy().tolist()
     torch.save(torch.nn.Linear(2, 2), tmp_path / "module.pt")   # a pickled Module: refused by name
     with pytest.raises(CheckpointError, match="refused the global 'torch.nn.modules.linear.Linear'"):
         eagerc.load(tmp_path / "module.pt")

@@ -12,6 +12,7 @@ ordinary backward pays nothing for the mechanism.
 """
 import numpy as np
 
+from ..runtime.dtypes import FLOATING_KINDS
 from .. import dispatch
 from ..dispatch import Node
 from .._tensor import Tensor
@@ -123,7 +124,7 @@ def _release(node):
 
 def _check_anomaly(node, i, gi):
     d = gi._array
-    if d.dtype.kind == "f" and not bool(np.isfinite(d).all() if type(d) is np.ndarray else d.isfinite().all()):
+    if d.dtype.kind in FLOATING_KINDS and not bool(np.isfinite(d).all() if type(d) is np.ndarray else d.isfinite().all()):
         where = node.created_at or "(creation site not recorded)\n"
         raise RuntimeError(
             f"Function '{node.name()}' returned nan or inf values in its {i}th output "

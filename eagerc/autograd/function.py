@@ -24,6 +24,7 @@ output)` -- works too.
 """
 import weakref
 
+from ..runtime.dtypes import FLOATING_KINDS
 from .. import dispatch
 from .._tensor import Tensor
 from ..runtime.ownership import user_stack
@@ -146,7 +147,7 @@ class Function:
             return out
         outs = out if isinstance(out, tuple) else (out,)
         diff = [i for i, o in enumerate(outs) if isinstance(o, Tensor)
-                and id(o) not in ctx._non_differentiable and o._array.dtype.kind == "f"]
+                and id(o) not in ctx._non_differentiable and o._array.dtype.kind in FLOATING_KINDS]
         if not diff:
             return out
         ctx._out_specs = [(tuple(o._array.shape), o.dtype) if isinstance(o, Tensor) else ((), None)

@@ -8,6 +8,7 @@ import os
 import re
 
 import numpy as np
+from ..runtime.dtypes import FLOATING_KINDS
 
 __all__ = ["UsageError", "CommandError", "load_program", "parse_shape", "parse_dtype",
            "example_shape", "random_inputs", "read_inputs", "output_leaves", "spec_type", "one_line",
@@ -117,7 +118,7 @@ def random_inputs(shapes, dtypes_, seed=0):
     out = []
     for shape, dt in zip(shapes, dtypes_):
         dt = np.dtype(dt)
-        if dt.kind == "f":
+        if dt.kind in FLOATING_KINDS:
             out.append(rng.standard_normal(shape).astype(dt))
         elif dt.kind == "b":
             out.append(rng.random(shape) < 0.5)

@@ -19,6 +19,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..runtime.dtypes import FLOATING_KINDS
 from .. import dispatch
 from .._tensor import Tensor
 from ..runtime.ir import Graph
@@ -211,7 +212,7 @@ class JointEntry:
         bwd_env = dict(zip(self.saved_names, outs[self.n_user:]))
         for name in self.bwd_reads:
             bwd_env[name] = env[name]
-        diff = [i for i, t in enumerate(user) if t._array.dtype.kind == "f"][:self.n_diff]
+        diff = [i for i, t in enumerate(user) if t._array.dtype.kind in FLOATING_KINDS][:self.n_diff]
         edges = [(leaves[i].grad_fn if leaves[i].grad_fn is not None else leaves[i]) for i in self.target_args]
         edges += [self.externals[name] for name in self.target_externals]
         attach_backward(user, diff, self, bwd_env, edges)

@@ -11,6 +11,7 @@ decompositions into primitives live with the ops, in eagerc/ops/nn.py.
 import math
 import warnings
 
+from ..runtime.dtypes import FLOATING_KINDS
 from ..ops.creation import arange, rand, tensor as _tensor
 from ..ops.elementwise import (exp, log, log1p, expm1, minimum, relu as _relu, sigmoid as _sigmoid,
                                tanh as _tanh, where)
@@ -43,7 +44,7 @@ _BATCH_NORM, _BATCH_NORM_STATS = OPS["batch_norm"], OPS["batch_norm_stats"]
 def _float_input(name, x):
     if not isinstance(x, Tensor):
         raise TypeError(f"{name}: expected a Tensor, got {type(x).__name__}")
-    if x._array.dtype.kind != "f":
+    if x._array.dtype.kind not in FLOATING_KINDS:
         raise TypeError(f"{name}: expected a floating-point tensor, got {x.dtype.name} "
                         "(convert with .float() first)")
 
@@ -53,7 +54,7 @@ def _float_input(name, x):
 def linear(input, weight, bias=None):
     """y = input @ weight.T + bias (one fused op; `linear_decomposed` is matmul + add)."""
     d = input._array.dtype
-    if weight._array.dtype is not d or (bias is not None and bias._array.dtype is not d) or d.kind != "f":
+    if weight._array.dtype is not d or (bias is not None and bias._array.dtype is not d) or d.kind not in FLOATING_KINDS:
         raise RuntimeError(f"linear: expected input, weight and bias of one floating dtype, got "
                            f"{input.dtype.name}, {weight.dtype.name}"
                            f"{'' if bias is None else ', ' + bias.dtype.name}")
@@ -96,7 +97,7 @@ def gelu(input, approximate="none"):
     """x * Phi(x): exact with erf ('none'), or the tanh approximation ('tanh'). One fused op."""
     if approximate not in ("none", "tanh"):
         raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
-    if input._array.dtype.kind != "f":
+    if input._array.dtype.kind not in FLOATING_KINDS:
         _float_input("gelu", input)
     return apply(_GELU, (input,), {"approximate": approximate})
 
@@ -185,7 +186,7 @@ def softmax(input, dim=None, _stacklevel=3, dtype=None):
         input = input.to(dtype)
     if dim is None:
         dim = _softmax_dim("softmax", input.ndim, _stacklevel)
-    if input._array.dtype.kind != "f":
+    if input._array.dtype.kind not in FLOATING_KINDS:
         _float_input("softmax", input)
     return apply(_SOFTMAX, (input,), {"dim": dim})
 
@@ -195,7 +196,7 @@ def log_softmax(input, dim=None, _stacklevel=3, dtype=None):
         input = input.to(dtype)
     if dim is None:
         dim = _softmax_dim("log_softmax", input.ndim, _stacklevel)
-    if input._array.dtype.kind != "f":
+    if input._array.dtype.kind not in FLOATING_KINDS:
         _float_input("log_softmax", input)
     return apply(_LOG_SOFTMAX, (input,), {"dim": dim})
 
@@ -293,7 +294,7 @@ def _embedding_renorm_(weight, input, max_norm, norm_type):
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     """Normalise over the last len(normalized_shape) dims (one fused op)."""
     ns = (int(normalized_shape),) if isinstance(normalized_shape, int) else tuple(int(s) for s in normalized_shape)
-    if input._array.dtype.kind != "f":
+    if input._array.dtype.kind not in FLOATING_KINDS:
         _float_input("layer_norm", input)
     return apply(_LAYER_NORM, (input, weight, bias), {"normalized_shape": ns, "eps": float(eps)})
 
@@ -334,7 +335,7 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
     and the running buffers are updated in place) or by the running statistics (eval)."""
     if input.ndim < 2:
         raise ValueError(f"batch_norm: expected an input of shape (N, C, *), got {tuple(input.shape)}")
-    if input._array.dtype.kind != "f":
+    if input._array.dtype.kind not in FLOATING_KINDS:
         _float_input("batch_norm", input)
     channels = input.shape[1]
     for name, t in (("running_mean", running_mean), ("running_var", running_var), ("weight", weight),
@@ -610,7 +611,7 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
     if not 0.0 <= label_smoothing <= 1.0:
         raise ValueError(f"cross_entropy: label_smoothing must be between 0.0 and 1.0, got {label_smoothing}")
     if tuple(target.shape) == tuple(input.shape):  # PyTorch's rule: the input's shape means probabilities
-        if target._array.dtype.kind != "f":
+        if target._array.dtype.kind not in FLOATING_KINDS:
             raise RuntimeError(f"cross_entropy: Expected floating point type for target with class "
                                f"probabilities, got {target.dtype.name} (a target of the input's shape "
                                f"{list(input.shape)} holds class probabilities; class indices have shape "
@@ -620,7 +621,7 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
                                f"(class probabilities), got ignore_index={ignore_index}")
         return _cross_entropy_probs(input, target, weight, reduction, label_smoothing)
     _check_index_dtype("cross_entropy", input, target)
-    if input._array.dtype.kind != "f":
+    if input._array.dtype.kind not in FLOATING_KINDS:
         _float_input("cross_entropy", input)
     if weight is not None and weight._array.dtype is not input._array.dtype:
         weight = weight.to(input.dtype)

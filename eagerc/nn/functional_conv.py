@@ -398,7 +398,7 @@ def _adaptive_max(op, nd, input, output_size, return_indices):
     unbatched = _check_dims(op, input, (nd + 1, nd + 2))
     size = _adaptive_size(output_size, input._array.shape[-nd:], nd)
     x = input.unsqueeze(0) if unbatched else input
-    if x._array.dtype.kind not in "fc":
+    if not x.dtype.is_floating_point:
         raise RuntimeError(f"{op}: expected a floating-point input, got {x.dtype.name}")
     idx = apply(_ADAPTIVE_MAX_IDX, (x,), {"output_size": size})
     n, c = x._array.shape[:2]

@@ -22,6 +22,7 @@ import math
 
 import numpy as np
 
+from ..runtime.dtypes import FLOATING_KINDS
 from ..dispatch import apply
 from ..ops.creation import tensor
 from ..ops.elementwise import where
@@ -135,7 +136,7 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
         return (adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_avg_pool3d)[n - 1](input, out_size)
     if mode in ("nearest", "nearest-exact"):
         return _nearest(input, out_size, scales, mode == "nearest-exact")
-    if input._array.dtype.kind != "f":
+    if input._array.dtype.kind not in FLOATING_KINDS:
         raise NotImplementedError(f"interpolate: mode {mode!r} is not implemented for {input.dtype.name} "
                                   "(convert with .float() first)")
     return _resample(input, out_size, scales, bool(align_corners), mode == "bicubic")
@@ -171,7 +172,7 @@ def affine_grid(theta, size, align_corners=None):
     _tensor("affine_grid", "theta", theta)
     align_corners = bool(align_corners)
     size = tuple(int(s) for s in size)
-    if theta._array.dtype.kind != "f":
+    if theta._array.dtype.kind not in FLOATING_KINDS:
         raise ValueError(f"Expected theta to have floating point type, but got {theta.dtype}")
     shape = tuple(theta._array.shape)
     if len(size) == 4:
@@ -276,7 +277,7 @@ def grid_sample(input, grid, mode="bilinear", padding_mode="zeros", align_corner
                            f"sizes {list(xs)} and grid with sizes {list(gs)}")
     if mode == "bicubic" and nd != 2:
         raise RuntimeError("grid_sampler(): bicubic interpolation only supports 4D input")
-    if input._array.dtype != grid._array.dtype or input._array.dtype.kind != "f":
+    if input._array.dtype != grid._array.dtype or input._array.dtype.kind not in FLOATING_KINDS:
         raise RuntimeError(f"grid_sampler(): expected input and grid to have the same floating dtype, but got "
                            f"{input.dtype} and {grid.dtype}")
     N, C = xs[:2]

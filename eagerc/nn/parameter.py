@@ -1,4 +1,5 @@
 """Parameter: a Tensor that a Module registers as one of its learnable weights."""
+from ..runtime.dtypes import FLOATING_KINDS
 from .._tensor import Tensor
 from ..ops.creation import empty
 
@@ -17,7 +18,7 @@ class Parameter(Tensor):
             data = empty(0)
         elif not isinstance(data, Tensor):
             raise TypeError(f"Parameter: expected a Tensor, got {type(data).__name__}")
-        if requires_grad and data._array.dtype.kind != "f":
+        if requires_grad and data._array.dtype.kind not in FLOATING_KINDS:
             raise RuntimeError(f"Only Tensors of floating point dtype can require gradients, got {data.dtype}")
         p = Tensor.__new__(cls)
         p._array = data._array

@@ -87,8 +87,10 @@ def to_array(data, dtype=None, device=None, copy=True):
         if arr.dtype == np.float64 and dtype is None and inferred is None:
             arr = arr.astype(dtypes.get_default_dtype().np)
         copy = False
+    if arr.dtype not in dtypes._BY_NP and arr.dtype.name == "bfloat16":
+        dtypes.from_np(arr.dtype)    # an ml_dtypes array met before eagerc.bfloat16: registers it
     if arr.dtype not in dtypes._BY_NP:
-        if arr.dtype.kind == "f":
+        if arr.dtype.kind == "f":    # float128...
             arr = arr.astype(np.float32)
         elif arr.dtype.kind in "iu":
             arr = arr.astype(np.int64)

@@ -9,6 +9,7 @@ import warnings
 
 import numpy as _np
 
+from ..runtime.dtypes import FLOATING_KINDS
 from ..dispatch import apply
 from ..autograd.formulas import defgrad
 from ..runtime import dtypes
@@ -71,7 +72,7 @@ def binary(op, a, b):
 
 def _float_binary(op, a, b):
     if isinstance(b, Tensor) and isinstance(a, Tensor) and a._array.dtype is b._array.dtype \
-            and a._array.dtype.kind == "f":
+            and a._array.dtype.kind in FLOATING_KINDS:
         return apply(op, (a, b))
     return apply(op, _promote((_check_operand(op.name, a), _check_operand(op.name, b)), floating=True))
 
@@ -83,7 +84,7 @@ def _compare(op, a, b):
 
 
 def _unary_float(op, x):
-    if x._array.dtype.kind != "f":
+    if x._array.dtype.kind not in FLOATING_KINDS:
         x = cast(x, dtypes.get_default_dtype())
     return apply(op, (x,))
 
@@ -172,7 +173,7 @@ def clamp(input, min=None, max=None):
     if min is None and max is None:
         raise RuntimeError("clamp: at least one of 'min' or 'max' must not be None")
     x = input
-    if any(v is not None and not isinstance(v, int) for v in (min, max)) and x._array.dtype.kind != "f":
+    if any(v is not None and not isinstance(v, int) for v in (min, max)) and x._array.dtype.kind not in FLOATING_KINDS:
         x = cast(x, dtypes.get_default_dtype())
     return apply(OPS["clamp"], (x,), {"min": min, "max": max})
 
@@ -252,7 +253,7 @@ def isclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False):
         raise RuntimeError(f"isclose: rtol and atol must be greater than or equal to zero, got rtol={rtol}, "
                            f"atol={atol}")
     close = eq(input, other)  # noqa: F821
-    floating = input._array.dtype.kind == "f"
+    floating = input._array.dtype.kind in FLOATING_KINDS
     if equal_nan and floating:
         close = logical_or(close, logical_and(isnan(input), isnan(other)))  # noqa: F821
     if rtol == 0 and atol == 0:

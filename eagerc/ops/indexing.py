@@ -29,6 +29,7 @@ import warnings
 
 import numpy as np
 
+from ..runtime.dtypes import FLOATING_KINDS
 from .. import dispatch
 from ..autograd.engine import _saved_input, sum_to
 from ..autograd.formulas import defgrad, defgrad_node
@@ -103,7 +104,7 @@ def _index_tensor(k, device):
     if a.dtype == object:
         raise IndexError(f"only integers, slices (`:`), ellipsis (`...`), None and long or bool tensors "
                          f"are valid indices (got a sequence that numpy reads as objects: {k!r})")
-    if a.size == 0 and a.dtype.kind == "f":
+    if a.size == 0 and a.dtype.kind in FLOATING_KINDS:
         a = a.astype(np.int64)
     return creation.tensor(a, device=device)
 

@@ -8,6 +8,7 @@ silently using the new one.
 """
 import numpy as np
 
+from ..runtime.dtypes import FLOATING_KINDS
 from .. import dispatch
 from .._tensor import Tensor
 
@@ -49,7 +50,7 @@ def commit(t, result, opname):
                            "refers to a single memory location (an expanded view), or its memory is "
                            "read-only. Please clone() the tensor before performing the operation.")
     if rd.dtype != data.dtype:
-        if data.dtype.kind in "iub" and rd.dtype.kind == "f" or data.dtype.kind == "b" and rd.dtype.kind != "b":
+        if data.dtype.kind in "iub" and rd.dtype.kind in FLOATING_KINDS or data.dtype.kind == "b" and rd.dtype.kind != "b":
             raise RuntimeError(f"{opname}: result type {rd.dtype} can't be cast to the desired output "
                                f"type {data.dtype}")
     if rd.shape != data.shape:

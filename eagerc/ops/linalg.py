@@ -58,7 +58,13 @@ def matmul(input, other):
 
 def _promoted_matmul(name, input, other):
     _check_tensors(name, input, other)
-    return apply(_MATMUL, _promoted(name, (input, other)))
+    a, b = _promoted(name, (input, other))
+    if a._array.dtype.kind == "V":
+        # bfloat16: the matmul kernel is np.matmul itself, which makes float32 of it; so the
+        # product is a float32 matmul rounded once to bfloat16, as PyTorch's bfloat16 matmul
+        # (float32 accumulation) -- three ops in a traced graph, one rounding
+        return cast(apply(_MATMUL, (cast(a, dtypes.float32), cast(b, dtypes.float32))), a.dtype)
+    return apply(_MATMUL, (a, b))
 
 
 def _strict(name, rule, ok):

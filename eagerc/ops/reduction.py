@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 
+from ..runtime.dtypes import FLOATING_KINDS
 from ..autograd.formulas import defgrad
 from ..dispatch import apply, grad_enabled
 from ..runtime.ops import OPS
@@ -46,7 +47,7 @@ def sum(input, dim=None, keepdim=False, *, dtype=None):
 
 
 def mean(input, dim=None, keepdim=False, *, dtype=None):
-    if dtype is None and input._array.dtype.kind != "f":
+    if dtype is None and input._array.dtype.kind not in FLOATING_KINDS:
         raise RuntimeError(f"mean(): could not infer output dtype. Input dtype must be either a floating "
                            f"point or complex dtype. Got: {input.dtype.name}")
     return _reduce("mean", input, dim, keepdim, dtype)
@@ -228,7 +229,7 @@ def cumprod(input, dim, *, dtype=None):
 
 def logcumsumexp(input, dim):
     """log(cumsum(exp(x))) along `dim`, computed pairwise so no term underflows."""
-    if input._array.dtype.kind != "f":
+    if input._array.dtype.kind not in FLOATING_KINDS:
         raise RuntimeError(f"logcumsumexp: expected a floating-point input, got {input.dtype.name} (as in "
                            "PyTorch, there is no integer logcumsumexp: convert with .float() first)")
     return apply(OPS["logcumsumexp"], (input,), {"dim": int(dim)})

@@ -15,6 +15,7 @@ names the user's line, never a size baked into the graph.
 import collections
 import math
 
+from ..runtime.dtypes import FLOATING_KINDS
 from .. import dispatch
 from ..dispatch import apply
 from ..runtime import dtypes
@@ -119,7 +120,7 @@ def _median_pos(x, d, ignore_nan):
     """The sorted position of each row's (lower) median along d. NaN sorts last: median gives
     the row's first NaN where it has any; nanmedian the median of the others."""
     n = _size(x, d)
-    if x._array.dtype.kind != "f":
+    if x._array.dtype.kind not in FLOATING_KINDS:
         return (n - 1) // 2
     nans = isnan(x).sum(d, keepdim=True)
     if ignore_nan:

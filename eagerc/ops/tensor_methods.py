@@ -148,7 +148,8 @@ def type_as(self, other):
 
 
 _TYPE_NAMES = {"float32": "Float", "float64": "Double", "float16": "Half", "int64": "Long",
-               "int32": "Int", "int16": "Short", "int8": "Char", "uint8": "Byte", "bool": "Bool"}
+               "int32": "Int", "int16": "Short", "int8": "Char", "uint8": "Byte", "bool": "Bool",
+               "bfloat16": "BFloat16"}   # a name only: no legacy class (it would import ml_dtypes)
 
 
 def _type(self, dtype=None, non_blocking=False):
@@ -157,7 +158,8 @@ def _type(self, dtype=None, non_blocking=False):
     if dtype is None:
         return "eagerc." + _TYPE_NAMES[self.dtype.name] + "Tensor"
     if isinstance(dtype, str) and dtype.endswith("Tensor"):
-        dtype = _LEGACY[dtype.rsplit(".", 1)[-1][:-len("Tensor")]].dtype
+        name = dtype.rsplit(".", 1)[-1][:-len("Tensor")]
+        dtype = dtypes.bfloat16 if name == "BFloat16" else _LEGACY[name].dtype
     elif isinstance(dtype, _LegacyType):
         dtype = dtype.dtype
     return cast(self, dtype)
@@ -179,7 +181,7 @@ class _LegacyType(type):
 
 
 _LEGACY = {name: _LegacyType(name + "Tensor", (), {"dtype": dtypes.as_dtype(dt)})
-           for dt, name in _TYPE_NAMES.items()}
+           for dt, name in _TYPE_NAMES.items() if dt != "bfloat16"}
 LEGACY_TYPES = {cls.__name__: cls for cls in _LEGACY.values()}  # FloatTensor, LongTensor, ...
 
 
@@ -327,7 +329,12 @@ def _conversion(d):
 for _name, _d in _CONVERSIONS.items():
     setattr(Tensor, _name, _conversion(_d))
 
-for _f in (backward, detach, detach_, requires_grad_, retain_grad, register_hook,
+
+def bfloat16(self):
+    """A bfloat16 copy (ml_dtypes is imported on first use, not with the conversions above)."""
+    return cast(self, dtypes.bfloat16)
+
+for _f in (bfloat16, backward, detach, detach_, requires_grad_, retain_grad, register_hook,
            register_post_accumulate_grad_hook, to, cuda, cpu,
            type_as, zero_, fill_, copy_, normal_, uniform_, bernoulli_, random_, new_tensor, new_full,
            pin_memory, is_pinned, storage_offset):

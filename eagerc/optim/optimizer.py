@@ -22,6 +22,7 @@ from itertools import chain
 
 import numpy as np
 
+from ..runtime.dtypes import FLOATING_KINDS
 from ..autograd.grad_mode import enable_grad, no_grad
 from ..dispatch import wrap
 from .. import dispatch
@@ -344,7 +345,7 @@ def _cast_state(p, index, name, value, check_shape=True):
                                  f"{tuple(data.shape)}, but the parameter it belongs to has shape "
                                  f"{tuple(p._array.shape)}")
             xp = array_module(p._array)
-            if data.dtype.kind == "f" and p._array.dtype.kind == "f" and data.dtype != p._array.dtype:
+            if data.dtype.kind in FLOATING_KINDS and p._array.dtype.kind in FLOATING_KINDS and data.dtype != p._array.dtype:
                 data = data.astype(p._array.dtype)
             if xp is np:
                 data = np.array(data if type(data) is np.ndarray else data.get(), copy=True)

@@ -37,7 +37,7 @@ import os
 
 import numpy as np
 
-from . import safetensors_io as st
+from . import dtypes, safetensors_io as st
 from .ir import Graph, Node, Value, spec_of, FORMAT_VERSION as GRAPH_FORMAT_VERSION
 from .ops import OPS
 from .pytree import unflatten
@@ -65,8 +65,8 @@ MAX_TREE_DEPTH = 64         # nesting of the output structure
 MAX_INT = 2 ** 63           # integers anywhere in the graph are below this in magnitude
 MAX_SPECIALISATIONS = 16    # cached graphs for different dynamic sizes
 
-DTYPE_NAMES = ("bool", "uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64")
-_NP = {name: np.dtype(name) for name in DTYPE_NAMES}
+DTYPE_NAMES = dtypes.NAMES
+_NP = {name: np.dtype(name) for name in DTYPE_NAMES if name != "bfloat16"}   # + bfloat16 on first use
 NOT_IN_PROGRAMS = {"to_device"}  # a program runs on the device of its inputs
 
 _META_KEYS = {"format", "format_version", "eagerc_version", "graph", "inputs", "dynamic"}
@@ -399,6 +399,11 @@ def _check_shape(shape, what):
 
 
 def _check_dtype(dt, what):
+    if dt == "bfloat16" and dt not in _NP:   # ml_dtypes: imported only by programs that use it
+        try:
+            _NP[dt] = dtypes.bfloat16.np
+        except ImportError:
+            _fail(f"{what}: {dtypes.BF16_EXTRA}")
     if type(dt) is not str or dt not in _NP:
         _fail(f"{what}: unknown dtype {_short(dt)} (one of {', '.join(DTYPE_NAMES)})")
 

@@ -55,6 +55,7 @@ import os
 import threading
 
 import numpy as np
+from .dtypes import FLOATING_KINDS
 
 __all__ = [
     "philox4x64_10", "philox_words", "uniform", "normal", "integers", "permutation",
@@ -178,7 +179,7 @@ def uniform(seed, offset, shape, dtype, xp=np):
     """Uniform floats in [0, 1); consumes numel words."""
     shape, numel = _shape(shape)
     dtype = np.dtype(dtype)
-    if dtype.kind != "f":
+    if dtype.kind not in FLOATING_KINDS:
         raise TypeError(f"uniform needs a float dtype, got {dtype}")
     return _unit(philox_words(seed, offset, numel, xp), dtype, xp).reshape(shape)
 
@@ -188,7 +189,7 @@ def normal(seed, offset, shape, dtype, xp=np):
     consumes 2 * numel words."""
     shape, numel = _shape(shape)
     dtype = np.dtype(dtype)
-    if dtype.kind != "f":
+    if dtype.kind not in FLOATING_KINDS:
         raise TypeError(f"normal needs a float dtype, got {dtype}")
     w = philox_words(seed, offset, 2 * numel, xp)
     s11 = xp.uint64(11)

@@ -40,8 +40,9 @@ import numpy as np
 
 from .atomic import atomic_write
 
-__all__ = ["FormatError", "NotSafetensors", "UnsupportedDtype", "Header", "DTYPES", "MAX_HEADER", "open_regular", "loads_json",
-           "loads_json_counted", "unique_keys", "gc_paused", "sniff", "read_header", "read_tensors", "verify", "write", "save_file", "seal"]
+__all__ = ["register_bfloat16", "FormatError", "NotSafetensors", "UnsupportedDtype", "Header", "DTYPES", "MAX_HEADER", "open_regular",
+           "loads_json", "loads_json_counted", "unique_keys", "gc_paused", "sniff", "read_header", "read_tensors", "verify",
+           "write", "save_file", "seal"]
 
 MAX_HEADER = 100_000_000  # bytes of JSON header; the safetensors package's own limit
 MAX_NDIM = 64
@@ -56,7 +57,21 @@ DTYPES = {"BOOL": np.dtype(np.bool_), "U8": np.dtype(np.uint8), "I8": np.dtype(n
           "I32": np.dtype(np.int32), "U64": np.dtype(np.uint64), "I64": np.dtype(np.int64),
           "F16": np.dtype(np.float16), "F32": np.dtype(np.float32), "F64": np.dtype(np.float64)}
 _CODES = {d: code for code, d in DTYPES.items()}
-_OTHER_CODES = frozenset(("BF16", "F8_E4M3", "F8_E5M2", "F8_E8M0", "F6_E2M3", "F6_E3M2", "F4", "C64"))
+_OTHER_CODES = frozenset(("F8_E4M3", "F8_E5M2", "F8_E8M0", "F6_E2M3", "F6_E3M2", "F4", "C64"))
+
+
+
+def register_bfloat16():
+    """Add "BF16" to DTYPES on its first use and return its numpy dtype: bfloat16 is ml_dtypes'
+    type, imported only by files and programs that hold it. None without ml_dtypes."""
+    from . import dtypes
+    try:
+        d = dtypes.bfloat16.np
+    except ImportError:
+        return None
+    DTYPES["BF16"], _CODES[d] = d, "BF16"
+    return d
+
 
 # the first bytes of files people pass by mistake
 _MAGIC = [(b"\x93NUMPY", "a numpy .npy file"), (b"PK\x03\x04", "a zip file (a PyTorch .pt / numpy .npz?)"),
@@ -73,7 +88,7 @@ class NotSafetensors(FormatError):
 
 
 class UnsupportedDtype(FormatError):
-    """A well-formed entry of a dtype eagerc does not hold (BF16, F8_*...): not a corruption."""
+    """A well-formed entry of a dtype eagerc does not hold (F8_*..., or BF16 without ml_dtypes): not a corruption."""
 
 
 # ---------------------------------------------------------------- opening
@@ -345,9 +360,12 @@ def _check_entry(name, entry, data_start, data_size):
                                                f"has unknown keys {[_clip(k, 40) for k in sorted(extra)[:5]]}"))
     code, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
     dtype = DTYPES.get(code) if type(code) is str else None
+    if dtype is None and code == "BF16":
+        dtype = register_bfloat16()
+        if dtype is None:
+            from .dtypes import BF16_EXTRA
+            raise UnsupportedDtype(f"tensor {_clip(name)} is bfloat16 (BF16): {BF16_EXTRA}")
     if dtype is None:
-        if code == "BF16":
-            raise UnsupportedDtype(f"tensor {_clip(name)} is bfloat16 (BF16), which eagerc does not support yet")
         raise (UnsupportedDtype if type(code) is str and code in _OTHER_CODES else FormatError)(
             f"tensor {_clip(name)}: unsupported dtype {str(code)[:40]!r} (supported: {', '.join(DTYPES)})")
     if type(shape) is not list or len(shape) > MAX_NDIM:
@@ -465,7 +483,7 @@ def _header_bytes(tensors, metadata):
         header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
     pos = 0
     for name, arr in tensors.items():
-        if arr.dtype not in _CODES:
+        if arr.dtype not in _CODES and not (arr.dtype.name == "bfloat16" and register_bfloat16() is not None):
             raise TypeError(f"safetensors_io: cannot store tensor {name!r} of dtype {arr.dtype}")
         header[name] = {"dtype": _CODES[arr.dtype], "shape": list(arr.shape),
                         "data_offsets": [pos, pos + arr.nbytes]}

@@ -82,7 +82,7 @@ def _check_value(v, where):
     return static
 
 
-_DTYPE_NAMES = frozenset(d.name for d in dtypes.ALL)
+_DTYPE_NAMES = frozenset(dtypes.NAMES)
 
 
 def _where(i, n):

@@ -148,11 +148,11 @@ CASES = [
     Case("to_device_op", lambda x: eagerc.dispatch.apply(eagerc.runtime.OPS["to_device"], (x,),
                                                           {"device": "cpu"}) * 2, lambda x: x * 2, [((3,),)]),
     # creation ops (no tensor inputs): values against numpy
-    Case("zeros", lambda x: eagerc.zeros(2, 3) + x, lambda x: np.zeros((2, 3)) + x, [((3,),)]),
-    Case("full", lambda x: eagerc.full((2, 3), 1.5) * x, lambda x: np.full((2, 3), 1.5) * x, [((3,),)]),
+    Case("zeros", lambda x: eagerc.zeros(2, 3) + x, lambda x: np.zeros((2, 3)) + x, [((3,),)], out16="float32"),
+    Case("full", lambda x: eagerc.full((2, 3), 1.5) * x, lambda x: np.full((2, 3), 1.5) * x, [((3,),)], out16="float32"),
     Case("arange", lambda x: eagerc.arange(1, 7, 2) * x, lambda x: np.arange(1, 7, 2) * x, [((3,),)]),
-    Case("linspace", lambda x: eagerc.linspace(0, 1, 5) + x, lambda x: np.linspace(0, 1, 5) + x, [((5,),)]),
-    Case("eye", lambda x: eagerc.eye(3, 4) * x, lambda x: np.eye(3, 4) * x, [((4,),)]),
+    Case("linspace", lambda x: eagerc.linspace(0, 1, 5) + x, lambda x: np.linspace(0, 1, 5) + x, [((5,),)], out16="float32"),
+    Case("eye", lambda x: eagerc.eye(3, 4) * x, lambda x: np.eye(3, 4) * x, [((4,),)], out16="float32"),
 ]
 
 # random creation ops: the op plumbing (seed/offset attributes) against eagerc.runtime.random,

@@ -79,8 +79,10 @@ def literal(x):
 
 
 def np_type(dtype):
+    """The numpy type of `dtype` as generated code spells it (ml_dtypes' bfloat16 is no numpy
+    attribute: numpy finds it by name once ml_dtypes is imported, as a bfloat16 program has)."""
     name = np.dtype(dtype).name
-    return "np.bool_" if name == "bool" else f"np.{name}"
+    return "np.bool_" if name == "bool" else "np.dtype('bfloat16')" if name == "bfloat16" else f"np.{name}"
 
 
 def per_call_attrs(graph):

@@ -41,7 +41,9 @@ ROW_COMPOSITES = tuple(n for n, op in OPS.items() if op.lowering is DECOMPOSED)
 
 def fusible(node):
     """Can a kernel compute this node? (the lowering may still refuse a dtype or shape)"""
-    return (node.op in LOWERABLE or node.op in REDUCIBLE or node.op in RANDOM) and node.out.dtype in DTYPES
+    if node.op in RANDOM:   # the kernel RNG draws float16/32/64; bfloat16 draws stay numpy's
+        return node.out.dtype in DTYPES and node.out.dtype != "bfloat16"
+    return (node.op in LOWERABLE or node.op in REDUCIBLE) and node.out.dtype in DTYPES
 
 
 def decompose_rows(graph):
@@ -58,7 +60,7 @@ PIPELINE = CLEANUP + [decompose_rows, dce, cse, simplify, schedule, fuse_kernels
 
 
 def uses_float16(k):
-    return any(b.dtype == "float16" for b in k.inputs + k.outputs) or any(i.dtype == "float16" for i in k.instrs)
+    return k.uses_dtype("float16")
 
 
 def plan_kernels(graph, singleton_min=SINGLETON_MIN, float16=True):

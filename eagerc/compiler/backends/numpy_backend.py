@@ -36,6 +36,7 @@ Their readers keep the base's memory alive.
 """
 import numpy as np
 
+from ...runtime.dtypes import FLOATING_KINDS
 from ...runtime.ops import OPS
 from ..passes import CLEANUP, fusion, schedule
 from ..passes.memplan import FRESH, NONE, OUT, check_memory_plan, memplan
@@ -122,7 +123,7 @@ def _direct(node, table):
         if node.op == "sign":  # bool inputs are copied, not signed
             return uf if x == out and x.kind != "b" and _resolves_to(np.sign, (x,), out) else None
         if node.op == "round":  # np.round(x) of a float array is rint(x)
-            return uf if x == out and x.kind == "f" and not node.attrs else None
+            return uf if x == out and x.kind in FLOATING_KINDS and not node.attrs else None
         lo, hi = node.attrs.get("min"), node.attrs.get("max")
         if set(node.attrs) - {"min", "max"} or (lo is None and hi is None) or x != out or x.kind not in "fiu":
             return None

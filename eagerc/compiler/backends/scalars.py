@@ -11,6 +11,7 @@ results) go to numpy, so values, infs and nans agree bit for bit.
 import math
 
 import numpy as np
+from ...runtime.dtypes import FLOATING_KINDS
 
 __all__ = ["scalar_nodes", "scalar_expr", "GLOBALS"]
 
@@ -69,7 +70,7 @@ def scalar_nodes(graph, direct, per_call):
             if odt == f64:
                 if x.name in cand and cand[x.name][0] == "f":
                     cand[out.name] = ("f", i)
-                elif np.dtype(x.dtype).kind == "f":
+                elif np.dtype(x.dtype).kind in FLOATING_KINDS:
                     cand[out.name] = ("f", i)
             elif odt == f32 and x.name in cand and cand[x.name][0] == "f":
                 cand[out.name] = ("f32", i)

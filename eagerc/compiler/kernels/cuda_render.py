@@ -39,7 +39,7 @@ RED_BLOCKS = 1024        # blocks of a reduction over everything (one partial ea
 class CudaRenderer(CRenderer):
     INDEX = "long long"
     # NVRTC has no <stdint.h>: plain C types of the same widths (LP64 / CUDA's data model)
-    CTYPES = {"float16": "unsigned short", "float32": "float", "float64": "double", "bool": "unsigned char",
+    CTYPES = {"float16": "unsigned short", "bfloat16": "unsigned short", "float32": "float", "float64": "double", "bool": "unsigned char",
               "int8": "signed char", "int16": "short", "int32": "int", "int64": "long long",
               "uint8": "unsigned char", "uint64": "unsigned long long"}
     RNG_SOURCE = philox.CUDA_SOURCE
@@ -53,13 +53,19 @@ class CudaRenderer(CRenderer):
                "{ unsigned short h; asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f)); return h; }\n"
                "__device__ __forceinline__ unsigned short eagerc_d2h(double d) "
                "{ unsigned short h; asm(\"cvt.rn.f16.f64 %0, %1;\" : \"=h\"(h) : \"d\"(d)); return h; }\n")
+    # bfloat16 as its 16 bits too, converted with the C renderer's bit operations
+    BFLOAT16_SOURCE = ("__device__ __forceinline__ float eagerc_bf2f(unsigned short b) "
+                       "{ return __uint_as_float((unsigned int)b << 16); }\n"
+                       "__device__ __forceinline__ unsigned short eagerc_f2bf(float f) "
+                       "{ unsigned int u = __float_as_uint(f); if (f != f) return (unsigned short)((u >> 16) | 64u); "
+                       "return (unsigned short)((u + 32767u + ((u >> 16) & 1u)) >> 16); }\n")
 
     # ------------------------------------------------------------ intrinsics / literals
     def load(self, dtype, ref):
-        return f"eagerc_h2f({ref})" if dtype == "float16" else ref
+        return f"eagerc_h2f({ref})" if dtype == "float16" else super().load(dtype, ref)
 
     def store(self, dtype, value):
-        return f"eagerc_f2h({value})" if dtype == "float16" else value
+        return f"eagerc_f2h({value})" if dtype == "float16" else super().store(dtype, value)
 
     def to_dtype(self, dtype, expr):
         if dtype == "float16":      # one rounding, from float or from double

@@ -15,8 +15,9 @@ A `Kernel` is
 - `inplace` (set by the backend): output slots written into the array of an input slot
   (an optimizer update reading and writing the same element).
 
-Dtypes: float16 (computed in float, rounded to half after every op), float32, float64,
-bool, int8/16/32/64, uint8.
+Dtypes: float16 and bfloat16 (computed in float, rounded to their 16 bits after every op,
+as numpy's float16 and ml_dtypes' bfloat16 ufuncs do), float32, float64, bool,
+int8/16/32/64, uint8.
 
 Row kernels. With `row_dims = k > 0` the last k dimensions of the index space are a *row*
 (softmax's class dimension, layer_norm's normalized dimensions) and instructions may
@@ -52,8 +53,9 @@ from typing import NamedTuple, Optional
 __all__ = ["Buffer", "Instr", "Reduction", "Kernel", "Param", "contiguous_strides", "broadcast_strides"]
 
 # dtypes a kernel can load, compute and store (numpy names)
-DTYPES = ("float16", "float32", "float64", "bool", "int8", "int16", "int32", "int64", "uint8")
-FLOATS = ("float16", "float32", "float64")
+DTYPES = ("float16", "bfloat16", "float32", "float64", "bool", "int8", "int16", "int32", "int64", "uint8")
+FLOATS = ("float16", "bfloat16", "float32", "float64")
+HALVES = ("float16", "bfloat16")   # held as float, rounded after every op
 
 
 @dataclass(frozen=True)
@@ -162,6 +164,10 @@ class Kernel:
 
     def uses_rng(self):
         return any(ins.op in RANDOM for ins in self.instrs)
+
+    def uses_dtype(self, dtype):
+        """Does the kernel read, write or compute values of `dtype`?"""
+        return any(b.dtype == dtype for b in self.inputs + self.outputs) or any(i.dtype == dtype for i in self.instrs)
 
     def store(self, instr, name, dtype, shape):
         self.outputs.append(Buffer(name, dtype, tuple(shape)))

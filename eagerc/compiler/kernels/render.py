@@ -19,7 +19,7 @@ import math
 import numpy as np
 
 from . import philox
-from .ir import FLOATS
+from .ir import FLOATS, HALVES
 
 __all__ = ["code_for_op", "CRenderer", "render_c"]
 
@@ -169,15 +169,27 @@ class _Ctx:
         return self.renderer.CTYPES[dtype]
 
 
+# bfloat16 is stored as its 16 bits (the top half of a float32) and held as float: widening
+# is a shift; narrowing rounds to nearest even (adding 32767 plus the kept lowest bit), and a
+# NaN stays a quiet NaN (bit 64 of the half set), as ml_dtypes does. Decimal constants: the
+# source holds no "0x" (its tests read one as a leaked address).
+BFLOAT16_C = (
+    "static inline float eagerc_bf2f(uint16_t b) { union { uint32_t u; float f; } v; v.u = (uint32_t)b << 16; "
+    "return v.f; }\n"
+    "static inline uint16_t eagerc_f2bf(float f) { union { uint32_t u; float f; } v; v.f = f; "
+    "if (f != f) return (uint16_t)((v.u >> 16) | 64u); "
+    "return (uint16_t)((v.u + 32767u + ((v.u >> 16) & 1u)) >> 16); }\n")
+
+
 class CRenderer:
     """C11 + OpenMP. Subclasses (CUDA) override signature(), loops, MATH and reductions."""
     INDEX = "int64_t"
-    CTYPES = {"float16": "_Float16", "float32": "float", "float64": "double", "bool": "unsigned char",
+    CTYPES = {"float16": "_Float16", "bfloat16": "uint16_t", "float32": "float", "float64": "double", "bool": "unsigned char",
               "int8": "int8_t",
               "int16": "int16_t", "int32": "int32_t", "int64": "int64_t", "uint8": "uint8_t",
               "uint64": "uint64_t"}      # uint64: kernel params (seeds, offsets) only
     RNG_SOURCE = philox.C_SOURCE      # in the source only when a kernel draws random numbers
-    MATH_SUFFIX = {"float16": "f", "float32": "f", "float64": ""}
+    MATH_SUFFIX = {"float16": "f", "bfloat16": "f", "float32": "f", "float64": ""}
     # glibc's vector math (libmvec, <= 4 ulp) is declared by math.h only under -ffast-math;
     # declaring the SIMD variants here lets the loops vectorise with IEEE semantics kept
     VECTOR_MATH = ("exp", "exp2", "expm1", "log", "log2", "log1p", "sin", "cos", "tan", "tanh", "erf")
@@ -188,6 +200,7 @@ class CRenderer:
                + "#pragma omp declare simd notinbranch\nfloat powf(float, float);\n"
                + "#pragma omp declare simd notinbranch\ndouble pow(double, double);\n"
                + "#endif\n")
+    BFLOAT16_SOURCE = BFLOAT16_C      # in the source only when a kernel holds bfloat16
     code_for_op = code_for_op
 
     # ------------------------------------------------------------ intrinsics
@@ -196,20 +209,23 @@ class CRenderer:
         as int (GCC does not vectorise loops converting bytes to floats, as cast(bool ->
         float) does); float16 is held as float, rounded to half after every operation --
         numpy's float16 ufuncs compute in float32 and round each result the same way."""
-        return {"bool": "int", "float16": "float"}.get(dtype) or self.CTYPES[dtype]
+        return {"bool": "int", "float16": "float", "bfloat16": "float"}.get(dtype) or self.CTYPES[dtype]
 
     def load(self, dtype, ref):
         """A value read from memory (`ref`), as its local type."""
-        return ref
+        return f"eagerc_bf2f({ref})" if dtype == "bfloat16" else ref
 
     def store(self, dtype, value):
         """A local value as written to memory."""
-        return value
+        return f"eagerc_f2bf({value})" if dtype == "bfloat16" else value
 
     def to_dtype(self, dtype, expr):
-        """A float or double expression rounded once to float dtype, as its local type."""
+        """A float or double expression rounded once to float dtype, as its local type
+        (bfloat16 through float: its eager sums and means are float32 values too)."""
         if dtype == "float16":
             return f"((float)(_Float16)({expr}))"
+        if dtype == "bfloat16":
+            return f"eagerc_bf2f(eagerc_f2bf((float)({expr})))"
         return f"(({self.CTYPES[dtype]})({expr}))"
 
     def math(self, name, dtype):
@@ -262,13 +278,13 @@ class CRenderer:
             if self.index_expr is None:
                 raise ValueError(f"{k.name}: instruction {i} (index) rendered outside an element loop")
             expr = self.index_expr
-        elif ins.op == "cast" and ins.dtype == "float16":
-            expr = self.to_dtype("float16", f"v{ins.args[0]}")
+        elif ins.op == "cast" and ins.dtype in HALVES:
+            expr = self.to_dtype(ins.dtype, f"v{ins.args[0]}")
         else:
             src = k.instrs[ins.args[0]].dtype if ins.args else ins.dtype
             expr = self.code_for_op[ins.op](_Ctx(self, ins.dtype, src), *(f"v{a}" for a in ins.args))
-            if ins.dtype == "float16" and ins.op not in HALF_EXACT:
-                expr = self.to_dtype("float16", expr)
+            if ins.dtype in HALVES and ins.op not in HALF_EXACT:
+                expr = self.to_dtype(ins.dtype, expr)
         return f"const {self.local(ins.dtype)} v{i} = {expr};"
 
     def body(self, k, offsets, store_index):
@@ -416,11 +432,11 @@ class CRenderer:
             parts = [self.row_reduction_parts(k, i, cols) for i in p.reduces]
             for decl, _, _, _ in parts:
                 body += decl
-            # float32/float16 sums: float partial sums over blocks of SUM_BLOCK elements, added
+            # float32/float16/bfloat16 sums: float partial sums over blocks of SUM_BLOCK elements, added
             # up in double -- as accurate as numpy's pairwise sum, and the vector loop stays in
             # float (accumulating every element in double halves its speed)
             blocked = [i for i in p.reduces if k.instrs[i].op in ("row_sum", "row_mean")
-                       and k.instrs[i].dtype in ("float32", "float16")] if cols > 1 and not inner else []
+                       and k.instrs[i].dtype in ("float32",) + HALVES] if cols > 1 and not inner else []
             clause = " ".join(c for i, (_, c, _, _) in zip(p.reduces, parts) if i not in blocked)
             clause = " ".join([clause] + [f"reduction(+:f{i})" for i in blocked]).strip()
             lo = "0"
@@ -460,7 +476,8 @@ class CRenderer:
 
     def source(self, kernels):
         rng = self.RNG_SOURCE if any(k.uses_rng() for k in kernels) else ""
-        return self.PRELUDE + rng + "".join("\n" + self.kernel(k) for k in kernels)
+        bf16 = self.BFLOAT16_SOURCE if any(k.uses_dtype("bfloat16") for k in kernels) else ""
+        return self.PRELUDE + bf16 + rng + "".join("\n" + self.kernel(k) for k in kernels)
 
 
 def _term(var, stride):

@@ -65,6 +65,8 @@ def decompose(graph, ops=None):
     def visit(n):
         if n.op not in wanted or n.out.device != "cpu":
             return None
+        if n.out.dtype == "bfloat16" and OPS[n.op].opmath:
+            return None   # its kernel computes in float32 and rounds once; primitives would round each step
         if numel(n.out.shape) is None or any(numel(v.shape) is None for v in n.input_values()):
             return None
         template = _template(n, wanted[n.op])

@@ -21,6 +21,7 @@ import math
 
 import numpy as np
 
+from ...runtime.dtypes import FLOATING_KINDS
 from ...runtime.ir import Node
 from ...runtime.ops import OPS
 from .util import ELEMENTWISE, is_random, may_alias, numel, rewrite
@@ -42,7 +43,7 @@ def _uniform_value(arr):
     first = flat[0]
     if flat.size > 1 and not (flat == first).all():
         return None
-    if arr.dtype.kind == "f" and first == 0 and flat.size > 1 and len(set(np.signbit(flat).tolist())) > 1:
+    if arr.dtype.kind in FLOATING_KINDS and first == 0 and flat.size > 1 and len(set(np.signbit(flat).tolist())) > 1:
         return None   # +0.0 and -0.0 mixed: equal, but not one value
     v = first.item()
     if isinstance(v, complex) or (isinstance(v, float) and not math.isfinite(v)):

@@ -505,6 +505,9 @@ class Module:
     def half(self):
         return self._cast_floating(dtypes.float16)
 
+    def bfloat16(self):
+        return self._cast_floating(dtypes.bfloat16)
+
     # ------------------------------------------------------------ state dict
     def _save_to_state_dict(self, destination, prefix, keep_vars):
         for name, p in self._parameters.items():

@@ -4,6 +4,7 @@ import warnings
 
 import numpy as np
 
+from ...runtime.dtypes import FLOATING_KINDS
 from ...dispatch import wrap
 from ...ops.inplace import bump_version
 from ...runtime.device import xp_of
@@ -35,7 +36,7 @@ def _norm(a, p):
         return 0.0
     if p == 2.0:
         r = a.reshape(-1)
-        if r.dtype.kind == "f" and r.dtype.itemsize < 4:
+        if r.dtype.kind in FLOATING_KINDS and r.dtype.itemsize < 4:
             r = r.astype(np.float32)
         return math.sqrt(float(xp.dot(r, r)))
     if p == math.inf:
@@ -82,7 +83,7 @@ def get_total_norm(tensors, norm_type=2.0, error_if_nonfinite=False, foreach=Non
                            "non-finite, so it cannot be clipped. To disable this error and scale the "
                            "gradients by the non-finite norm anyway, set `error_if_nonfinite=False`")
     d = tensors[0]._array
-    dtype = d.dtype if d.dtype.kind == "f" else np.float32
+    dtype = d.dtype if d.dtype.kind in FLOATING_KINDS else np.float32
     return wrap(np.asarray(total, dtype=dtype))
 
 

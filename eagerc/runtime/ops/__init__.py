@@ -32,6 +32,10 @@ the FLOP estimates, the frontend's elementwise functions are read from here):
   nothing else read: true for elementwise ops, and for clone and gelu.
 - `differentiable`, `broadcasts` (elementwise over broadcast inputs: gradients are
   summed back to each input's shape).
+- `opmath`: bfloat16 inputs are computed in float32 and the results rounded once to
+  bfloat16, as PyTorch's softmax, norms, losses and scans do (`opmath_kernel`); a
+  bfloat16 sum of exponentials would stop growing at 256 terms. The kernel decides by its
+  first input's dtype (x, or the gradient g of a backward op), so other dtypes pay one test.
 
 The other layers attach their parts to the same `OpDef` by name: the frontend its
 derivative (`grads`, autograd/formulas.py) and, for composites, its decomposition into
@@ -92,7 +96,7 @@ class OpDef:
         "flops", "neutral", "pointwise", "differentiable", "broadcasts",
         "cpu", "_gpu", "view",                                               # derived, for apply
         "grads", "save_table", "grad_params", "decomposition", "lowering",   # the layers' parts
-        "why_not",
+        "why_not", "opmath",
     )
 
     def kernel(self, xp):
@@ -106,9 +110,31 @@ class OpDef:
         return f"<op {self.name}({', '.join(self.inputs + self.attrs)})>"
 
 
+def opmath_kernel(impl):
+    """impl (xp -> kernel) computing bfloat16 in float32: bfloat16 arrays among the arguments
+    are widened, float32 results rounded once to bfloat16 (the `opmath` trait)."""
+    def make(xp):
+        kernel = impl(xp)
+
+        def widen(x):
+            return x.astype(np.float32) if getattr(x, "dtype", None) is not None and x.dtype.kind == "V" else x
+
+        def narrow(y, dtype):
+            return y.astype(dtype) if getattr(y, "dtype", None) == np.float32 else y
+
+        def opmath(*args, **attrs):
+            if args[0].dtype.kind != "V":
+                return kernel(*args, **attrs)
+            out = kernel(*map(widen, args), **attrs)
+            dtype = args[0].dtype
+            return tuple(narrow(y, dtype) for y in out) if isinstance(out, tuple) else narrow(out, dtype)
+        return opmath
+    return make
+
+
 def declare(name, inputs, impl, meta, attrs=(), *, kind, ufunc=None, promotion=None, aliases=None,
             effects=(), flops=None, neutral=None, pointwise=None, differentiable=True, broadcasts=False,
-            scratch=None):
+            scratch=None, opmath=False):
     """Declare op `name` (see the module docstring for each trait). `impl` None: the kernel
     is numpy's / cupy's `ufunc` itself."""
     if name in OPS:
@@ -124,7 +150,10 @@ def declare(name, inputs, impl, meta, attrs=(), *, kind, ufunc=None, promotion=N
         if ufunc is None:
             raise ValueError(f"op {name!r}: give a kernel or the numpy ufunc it is")
         impl = lambda xp: getattr(xp, ufunc)  # noqa: E731
+    if opmath:
+        impl = opmath_kernel(impl)
     op = OpDef()
+    op.opmath = opmath
     op.name, op.inputs, op.attrs, op.impl, op.meta, op.scratch = name, tuple(inputs), tuple(attrs), impl, meta, scratch
     op.kind, op.ufunc, op.promotion, op.aliases, op.effects = kind, ufunc, promotion, aliases, tuple(effects)
     op.neutral, op.differentiable, op.broadcasts = neutral, differentiable, broadcasts

@@ -53,9 +53,11 @@ import math
 
 import numpy as np
 
+from ...runtime.dtypes import FLOATING_KINDS
 from ...runtime import dtypes
 from . import Flops, declare
 from .meta import Spec, fail, fmt_shape
+from .linalg import array_matmul
 from .reduction import array_sum
 
 __all__ = ["adaptive_matrix", "adaptive_windows", "conv_output_size", "cubic_coefficients", "interpolation_taps",
@@ -211,7 +213,7 @@ def _conv(xp):
         P = view.shape[-1] if flat else math.prod(out)
         # im2col copy, channel-major (G, K, n*P): one GEMM for the whole batch
         cols = _channel_major_cols(view, len(k), groups, n, P)
-        y = xp.matmul(w.reshape(groups, co // groups, cols.shape[1]), cols).reshape(co, n, P)
+        y = array_matmul(w.reshape(groups, co // groups, cols.shape[1]), cols).reshape(co, n, P)
         _add_bias(y, b)
         # the result is a (n, co, *out) view of the channel-major buffer: no copy (the
         # next elementwise op reads it strided, which costs less than a copy here)
@@ -268,7 +270,7 @@ def _conv_transpose(xp):
         g = _to_runs(xp, xT, full) if flat else xT.reshape(ci, n, math.prod(x.shape[2:]))
         P = g.shape[-1]
         wT = w.reshape(groups, ci // groups, cog * math.prod(k)).swapaxes(1, 2)   # (G, K, ci/G)
-        cols = xp.matmul(wT, g.reshape(groups, ci // groups, n * P))           # one GEMM: (G, K, n*P)
+        cols = array_matmul(wT, g.reshape(groups, ci // groups, n * P))           # one GEMM: (G, K, n*P)
         buf = _col2im_add(xp, cols.reshape((co,) + k + (n, P)), xp.zeros((co, n) + full, x.dtype),
                       k, stride, dilation, x.shape[2:], flat)
         _add_bias(buf, b)
@@ -307,10 +309,10 @@ def _conv_weight(xp):
         # falls off a cliff in OpenBLAS (3x slower past ~8k), so sum it over blocks of the
         # inner dimension instead.
         if n * P > 2 * _BLOCK and cg * math.prod(k) * (co // groups) <= 4096:
-            dwT = sum(xp.matmul(cols[..., a:a + _BLOCK], gT[..., a:a + _BLOCK, :])
+            dwT = sum(array_matmul(cols[..., a:a + _BLOCK], gT[..., a:a + _BLOCK, :])
                       for a in range(0, n * P, _BLOCK))
         else:
-            dwT = xp.matmul(cols, gT)                                          # (G, K, co/G)
+            dwT = array_matmul(cols, gT)                                          # (G, K, co/G)
         return dwT.swapaxes(-1, -2).reshape((co, cg) + k)
     return conv_weight
 
@@ -507,7 +509,7 @@ for _nd in (2, 3):
 # ---------------------------------------------------------------- pooling kernels
 
 def _lowest(dtype):
-    return -np.inf if dtype.kind == "f" else np.iinfo(dtype).min
+    return -np.inf if dtype.kind in FLOATING_KINDS else np.iinfo(dtype).min
 
 
 def _pool_geometry(size, kernel_size, stride, padding, dilation, ceil_mode):
@@ -532,7 +534,7 @@ def _slices(x, kernel_size, stride, dilation, oh, ow):
 
 def _check_pool_input(x, floating=False, kernel_size=None, padding=None):
     """Cheap checks in the kernel; on failure the shape rule explains (see dispatch.explain_failure)."""
-    if x.ndim != 4 or x.dtype == bool or (floating and x.dtype.kind != "f"):
+    if x.ndim != 4 or x.dtype == bool or (floating and x.dtype.kind not in FLOATING_KINDS):
         raise ValueError("pool: unsupported input")
     if kernel_size is not None and any(p < 0 or p > k // 2 for p, k in zip(padding, kernel_size)):
         raise ValueError("pool: padding")
@@ -574,7 +576,7 @@ def _first_max_mask(xp, x, kernel_size, stride, padding, dilation, ceil_mode):
     win = _window_stack(xp, xpad, kernel_size, stride, dilation, oh, ow).reshape((K,) + xpad.shape[:2] + (oh, ow))
     best = win.max(axis=0)
     first = win == best
-    if x.dtype.kind == "f" and bool(xp.isnan(best).any()):
+    if x.dtype.kind in FLOATING_KINDS and bool(xp.isnan(best).any()):
         first |= xp.isnan(win)
     taken = first[0].copy()
     for k in range(1, K):
@@ -708,7 +710,7 @@ def _adaptive_avg_pool2d(xp):
             raise ValueError("adaptive_avg_pool2d: sizes")
         mh = adaptive_matrix(xp, x.shape[2], oh, x.dtype)
         mw = adaptive_matrix(xp, x.shape[3], ow, x.dtype)
-        return xp.matmul(mh, xp.matmul(x, mw.T))
+        return array_matmul(mh, array_matmul(x, mw.T))
     return adaptive_avg_pool2d
 
 
@@ -717,7 +719,7 @@ def _adaptive_avg_pool2d_backward(xp):
         oh, ow = gy.shape[2:]
         mh = adaptive_matrix(xp, input_size[0], oh, gy.dtype)
         mw = adaptive_matrix(xp, input_size[1], ow, gy.dtype)
-        return xp.matmul(mh.T, xp.matmul(gy, mw))
+        return array_matmul(mh.T, array_matmul(gy, mw))
     return adaptive_avg_pool2d_backward
 
 
@@ -1108,9 +1110,9 @@ def _tap_matrix(xp, taps, out, size, dtype):
 def _along(xp, m, x, dim):
     """m (out, size) applied along dimension dim of x: one matmul over contiguous rows."""
     if dim == x.ndim - 1:
-        return xp.matmul(x, m.T)
+        return array_matmul(x, m.T)
     lead, rest = x.shape[:dim], x.shape[dim + 1:]
-    y = xp.matmul(m, x.reshape((math.prod(lead), x.shape[dim], math.prod(rest))))
+    y = array_matmul(m, x.reshape((math.prod(lead), x.shape[dim], math.prod(rest))))
     return y.reshape(lead + (m.shape[0],) + rest)
 
 
@@ -1120,7 +1122,7 @@ def _weights(xp, w, dim, ndim, dtype):
 
 def _interpolate_axis(xp):
     def interpolate_axis(x, dim, output_size, scale, align_corners, cubic):
-        if x.dtype.kind != "f" or not 0 <= dim < x.ndim or x.shape[dim] == 0 or output_size < 1:
+        if x.dtype.kind not in FLOATING_KINDS or not 0 <= dim < x.ndim or x.shape[dim] == 0 or output_size < 1:
             raise ValueError("interpolate_axis: input")
         taps = interpolation_taps(output_size, x.shape[dim], scale, align_corners, cubic)
         if taps is None:

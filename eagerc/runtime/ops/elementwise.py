@@ -48,11 +48,17 @@ def _sigmoid(xp):
     return sigmoid
 
 
+def _same_dtype(f):
+    """scipy's ufunc f, giving x's dtype: it computes bfloat16 (a type it does not know) in
+    float32 or float64, rounded back here."""
+    return lambda x: f(x).astype(x.dtype, copy=False)
+
+
 def _erf(xp):
     if xp is np:
         try:
             from scipy.special import erf
-            return erf
+            return _same_dtype(erf)
         except ImportError:
             vec = np.vectorize(math.erf, otypes=[np.float64])
             return lambda x: vec(x).astype(x.dtype, copy=False)
@@ -68,7 +74,7 @@ def _erfinv(xp):
         return erfinv
     try:
         from scipy.special import erfinv
-        return erfinv
+        return _same_dtype(erfinv)
     except ImportError:
         pass
     erf = _erf(np)
@@ -150,6 +156,10 @@ def _cast(xp):
 
 def _nan_to_num(xp):
     def nan_to_num(x, nan=0.0, posinf=None, neginf=None):
+        if x.dtype.kind == "V":   # bfloat16, which numpy's nan_to_num leaves alone: in float32
+            big = float(np.finfo(x.dtype).max)
+            return xp.nan_to_num(x.astype(np.float32), nan=nan, posinf=big if posinf is None else posinf,
+                                 neginf=-big if neginf is None else neginf).astype(x.dtype)
         return xp.nan_to_num(x, nan=nan, posinf=posinf, neginf=neginf)
     return nan_to_num
 
@@ -252,7 +262,20 @@ def _where_rule(cond, a, b):
     return Spec(broadcast_shapes("where", (cond, a, b)), promoted((a, b)))
 
 
-declare("where", ("cond", "a", "b"), lambda xp: xp.where, _where_rule, kind="elementwise", broadcasts=True)
+def _where(xp):
+    pick = xp.where
+
+    def where(cond, a, b):
+        out = pick(cond, a, b)
+        if out.dtype.kind == "f":   # bfloat16 beside a Python float: numpy makes float32, PyTorch keeps
+            for x in (a, b):        # bfloat16 (the frontend gave two arrays one dtype)
+                if getattr(x, "dtype", None) is not None and x.dtype.kind == "V":
+                    return out.astype(x.dtype)
+        return out
+    return where
+
+
+declare("where", ("cond", "a", "b"), _where, _where_rule, kind="elementwise", broadcasts=True)
 
 
 def _clamp_rule(x, min=None, max=None):

@@ -25,7 +25,7 @@ from ...runtime import dtypes
 from . import Flops, declare
 from .meta import Spec, fmt_shape
 
-__all__ = ["matmul_rule", "mm_rule", "bmm_rule", "dot_rule", "mv_rule", "outer_rule",
+__all__ = ["array_matmul", "matmul_rule", "mm_rule", "bmm_rule", "dot_rule", "mv_rule", "outer_rule",
            "canonical_einsum", "einsum_rule"]
 
 
@@ -150,8 +150,17 @@ def _matmul_flops(out, ins, attrs):
     return 2 * math.prod(out) * (ins[0][-1] if ins[0] else 1)
 
 
+def array_matmul(a, b):
+    """a @ b (numpy or cupy) in a's dtype, for the kernels that multiply matrices (linear, conv,
+    pooling, resampling): ml_dtypes' bfloat16 matmul accumulates in float32 and returns
+    float32, rounded once to bfloat16 here as PyTorch's bfloat16 matmul does."""
+    out = a @ b
+    return out if out.dtype == a.dtype else out.astype(a.dtype)
+
+
 # Matrix product with batch broadcasting; 1-d operands are vectors (PyTorch semantics). The
-# kernel is the ufunc xp.matmul itself: the BLAS call, no wrapper, no copies.
+# kernel is the ufunc xp.matmul itself: the BLAS call, no wrapper, no copies (a bfloat16
+# product is a float32 one between casts: the frontend's matmul, eagerc/ops/linalg.py).
 declare("matmul", ("a", "b"), None, matmul_rule, kind="linalg", ufunc="matmul",
         flops=Flops("matmul-like", _matmul_flops))
 
@@ -257,6 +266,8 @@ def _einsum(xp):
         # numpy's einsum is Python code: a floating-point warning (overflow in its matmul)
         # would name numpy's module, which eagerc's filter leaves alone (runtime/ownership.py),
         # so this kernel -- never a cheap one -- quiets them itself
+        if operands[0].dtype.kind == "V":   # bfloat16: numpy's einsum refuses it; float32, rounded once
+            return einsum(*(o.astype(np.float32) for o in operands), equation=equation).astype(operands[0].dtype)
         with np.errstate(all="ignore"):
             if len(operands) > 1:
                 # optimize=True contracts pairs with BLAS (tensordot) instead of nested loops

@@ -38,6 +38,7 @@ are attributes, so the shape rules below work on shapes alone.
 from ...runtime import dtypes
 from . import NORMALISATION, Flops, declare
 from .meta import Spec, fail, fmt_shape, normalize_dim
+from .linalg import array_matmul
 from .reduction import array_mean, array_sum
 
 
@@ -65,7 +66,7 @@ def _linear(xp):
             out = x @ weight.T
         if bias is not None:
             out += bias
-        return out
+        return out if out.dtype == x.dtype else out.astype(x.dtype)   # bfloat16: float32, rounded once
     # what the numpy backend relies on when it hands a 2-d x of more rows a weight whose transpose
     # is C-contiguous (backends/numpy_backend.py, _c_rhs): that product is x @ weight.T
     linear.few_rows = FEW_ROWS
@@ -151,8 +152,9 @@ def _softmax_backward_rule(g, out, dim):
     return Spec(tuple(out.shape), out.dtype)
 
 
-_COMPOSITE = dict(kind="composite", flops=NORMALISATION)      # max/mean, subtract, exp or square, sum, scale
-_BACKWARD = dict(kind="composite", differentiable=False)
+# computed in float32 for bfloat16, as PyTorch does (the opmath trait)
+_COMPOSITE = dict(kind="composite", flops=NORMALISATION, opmath=True)   # max/mean, subtract, exp or square, sum, scale
+_BACKWARD = dict(kind="composite", differentiable=False, opmath=True)
 declare("softmax", ("x",), _softmax, _softmax_rule("softmax"), attrs=("dim",), **_COMPOSITE)
 declare("log_softmax", ("x",), _log_softmax, _softmax_rule("log_softmax"), attrs=("dim",), **_COMPOSITE)
 declare("softmax_backward", ("g", "out"), _softmax_backward, _softmax_backward_rule, attrs=("dim",), **_BACKWARD)
@@ -928,8 +930,8 @@ declare("gru_cell_backward", ("g", "xg", "hg", "h"), _gru_cell_backward, _cell_b
         **_BACKWARD)
 
 # a product per step (2 B 4H H multiply-accumulates) and the gate math; backward: one product per step
-declare("lstm_layer", ("xg", "h0", "c0", "w_hh"), _lstm_layer, _lstm_layer_rule, kind="composite",
+declare("lstm_layer", ("xg", "h0", "c0", "w_hh"), _lstm_layer, _lstm_layer_rule, kind="composite", opmath=True,
         flops=Flops("matmul-like", lambda out, ins, attrs: (2 * ins[3][1] + 4) * _numel(ins[0])))
 declare("lstm_layer_backward", ("g", "h0", "c0", "w_hh", "out"), _lstm_layer_backward, _lstm_layer_backward_rule,
-        kind="composite", differentiable=False,
+        kind="composite", differentiable=False, opmath=True,
         flops=Flops("matmul-like", lambda out, ins, attrs: (2 * ins[3][1] + 12) * _numel(out)))

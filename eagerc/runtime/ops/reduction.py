@@ -25,20 +25,23 @@ _add_reduce = np.add.reduce
 
 
 def array_sum(x, axis=None, keepdims=False, dtype=None):
-    """x.sum(axis, keepdims, dtype) for a numpy or cupy array."""
+    """x.sum(axis, keepdims, dtype) for a numpy or cupy array. bfloat16 accumulates in float32
+    and rounds once, as PyTorch's does (summed in bfloat16, 1000 ones would make 256)."""
     if isinstance(x, np.ndarray):
+        if dtype is None and x.dtype.kind == "V":
+            return np.add.reduce(x, axis=axis, keepdims=keepdims, dtype=np.float32).astype(x.dtype)
         return np.add.reduce(x, axis=axis, keepdims=keepdims, dtype=dtype)
     return x.sum(axis=axis, keepdims=keepdims, dtype=dtype)
 
 
 def array_mean(x, axis=None, keepdims=False):
     """x.mean(axis, keepdims) for a floating numpy or cupy array, numpy's numbers exactly
-    (float16 accumulates in float32); nan where nothing is averaged."""
+    (float16 accumulates in float32, and bfloat16 as in PyTorch); nan where nothing is averaged."""
     if not isinstance(x, np.ndarray):
         if x.size == 0:  # no "Mean of empty slice" warning
             return x.sum(axis=axis, keepdims=keepdims) * np.nan
         return x.mean(axis=axis, keepdims=keepdims)
-    s = np.add.reduce(x, axis=axis, keepdims=keepdims, dtype=np.float32 if x.dtype == np.float16 else None)
+    s = np.add.reduce(x, axis=axis, keepdims=keepdims, dtype=np.float32 if x.dtype.itemsize == 2 else None)
     n = x.size // s.size if s.size else 1
     return np.asarray(s / n if n else s * np.nan).astype(x.dtype, copy=False)
 
@@ -148,8 +151,8 @@ def _cum_rule(name):
     return rule
 
 
-declare("cumsum", ("x",), _cum("cumsum"), _cum_rule("cumsum"), attrs=("dim",), kind="scan")
-declare("cumprod", ("x",), _cum("cumprod"), _cum_rule("cumprod"), attrs=("dim",), kind="scan")
+declare("cumsum", ("x",), _cum("cumsum"), _cum_rule("cumsum"), attrs=("dim",), kind="scan", opmath=True)
+declare("cumprod", ("x",), _cum("cumprod"), _cum_rule("cumprod"), attrs=("dim",), kind="scan", opmath=True)
 
 
 def _logcumsumexp(xp):
@@ -175,4 +178,4 @@ def _logcumsumexp_rule(x, dim):
     return Spec(x.shape, x.dtype)
 
 
-declare("logcumsumexp", ("x",), _logcumsumexp, _logcumsumexp_rule, attrs=("dim",), kind="scan")
+declare("logcumsumexp", ("x",), _logcumsumexp, _logcumsumexp_rule, attrs=("dim",), kind="scan", opmath=True)

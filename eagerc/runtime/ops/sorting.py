@@ -12,6 +12,7 @@ a compiled graph and a dynamic-shape program reserve.
 """
 import numpy as np
 
+from ...runtime.dtypes import FLOATING_KINDS
 from ...runtime import dtypes, random
 from . import declare
 from .meta import Spec, fail, fmt_shape, normalize_dim, reduced_shape
@@ -58,7 +59,7 @@ def _argtopk(xp):
     def argtopk(x, k, dim, largest):
         y, axis = _last(x, dim)
         n = y.shape[-1]
-        if k == n or k == 0 or n < 64 or (y.dtype.kind == "f" and bool(xp.isnan(y).any())):
+        if k == n or k == 0 or n < 64 or (y.dtype.kind in FLOATING_KINDS and bool(xp.isnan(y).any())):
             r = _sorted_last(xp, y, largest)[..., :k]
         else:
             kth = xp.partition(y, n - k if largest else k - 1, axis=-1)[..., n - k if largest else k - 1, None]
