@@ -94,8 +94,9 @@ def node_input_grads(node, g):
             grads.append(None)
             i += 1
             continue
+        params = op.grad_params[i]
         args = []
-        for kind, key in op.grad_params[i]:
+        for kind, key in params:
             if kind == G:
                 args.append(g)
             elif kind == INPUT:
@@ -198,7 +199,7 @@ def _add_into(grad, g):
     gradient of g's shape and dtype, without history, is updated so; False: add out of place."""
     d = grad._array
     gd = g._array
-    if type(d) is not np.ndarray or not d.flags.writeable or d.shape != gd.shape or d.dtype != gd.dtype \
+    if type(d) is not np.ndarray or not d.flags.writeable or d.shape != gd.shape or d.dtype is not gd.dtype \
             or grad.grad_fn is not None or grad._requires_grad:
         return False
     np.add(d, gd, out=d)
@@ -209,7 +210,8 @@ def _add_into(grad, g):
 def _accumulate_leaf(leaf, g, create_graph, exclusive):
     """Add g into leaf.grad. `exclusive`: g's array is referenced by nothing else (not a
     view, not the user's gradient, not given to another leaf), so it can be kept as is."""
-    if g._array.dtype != leaf._array.dtype:
+    dtype = leaf._array.dtype
+    if g._array.dtype is not dtype and g._array.dtype != dtype:
         g = g.to(leaf.dtype)
         exclusive = True
     old = leaf._grad
@@ -223,9 +225,10 @@ def _accumulate_leaf(leaf, g, create_graph, exclusive):
             leaf._grad = g if exclusive else g.clone()
         elif tracer is not None or not _add_into(old, g):  # traced: the tracer sees the add
             leaf._grad = old + g
-    set_grad = getattr(tracer, "set_grad", None)
-    if set_grad is not None:  # a compiled training step writes .grad back explicitly
-        set_grad(leaf, leaf._grad)
+    if tracer is not None:
+        set_grad = getattr(tracer, "set_grad", None)
+        if set_grad is not None:  # a compiled training step writes .grad back explicitly
+            set_grad(leaf, leaf._grad)
     if POST_ACCUMULATE_HOOKS[0]:
         post = getattr(leaf, "_post_hooks", None)
         if post:
@@ -235,7 +238,8 @@ def _accumulate_leaf(leaf, g, create_graph, exclusive):
 
 def _finish_leaf(leaf, g, create_graph, shared):
     """Run the leaf's hooks on its total gradient and accumulate it into .grad."""
-    g = _leaf_hooks(leaf, g)
+    if LEAF_HOOKS[0]:
+        g = _leaf_hooks(leaf, g)
     d = g._array
     _accumulate_leaf(leaf, g, create_graph, d.base is None and id(d) not in shared)
     shared.add(id(d))
@@ -308,8 +312,9 @@ def run_backward(roots, root_grads, retain_graph=False, create_graph=False, targ
             if g is None:  # no gradient reached this node: only count down its children
                 grads = (None,) * len(edges)
             else:
-                if type(node) is not Gather and g._array.dtype != node.out_dtype:  # a Gather's g: its parts
-                    g = g.to(node.out_dtype)
+                dtype = node.out_dtype
+                if type(node) is not Gather and g._array.dtype is not dtype and g._array.dtype != dtype:
+                    g = g.to(dtype)  # (a Gather's g is its parts)
                 if node.hooks:
                     for h in node.hooks:
                         r = h(g)
