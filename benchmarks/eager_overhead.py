@@ -4,7 +4,8 @@
 
 Reports microseconds per call and the ratio eagerc / PyTorch measured in this run.
 Target (issue 2): 64x64 float32 add within 1.5x of PyTorch eager, with and without
-requires_grad.
+requires_grad; (issue 15) mul+sum+backward within 1.1x of PyTorch (the autograd engine's
+per-node cost; benchmarks/backward_profile.py shows where that time goes).
 """
 import os
 import sys
@@ -31,6 +32,13 @@ def expression(m, x, w):
     return (h.mean() + h.sum() * 1e-3 - h.amax()) * 2.0
 
 
+def mlp_like(x, params):
+    """10 ops (3 x matmul, bias add, tanh; a mean), the same code for eagerc and torch."""
+    for w, c in params:
+        x = (x @ w + c).tanh()
+    return x.mean()
+
+
 def main():
     torch = try_torch()
     rng = np.random.default_rng(0)
@@ -54,6 +62,14 @@ def main():
         w = eagerc.tensor(b, requires_grad=True)
         expression(eagerc, x, w).backward()
     cases.append(("20-op expr fwd+bwd", None, eager_expr, "expr"))
+    # the autograd engine's per-node cost (issue 15): .grad accumulates across calls, as in torch
+    cases.append(("mul+sum+backward", None, lambda: (ga * gb).sum().backward(), "msb"))
+    x = rng.standard_normal((8, 64)).astype(np.float32)
+    layers = [(rng.standard_normal((64, 64)).astype(np.float32) * 0.1,
+               rng.standard_normal(64).astype(np.float32) * 0.1) for _ in range(3)]
+    ex = eagerc.from_numpy(x)
+    eparams = [(eagerc.tensor(w, requires_grad=True), eagerc.tensor(c, requires_grad=True)) for w, c in layers]
+    cases.append(("MLP-like 10-op backward", None, lambda: mlp_like(ex, eparams).backward(), "mlp"))
 
     tfns = {}
     if torch is not None:
@@ -64,7 +80,11 @@ def main():
             x = torch.tensor(a, requires_grad=True)
             w = torch.tensor(b, requires_grad=True)
             expression(torch, x, w).backward()
-        tfns = {"add": lambda: ta + tb, "add_g": lambda: tga + tgb, "mul": lambda: ta * tb,
+        tx = torch.from_numpy(x.copy())
+        tparams = [(torch.tensor(w, requires_grad=True), torch.tensor(c, requires_grad=True)) for w, c in layers]
+        tfns = {"msb": lambda: (tga * tgb).sum().backward(),
+                "mlp": lambda: mlp_like(tx, tparams).backward(),
+                "add": lambda: ta + tb, "add_g": lambda: tga + tgb, "mul": lambda: ta * tb,
                 "mul_g": lambda: tga * tgb, "mm": lambda: ta @ tb, "mm_g": lambda: tga @ tgb,
                 "sum": lambda: ta.sum(), "sum_g": lambda: tga.sum(), "expr": torch_expr}
 

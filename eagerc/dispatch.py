@@ -31,6 +31,7 @@ import numpy as np
 from .runtime.dtypes import FLOATING_KINDS
 from .runtime.ops.meta import Spec
 from .runtime import dtypes
+from .runtime.device import CPU, xp_for
 from ._tensor import Tensor
 from .runtime.ownership import NUMERIC_WARNING_MESSAGE, user_stack
 
@@ -334,7 +335,6 @@ def wrap(data, requires_grad=False):
 
 def create(op, attrs, dev):
     """Run a creation op (no tensor inputs) on device `dev`; recorded like any op."""
-    from .runtime.device import CPU, xp_for
     kernel = op.cpu if dev is CPU or dev.type == "cpu" else op.kernel(xp_for(dev))
     m = modes()
     t = wrap(kernel(**attrs) if m.profiler is None else m.profiler.op(op.name, kernel, (), attrs))

@@ -64,6 +64,68 @@ def test_fresh_graphs_accumulate_and_grad_can_be_reset():
     np.testing.assert_allclose(x.grad.numpy(), [3.0, 3.0])
 
 
+def test_accumulating_into_an_existing_grad_adds_in_place_like_pytorch():
+    # PyTorch's AccumulateGrad adds into .grad in place without create_graph: a reference to
+    # .grad sees the sum, and its version counter moves (torch: g is x.grad, g._version == 1)
+    x = t64([1.0, 2.0, 3.0])
+    (x * 2).sum().backward()
+    g = x.grad
+    (x * x).sum().backward()                    # + 2x
+    assert x.grad is g
+    np.testing.assert_allclose(g.numpy(), [4.0, 6.0, 8.0])
+    w = t64([1.0, 1.0])
+    (w * 3).sum().backward()                    # w.grad = [3, 3]
+    z = t64([5.0, 7.0])
+    y = (z * w.grad).sum()                      # saves w.grad for z's gradient
+    (w * 1).sum().backward()                    # w.grad += 1, in place
+    np.testing.assert_allclose(w.grad.numpy(), [4.0, 4.0])
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.backward()
+
+
+def test_a_grad_that_cannot_take_an_in_place_add_is_replaced():
+    x = t64([1.0, 2.0, 3.0])
+    base = t64([1.0], requires_grad=False)
+    x.grad = base.expand(3)                     # read-only (an expanded view): not written into
+    (x * 2).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), [3.0, 3.0, 3.0])
+    np.testing.assert_allclose(base.numpy(), [1.0])
+    (x * x).sum().backward(create_graph=True)   # .grad = 3 + 2x, with history
+    with_history = x.grad
+    assert with_history.grad_fn is not None
+    (x * 4).sum().backward()                    # a gradient with history is never changed in place
+    np.testing.assert_allclose(with_history.detach().numpy(), [5.0, 7.0, 9.0])
+    np.testing.assert_allclose(x.grad.detach().numpy(), [9.0, 11.0, 13.0])
+
+
+def test_leaf_hooks_are_counted_while_they_live():
+    from eagerc.autograd import engine
+    before = engine.LEAF_HOOKS[0]
+    x = t64([1.0, 2.0])
+    h = x.register_hook(lambda g: g * 10)
+    assert engine.LEAF_HOOKS[0] == before + 1
+    (x * 3).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), [30.0, 30.0])
+    h.remove()
+    assert engine.LEAF_HOOKS[0] == before
+    x.register_hook(lambda g: g)
+    x.register_hook(lambda g: g)
+    assert engine.LEAF_HOOKS[0] == before + 2
+    del x
+    gc.collect()
+    assert engine.LEAF_HOOKS[0] == before       # a dead tensor's hooks stop counting
+
+
+def test_ones_like_and_full_like_keep_the_dtype_and_shape():
+    for dtype, fill in ((eagerc.float64, 1), (eagerc.float32, 2.5), (eagerc.int32, 7), (eagerc.bool, 1)):
+        x = eagerc.zeros(2, 3, dtype=dtype)
+        y = eagerc.full_like(x, fill)
+        assert y.dtype == dtype and tuple(y.shape) == (2, 3)
+        np.testing.assert_array_equal(y.numpy(), np.full((2, 3), fill, dtype=dtype.np))
+    y = eagerc.ones_like(eagerc.zeros((), dtype=eagerc.float16), requires_grad=True)
+    assert y.requires_grad and y.dtype == eagerc.float16 and y.detach().numpy() == np.float16(1)
+
+
 def test_gradients_from_several_paths_are_summed():
     xv = np.array([0.3, -0.7, 1.1])
     x = t64(xv)

@@ -5,6 +5,7 @@ from .engine import run_backward, _accumulate_leaf
 from .function import Function, FunctionCtx
 from .grad_mode import no_grad, enable_grad, set_grad_enabled, inference_mode, is_grad_enabled
 from .gradcheck import gradcheck, gradgradcheck
+from ..ops import creation  # the ops package is loaded by then (engine imports it)
 
 __all__ = ["backward", "grad", "Function", "FunctionCtx", "no_grad", "enable_grad",
            "set_grad_enabled", "inference_mode", "is_grad_enabled", "gradcheck",
@@ -20,7 +21,6 @@ def _as_list(x):
 
 
 def _default_grads(outputs, grad_outputs, api):
-    from ..ops.creation import ones_like
     grads = []
     for i, t in enumerate(outputs):
         g = grad_outputs[i] if grad_outputs is not None else None
@@ -28,7 +28,7 @@ def _default_grads(outputs, grad_outputs, api):
             if t._array.size != 1:
                 raise RuntimeError(f"{api}: grad can be implicitly created only for scalar outputs; "
                                    f"output {i} has shape {tuple(t._array.shape)}, pass a gradient of that shape")
-            g = ones_like(t)
+            g = creation.ones_like(t)
         elif not isinstance(g, Tensor):
             from ..ops.creation import tensor
             g = tensor(g, dtype=t.dtype, device=t.device)

@@ -23,6 +23,9 @@ _FREED = "freed"  # node.saved after the graph was released
 # How many tensors hold post-accumulate-grad hooks now; while 0, leaves are accumulated
 # after the walk as always (see the module docstring).
 POST_ACCUMULATE_HOOKS = [0]
+# How many hooks live on leaf tensors (Tensor.register_hook); while 0 the engine does not look
+# for them (reading an unset slot costs an AttributeError, 0.5 us per leaf).
+LEAF_HOOKS = [0]
 
 _FREED_MSG = (
     "Trying to backward through the graph a second time (or directly access saved tensors "
@@ -77,33 +80,42 @@ def sum_to(g, shape):
 
 def node_input_grads(node, g):
     """Gradients for each input of `node` given the gradient of its output."""
-    if node.saved is _FREED:
+    saved = node.saved
+    if saved is _FREED:
         raise RuntimeError(_FREED_MSG)
     op = node.op
     formulas = op.grads
     if op.grad_params is None:  # one function for the whole node
         return formulas(node, g)
     grads = []
-    for i, edge in enumerate(node.next):
-        if edge is None or formulas[i] is None:
+    i = 0
+    for edge in node.next:
+        f = formulas[i]
+        if edge is None or f is None:
             grads.append(None)
+            i += 1
             continue
+        params = op.grad_params[i]
         args = []
-        for kind, key in op.grad_params[i]:
+        for kind, key in params:
             if kind == G:
                 args.append(g)
             elif kind == INPUT:
-                args.append(_saved_input(node, key))
+                t = saved[key]  # _saved_input, inlined: one per formula argument
+                if isinstance(t, Tensor) and t._vc is not None and t._vc[0] != node.versions[key]:
+                    _saved_input(node, key)  # raises the error naming the op and the versions
+                args.append(t)
             elif kind == OUT:
                 args.append(_saved_output(node))
             elif kind == SHAPE:
                 args.append(node.shapes[key])
             else:
                 args.append(node.attrs[key])
-        gi = formulas[i](*args)
+        gi = f(*args)
         if op.broadcasts and node.shapes is not None and gi is not None and gi._array.shape != node.shapes[i]:
             gi = sum_to(gi, node.shapes[i])
         grads.append(gi)
+        i += 1
     return grads
 
 
@@ -134,21 +146,21 @@ def _check_anomaly(node, i, gi):
 
 def _collect(roots, leaves_too=False):
     """Count, for every node reachable from `roots`, how many graph edges point at it
-    (and at every leaf tensor too, with `leaves_too`)."""
-    deps = {}
-    seen = set()
-    stack = [n for n in roots]
-    for n in roots:
-        seen.add(n)
+    (and at every leaf tensor too, with `leaves_too`). A node is seen once it has a count."""
+    deps = dict.fromkeys(roots, 0)
+    stack = list(deps)
     while stack:
-        node = stack.pop()
-        for e in node.next:
-            if e is not None and type(e) is not Tensor and not isinstance(e, Tensor):
-                deps[e] = deps.get(e, 0) + 1
-                if e not in seen:
-                    seen.add(e)
+        for e in stack.pop().next:
+            if e is None:
+                continue
+            if isinstance(e, Node):
+                n = deps.get(e)
+                if n is None:
+                    deps[e] = 1
                     stack.append(e)
-            elif leaves_too and e is not None:
+                else:
+                    deps[e] = n + 1
+            elif leaves_too:
                 deps[e] = deps.get(e, 0) + 1
     return deps
 
@@ -173,7 +185,7 @@ def _leads_to_targets(roots, capture):
 
 
 def _leaf_hooks(leaf, g):
-    hooks = getattr(leaf, "_hooks", None)
+    hooks = getattr(leaf, "_hooks", None) if LEAF_HOOKS[0] else None
     if hooks:
         for h in tuple(hooks):
             r = h(g)
@@ -182,21 +194,42 @@ def _leaf_hooks(leaf, g):
     return g
 
 
+def _add_into(grad, g):
+    """grad += g in place, as PyTorch's AccumulateGrad does without create_graph: no new
+    tensor per backward, and a reference to `.grad` sees the sum. Only a plain writable numpy
+    gradient of g's shape and dtype, without history, is updated so; False: add out of place."""
+    d = grad._array
+    gd = g._array
+    if type(d) is not np.ndarray or not d.flags.writeable or d.shape != gd.shape or d.dtype is not gd.dtype \
+            or grad.grad_fn is not None or grad._requires_grad:
+        return False
+    np.add(d, gd, out=d)
+    bump_version(grad, "add_")  # whoever saved this .grad for a backward finds it changed
+    return True
+
+
 def _accumulate_leaf(leaf, g, create_graph, exclusive):
     """Add g into leaf.grad. `exclusive`: g's array is referenced by nothing else (not a
     view, not the user's gradient, not given to another leaf), so it can be kept as is."""
-    if g._array.dtype != leaf._array.dtype:
+    dtype = leaf._array.dtype
+    if g._array.dtype is not dtype and g._array.dtype != dtype:
         g = g.to(leaf.dtype)
         exclusive = True
-    if not create_graph:
-        g = g.detach()
-    if leaf._grad is None:
-        leaf._grad = g if create_graph or exclusive else g.clone()
+    old = leaf._grad
+    tracer = dispatch.active_tracer()
+    if create_graph:
+        leaf._grad = g if old is None else old + g
     else:
-        leaf._grad = leaf._grad + g
-    set_grad = getattr(dispatch.active_tracer(), "set_grad", None)
-    if set_grad is not None:  # a compiled training step writes .grad back explicitly
-        set_grad(leaf, leaf._grad)
+        if g._requires_grad or g._vc is not None:  # a fresh formula result needs no new Tensor
+            g = g.detach()
+        if old is None:
+            leaf._grad = g if exclusive else g.clone()
+        elif tracer is not None or not _add_into(old, g):  # traced: the tracer sees the add
+            leaf._grad = old + g
+    if tracer is not None:
+        set_grad = getattr(tracer, "set_grad", None)
+        if set_grad is not None:  # a compiled training step writes .grad back explicitly
+            set_grad(leaf, leaf._grad)
     if POST_ACCUMULATE_HOOKS[0]:
         post = getattr(leaf, "_post_hooks", None)
         if post:
@@ -206,10 +239,29 @@ def _accumulate_leaf(leaf, g, create_graph, exclusive):
 
 def _finish_leaf(leaf, g, create_graph, shared):
     """Run the leaf's hooks on its total gradient and accumulate it into .grad."""
-    g = _leaf_hooks(leaf, g)
+    if LEAF_HOOKS[0]:
+        g = _leaf_hooks(leaf, g)
     d = g._array
     _accumulate_leaf(leaf, g, create_graph, d.base is None and id(d) not in shared)
     shared.add(id(d))
+
+
+def _deliver(buffers, leaves, capture, edge, gi, source):
+    """Add gradient `gi` into what `edge` (a node or a leaf) receives. The engine's loop
+    inlines the common case (a plain Node); leaves and Gather nodes come here."""
+    if isinstance(edge, Tensor):
+        if capture is None or edge in capture:
+            prev = leaves.get(edge)
+            leaves[edge] = gi if prev is None else prev + gi
+        return
+    parts = buffers
+    if type(edge) is Gather:  # its parts stay apart, keyed by the node that sent each
+        parts = buffers.get(edge)
+        if parts is None:
+            parts = buffers[edge] = {}
+        edge = source
+    prev = parts.get(edge)
+    parts[edge] = gi if prev is None else prev + gi
 
 
 def run_backward(roots, root_grads, retain_graph=False, create_graph=False, targets=None):
@@ -217,58 +269,53 @@ def run_backward(roots, root_grads, retain_graph=False, create_graph=False, targ
 
     With `targets` (Tensors), gradients w.r.t. them are returned instead of being
     accumulated into `.grad` (that is `autograd.grad`).
+
+    Per node this is the engine's whole cost, so the loop is written for it: one pass over a
+    node's edges both delivers its input gradients and counts down its children's
+    dependencies, a plain Node's gradient is summed inline, and hooks, retained grads,
+    targets and anomaly checks are one slot or local test each when unused.
     """
-    tracer = dispatch.active_tracer()
-    if tracer is not None:  # a compiled function that runs backward itself: a training step
-        tracer.backward_ran = True
+    m = dispatch.modes()
+    if m.tracer is not None:  # a compiled function that runs backward itself: a training step
+        m.tracer.backward_ran = True
     capture = None
     if targets is not None:
         capture = {}
         for t in targets:
             capture[t.grad_fn if t.grad_fn is not None else t] = None
-    buffers = {}
+    buffers = {}  # node -> its gradient summed over every path (a Gather: {source: part})
     leaves = {}  # leaf -> its gradient summed over every path; hooks and .grad see the total
     start = []
-
-    def deliver(edge, gi, source=None):
-        if isinstance(edge, Tensor):
-            if capture is None or edge in capture:
-                prev = leaves.get(edge)
-                leaves[edge] = gi if prev is None else prev + gi
-        else:
-            parts = buffers
-            if type(edge) is Gather:  # its parts stay apart, keyed by the node that sent each
-                parts = buffers.get(edge)
-                if parts is None:
-                    parts = buffers[edge] = {}
-                edge = source
-            prev = parts.get(edge)
-            parts[edge] = gi if prev is None else prev + gi
-
+    shared = set()  # arrays a .grad must not alias: the caller's, then each one a leaf kept
     for t, g in zip(roots, root_grads):
-        if t.grad_fn is None:
+        shared.add(id(g._array))
+        fn = t.grad_fn
+        if fn is None:
             if not t._requires_grad:
                 raise RuntimeError("element 0 of tensors does not require grad and does not have a grad_fn")
-            deliver(t, g)
+            _deliver(buffers, leaves, capture, t, g, None)
         else:
-            deliver(t.grad_fn, g)
-            start.append(t.grad_fn)
+            _deliver(buffers, leaves, capture, fn, g, None)
+            start.append(fn)
 
     early = capture is None and POST_ACCUMULATE_HOOKS[0] > 0  # accumulate leaves as soon as complete
     deps = _collect(start, early)
     need = None if capture is None else _leads_to_targets(start, capture)
-    ready = [n for n in dict.fromkeys(start) if deps.get(n, 0) == 0]
-    shared = {id(g._array) for g in root_grads}  # arrays a .grad must not alias
-    prev_mode = dispatch.grad_enabled()
+    ready = [n for n in dict.fromkeys(start) if deps[n] == 0]
+    prev_mode = m.grad_enabled
+    anomaly = m.anomaly
     dispatch.set_grad_enabled(create_graph)  # this thread's mode only: other threads keep theirs
-    anomaly = dispatch.anomaly_enabled()
     try:
         while ready:
             node = ready.pop()
             g = buffers.pop(node, None)
-            if g is not None:
-                if type(node) is not Gather and g._array.dtype != node.out_dtype:  # a Gather's g: its parts
-                    g = g.to(node.out_dtype)
+            edges = node.next
+            if g is None:  # no gradient reached this node: only count down its children
+                grads = (None,) * len(edges)
+            else:
+                dtype = node.out_dtype
+                if type(node) is not Gather and g._array.dtype is not dtype and g._array.dtype != dtype:
+                    g = g.to(dtype)  # (a Gather's g is its parts)
                 if node.hooks:
                     for h in node.hooks:
                         r = h(g)
@@ -285,24 +332,39 @@ def run_backward(roots, root_grads, retain_graph=False, create_graph=False, targ
                     if not need[node]:
                         continue  # nothing asked for lies below: leave this part of the graph alone
                 grads = node_input_grads(node, g)
-                for i, (edge, gi) in enumerate(zip(node.next, grads)):
-                    if edge is not None and gi is not None:
-                        if anomaly:
-                            _check_anomaly(node, i, gi)
-                        deliver(edge, gi, node)
-                if not retain_graph:
-                    _release(node)
-            for edge in node.next:
-                if edge is not None and not isinstance(edge, Tensor):
-                    left = deps[edge] - 1
-                    deps[edge] = left
-                    if left == 0:
-                        ready.append(edge)
-                elif early and edge is not None:
-                    left = deps[edge] - 1
-                    deps[edge] = left
-                    if left == 0 and edge in leaves:
-                        _finish_leaf(edge, leaves.pop(edge), create_graph, shared)
+                if len(grads) != len(edges):  # a node-level derivative may omit trailing Nones
+                    grads = [*grads[:len(edges)], *(None,) * (len(edges) - len(grads))]
+            i = 0
+            for edge, gi in zip(edges, grads):
+                if edge is not None:
+                    if type(edge) is Node:
+                        if gi is not None:
+                            if anomaly:
+                                _check_anomaly(node, i, gi)
+                            prev = buffers.get(edge)
+                            buffers[edge] = gi if prev is None else prev + gi
+                        left = deps[edge] - 1
+                        deps[edge] = left
+                        if left == 0:
+                            ready.append(edge)
+                    else:
+                        if gi is not None:
+                            if anomaly:
+                                _check_anomaly(node, i, gi)
+                            _deliver(buffers, leaves, capture, edge, gi, node)
+                        if not isinstance(edge, Tensor):  # a Gather
+                            left = deps[edge] - 1
+                            deps[edge] = left
+                            if left == 0:
+                                ready.append(edge)
+                        elif early:
+                            left = deps[edge] - 1
+                            deps[edge] = left
+                            if left == 0 and edge in leaves:
+                                _finish_leaf(edge, leaves.pop(edge), create_graph, shared)
+                i += 1
+            if g is not None and not retain_graph:
+                _release(node)
         for leaf, g in leaves.items():
             if capture is not None:
                 capture[leaf] = _leaf_hooks(leaf, g)
@@ -314,5 +376,8 @@ def run_backward(roots, root_grads, retain_graph=False, create_graph=False, targ
         return [capture[t.grad_fn if t.grad_fn is not None else t] for t in targets]
     return None
 
+
+# Last: the op families import this module (for _saved_input, sum_to) while the ops package loads.
+from ..ops.inplace import bump_version  # noqa: E402
 
 __all__ = ["run_backward", "sum_to", "node_input_grads", "Node", "Gather"]

@@ -190,6 +190,9 @@ def _finish(t, requires_grad):
     return t
 
 
+_FULL = OPS["full"]
+
+
 def full(size, fill_value, *, dtype=None, device=None, requires_grad=False):
     dtype = dtypes.as_dtype(dtype) or _infer_dtype(fill_value) or dtypes.get_default_dtype()
     shape = _shape((size,), "full")  # full((2, 3), v), or full(3, v) for one dimension
@@ -217,8 +220,7 @@ def zeros_like(x, *, dtype=None, device=None, requires_grad=False):
 
 
 def ones_like(x, *, dtype=None, device=None, requires_grad=False):
-    return ones(tuple(x._array.shape), dtype=dtype or x.dtype, device=device or x.device,
-                requires_grad=requires_grad)
+    return full_like(x, 1, dtype=dtype, device=device, requires_grad=requires_grad)
 
 
 def empty_like(x, *, dtype=None, device=None, requires_grad=False):
@@ -226,6 +228,13 @@ def empty_like(x, *, dtype=None, device=None, requires_grad=False):
 
 
 def full_like(x, fill_value, *, dtype=None, device=None, requires_grad=False):
+    d = x._array
+    if dtype is None and device is None and isinstance(fill_value, (int, float)):
+        # x's shape, dtype and device are valid already: straight to the op (backward's implicit
+        # root gradient is ones_like(loss))
+        dev = CPU if type(d) is np.ndarray else device_of_array(d)
+        t = create(_FULL, {"shape": d.shape, "value": fill_value, "dtype": dtypes.from_np(d.dtype).name}, dev)
+        return _finish(t, requires_grad)
     return full(tuple(x._array.shape), fill_value, dtype=dtype or x.dtype, device=device or x.device,
                 requires_grad=requires_grad)
 

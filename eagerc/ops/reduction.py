@@ -244,7 +244,7 @@ def count_nonzero(input, dim=None):
 def unreduce(g, x_shape, dim, keepdim):
     """Broadcast a reduced gradient back to the input's shape."""
     nd = len(x_shape)
-    if not keepdim and nd:
+    if not keepdim and nd and g._array.ndim:  # a 0-d g (a full reduction) broadcasts as it is
         axes = normalize_dims("reduce", dim, nd)
         g = g.reshape(tuple(1 if i in axes else n for i, n in enumerate(x_shape)))
     return g.expand(tuple(x_shape))

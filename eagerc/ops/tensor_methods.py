@@ -13,12 +13,12 @@ from . import creation
 from .elementwise import cast
 from .inplace import bump_version, check_inplace, commit, drop_history
 from ..autograd.formulas import defgrad
+from .. import autograd
 from ..autograd import engine
 
 
 def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
-    from ..autograd import backward as _backward
-    _backward(self, gradient, retain_graph, create_graph, inputs=inputs)
+    autograd.backward(self, gradient, retain_graph, create_graph, inputs=inputs)
 
 
 def detach(self):
@@ -60,14 +60,17 @@ def register_hook(self, hook):
     """hook(grad) -> new grad or None, run when this tensor's gradient is computed."""
     if not self.requires_grad:
         raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
-    if self.grad_fn is None:
-        hooks = getattr(self, "_hooks", None)
+    if self.grad_fn is None:  # a leaf's hooks: counted, like post-accumulate hooks (the engine
+        hooks = getattr(self, "_hooks", None)  # reads a leaf's _hooks slot only while some exist)
         if hooks is None:
             hooks = self._hooks = []
-    else:
-        hooks = self.grad_fn.hooks
-        if hooks is None:
-            hooks = self.grad_fn.hooks = []
+            weakref.finalize(self, _forget_hooks, hooks, engine.LEAF_HOOKS)
+        hooks.append(hook)
+        engine.LEAF_HOOKS[0] += 1
+        return _RemovableHandle(hooks, hook, engine.LEAF_HOOKS)
+    hooks = self.grad_fn.hooks
+    if hooks is None:
+        hooks = self.grad_fn.hooks = []
     hooks.append(hook)
     return _RemovableHandle(hooks, hook)
 
@@ -84,14 +87,15 @@ def register_post_accumulate_grad_hook(self, hook):
     hooks = getattr(self, "_post_hooks", None)
     if hooks is None:
         hooks = self._post_hooks = []
-        weakref.finalize(self, _forget_post_hooks, hooks)  # a dead tensor's hooks stop counting
+        weakref.finalize(self, _forget_hooks, hooks, engine.POST_ACCUMULATE_HOOKS)
     hooks.append(hook)
     engine.POST_ACCUMULATE_HOOKS[0] += 1
     return _RemovableHandle(hooks, hook, engine.POST_ACCUMULATE_HOOKS)
 
 
-def _forget_post_hooks(hooks):
-    engine.POST_ACCUMULATE_HOOKS[0] -= len(hooks)
+def _forget_hooks(hooks, live):
+    """A dead tensor's hooks stop counting in `live` (one of the engine's counters)."""
+    live[0] -= len(hooks)
     hooks.clear()
 
 
