@@ -525,6 +525,8 @@ def explain(fn, *args, **kwargs):
         guards.append(f"argument aliasing: {key[4]}")
     guards += [f"global/closure value {n} == {v[1]!r}" for n, v in
                zip(c.keys.globs + [n for n, _ in c.keys.cells], key[5])]
+    if key[6] is not None:
+        guards.append("autocast: " + ", ".join(f"{d} to {t}" for d, t in key[6]))
     if graph is not None:
         guards += [f"{name} is the same tensor, {t._array.dtype.name}{list(t._array.shape)}"
                    for name, t in tracer.externals.items() if name not in tracer.hyper_inputs

@@ -3,7 +3,8 @@ specialisation it needs, as one hashable tuple looked up in a dict per call.
 
     (argument structure and Python values, one (shape, dtype, device, requires_grad) per
      tensor, grad mode, the training flag of each guarded module, argument aliasing,
-     the Python scalars the function reads from its own globals and closure)
+     the Python scalars the function reads from its own globals and closure, the autocast
+     state: which devices autocast to which dtype -- a trace holds autocast's casts)
 
 Everything else a trace read from Python is checked by guards.py after the lookup.
 Dynamic sizes appear as None in the key (`dyn` says which); `describe` turns two keys
@@ -69,7 +70,7 @@ def fmt_spec(s):
 
 
 KEY_PARTS = ("argument structure / Python values", "tensor", "grad mode", "module training flags",
-              "argument aliasing", "global/closure values")
+              "argument aliasing", "global/closure values", "autocast")
 
 
 _AGNOSTIC = None
@@ -172,7 +173,10 @@ class CallKeys:
             scal = tuple([(type(v), v) for v in [g.get(n) for n in self.globs] +
                           [c.cell_contents for _, c in self.cells]])
         mods = self.modules
-        key = (struct, specs, dispatch.grad_enabled(), tuple(map(_training, mods)) if mods else (), alias, scal)
+        m = dispatch.modes()
+        ac = m.autocast
+        key = (struct, specs, m.grad_enabled, tuple(map(_training, mods)) if mods else (), alias, scal,
+               None if ac is None else ac.key)
         return key, leaves, env
 
     def describe(self, old, new):
