@@ -17,7 +17,7 @@ import numpy as np
 from .. import dispatch
 from .._tensor import Tensor
 
-__all__ = ["CallKeys", "spec", "fmt_struct", "fmt_shape", "fmt_spec", "KEY_PARTS", "bind", "full_mask",
+__all__ = ["CallKeys", "spec", "fmt_struct", "fmt_shape", "fmt_spec", "fmt_autocast", "KEY_PARTS", "bind", "full_mask",
            "mask", "masks_to", "scalar_reads"]
 
 _ndarray = np.ndarray
@@ -62,6 +62,11 @@ def fmt_struct(s):
 
 def fmt_shape(shape):
     return "[" + ", ".join("*" if s is None else str(s) for s in shape) + "]"
+
+
+def fmt_autocast(k):
+    """An autocast key part (AutocastState.key) in words: "off" or "cpu to float16"."""
+    return "off" if k is None else ", ".join(f"{d} to {t}" for d, t in k)
 
 
 def fmt_spec(s):
@@ -214,6 +219,8 @@ class CallKeys:
                 if len(diffs) > 4:
                     diffs = diffs[:3] + [f"and {len(diffs) - 3} more"]
                 out.append("module training flags: " + (", ".join(diffs) or f"{a} -> {b}"))
+            elif part == "autocast":
+                out.append(f"autocast: {fmt_autocast(a)} -> {fmt_autocast(b)}")
             elif part == "global/closure values":
                 names = self.globs + [n for n, _ in self.cells]
                 out.append("; ".join(f"global/closure value {n}: {x[1]!r} -> {y[1]!r}"
