@@ -130,6 +130,14 @@ def test_autocast_as_a_decorator_and_the_torch_spellings():
         return a @ a
     a = rand(2, 2)
     assert f(a).dtype is f16 and (a @ a).dtype is f32
+
+    @autocast("cpu", dtype=f16)
+    def nested(n):              # recursion re-enters the same decorator: each call restores its own state
+        return (a @ a).dtype if n == 0 else nested(n - 1)
+    assert nested(3) is f16 and not eagerc.is_autocast_enabled("cpu")
+    scaled = GradScaler("cpu", init_scale=8.0).scale([a, (a, a)])
+    assert isinstance(scaled, list) and isinstance(scaled[1], tuple)
+    np.testing.assert_array_equal(scaled[1][0].detach().numpy(), a.detach().numpy() * 8)
     assert eagerc.amp.autocast is eagerc.autocast
     with pytest.warns(FutureWarning, match=r"torch.cpu.amp.autocast\(args...\)` is deprecated"):
         ctx = eagerc.cpu.amp.autocast(dtype=f16)
@@ -397,6 +405,31 @@ def test_the_cuda_lists_differ_from_the_cpu_lists_as_pytorch_s_do():
     assert lists.category("cpu", "cat") == "promote" and lists.category("cuda", "cat") is None
     assert lists.category("cpu", "binary_cross_entropy") == "fp32"
     assert lists.category("cuda", "binary_cross_entropy") == "banned"
+
+
+@pytest.mark.cuda
+def test_cuda_lists_on_a_gpu():
+    x = rand(4, 4).cuda()
+    idx = eagerc.tensor([0, 1, 2, 3]).cuda()
+    with autocast("cuda"):
+        h = x @ x
+        assert h.dtype is f16 and eagerc.get_autocast_gpu_dtype() is f16
+        assert F.softmax(h, -1).dtype is f32 and F.layer_norm(h, (4,)).dtype is f32   # CUDA: fp32 list
+        assert h.exp().dtype is f32 and h.sum().dtype is f32
+        assert F.cross_entropy(h, idx).dtype is f32
+        with pytest.raises(RuntimeError, match="binary_cross_entropy and torch.nn.BCELoss are unsafe to autocast"):
+            F.binary_cross_entropy(h.float().sigmoid(), h.float().sigmoid())
+        assert (rand(4, 4) @ rand(4, 4)).dtype is f32           # CPU tensors: CPU autocast is off
+    w = rand(4, 1, requires_grad=True)
+    wg = w.detach().cuda().requires_grad_()
+    opt = eagerc.optim.SGD([wg], lr=0.1)
+    s = GradScaler("cuda", init_scale=4.0)
+    with autocast("cuda"):
+        loss = F.mse_loss(x @ wg, x[:, :1])
+    s.scale(loss).backward()
+    s.step(opt)
+    s.update()
+    assert s.get_scale() == 4.0 and wg.grad.dtype is f32
 
 
 # ---------------------------------------------------------------- PyTorch itself (skipped without it)

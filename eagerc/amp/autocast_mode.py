@@ -24,6 +24,7 @@ when the outermost region exits. eagerc also drops an entry when the leaf's vers
 moved (an in-place update inside the region), and never caches while tracing (a trace must
 record its own casts).
 """
+import copy
 import functools
 import warnings
 import weakref
@@ -246,7 +247,6 @@ class autocast:
         self._enabled = bool(enabled)
         self.fast_dtype = get_autocast_dtype(self.device) if dtype is None else dtypes.as_dtype(dtype)
         self._cache_enabled = is_autocast_cache_enabled() if cache_enabled is None else bool(cache_enabled)
-        self._args = (device_type, dtype, enabled, cache_enabled)
         if not self._enabled:
             return
         if self.device == "cuda":
@@ -291,7 +291,7 @@ class autocast:
     def __call__(self, func):
         @functools.wraps(func)
         def decorated(*args, **kwargs):
-            with autocast(*self._args):
+            with copy.copy(self):  # a copy per call: a recursive call keeps its own previous state
                 return func(*args, **kwargs)
         return decorated
 

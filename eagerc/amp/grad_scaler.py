@@ -84,9 +84,7 @@ class GradScaler:
                 self._lazy_init_scale_growth_tracker(outputs.device)
             return outputs * self._scale.to(outputs.device)
         if isinstance(outputs, (list, tuple)):
-            scaled = [self.scale(o) for o in outputs]
-            return type(outputs)(scaled) if isinstance(outputs, tuple) and not hasattr(outputs, "_fields") \
-                else (type(outputs)(*scaled) if isinstance(outputs, tuple) else scaled)
+            return type(outputs)(self.scale(o) for o in outputs)
         if hasattr(outputs, "__iter__"):
             return map(self.scale, outputs)
         raise ValueError("outputs must be a Tensor or an iterable of Tensors")
