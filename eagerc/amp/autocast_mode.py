@@ -44,6 +44,7 @@ __all__ = ["autocast", "autocast_op", "will_autocast", "AutocastState", "is_auto
            "set_autocast_cache_enabled", "clear_autocast_cache"]
 
 _ndarray = np.ndarray
+_modes = dispatch.modes   # the thread's Modes (one C call)
 
 
 def _low_dtypes():
@@ -214,7 +215,7 @@ def autocast_op(name):
 
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
-            state = dispatch.modes().autocast
+            state = _modes().autocast
             if state is None or not state.enabled:
                 return fn(*args, **kwargs)
             return state.run(name, fn, args, kwargs)
