@@ -5,7 +5,6 @@ Autocast is written dtype-generic: float16 runs now; the bfloat16 cases run once
 the `torch`-marked tests at the end.
 """
 import threading
-import warnings
 
 import numpy as np
 import pytest
@@ -14,7 +13,6 @@ import eagerc
 import eagerc.nn.functional as F
 from eagerc.amp import GradScaler, autocast
 from eagerc.amp import lists
-from eagerc.runtime.ops import OPS
 
 f16, f32 = eagerc.float16, eagerc.float32
 BF16 = getattr(eagerc, "bfloat16", None)
@@ -51,7 +49,8 @@ def test_matrix_products_and_convolutions_run_in_the_low_dtype(low):
     for name in ("matmul", "mm", "einsum"):
         np.testing.assert_allclose(got[name].detach().float().numpy(), ref, rtol=eps, atol=eps, err_msg=name)
     ref = np.matmul(A, _np_low(w.detach().numpy(), low).T) + _np_low(bias.detach().numpy(), low)
-    np.testing.assert_allclose(got["linear"].detach().numpy().astype(np.float32), ref.astype(np.float32), rtol=2e-2, atol=2e-2)
+    np.testing.assert_allclose(got["linear"].detach().numpy().astype(np.float32), ref.astype(np.float32),
+                               rtol=2e-2, atol=2e-2)
 
 
 @pytest.mark.parametrize("low", LOW)

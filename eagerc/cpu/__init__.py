@@ -1,5 +1,5 @@
 """eagerc.cpu: PyTorch's torch.cpu namespace (its `amp` spellings of autocast)."""
-from . import amp  # noqa: F401
+from . import amp  # noqa: F401  (eagerc.cpu.amp.autocast, as torch.cpu.amp)
 
 
 def is_available():
