@@ -26,6 +26,12 @@ from .ops.sorting import *  # noqa: F401,F403
 from . import autograd  # noqa: F401
 from .autograd import no_grad, enable_grad, set_grad_enabled, inference_mode, is_grad_enabled  # noqa: F401
 from . import cuda  # noqa: F401
+from . import amp  # noqa: F401
+from .amp.autocast_mode import (  # noqa: F401  (torch.autocast and PyTorch's autocast-state functions)
+    autocast, is_autocast_enabled, is_autocast_cpu_enabled, set_autocast_enabled, set_autocast_cpu_enabled,
+    get_autocast_dtype, get_autocast_cpu_dtype, get_autocast_gpu_dtype, set_autocast_dtype,
+    set_autocast_cpu_dtype, set_autocast_gpu_dtype, is_autocast_cache_enabled, set_autocast_cache_enabled,
+    clear_autocast_cache)
 from .backends import set_float32_matmul_precision, get_float32_matmul_precision  # noqa: F401
 from .serialization import save, load  # noqa: F401
 from .printing import set_printoptions, get_printoptions  # noqa: F401

@@ -47,14 +47,17 @@ class Modes:
     `tracer`: the active tracer (eagerc.compiler sets it), None in plain eager mode;
     `profiler`: the active `eagerc.profiler.profile`, which runs and times each kernel
     (`profiler.op(name, kernel, arrays, attrs)`), None when nothing is profiled.
+    `autocast`: the thread's `eagerc.amp.AutocastState` (which devices autocast, to which
+    dtype), None when no autocast state was set (`apply` then tests nothing else).
     """
-    __slots__ = ("grad_enabled", "anomaly", "tracer", "profiler", "_derived")
+    __slots__ = ("grad_enabled", "anomaly", "tracer", "profiler", "autocast", "_derived")
 
     def __init__(self):
         self.grad_enabled = True
         self.anomaly = False
         self.tracer = None
         self.profiler = None
+        self.autocast = None
         self._derived = {}  # (name, bool) -> the Modes that differs only there (see _set_mode)
 
 
@@ -118,6 +121,15 @@ def active_profiler():
 
 def set_profiler(profile):
     _set_mode("profiler", profile)
+
+
+def autocast_state():
+    """This thread's `eagerc.amp.AutocastState`, or None (no autocast, default dtypes)."""
+    return modes().autocast
+
+
+def set_autocast_state(state):
+    _set_mode("autocast", state)
 
 
 class Node:
@@ -188,9 +200,11 @@ def quiet_rerun(exc, fn, *args, **kwargs):
 
 def apply(op, args, attrs=None):
     """Run `op` on `args` (Tensors and Python scalars) with attributes `attrs`."""
+    m = modes()
+    if m.autocast is not None and op.autocast is not None:  # the op is on an autocast list
+        args = m.autocast.cast_args(op, args)  # casts recorded like any op (eagerc/amp)
     arrays = [a._array if isinstance(a, Tensor) else a for a in args]
     kernel = op.cpu if type(arrays[0]) is _ndarray else _kernel_for(op, arrays)
-    m = modes()
     try:
         if m.profiler is None:
             out = kernel(*arrays) if attrs is None else kernel(*arrays, **attrs)

@@ -101,3 +101,18 @@ def test_a_decomposition_must_take_the_ops_inputs_and_attributes():
     from eagerc.autograd.formulas import defdecomp
     with pytest.raises(TypeError, match="decomposition of softmax: it must take the inputs"):
         defdecomp("softmax", lambda x: x)    # softmax has attribute `dim`
+
+
+def test_every_autocast_list_entry_is_a_declared_op_or_a_marked_function():
+    """The autocast policy lives in one table (eagerc/amp/lists.py): a declared op on it carries the
+    trait OpDef.autocast = {device: category} (apply casts its inputs); any other name is a frontend
+    function marked @autocast_op(name). A stale or misspelt entry would silently do nothing."""
+    from eagerc.amp import lists
+    from eagerc.amp.autocast_mode import FUNCTIONS
+    bad = [n for n in sorted(lists.names()) if n not in OPS and n not in FUNCTIONS]
+    assert not bad, f"autocast list entries that are neither a declared op nor @autocast_op: {bad}"
+    assert set(FUNCTIONS) <= lists.names(), "an @autocast_op function is on no list"
+    for op in OPS.values():
+        want = {d: lists.category(d, op.name) for d in lists.DEVICES if lists.category(d, op.name)} or None
+        assert op.autocast == want, f"{op.name}: trait autocast {op.autocast} but the lists say {want}"
+        assert want is None or set(want.values()) <= set(lists.CATEGORIES)

@@ -30,7 +30,7 @@ from .. import dispatch
 from . import dynamic as dyn, entries, keys
 from .entries import Entry
 from .guards import Watch
-from .keys import CallKeys, fmt_spec, fmt_struct
+from .keys import CallKeys, fmt_autocast, fmt_spec, fmt_struct
 from .tracer import GraphBreak, root_modules, trace, user_frame_info
 
 log = logging.getLogger("eagerc.compile")
@@ -525,6 +525,8 @@ def explain(fn, *args, **kwargs):
         guards.append(f"argument aliasing: {key[4]}")
     guards += [f"global/closure value {n} == {v[1]!r}" for n, v in
                zip(c.keys.globs + [n for n, _ in c.keys.cells], key[5])]
+    if key[6] is not None:
+        guards.append(f"autocast: {fmt_autocast(key[6])}")
     if graph is not None:
         guards += [f"{name} is the same tensor, {t._array.dtype.name}{list(t._array.shape)}"
                    for name, t in tracer.externals.items() if name not in tracer.hyper_inputs

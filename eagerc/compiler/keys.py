@@ -3,7 +3,8 @@ specialisation it needs, as one hashable tuple looked up in a dict per call.
 
     (argument structure and Python values, one (shape, dtype, device, requires_grad) per
      tensor, grad mode, the training flag of each guarded module, argument aliasing,
-     the Python scalars the function reads from its own globals and closure)
+     the Python scalars the function reads from its own globals and closure, the autocast
+     state: which devices autocast to which dtype -- a trace holds autocast's casts)
 
 Everything else a trace read from Python is checked by guards.py after the lookup.
 Dynamic sizes appear as None in the key (`dyn` says which); `describe` turns two keys
@@ -16,7 +17,7 @@ import numpy as np
 from .. import dispatch
 from .._tensor import Tensor
 
-__all__ = ["CallKeys", "spec", "fmt_struct", "fmt_shape", "fmt_spec", "KEY_PARTS", "bind", "full_mask",
+__all__ = ["CallKeys", "spec", "fmt_struct", "fmt_shape", "fmt_spec", "fmt_autocast", "KEY_PARTS", "bind", "full_mask",
            "mask", "masks_to", "scalar_reads"]
 
 _ndarray = np.ndarray
@@ -63,13 +64,18 @@ def fmt_shape(shape):
     return "[" + ", ".join("*" if s is None else str(s) for s in shape) + "]"
 
 
+def fmt_autocast(k):
+    """An autocast key part (AutocastState.key) in words: "off" or "cpu to float16"."""
+    return "off" if k is None else ", ".join(f"{d} to {t}" for d, t in k)
+
+
 def fmt_spec(s):
     shape, dt, dev, rg = s
     return f"{np.dtype(dt).name}{fmt_shape(shape)} on {dev}{' requires_grad' if rg else ''}"
 
 
 KEY_PARTS = ("argument structure / Python values", "tensor", "grad mode", "module training flags",
-              "argument aliasing", "global/closure values")
+              "argument aliasing", "global/closure values", "autocast")
 
 
 _AGNOSTIC = None
@@ -172,7 +178,10 @@ class CallKeys:
             scal = tuple([(type(v), v) for v in [g.get(n) for n in self.globs] +
                           [c.cell_contents for _, c in self.cells]])
         mods = self.modules
-        key = (struct, specs, dispatch.grad_enabled(), tuple(map(_training, mods)) if mods else (), alias, scal)
+        m = dispatch.modes()
+        ac = m.autocast
+        key = (struct, specs, m.grad_enabled, tuple(map(_training, mods)) if mods else (), alias, scal,
+               None if ac is None else ac.key)
         return key, leaves, env
 
     def describe(self, old, new):
@@ -210,6 +219,8 @@ class CallKeys:
                 if len(diffs) > 4:
                     diffs = diffs[:3] + [f"and {len(diffs) - 3} more"]
                 out.append("module training flags: " + (", ".join(diffs) or f"{a} -> {b}"))
+            elif part == "autocast":
+                out.append(f"autocast: {fmt_autocast(a)} -> {fmt_autocast(b)}")
             elif part == "global/closure values":
                 names = self.globs + [n for n, _ in self.cells]
                 out.append("; ".join(f"global/closure value {n}: {x[1]!r} -> {y[1]!r}"

@@ -20,6 +20,7 @@ from ..ops.nn import channel_shape, check_targets, class_dim, class_shape, index
 from .._tensor import Tensor
 from ..dispatch import apply
 from ..runtime.ops import OPS
+from ..amp.autocast_mode import autocast_op, will_autocast
 
 __all__ = [
     # linear and activations
@@ -54,7 +55,8 @@ def _float_input(name, x):
 def linear(input, weight, bias=None):
     """y = input @ weight.T + bias (one fused op; `linear_decomposed` is matmul + add)."""
     d = input._array.dtype
-    if weight._array.dtype is not d or (bias is not None and bias._array.dtype is not d) or d.kind not in FLOATING_KINDS:
+    if (weight._array.dtype is not d or (bias is not None and bias._array.dtype is not d) or d.kind not in FLOATING_KINDS) \
+            and not will_autocast("linear", input):  # autocast casts them to one dtype in apply
         raise RuntimeError(f"linear: expected input, weight and bias of one floating dtype, got "
                            f"{input.dtype.name}, {weight.dtype.name}"
                            f"{'' if bias is None else ', ' + bias.dtype.name}")
@@ -131,6 +133,7 @@ def celu(input, alpha=1.0, inplace=False):
     return input.copy_(out) if inplace else out
 
 
+@autocast_op("softplus")
 def softplus(input, beta=1.0, threshold=20.0):
     """log(1 + exp(beta x)) / beta, and x itself where beta x > threshold."""
     bx = input * beta if beta != 1 else input
@@ -299,6 +302,7 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     return apply(_LAYER_NORM, (input, weight, bias), {"normalized_shape": ns, "eps": float(eps)})
 
 
+@autocast_op("group_norm")
 def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
     """Normalise each of `num_groups` channel groups of an (N, C, *) input."""
     if input.ndim < 2:
@@ -381,6 +385,7 @@ def normalize(input, p=2.0, dim=1, eps=1e-12):
     return input / _norm(input, p, dim, eps)
 
 
+@autocast_op("cosine_similarity")
 def cosine_similarity(x1, x2, dim=1, eps=1e-8):
     x1, x2 = _broadcast_pair(x1, x2)
     return ((x1 / _norm(x1, 2, dim, eps)) * (x2 / _norm(x2, 2, dim, eps))).sum(dim)
@@ -453,6 +458,7 @@ def _causal_mask(L, S, device):
     return arange(L, device=device).unsqueeze(1) >= arange(S, device=device)  # True: may attend
 
 
+@autocast_op("scaled_dot_product_attention")
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
                                  enable_gqa=False):
     """softmax(q @ k^T * scale + mask) @ v over the last two dims.
@@ -592,6 +598,7 @@ def _nll_terms(input, target, weight, ignore_index):
     return -where(hit, input, 0.0).sum(cd) * wt, wt
 
 
+@autocast_op("nll_loss")
 def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean"):
     """-weight[t] * input[n, t] for class-index targets t (input holds log-probabilities)."""
     reduction = _reduction(size_average, reduce, reduction)
@@ -601,6 +608,7 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, r
     return reduce_loss(loss, reduction)
 
 
+@autocast_op("cross_entropy")
 def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
                   reduction="mean", label_smoothing=0.0):
     """log_softmax over dim 1 (dim 0 for an unbatched (C,) input) followed by nll_loss, or by
@@ -645,6 +653,7 @@ def _cross_entropy_probs(input, target, weight, reduction, label_smoothing):
     return reduce_loss(loss, reduction)
 
 
+@autocast_op("mse_loss")
 def mse_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
     _check_same_size("mse_loss", input, target)
     d = input - target
@@ -654,6 +663,7 @@ def mse_loss(input, target, size_average=None, reduce=None, reduction="mean", we
     return reduce_loss(loss, _reduction(size_average, reduce, reduction))
 
 
+@autocast_op("l1_loss")
 def l1_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
     _check_same_size("l1_loss", input, target)
     loss = (input - target).abs()
@@ -662,6 +672,7 @@ def l1_loss(input, target, size_average=None, reduce=None, reduction="mean", wei
     return reduce_loss(loss, _reduction(size_average, reduce, reduction))
 
 
+@autocast_op("smooth_l1_loss")
 def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mean", beta=1.0):
     """0.5 d^2 / beta where |d| < beta, else |d| - 0.5 beta (plain L1 for beta = 0)."""
     _check_same_size("smooth_l1_loss", input, target)
@@ -672,6 +683,7 @@ def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mea
     return reduce_loss(loss, _reduction(size_average, reduce, reduction))
 
 
+@autocast_op("huber_loss")
 def huber_loss(input, target, reduction="mean", delta=1.0, weight=None):
     _check_same_size("huber_loss", input, target)
     d = (input - target).abs()
@@ -681,6 +693,7 @@ def huber_loss(input, target, reduction="mean", delta=1.0, weight=None):
     return reduce_loss(loss, reduction)
 
 
+@autocast_op("binary_cross_entropy")
 def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None, reduction="mean"):
     """-(t log x + (1 - t) log(1 - x)), each log clamped at -100 like PyTorch."""
     if tuple(target.shape) != tuple(input.shape):
@@ -695,6 +708,7 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
     return reduce_loss(loss, _reduction(size_average, reduce, reduction))
 
 
+@autocast_op("binary_cross_entropy_with_logits")
 def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None, reduce=None,
                                      reduction="mean", pos_weight=None):
     """sigmoid + binary cross entropy in the stable form (1-t) x + w_p (log1p(exp(-|x|)) + max(-x, 0))."""
@@ -710,6 +724,7 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
     return reduce_loss(loss, _reduction(size_average, reduce, reduction))
 
 
+@autocast_op("kl_div")
 def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_target=False):
     """target * (log target - input) pointwise (input holds log-probabilities)."""
     reduction = _reduction(size_average, reduce, reduction)

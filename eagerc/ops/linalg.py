@@ -20,6 +20,7 @@ from ..runtime import dtypes
 from .._tensor import Tensor
 from .elementwise import result_dtype, cast
 from . import reduction
+from ..amp.autocast_mode import autocast_op
 
 __all__ = ["matmul", "mm", "bmm", "mv", "dot", "inner", "outer", "ger", "einsum", "kron", "addmm", "cross",
            "cdist"]
@@ -118,6 +119,7 @@ def kron(input, other):
     return (a * b).reshape(tuple(m * n for m, n in zip(a_shape, b_shape)))
 
 
+@autocast_op("addmm")
 def addmm(input, mat1, mat2, *, beta=1, alpha=1):
     """beta * input + alpha * (mat1 @ mat2); with beta = 0 input is ignored (nan and inf too)."""
     _check_tensors("addmm", input, mat1, mat2)
@@ -168,6 +170,7 @@ def cross(input, other, dim=None):
 _CDIST_MODES = ("use_mm_for_euclid_dist_if_necessary", "use_mm_for_euclid_dist", "donot_use_mm_for_euclid_dist")
 
 
+@autocast_op("cdist")
 def cdist(x1, x2, p=2.0, compute_mode="use_mm_for_euclid_dist_if_necessary"):
     """p-norm distances between the rows of x1 (..., P, M) and of x2 (..., R, M): (..., P, R).
     For p = 2 and many rows (or compute_mode 'use_mm_for_euclid_dist') it uses PyTorch's matrix

@@ -17,6 +17,7 @@ from ..runtime.ops import OPS
 from ..runtime.ops.meta import normalize_dims
 from .._tensor import Tensor
 from .elementwise import cast, logical_and, logical_or, where
+from ..amp.autocast_mode import autocast_op
 
 return_types_max = collections.namedtuple("max", ["values", "indices"])
 return_types_min = collections.namedtuple("min", ["values", "indices"])
@@ -158,6 +159,7 @@ def std_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
 _builtin_max = builtins.max  # this module defines its own max, min, sum, all and any
 
 
+@autocast_op("logsumexp")
 def logsumexp(input, dim, keepdim=False):
     """log(sum(exp(x))) over `dim`, shifted by the max so large inputs do not overflow."""
     dim = _dim(dim)
@@ -201,6 +203,7 @@ def vector_norm(input, ord=2, dim=None, keepdim=False, *, dtype=None, op="linalg
     return (input.abs() ** ord).sum(dim, keepdim) ** (1.0 / ord)
 
 
+@autocast_op("norm")
 def norm(input, p="fro", dim=None, keepdim=False, dtype=None):
     """torch.norm: 'fro' (and None) is the 2-norm over `dim`; numbers and inf are vector norms."""
     if p in ("fro", None):

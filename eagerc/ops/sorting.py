@@ -28,6 +28,7 @@ from . import creation
 from .elementwise import isnan, lerp, where
 from .indexing import data_size, gather, index_add, scatter
 from .joining import cat
+from ..amp.autocast_mode import autocast_op
 
 __all__ = ["sort", "argsort", "msort", "topk", "kthvalue", "median", "nanmedian", "mode", "quantile",
            "nanquantile", "unique", "unique_consecutive", "searchsorted", "bucketize", "bincount", "histc",
@@ -219,6 +220,7 @@ def _quantile(name, input, q, dim, keepdim, interpolation, ignore_nan):
     return out.squeeze(0) if scalar_q else out
 
 
+@autocast_op("quantile")
 def quantile(input, q, dim=None, keepdim=False, *, interpolation="linear"):
     """The q-th quantiles along dim (of all elements for None), NaN where a row has NaN;
     differentiable (gather and lerp)."""

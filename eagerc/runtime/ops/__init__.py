@@ -39,7 +39,8 @@ the FLOP estimates, the frontend's elementwise functions are read from here):
 
 The other layers attach their parts to the same `OpDef` by name: the frontend its
 derivative (`grads`, autograd/formulas.py) and, for composites, its decomposition into
-primitives (`decomposition`); the compiler its lowering to fused kernels (`lowering`,
+primitives (`decomposition`) and its autocast category per device (`autocast`, from the
+one table eagerc/amp/lists.py); the compiler its lowering to fused kernels (`lowering`,
 compiler/kernels/lower.py). A layer that has no part for an op says why in
 `why_not[part]`, and tests/test_op_parts.py checks that every op has each part or a
 reason, so nothing is half-registered.
@@ -96,7 +97,7 @@ class OpDef:
         "flops", "neutral", "pointwise", "differentiable", "broadcasts",
         "cpu", "_gpu", "view",                                               # derived, for apply
         "grads", "save_table", "grad_params", "decomposition", "lowering",   # the layers' parts
-        "why_not", "opmath",
+        "autocast", "why_not", "opmath",
     )
 
     def kernel(self, xp):
@@ -163,6 +164,7 @@ def declare(name, inputs, impl, meta, attrs=(), *, kind, ufunc=None, promotion=N
     op.cpu, op._gpu, op.view = impl(np), None, aliases == "view"
     op.grads = op.save_table = op.grad_params = op.decomposition = None   # the frontend's parts
     op.lowering = None                                                    # the compiler's part
+    op.autocast = None      # the frontend's autocast lists: {device: category} (eagerc/amp/lists.py)
     op.why_not = {}                                                       # part -> why this op has none
     OPS[name] = op
     return op

@@ -1,5 +1,5 @@
 """eagerc.cuda: is a GPU usable here? (cupy and an NVIDIA device)."""
-from .runtime.device import cuda_available, cupy_or_none, require_cupy
+from ..runtime.device import cuda_available, cupy_or_none, require_cupy
 
 
 def is_available():
@@ -23,8 +23,15 @@ def synchronize():
 
 def manual_seed(seed):
     """CUDA draws come from the same counter-based stream as the CPU's."""
-    from .runtime.random import manual_seed as _seed
+    from ..runtime.random import manual_seed as _seed
     return _seed(seed)
 
 
 manual_seed_all = manual_seed
+
+
+def __getattr__(name):  # eagerc.cuda.amp loads on first use (it imports the frontend)
+    if name == "amp":
+        import importlib
+        return importlib.import_module("eagerc.cuda.amp")
+    raise AttributeError(f"module 'eagerc.cuda' has no attribute {name!r}")
