@@ -34,6 +34,7 @@ import numpy as np
 from .. import dispatch
 from .._tensor import Tensor
 from ..runtime import dtypes
+from ..runtime.dtypes import FLOATING_KINDS
 from ..runtime.ops import OPS
 from . import lists
 
@@ -190,7 +191,7 @@ def _tensors(values):
 def _eligible(t, device):
     """PyTorch's is_eligible: a floating tensor on the autocast device, float64 excepted."""
     d = t._array.dtype
-    return d.kind == "f" and d != np.float64 and (type(t._array) is _ndarray) == (device == "cpu")
+    return d.kind in FLOATING_KINDS and d != np.float64 and (type(t._array) is _ndarray) == (device == "cpu")
 
 
 # ---------------------------------------------------------------- the thread's state

@@ -12,7 +12,7 @@ import numpy as np
 
 from ..autograd.engine import _saved_input, sum_to
 from ..autograd.formulas import defgrad, defgrad_node
-from ..dispatch import apply
+from ..dispatch import apply, modes
 from ..runtime.ops import OPS
 from ..runtime.ops import linalg as rules
 from ..runtime.ops.meta import Spec, normalize_dims
@@ -52,11 +52,12 @@ def _promoted(op, xs):
 def matmul(input, other):
     """Matrix product with PyTorch semantics: 1-d operands are vectors, batch dims broadcast."""
     if isinstance(input, Tensor) and isinstance(other, Tensor) and input._array.dtype is other._array.dtype \
-            and input._array.dtype.kind == "f":
+            and input._array.dtype.kind == "f" and modes().autocast is None:
         return apply(_MATMUL, (input, other))  # the common case: straight to np.matmul
     return _promoted_matmul("matmul", input, other)
 
 
+@autocast_op("matmul")   # under autocast the inputs are cast here, so a bfloat16 product takes the path below
 def _promoted_matmul(name, input, other):
     _check_tensors(name, input, other)
     a, b = _promoted(name, (input, other))
