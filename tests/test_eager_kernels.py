@@ -56,7 +56,9 @@ def _cases(rng, dtype, shape):
     return [("softmax", (x,), dict(dim=-1)), ("log_softmax", (x,), dict(dim=-1)),
             ("softmax_backward", (g, sm), dict(dim=-1)), ("log_softmax_backward", (g, lsm), dict(dim=-1)),
             ("layer_norm", (x, w, b), ln), ("layer_norm", (x, None, b), ln), ("layer_norm", (x, None, None), ln),
-            ("layer_norm_backward", (g, x, w), ln), ("layer_norm_backward", (g, x, None), ln)]
+            ("layer_norm_backward", (g, x, w), ln), ("layer_norm_backward", (g, x, None), ln),
+            ("gelu", (x,), dict(approximate="none")), ("gelu_backward", (g, x), dict(approximate="none")),
+            ("gelu", (x,), dict(approximate="tanh")), ("gelu_backward", (g, x), dict(approximate="tanh"))]
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
@@ -64,12 +66,15 @@ def _cases(rng, dtype, shape):
 def test_c_kernels_match_numpy_kernels(dtype, shape):
     rng = np.random.default_rng(0)
     for op, args, attrs in _cases(rng, dtype, shape):
-        got = OPS[op].cpu(*args, **attrs)
-        key = (op, dtype, shape[-1]) + ((args[1] is not None, args[2] is not None, 1e-5) if op == "layer_norm" else
-                                        (args[2] is not None, 1e-5) if op == "layer_norm_backward" else ())
-        assert c_rows._kernels.get(key) is not None, f"{op}: the C kernel did not run"
+        got, want = OPS[op].cpu(*args, **attrs), _numpy(op, *args, **attrs)
+        assert any(key[:3] == (op, dtype, shape[-1]) and k is not None for key, k in c_rows._kernels.items()), \
+            f"{op}: the C kernel did not run"
         terms = args[0] * args[1] if op.endswith("backward") else None
-        _close_rows(got, _numpy(op, *args, **attrs), dtype, terms)
+        if op.startswith("gelu"):
+            # numpy's order of operations, but tanh/erf/exp from glibc (vector or scalar) vs numpy's
+            # own loops (erf: its Abramowitz-Stegun formula for float32, scipy's for float64)
+            terms = np.abs(args[0]) * (1 + np.abs(args[1])) if op.endswith("backward") else args[0]
+        _close_rows(got, want, dtype, terms)
 
 
 def test_c_kernels_against_formulas():

@@ -1,5 +1,6 @@
 """Eager mode on generated C kernels: the row composites (softmax, log_softmax, layer_norm and
-their backward kernels) as the same row kernels backend "c" fuses their decompositions into.
+their backward kernels) as the same row kernels backend "c" fuses their decompositions into,
+and gelu (both forms) with its derivative as one elementwise pass each.
 
 Why here: eager mode must not import the compiler, but its composites are exactly the
 multi-pass row patterns the C renderer does well (one read of each row from memory, the
@@ -23,10 +24,12 @@ C-contiguous float32/float64 numpy array of at least MIN_ELEMENTS[op] elements (
 numpy's few calls are cheaper than a kernel call). Without a
 compiler -- or if it fails -- the numpy kernels run, after one RuntimeWarning line, as backend c.
 
-Numbers: not bit for bit numpy's. The elementwise steps round as numpy's ufuncs do
-(-ffp-contract=off), but row sums add float partial sums in double (render.py) where numpy
-sums pairwise, and exp/log come from glibc's vector library rather than numpy's SIMD loops:
-results agree to a few ulp (tests/test_eager_kernels.py states the tolerance per dtype).
+Numbers: not bit for bit numpy's. The elementwise steps are numpy's, in its order, rounded as
+its ufuncs round them (-ffp-contract=off), but row sums add float partial sums in double
+(render.py) where numpy sums pairwise, and exp/log/tanh/erf come from glibc (vector and scalar)
+rather than numpy's own loops: results agree to a few ulp of the row's scale
+(tests/test_eager_kernels.py states the tolerance). Where the C kernel does not apply, or is
+switched off, results are numpy's bits.
 """
 import ctypes
 import os
@@ -45,7 +48,7 @@ __all__ = ["row_kernel", "use", "enabled", "set_enabled", "available", "MIN_ELEM
 # ctypes and pointers; numpy's softmax_backward is two cheap passes, layer_norm's are many).
 # Measured one thread, float32, [n/64, 64] rows: the crossovers are ~1k, ~4k and < 64 elements.
 MIN_ELEMENTS = {"softmax": 2048, "log_softmax": 2048, "softmax_backward": 8192, "log_softmax_backward": 8192,
-                "layer_norm": 256, "layer_norm_backward": 256}
+                "layer_norm": 256, "layer_norm_backward": 256, "gelu": 2048, "gelu_backward": 256}
 DTYPES = ("float32", "float64")
 _F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)     # native byte order (dtype singletons)
 
@@ -149,10 +152,57 @@ def _layer_norm_backward(k, d, cols, weight, eps):
     k.store(k.add("mul", (k.add("sub", (a, b), d), rstd), d), "gx", d, (1, cols))
 
 
+# gelu: elementwise (a row kernel without reductions), in the numpy kernel's order of operations;
+# float32's erf is C's erff where numpy's kernel uses the Abramowitz-Stegun formula (< 1.5e-7 apart)
+_SQRT_HALF, _SQRT_2_OVER_PI, _INV_SQRT_2PI = 0.7071067811865476, 0.7978845608028654, 0.3989422804014327
+
+
+class _Ops:
+    """k.add with the dtype fixed and Python numbers as constants of that dtype: `o.mul(a, 0.5)`."""
+
+    def __init__(self, k, d):
+        self.k, self.d = k, d
+
+    def __getattr__(self, op):
+        def add(*args):
+            return self.k.add(op, tuple(self.const(a) if isinstance(a, float) else a for a in args), self.d)
+        return add
+
+    def const(self, v):
+        return self.k.add("const", (float(np.dtype(self.d).type(v)),), self.d)
+
+
+def _gelu(k, d, cols, approximate):
+    o, x = _Ops(k, d), _row_load(k, "x", d, cols)
+    if approximate == "tanh":
+        inner = o.add(o.mul(o.mul(x, x), 0.044715), 1.0)
+        y = o.tanh(o.mul(inner, o.mul(x, _SQRT_2_OVER_PI)))
+    else:
+        y = o.erf(o.mul(x, _SQRT_HALF))
+    k.store(o.mul(o.mul(o.add(y, 1.0), x), 0.5), "out", d, (1, cols))
+
+
+def _gelu_backward(k, d, cols, approximate):
+    o = _Ops(k, d)
+    g, x = _row_load(k, "g", d, cols), _row_load(k, "x", d, cols)
+    if approximate == "tanh":
+        x2 = o.mul(x, x)
+        t = o.tanh(o.mul(o.mul(x, _SQRT_2_OVER_PI), o.add(o.mul(x2, 0.044715), 1.0)))
+        a = o.mul(o.add(t, 1.0), 0.5)
+        b = o.mul(o.mul(o.mul(o.mul(x, 0.5), o.sub(o.const(1.0), o.mul(t, t))), _SQRT_2_OVER_PI),
+                  o.add(o.mul(x2, 3 * 0.044715), 1.0))
+        dx = o.add(a, b)
+    else:
+        cdf = o.mul(o.add(o.erf(o.mul(x, _SQRT_HALF)), 1.0), 0.5)
+        pdf = o.mul(o.mul(o.exp(o.mul(o.mul(x, x), -0.5)), x), _INV_SQRT_2PI)
+        dx = o.add(cdf, pdf)
+    k.store(o.mul(dx, g), "gx", d, (1, cols))
+
+
 # op -> builder(k, dtype, cols, *variant)
 BUILDERS = {"softmax": _softmax, "log_softmax": _log_softmax, "softmax_backward": _softmax_backward,
             "log_softmax_backward": _log_softmax_backward, "layer_norm": _layer_norm,
-            "layer_norm_backward": _layer_norm_backward}
+            "layer_norm_backward": _layer_norm_backward, "gelu": _gelu, "gelu_backward": _gelu_backward}
 
 
 # ---------------------------------------------------------------- building and calling
@@ -166,6 +216,8 @@ def kernel_ir(op, dtype, cols, *variant):
 
 
 def _tag(v):
+    if isinstance(v, str):
+        return v
     return {True: "t", False: "f"}.get(v) if isinstance(v, bool) else repr(float(v)).replace(".", "p").replace("-", "m")
 
 

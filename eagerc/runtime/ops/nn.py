@@ -496,8 +496,17 @@ def _gelu_backward_rule(g, x, approximate="none"):
     return _gelu_rule(x, approximate)
 
 
-declare("gelu", ("x",), _gelu, _gelu_rule, attrs=("approximate",), pointwise=True, **_COMPOSITE)
-declare("gelu_backward", ("g", "x"), _gelu_backward, _gelu_backward_rule, attrs=("approximate",), **_BACKWARD)
+def _gelu_rows(*arrays, approximate="none"):
+    """Elementwise: rows of the last dim (of at least 16 elements: shorter rows cost a call each)."""
+    if arrays[0].shape[-1] < 16 or not _same_layout(arrays):
+        return None
+    return arrays, arrays[0].shape[-1], (approximate,)
+
+
+declare("gelu", ("x",), _c_rows_kernel("gelu", _gelu, _gelu_rows), _gelu_rule, attrs=("approximate",),
+        pointwise=True, **_COMPOSITE)
+declare("gelu_backward", ("g", "x"), _c_rows_kernel("gelu_backward", _gelu_backward, _gelu_rows),
+        _gelu_backward_rule, attrs=("approximate",), **_BACKWARD)
 
 
 # ---------------------------------------------------------------- cross_entropy (class indices)
