@@ -7,6 +7,12 @@ layer_norm over 4096x1024 float32 written as primitives (amax/sub/exp/sum/div;
 mean/sub/mul/mean/add/rsqrt/mul) and as the nn.functional ops (which backend c
 decomposes into the same one-kernel row computation); C compile time per kernel, and the
 time to load the same kernels from the disk cache.
+
+Then eager mode: F.softmax / F.log_softmax / F.layer_norm forward and forward+backward over
+4096x1024 float32, eager with the generated C row kernels (runtime/kernels/eager.py) vs
+the numpy kernels (EAGERC_EAGER_KERNELS=0's path) vs PyTorch eager, in process CPU time,
+measured round-robin (best of `ROUNDS` rounds each) so load on the machine hits all three alike.
+    python benchmarks/fused_kernels.py --eager   # the eager table only
 """
 import os
 import sys
@@ -25,6 +31,9 @@ import eagerc  # noqa: E402
 import eagerc.compiler.backends.c_backend  # noqa: E402,F401  (registers "c")
 from eagerc.runtime import kernel_cache  # noqa: E402
 from _harness import per_call_us, table, ratio, fmt, try_torch, THREADS  # noqa: E402
+from eagerc.runtime.kernels import eager as c_rows  # noqa: E402
+
+ROUNDS = 7
 
 
 def gelu(x):
@@ -105,5 +114,64 @@ def main():
                                "load from disk cache"]))
 
 
+def _cpu_us(fn, number=3):
+    """Process CPU time per call (all threads): on a loaded machine wall time mostly measures the
+    other processes; CPU time is what the call itself costs."""
+    fn()
+    t0 = time.process_time()
+    for _ in range(number):
+        fn()
+    return (time.process_time() - t0) / number * 1e6
+
+
+def eager_main():
+    """Eager composites: generated C kernels vs numpy kernels vs PyTorch, interleaved."""
+    torch = try_torch()
+    F = eagerc.nn.functional
+    a = np.random.default_rng(0).standard_normal((4096, 1024)).astype(np.float32)
+    g = np.random.default_rng(1).standard_normal((4096, 1024)).astype(np.float32)
+    ew, eb = W.detach(), B.detach()
+    cases = [("softmax", lambda x: F.softmax(x, -1), lambda t: torch.softmax(t, -1)),
+             ("log_softmax", lambda x: F.log_softmax(x, -1), lambda t: torch.log_softmax(t, -1)),
+             ("layer_norm(w, b)", lambda x: F.layer_norm(x, (1024,), ew, eb),
+              lambda t: torch.nn.functional.layer_norm(t, (1024,), tw, tb))]
+    if torch:
+        tw, tb = torch.from_numpy(W.numpy()), torch.from_numpy(B.numpy())
+    rows = []
+    for name, fn, tfn in cases:
+        for backward in (False, True):
+            x, gx = eagerc.tensor(a, requires_grad=backward), eagerc.tensor(g)
+            tx, tg = (torch.from_numpy(a).requires_grad_(backward), torch.from_numpy(g)) if torch else (None, None)
+
+            def ours(f=fn, x=x, gx=gx, backward=backward):
+                y = f(x)
+                if backward:
+                    y.backward(gx)
+
+            def theirs(f=tfn, t=tx, tg=tg, backward=backward):
+                y = f(t)
+                if backward:
+                    y.backward(tg)
+            best = {"c": [], "numpy": [], "torch": []}
+            for _ in range(ROUNDS):
+                for k in best:
+                    if k == "torch" and not torch:
+                        continue
+                    if k != "torch":
+                        c_rows.set_enabled(k == "c")
+                    best[k].append(_cpu_us(theirs if k == "torch" else ours))
+            c_rows.set_enabled(True)
+            t = {k: min(v) if v else None for k, v in best.items()}
+            rows.append([f"F.{name}{' + backward' if backward else ''} 4096x1024 f32", fmt(t["c"] / 1e3, "ms"),
+                         fmt(t["numpy"] / 1e3, "ms"), fmt(t["torch"] and t["torch"] / 1e3, "ms"),
+                         ratio(t["c"], t["torch"]), ratio(t["c"], t["numpy"])])
+    print(f"eager, threads: {THREADS} (BENCH_THREADS)")
+    print(table(rows, ["case", "eager C kernels", "eager numpy kernels", "torch eager", "C / torch",
+                       "C / numpy"]))
+
+
 if __name__ == "__main__":
-    main()
+    if "--eager" not in sys.argv:
+        main()
+        print()
+    eager_main()

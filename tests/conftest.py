@@ -8,6 +8,11 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 
 def pytest_configure(config):
+    # eager composites compile C kernels into $EAGERC_CACHE_DIR (runtime/kernels/eager.py): one
+    # directory for the session (and its subprocesses), so ~/.cache is left alone
+    if "EAGERC_CACHE_DIR" not in os.environ:
+        import tempfile
+        os.environ["EAGERC_CACHE_DIR"] = tempfile.mkdtemp(prefix="eagerc-test-kernels-")
     # what eagerc does for its users at import (numpy's floating-point warnings from its code are
     # silent, like PyTorch), pytest would undo: it resets warning filters around every test
     from eagerc.runtime.ownership import NUMERIC_WARNINGS_FILTER

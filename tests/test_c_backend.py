@@ -19,7 +19,7 @@ import eagerc.nn as nn
 import eagerc.nn.functional as F
 from eagerc.compiler.backends.c_backend import CBackend
 from eagerc.compiler.backends.fused import PIPELINE, plan_kernels
-from eagerc.compiler.kernels.ir import Kernel, broadcast_strides
+from eagerc.runtime.kernels.ir import Kernel, broadcast_strides
 from eagerc.compiler.kernels.lower import LOWERABLE, REDUCIBLE
 from eagerc.compiler.passes import optimize
 from eagerc.compiler.tracer import trace

@@ -33,7 +33,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import eagerc
 import eagerc.nn.functional as F
-from eagerc.compiler.kernels.render import PARALLEL_MIN
+from eagerc.runtime.kernels.render import PARALLEL_MIN
 from eagerc.runtime import kernel_cache
 
 pytestmark = pytest.mark.skipif(kernel_cache.find_compiler() is None, reason="no C compiler")

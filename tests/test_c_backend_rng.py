@@ -20,8 +20,8 @@ import eagerc.nn.functional as F
 from eagerc.compiler.backends.c_backend import CBackend
 from eagerc.compiler.backends.fused import PIPELINE, plan_kernels
 from eagerc.compiler.kernels.cuda_render import render_cuda
-from eagerc.compiler.kernels.ir import RANDOM
-from eagerc.compiler.kernels.render import render_c
+from eagerc.runtime.kernels.ir import RANDOM
+from eagerc.runtime.kernels.render import render_c
 from eagerc.compiler.passes import optimize
 from eagerc.compiler.tracer import trace
 from eagerc.runtime import kernel_cache, nvrtc

@@ -22,7 +22,7 @@ from eagerc.compiler.backends import register_backend
 from eagerc.compiler.backends.fused import PIPELINE, plan_kernels
 from eagerc.compiler.backends.numpy_backend import NumpyBackend
 from eagerc.compiler.kernels.cuda_render import THREADS, CudaRenderer, launch_config, render_cuda
-from eagerc.compiler.kernels.ir import Kernel, Reduction
+from eagerc.runtime.kernels.ir import Kernel, Reduction
 from eagerc.compiler.passes import optimize
 from eagerc.compiler.tracer import trace
 from eagerc.runtime import nvrtc

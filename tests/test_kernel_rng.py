@@ -1,4 +1,4 @@
-"""The kernel RNG (eagerc/compiler/kernels/philox.py) against the eager one (eagerc.runtime.random).
+"""The kernel RNG (eagerc/runtime/kernels/philox.py) against the eager one (eagerc.runtime.random).
 
 C: a small test library built from C_SOURCE with kernel_cache.load, compared bit for bit
 with numpy (raw words, uniform float64/float32/float16) and to a couple of ulp for normals
@@ -13,8 +13,8 @@ import ctypes
 import numpy as np
 import pytest
 
-from eagerc.compiler.kernels import philox
-from eagerc.compiler.kernels.philox import C_SOURCE, CUDA_SOURCE, element_words, expr
+from eagerc.runtime.kernels import philox
+from eagerc.runtime.kernels.philox import C_SOURCE, CUDA_SOURCE, element_words, expr
 from eagerc.runtime import kernel_cache, nvrtc
 from eagerc.runtime import random as rnd
 

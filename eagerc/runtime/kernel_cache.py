@@ -31,8 +31,12 @@ __all__ = ["find_compiler", "compiler_version", "cache_dir", "load", "ptr", "FLA
 # -fno-trapping-math lets comparisons feed selects without branches (values are unchanged:
 # it only gives up FP-exception traps, which numpy does not enable either);
 # -ffp-contract=off: no fused multiply-add, every operation rounded as numpy's ufuncs round
-# it, so an elementwise chain gives eager's bits (gnu11 would contract a*b+c by default)
-FLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fno-trapping-math", "-ffp-contract=off",
+# it, so an elementwise chain gives eager's bits (gnu11 would contract a*b+c by default);
+# -mprefer-vector-width=512: on AVX-512 machines GCC otherwise keeps 256-bit vectors, and the
+# 16-wide vector exp/log and divisions make softmax-like rows ~20% faster (an x86 option; no
+# effect without AVX-512)
+_WIDE = ("-mprefer-vector-width=512",) if platform.machine().lower() in ("x86_64", "amd64") else ()
+FLAGS = ("-O3", "-march=native", *_WIDE, "-fopenmp", "-fno-math-errno", "-fno-trapping-math", "-ffp-contract=off",
          "-shared", "-fPIC", "-std=gnu11")
 
 # glibc's vector math library, when present (the renderer declares its SIMD functions)

@@ -25,7 +25,7 @@ import warnings
 import numpy as np
 
 from ...runtime import kernel_cache
-from ..kernels.render import render_c
+from ...runtime.kernels.render import render_c
 from . import register_backend
 from .driver import Binding
 from .fused import PIPELINE, SINGLETON_MIN, driver, plan_kernels, uses_float16

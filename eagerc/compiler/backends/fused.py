@@ -21,7 +21,7 @@ ops' kernels; they differ only in the kernels' language and device (`Binding`):
 import math
 
 from ...runtime.ops import OPS
-from ..kernels.ir import DTYPES, contiguous_strides
+from ...runtime.kernels.ir import DTYPES, contiguous_strides
 from ..kernels.lower import DECOMPOSED, LOWERABLE, RANDOM, REDUCIBLE, Unsupported, index_space, lower_group
 from ..passes import CLEANUP, cse, dce, fusion, schedule, simplify
 from ..passes.decompose import decompose, decomposable

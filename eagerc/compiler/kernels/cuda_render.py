@@ -26,8 +26,8 @@ sum/mean accumulate in double; max/min carry a NaN flag so NaN propagates like n
 The source is deterministic (names by position, literals by repr), so cupy's on-disk
 kernel cache (keyed by source) hits in a second process.
 """
-from . import philox
-from .render import CRenderer, _row_offset, _term
+from ...runtime.kernels import philox
+from ...runtime.kernels.render import CRenderer, _row_offset, _term
 
 __all__ = ["CudaRenderer", "render_cuda", "launch_config", "row_threads", "THREADS", "MAX_BLOCKS"]
 

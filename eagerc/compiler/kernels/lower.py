@@ -29,7 +29,7 @@ import math
 import numpy as np
 
 from ...runtime.ops import OPS, load_all
-from .ir import DTYPES, FLOATS, Buffer, Kernel, Reduction, broadcast_strides
+from ...runtime.kernels.ir import DTYPES, FLOATS, Buffer, Kernel, Reduction, broadcast_strides
 
 __all__ = ["Unsupported", "lower_group", "lowers", "LOWERINGS", "LOWERABLE", "REDUCIBLE", "RANDOM", "DECOMPOSED",
            "index_space"]

@@ -35,7 +35,10 @@ checks each decomposition equals its fast path, values and gradients).
 Kernels are xp-generic (numpy or cupy); class dimensions and normalised dimensions
 are attributes, so the shape rules below work on shapes alone.
 """
+import numpy as np
+
 from ...runtime import dtypes
+from ..kernels import eager as c_rows
 from . import NORMALISATION, Flops, declare
 from .meta import Spec, fail, fmt_shape, normalize_dim
 from .linalg import array_matmul
@@ -90,6 +93,49 @@ def _linear_rule(x, weight, bias=None):
 # x @ weight.T + bias over the last dimension of x; 2 x multiply-accumulates
 declare("linear", ("x", "weight", "bias"), _linear, _linear_rule, kind="composite",
         flops=Flops("matmul-like", lambda out, ins, attrs: 2 * _numel(out) * (ins[1][-1] if ins[1] else 1)))
+
+
+# ---------------------------------------------------------------- generated C row kernels
+
+def _on_c_rows(op, numpy_kernel, rows_of):
+    """The cpu kernel of a row composite: the generated C kernel (runtime/kernels/eager.py) when
+    `rows_of(*args, **attrs)` gives (inputs, cols, variant) -- the C-contiguous arrays the kernel
+    reads, in its load order, the first one shaped like the result -- and c_rows.use() says
+    the array pays; else (small, strided, float16, a dim other than the last, no compiler,
+    $EAGERC_EAGER_KERNELS=0) the numpy kernel."""
+    def kernel(*args, **attrs):
+        if c_rows.use(op, args[0]):
+            plan = rows_of(*args, **attrs)
+            if plan is not None:
+                inputs, cols, variant = plan
+                k = c_rows.row_kernel(op, args[0].dtype.name, cols, *variant)
+                if k is not None:
+                    out = np.empty(inputs[0].shape, inputs[0].dtype)
+                    k(*inputs, out, rows=out.size // cols)
+                    return out
+        return numpy_kernel(*args, **attrs)
+    return kernel
+
+
+def _same_layout(arrays):
+    """Are these C-contiguous arrays of the first one's dtype (what a row kernel reads)?"""
+    d = arrays[0].dtype
+    return all(a.dtype == d and a.flags.c_contiguous for a in arrays)
+
+
+def _last_dim_rows(*arrays, dim):
+    """(arrays, cols, ()) when the op works along the last dim of C-contiguous arrays."""
+    x = arrays[0]
+    if dim not in (-1, x.ndim - 1) or not _same_layout(arrays):
+        return None
+    return arrays, x.shape[-1], ()
+
+
+def _c_rows_kernel(op, impl, rows_of):
+    """impl for a declaration: the C row kernel in front of numpy's, cupy's kernel unchanged."""
+    def for_xp(xp):
+        return _on_c_rows(op, impl(xp), rows_of) if xp is np else impl(xp)
+    return for_xp
 
 
 # ---------------------------------------------------------------- softmax, log_softmax
@@ -155,11 +201,19 @@ def _softmax_backward_rule(g, out, dim):
 # computed in float32 for bfloat16, as PyTorch does (the opmath trait)
 _COMPOSITE = dict(kind="composite", flops=NORMALISATION, opmath=True)   # max/mean, subtract, exp or square, sum, scale
 _BACKWARD = dict(kind="composite", differentiable=False, opmath=True)
-declare("softmax", ("x",), _softmax, _softmax_rule("softmax"), attrs=("dim",), **_COMPOSITE)
-declare("log_softmax", ("x",), _log_softmax, _softmax_rule("log_softmax"), attrs=("dim",), **_COMPOSITE)
-declare("softmax_backward", ("g", "out"), _softmax_backward, _softmax_backward_rule, attrs=("dim",), **_BACKWARD)
-declare("log_softmax_backward", ("g", "out"), _log_softmax_backward, _softmax_backward_rule, attrs=("dim",),
-        **_BACKWARD)
+_ROWS = dict(softmax=lambda x, dim: _last_dim_rows(x, dim=dim), log_softmax=lambda x, dim: _last_dim_rows(x, dim=dim),
+             softmax_backward=lambda g, out, dim: _last_dim_rows(g, out, dim=dim),
+             log_softmax_backward=lambda g, out, dim: _last_dim_rows(g, out, dim=dim))
+declare("softmax", ("x",), _c_rows_kernel("softmax", _softmax, _ROWS["softmax"]), _softmax_rule("softmax"),
+        attrs=("dim",), **_COMPOSITE)
+declare("log_softmax", ("x",), _c_rows_kernel("log_softmax", _log_softmax, _ROWS["log_softmax"]),
+        _softmax_rule("log_softmax"), attrs=("dim",), **_COMPOSITE)
+declare("softmax_backward", ("g", "out"), _c_rows_kernel("softmax_backward", _softmax_backward,
+                                                         _ROWS["softmax_backward"]),
+        _softmax_backward_rule, attrs=("dim",), **_BACKWARD)
+declare("log_softmax_backward", ("g", "out"), _c_rows_kernel("log_softmax_backward", _log_softmax_backward,
+                                                             _ROWS["log_softmax_backward"]),
+        _softmax_backward_rule, attrs=("dim",), **_BACKWARD)
 
 
 # ---------------------------------------------------------------- layer_norm
@@ -231,10 +285,25 @@ def _layer_norm_weight_backward_rule(g, x, normalized_shape, eps):
     return Spec(tuple(normalized_shape), x.dtype)
 
 
-declare("layer_norm", ("x", "weight", "bias"), _layer_norm, _layer_norm_rule, attrs=("normalized_shape", "eps"),
-        **_COMPOSITE)
-declare("layer_norm_backward", ("g", "x", "weight"), _layer_norm_backward, _layer_norm_backward_rule,
-        attrs=("normalized_shape", "eps"), **_BACKWARD)
+def _layer_norm_rows(x, weight, bias, normalized_shape, eps):
+    inputs = tuple(a for a in (x, weight, bias) if a is not None)
+    if not _same_layout(inputs):
+        return None
+    return inputs, _numel(normalized_shape), (weight is not None, bias is not None, float(eps))
+
+
+def _layer_norm_backward_rows(g, x, weight, normalized_shape, eps):
+    inputs = tuple(a for a in (g, x, weight) if a is not None)
+    if not _same_layout(inputs):
+        return None
+    return inputs, _numel(normalized_shape), (weight is not None, float(eps))
+
+
+declare("layer_norm", ("x", "weight", "bias"), _c_rows_kernel("layer_norm", _layer_norm, _layer_norm_rows),
+        _layer_norm_rule, attrs=("normalized_shape", "eps"), **_COMPOSITE)
+declare("layer_norm_backward", ("g", "x", "weight"),
+        _c_rows_kernel("layer_norm_backward", _layer_norm_backward, _layer_norm_backward_rows),
+        _layer_norm_backward_rule, attrs=("normalized_shape", "eps"), **_BACKWARD)
 declare("layer_norm_weight_backward", ("g", "x"), _layer_norm_weight_backward, _layer_norm_weight_backward_rule,
         attrs=("normalized_shape", "eps"), **_BACKWARD)
 
@@ -429,8 +498,17 @@ def _gelu_backward_rule(g, x, approximate="none"):
     return _gelu_rule(x, approximate)
 
 
-declare("gelu", ("x",), _gelu, _gelu_rule, attrs=("approximate",), pointwise=True, **_COMPOSITE)
-declare("gelu_backward", ("g", "x"), _gelu_backward, _gelu_backward_rule, attrs=("approximate",), **_BACKWARD)
+def _gelu_rows(*arrays, approximate="none"):
+    """Elementwise: rows of the last dim (of at least 16 elements: shorter rows cost a call each)."""
+    if arrays[0].shape[-1] < 16 or not _same_layout(arrays):
+        return None
+    return arrays, arrays[0].shape[-1], (approximate,)
+
+
+declare("gelu", ("x",), _c_rows_kernel("gelu", _gelu, _gelu_rows), _gelu_rule, attrs=("approximate",),
+        pointwise=True, **_COMPOSITE)
+declare("gelu_backward", ("g", "x"), _c_rows_kernel("gelu_backward", _gelu_backward, _gelu_rows),
+        _gelu_backward_rule, attrs=("approximate",), **_BACKWARD)
 
 
 # ---------------------------------------------------------------- cross_entropy (class indices)

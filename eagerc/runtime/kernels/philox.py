@@ -52,7 +52,7 @@ def _source(u64, prefix, mulhi, unroll, scalar_math="", log="log", cos="cos"):
     """The functions, for a 64-bit unsigned type `u64`, a declaration prefix and a
     `mulhi` block defining `eagerc_mulhi64(a, b)` (high 64 bits of the 128-bit product)."""
     return f"""\
-/* eagerc counter-based RNG: Philox4x64-10, see eagerc/compiler/kernels/philox.py */
+/* eagerc counter-based RNG: Philox4x64-10, see eagerc/runtime/kernels/philox.py */
 {mulhi}
 {prefix} {u64} eagerc_philox_word({u64} seed, {u64} n) {{
     {u64} c0 = n >> 2, c1 = 0, c2 = 0, c3 = 0, k0 = seed, k1 = 0;

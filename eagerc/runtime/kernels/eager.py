@@ -1,0 +1,279 @@
+"""Eager mode on generated C kernels: the row composites (softmax, log_softmax, layer_norm and
+their backward kernels) as the same row kernels backend "c" fuses their decompositions into,
+and gelu (both forms) with its derivative as one elementwise pass each.
+
+Why here: eager mode must not import the compiler, but its composites are exactly the
+multi-pass row patterns the C renderer does well (one read of each row from memory, the
+passes over it in cache). So this module builds the kernel IR (ir.py) of each op directly --
+the instruction sequence the compiler's lowering produces from the op's decomposition
+(eagerc/ops/nn.py, `*_decomposed`) -- and renders it with the one C renderer (render.py).
+
+Shape-generic in the rows: the IR is rendered for ONE row of `cols` elements (the row length
+decides the scratch arrays and the blocked sums, so it stays in the source), and a small
+generated wrapper walks the rows, `rows` being an argument (OpenMP splits them above
+render.PARALLEL_MIN elements). One compile per (op, dtype, row length, variant), not per
+shape; compiled on first use and kept in kernel_cache's disk cache, so a second process
+compiles nothing.
+
+    k = row_kernel("softmax", "float32", 1024)     # None: use numpy (see `available`)
+    k(out, x, rows=4096)
+
+When the C kernels are used (`use(op, array)`): a C compiler works, the kernels are enabled
+($EAGERC_EAGER_KERNELS=0 or `set_enabled(False)` turns them off, for debugging), the array is a
+C-contiguous float32/float64 numpy array of at least MIN_ELEMENTS[op] elements (below that
+numpy's few calls are cheaper than a kernel call). Without a
+compiler -- or if it fails -- the numpy kernels run, after one RuntimeWarning line, as backend c.
+
+Numbers: not bit for bit numpy's. The elementwise steps are numpy's, in its order, rounded as
+its ufuncs round them (-ffp-contract=off), but row sums add float partial sums in double
+(render.py) where numpy sums pairwise, and exp/log/tanh/erf come from glibc (vector and scalar)
+rather than numpy's own loops: results agree to a few ulp of the row's scale
+(tests/test_eager_kernels.py states the tolerance). Where the C kernel does not apply, or is
+switched off, results are numpy's bits.
+"""
+import ctypes
+import os
+import threading
+import warnings
+
+import numpy as np
+
+from .. import kernel_cache
+from .ir import Kernel
+from .render import PARALLEL_MIN, CRenderer
+
+__all__ = ["row_kernel", "use", "enabled", "set_enabled", "available", "MIN_ELEMENTS", "BUILDERS"]
+
+# per op: from this many elements the C kernel beats numpy's (a kernel call costs ~6 us of
+# ctypes and pointers; numpy's softmax_backward is two cheap passes, layer_norm's are many).
+# Measured one thread, float32, [n/64, 64] rows: the crossovers are ~1k, ~4k and < 64 elements.
+MIN_ELEMENTS = {"softmax": 2048, "log_softmax": 2048, "softmax_backward": 8192, "log_softmax_backward": 8192,
+                "layer_norm": 256, "layer_norm_backward": 256, "gelu": 2048, "gelu_backward": 256}
+DTYPES = ("float32", "float64")
+_F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)     # native byte order (dtype singletons)
+
+_enabled = os.environ.get("EAGERC_EAGER_KERNELS", "1").strip().lower() not in ("0", "false", "no", "off")
+_available = None          # None: not checked yet; False after a missing or failing compiler
+_kernels = {}              # (op, dtype, cols, variant) -> RowKernel
+_lock = threading.Lock()
+
+
+def enabled():
+    """Do eager composites use the generated C kernels (when a compiler works)?"""
+    return _enabled
+
+
+def set_enabled(flag):
+    """Turn the eager C kernels on or off (off: the numpy kernels, as without a compiler).
+    Returns the previous setting. $EAGERC_EAGER_KERNELS=0 sets it off at start."""
+    global _enabled
+    old, _enabled = _enabled, bool(flag)
+    return old
+
+
+def available():
+    """Is there a C compiler for eager kernels? Checked once; False after a compile failure."""
+    global _available
+    if _available is None:
+        _available = kernel_cache.find_compiler() is not None
+        if not _available:
+            _notice("no C compiler found (cc, or $EAGERC_CC)")
+    return _available
+
+
+def _notice(why):
+    warnings.warn(f"eagerc eager kernels: {why}; using the numpy kernels", RuntimeWarning, stacklevel=4)
+
+
+def use(op, a):
+    """Should `op` on numpy array `a` (its main input) run its generated C kernel?"""
+    return (_enabled and a.size >= MIN_ELEMENTS[op] and (a.dtype is _F32 or a.dtype is _F64) and a.flags.c_contiguous
+            and (_available or available()))
+
+
+# ---------------------------------------------------------------- the IR of each op
+# Each builder adds to kernel `k` (one row of `cols` elements) the instructions of the op's
+# decomposition, in its order of operations, and names its inputs in call order.
+
+def _row_load(k, name, dtype, cols):
+    return k.load(name, dtype, (1, cols))
+
+
+def _softmax(k, d, cols):
+    x = _row_load(k, "x", d, cols)
+    s = k.add("sub", (x, k.add("row_max", (x,), d)), d)
+    e = k.add("exp", (s,), d)
+    k.store(k.add("div", (e, k.add("row_sum", (e,), d)), d), "out", d, (1, cols))
+
+
+def _log_softmax(k, d, cols):
+    x = _row_load(k, "x", d, cols)
+    s = k.add("sub", (x, k.add("row_max", (x,), d)), d)
+    z = k.add("row_sum", (k.add("exp", (s,), d),), d)
+    k.store(k.add("sub", (s, k.add("log", (z,), d)), d), "out", d, (1, cols))
+
+
+def _softmax_backward(k, d, cols):
+    g, out = _row_load(k, "g", d, cols), _row_load(k, "out", d, cols)
+    gx = k.add("mul", (g, out), d)
+    t = k.add("mul", (out, k.add("row_sum", (gx,), d)), d)
+    k.store(k.add("sub", (gx, t), d), "gx", d, (1, cols))
+
+
+def _log_softmax_backward(k, d, cols):
+    g, out = _row_load(k, "g", d, cols), _row_load(k, "out", d, cols)
+    t = k.add("mul", (k.add("exp", (out,), d), k.add("row_sum", (g,), d)), d)
+    k.store(k.add("sub", (g, t), d), "gx", d, (1, cols))
+
+
+def _normalized(k, d, cols, x, eps):
+    """(xhat, rstd) as eagerc/ops/nn.py's _ln_normalized computes them."""
+    xc = k.add("sub", (x, k.add("row_mean", (x,), d)), d)
+    var = k.add("row_mean", (k.add("mul", (xc, xc), d),), d)
+    rstd = k.add("rsqrt", (k.add("add", (var, k.add("const", (float(np.dtype(d).type(eps)),), d)), d),), d)
+    return k.add("mul", (xc, rstd), d), rstd
+
+
+def _layer_norm(k, d, cols, weight, bias, eps):
+    y, _ = _normalized(k, d, cols, _row_load(k, "x", d, cols), eps)
+    if weight:
+        y = k.add("mul", (y, k.load("weight", d, (cols,))), d)
+    if bias:
+        y = k.add("add", (y, k.load("bias", d, (cols,))), d)
+    k.store(y, "out", d, (1, cols))
+
+
+def _layer_norm_backward(k, d, cols, weight, eps):
+    g = _row_load(k, "g", d, cols)
+    xhat, rstd = _normalized(k, d, cols, _row_load(k, "x", d, cols), eps)
+    gy = k.add("mul", (g, k.load("weight", d, (cols,))), d) if weight else g
+    a = k.add("sub", (gy, k.add("row_mean", (gy,), d)), d)
+    b = k.add("mul", (xhat, k.add("row_mean", (k.add("mul", (gy, xhat), d),), d)), d)
+    k.store(k.add("mul", (k.add("sub", (a, b), d), rstd), d), "gx", d, (1, cols))
+
+
+# gelu: elementwise (a row kernel without reductions), in the numpy kernel's order of operations;
+# float32's erf is C's erff where numpy's kernel uses the Abramowitz-Stegun formula (< 1.5e-7 apart)
+_SQRT_HALF, _SQRT_2_OVER_PI, _INV_SQRT_2PI = 0.7071067811865476, 0.7978845608028654, 0.3989422804014327
+
+
+class _Ops:
+    """k.add with the dtype fixed and Python numbers as constants of that dtype: `o.mul(a, 0.5)`."""
+
+    def __init__(self, k, d):
+        self.k, self.d = k, d
+
+    def __getattr__(self, op):
+        def add(*args):
+            return self.k.add(op, tuple(self.const(a) if isinstance(a, float) else a for a in args), self.d)
+        return add
+
+    def const(self, v):
+        return self.k.add("const", (float(np.dtype(self.d).type(v)),), self.d)
+
+
+def _gelu(k, d, cols, approximate):
+    o, x = _Ops(k, d), _row_load(k, "x", d, cols)
+    if approximate == "tanh":
+        inner = o.add(o.mul(o.mul(x, x), 0.044715), 1.0)
+        y = o.tanh(o.mul(inner, o.mul(x, _SQRT_2_OVER_PI)))
+    else:
+        y = o.erf(o.mul(x, _SQRT_HALF))
+    k.store(o.mul(o.mul(o.add(y, 1.0), x), 0.5), "out", d, (1, cols))
+
+
+def _gelu_backward(k, d, cols, approximate):
+    o = _Ops(k, d)
+    g, x = _row_load(k, "g", d, cols), _row_load(k, "x", d, cols)
+    if approximate == "tanh":
+        x2 = o.mul(x, x)
+        t = o.tanh(o.mul(o.mul(x, _SQRT_2_OVER_PI), o.add(o.mul(x2, 0.044715), 1.0)))
+        a = o.mul(o.add(t, 1.0), 0.5)
+        b = o.mul(o.mul(o.mul(o.mul(x, 0.5), o.sub(o.const(1.0), o.mul(t, t))), _SQRT_2_OVER_PI),
+                  o.add(o.mul(x2, 3 * 0.044715), 1.0))
+        dx = o.add(a, b)
+    else:
+        cdf = o.mul(o.add(o.erf(o.mul(x, _SQRT_HALF)), 1.0), 0.5)
+        pdf = o.mul(o.mul(o.exp(o.mul(o.mul(x, x), -0.5)), x), _INV_SQRT_2PI)
+        dx = o.add(cdf, pdf)
+    k.store(o.mul(dx, g), "gx", d, (1, cols))
+
+
+# op -> builder(k, dtype, cols, *variant)
+BUILDERS = {"softmax": _softmax, "log_softmax": _log_softmax, "softmax_backward": _softmax_backward,
+            "log_softmax_backward": _log_softmax_backward, "layer_norm": _layer_norm,
+            "layer_norm_backward": _layer_norm_backward, "gelu": _gelu, "gelu_backward": _gelu_backward}
+
+
+# ---------------------------------------------------------------- building and calling
+
+def kernel_ir(op, dtype, cols, *variant):
+    """The Kernel (IR) of `op` over one row of `cols` elements of `dtype`."""
+    k = Kernel("_".join(["eager", op, dtype, str(cols)] + [_tag(v) for v in variant]), (1, cols), row_dims=1,
+               nodes=[op])
+    BUILDERS[op](k, dtype, cols, *variant)
+    return k
+
+
+def _tag(v):
+    if isinstance(v, str):
+        return v
+    return {True: "t", False: "f"}.get(v) if isinstance(v, bool) else repr(float(v)).replace(".", "p").replace("-", "m")
+
+
+def source(k):
+    """C source: the one-row kernel as render.py renders it, and `<name>_rows`, which runs it
+    over `rows` rows (inputs that vary along the row advance one row each; weights stay)."""
+    cols = k.shape[-1]
+    ct = CRenderer.CTYPES
+    steps = [cols if len(b.shape) == 2 else 0 for b in k.inputs]      # (1, cols): a row; (cols,): a weight
+    params = ([f"const {ct[b.dtype]} *in{i}" for i, b in enumerate(k.inputs)]
+              + [f"{ct[b.dtype]} *out{i}" for i, b in enumerate(k.outputs)] + ["int64_t rows"])
+    args = ([f"in{i} + r * {s}" if s else f"in{i}" for i, s in enumerate(steps)]
+            + [f"out{i} + r * {cols}" for i in range(len(k.outputs))])
+    loop = f"for (int64_t r = 0; r < rows; r++) {k.name}({', '.join(args)});"
+    # threads share the rows from PARALLEL_MIN elements (a long row is split by the kernel itself);
+    # below, no OpenMP call at all (a one-thread team still costs a microsecond)
+    par = (f"    if (rows * {cols} >= {PARALLEL_MIN}) {{\n        #pragma omp parallel for\n        {loop}\n"
+           f"        return;\n    }}\n") if cols < PARALLEL_MIN else ""
+    wrapper = f"\nvoid {k.name}_rows({', '.join(params)})\n{{\n{par}    {loop}\n}}\n"
+    return CRenderer().source([k]) + wrapper
+
+
+class RowKernel:
+    """A compiled eager row kernel: `kernel(*inputs, *outputs, rows=n)`, inputs in the builder's
+    load order, arrays C-contiguous."""
+    __slots__ = ("name", "fn", "n_in")
+
+    def __init__(self, k, lib):
+        self.name, self.n_in = k.name, len(k.inputs)
+        self.fn = getattr(lib, k.name + "_rows")
+        self.fn.argtypes = [ctypes.c_void_p] * (len(k.inputs) + len(k.outputs)) + [ctypes.c_int64]
+        self.fn.restype = None
+
+    def __call__(self, *arrays, rows):
+        ptr = kernel_cache.ptr
+        self.fn(*[ptr(a) for a in arrays], rows)
+
+
+def row_kernel(op, dtype, cols, *variant):
+    """The compiled kernel of `op` for rows of `cols` `dtype` elements, built on first use (or
+    found in the disk cache); None if the C compiler fails (numpy runs, after one notice)."""
+    key = (op, dtype, cols) + variant
+    k = _kernels.get(key)
+    if k is not None or key in _kernels:
+        return k
+    global _available
+    with _lock:
+        if key in _kernels:
+            return _kernels[key]
+        ir = kernel_ir(op, dtype, cols, *variant)
+        try:
+            k = RowKernel(ir, kernel_cache.load(source(ir)))
+        except (kernel_cache.CompileError, kernel_cache.NoCompiler, OSError) as e:
+            lines = str(e).splitlines() or [type(e).__name__]
+            first = next((line.strip() for line in lines[1:] if "error" in line), lines[0])
+            _notice(f"the C compiler failed ({first[:200]})")
+            _available, k = False, None
+        _kernels[key] = k
+        return k

@@ -1,0 +1,192 @@
+"""Eager composites on generated C kernels (eagerc/runtime/kernels/eager.py).
+
+The C kernels against the numpy kernels they replace (and numpy formulas): values to a few
+ulp of the row's largest value (row sums add in a different order, exp/log come from glibc's
+vector library: the module docstring says why bits differ); where the C kernel does not apply
+(small, strided, float16, another dim, switched off) results are numpy's bit for bit. Also:
+one compile per row length whatever the row count, the disk cache in a second process, no
+compiler import, and the fallback with its one-line notice without a C compiler.
+"""
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import eagerc
+import eagerc.nn.functional as F
+from eagerc.runtime import kernel_cache
+from eagerc.runtime.kernels import eager as c_rows
+from eagerc.runtime.ops import OPS
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+pytestmark = pytest.mark.skipif(kernel_cache.find_compiler() is None, reason="no C compiler")
+
+# |C - numpy| <= ULPS * eps(dtype) * the row's scale: its largest |value|, or for a derivative
+# (a difference of terms that may cancel) its largest |g * second input| if that is larger
+# (measured: at most ~4 ulp)
+ULPS = 8
+
+
+def _numpy(op, *args, **attrs):
+    old = c_rows.set_enabled(False)
+    try:
+        return OPS[op].cpu(*args, **attrs)
+    finally:
+        c_rows.set_enabled(old)
+
+
+def _close_rows(got, want, dtype, terms=None):
+    assert got.dtype == want.dtype == np.dtype(dtype) and got.shape == want.shape
+    scale = np.abs(want).reshape(-1, want.shape[-1]).max(axis=1, keepdims=True)
+    if terms is not None:
+        scale = np.maximum(scale, np.abs(terms).reshape(scale.shape[0], -1).max(axis=1, keepdims=True))
+    err = np.abs(got - want).reshape(-1, want.shape[-1])
+    assert np.all(err <= ULPS * np.finfo(dtype).eps * scale), float((err / scale).max() / np.finfo(dtype).eps)
+
+
+def _cases(rng, dtype, shape):
+    x = rng.standard_normal(shape).astype(dtype) * 3
+    g = rng.standard_normal(shape).astype(dtype)
+    w, b = (rng.standard_normal(shape[-1]).astype(dtype) for _ in range(2))
+    sm, lsm = _numpy("softmax", x, dim=-1), _numpy("log_softmax", x, dim=-1)
+    ln = dict(normalized_shape=(shape[-1],), eps=1e-5)
+    return [("softmax", (x,), dict(dim=-1)), ("log_softmax", (x,), dict(dim=-1)),
+            ("softmax_backward", (g, sm), dict(dim=-1)), ("log_softmax_backward", (g, lsm), dict(dim=-1)),
+            ("layer_norm", (x, w, b), ln), ("layer_norm", (x, None, b), ln), ("layer_norm", (x, None, None), ln),
+            ("layer_norm_backward", (g, x, w), ln), ("layer_norm_backward", (g, x, None), ln),
+            ("gelu", (x,), dict(approximate="none")), ("gelu_backward", (g, x), dict(approximate="none")),
+            ("gelu", (x,), dict(approximate="tanh")), ("gelu_backward", (g, x), dict(approximate="tanh"))]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("shape", [(128, 96), (4, 33, 257)])
+def test_c_kernels_match_numpy_kernels(dtype, shape):
+    rng = np.random.default_rng(0)
+    for op, args, attrs in _cases(rng, dtype, shape):
+        got, want = OPS[op].cpu(*args, **attrs), _numpy(op, *args, **attrs)
+        assert any(key[:3] == (op, dtype, shape[-1]) and k is not None for key, k in c_rows._kernels.items()), \
+            f"{op}: the C kernel did not run"
+        terms = args[0] * args[1] if op.endswith("backward") else None
+        if op.startswith("gelu"):
+            # numpy's order of operations, but tanh/erf/exp from glibc (vector or scalar) vs numpy's
+            # own loops (erf: its Abramowitz-Stegun formula for float32, scipy's for float64)
+            terms = np.abs(args[0]) * (1 + np.abs(args[1])) if op.endswith("backward") else args[0]
+        _close_rows(got, want, dtype, terms)
+
+
+def test_c_kernels_against_formulas():
+    """Independent references in float64 for float32 inputs: softmax, layer_norm and their derivatives."""
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((64, 200)).astype(np.float32)
+    g = rng.standard_normal((64, 200)).astype(np.float32)
+    w = rng.standard_normal(200).astype(np.float32)
+    x64, g64 = x.astype(np.float64), g.astype(np.float64)
+    e = np.exp(x64 - x64.max(-1, keepdims=True))
+    p = e / e.sum(-1, keepdims=True)
+    np.testing.assert_allclose(OPS["softmax"].cpu(x, -1), p, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(OPS["log_softmax"].cpu(x, -1), np.log(p), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(OPS["softmax_backward"].cpu(g, p.astype(np.float32), -1),
+                               p * (g64 - (g64 * p).sum(-1, keepdims=True)), rtol=1e-4, atol=1e-6)
+    xc = x64 - x64.mean(-1, keepdims=True)
+    rstd = 1 / np.sqrt((xc * xc).mean(-1, keepdims=True) + 1e-5)
+    xhat = xc * rstd
+    np.testing.assert_allclose(OPS["layer_norm"].cpu(x, w, None, (200,), 1e-5), xhat * w, rtol=1e-4, atol=1e-5)
+    gy = g64 * w
+    want = (gy - gy.mean(-1, keepdims=True) - xhat * (gy * xhat).mean(-1, keepdims=True)) * rstd
+    np.testing.assert_allclose(OPS["layer_norm_backward"].cpu(g, x, w, (200,), 1e-5), want, rtol=1e-4, atol=1e-5)
+
+
+def test_eager_autograd_runs_the_kernels():
+    """F.softmax / F.layer_norm forward and backward through the C kernels, against numpy's kernels."""
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((128, 128)).astype(np.float32)
+    w = rng.standard_normal(128).astype(np.float32)
+    got = []
+    for on in (True, False):
+        old = c_rows.set_enabled(on)
+        try:
+            x, wt = eagerc.tensor(a, requires_grad=True), eagerc.tensor(w, requires_grad=True)
+            y = F.layer_norm(F.softmax(x, -1) * 100, (128,), wt, None)
+            (y * y).sum().backward()
+            got.append((y.detach().numpy(), x.grad.numpy(), wt.grad.numpy()))
+        finally:
+            c_rows.set_enabled(old)
+    for c, n in zip(*got):
+        np.testing.assert_allclose(c, n, rtol=2e-4, atol=2e-4 * np.abs(n).max())
+
+
+def test_where_the_c_kernel_does_not_apply_results_are_numpys_bits():
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((64, 128)).astype(np.float32)
+    cases = [("softmax", (x[:4, :16],), dict(dim=-1)),                        # too small
+             ("softmax", (x,), dict(dim=0)),                                  # not the last dim
+             ("softmax", (x[:, ::2],), dict(dim=-1)),                         # strided
+             ("softmax", (x.astype(np.float16),), dict(dim=-1)),              # float16
+             ("layer_norm", (x[:, ::2], None, None), dict(normalized_shape=(64,), eps=1e-5))]
+    for op, args, attrs in cases:
+        np.testing.assert_array_equal(OPS[op].cpu(*args, **attrs), _numpy(op, *args, **attrs))
+    old = c_rows.set_enabled(False)
+    try:
+        assert not c_rows.use("softmax", x)
+        np.testing.assert_array_equal(OPS["softmax"].cpu(x, -1), _numpy("softmax", x, dim=-1))
+    finally:
+        c_rows.set_enabled(old)
+    assert c_rows.use("softmax", x) and not c_rows.use("softmax", x[:, ::2])
+
+
+def test_one_kernel_per_row_length_rows_are_an_argument():
+    rng = np.random.default_rng(4)
+    before = len(c_rows._kernels)
+    for rows in (32, 100, 1000):
+        x = rng.standard_normal((rows, 72)).astype(np.float32)
+        _close_rows(OPS["softmax"].cpu(x, -1), _numpy("softmax", x, dim=-1), "float32")
+    assert len(c_rows._kernels) - before <= 1
+    src = c_rows.source(c_rows.kernel_ir("softmax", "float32", 72))
+    assert "int64_t rows" in src and src == c_rows.source(c_rows.kernel_ir("softmax", "float32", 72))
+
+
+def _run(code, **env):
+    full = dict(os.environ, PYTHONPATH=ROOT, **env)
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=full,
+                       cwd=ROOT, timeout=600)
+    assert r.returncode == 0, r.stderr
+    return r
+
+
+_EAGER = """
+    import sys, warnings
+    import numpy as np
+    import eagerc, eagerc.nn.functional as F
+    from eagerc.runtime import kernel_cache
+    from eagerc.runtime.kernels import eager as c_rows
+    a = np.random.default_rng(0).standard_normal((64, 136)).astype(np.float32)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        x = eagerc.tensor(a, requires_grad=True)
+        c = eagerc.tensor(np.random.default_rng(1).standard_normal((64, 136)).astype(np.float32))
+        (F.layer_norm(F.softmax(x * 4, -1), (136,)) * c).sum().backward()
+        F.softmax(x, -1)
+    np.save("{out}", x.grad.numpy())
+    assert not [m for m in sys.modules if m.startswith("eagerc.compiler")]
+    print("compiles", kernel_cache.stats["compiles"], "notices", sum("eager kernels" in str(m.message) for m in w))
+"""
+
+
+def test_second_process_compiles_nothing_and_no_compiler_falls_back(tmp_path):
+    cache = str(tmp_path / "cache")
+    outs = [str(tmp_path / f"g{i}.npy") for i in range(4)]
+    first = _run(_EAGER.format(out=outs[0]), EAGERC_CACHE_DIR=cache).stdout.split()
+    second = _run(_EAGER.format(out=outs[1]), EAGERC_CACHE_DIR=cache).stdout.split()
+    assert int(first[1]) >= 1 and first[3] == "0"
+    assert second[1] == "0" and second[3] == "0"
+    np.testing.assert_array_equal(np.load(outs[0]), np.load(outs[1]))
+    # no compiler: one notice, numpy's kernels; switched off: no notice, numpy's kernels
+    nocc = _run(_EAGER.format(out=outs[2]), EAGERC_CACHE_DIR=cache, EAGERC_CC="/nonexistent/cc").stdout.split()
+    off = _run(_EAGER.format(out=outs[3]), EAGERC_CACHE_DIR=cache, EAGERC_EAGER_KERNELS="0").stdout.split()
+    assert nocc[1] == "0" and nocc[3] == "1" and off[1] == "0" and off[3] == "0"
+    np.testing.assert_array_equal(np.load(outs[2]), np.load(outs[3]))
+    want = np.load(outs[2])
+    np.testing.assert_allclose(np.load(outs[0]), want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
