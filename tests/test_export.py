@@ -943,3 +943,22 @@ def test_a_program_without_nodes_loads(tmp_path):
     prog = eagerc.runtime.load(path)
     x = np.arange(6, dtype=np.float32).reshape(2, 3)
     assert prog.graph.nodes == [] and np.array_equal(prog(x), x)
+
+
+def test_probe_checks_each_distinct_node(tmp_path):
+    """The probe checks a node that repeats an earlier one's op, input types, attributes and
+    output type once; a repeat whose output size the table gets wrong differs in its output
+    type, and is caught. Calls at other sizes still build and run every node."""
+    prog = export(lambda x: x.relu().relu().relu() * 2, (eagerc.randn(4, 6),), dynamic_shapes=({0: "batch"},))
+    path = str(prog.save(tmp_path / "r.eagerc"))
+    x = np.random.default_rng(0).standard_normal((9, 6)).astype(np.float32)
+    np.testing.assert_array_equal(eagerc.runtime.load(path)(x), np.maximum(x, 0) * 2)
+    header, body = _parts(path)
+    g = json.loads(header["__metadata__"]["graph"])
+    last = max(i for i, n in enumerate(g["nodes"]) if n["op"] == "relu")
+    dyn = json.loads(header["__metadata__"]["dynamic"])
+    patch = next(p for p in dyn["patches"] if p[0][:3] == ["nodes", last, "out"])
+    patch[1:3] = [-4, 2]   # 2*batch - 4: right at the example size 4, wrong at the probe's 7
+    header["__metadata__"]["dynamic"] = json.dumps(dyn)
+    _expect(_write(path, header, body), f"size table gives an invalid graph at batch=7: graph: node {last} (relu ",
+            "declared f32[10,6] but relu's rule gives float32[7, 6]")

@@ -268,10 +268,11 @@ def _validate(metadata, table, max_value_bytes, checksum, in_file):
     args = graph.args()
     dims, patches = _check_dynamic(_parse_json(metadata["dynamic"], "dynamic"), gj)
     specs = _check_specs(_parse_json(metadata["inputs"], "inputs"), gj, args, dims, patches)
+    edits = _group_patches(patches)
     if dims:
-        _probe_dynamic(graph, dims, patches, max_value_bytes)
+        _probe_dynamic(graph, dims, edits, max_value_bytes)
     examples = _check_examples(table, specs, graph)
-    return {"graph": graph, "specs": specs, "dims": dims, "patches": patches,
+    return {"graph": graph, "specs": specs, "dims": dims, "patches": patches, "edits": edits,
             "producer": producer, "version": int(version), "examples": examples, "checksum": checksum}
 
 
@@ -696,7 +697,14 @@ def _check_node_types(rules, i, n, op, types, max_value_bytes):
 # ---------------------------------------------------------------- dynamic sizes and input specs
 
 def _resolve(root, path):
-    """The container and key that `path` (a list of keys/indices) names in the graph JSON."""
+    """The container and key that `path` (a list of keys/indices) names in the graph JSON (whose
+    schema the loader has checked: a node's "out" holds a "shape" list)."""
+    if len(path) == 5 and path[2] == "out" and path[0] == "nodes":   # the common case: a node's size
+        nodes, i, j = root["nodes"], path[1], path[4]
+        if type(i) is int and 0 <= i < len(nodes) and type(j) is int and path[3] == "shape":
+            shape = nodes[i]["out"]["shape"]
+            if 0 <= j < len(shape):
+                return shape, j
     node = root
     for key in path[:-1]:
         node = _step(node, key, path)
@@ -784,59 +792,98 @@ def _check_dynamic(d, gj):
     return out_dims, out
 
 
-def _specialise(graph, patches, binding, max_value_bytes):
-    """The graph at other dynamic sizes, checked like a loaded file: new Values and Nodes where
-    the patches reach (attributes' containers copied on the patch's path), the rest shared with
-    `graph`, which stays as it is and whose names and structure are checked already; each new
-    integer is checked for its place (a size, an attribute or a constant), each new node as the
-    loader checks one (its output's size, its op's shape rule, its temporary buffers), in one walk."""
-    edits = {}   # ("inputs" | "nodes", index) -> [(the rest of the path, the new integer)]
-    values = {}  # id of a SizeExpr (the loader shares equal ones) -> its value at `binding`
+def _group_patches(patches):
+    """The patches grouped once at load by what they edit: {"inputs" | "nodes": {index: [(the
+    rest of the path, its SizeExpr)]}}, in table order (each specialisation walks these groups)."""
+    edits = {"inputs": {}, "nodes": {}}
     for path, expr in patches:
-        value = values.get(id(expr))
-        if value is None:
-            value = values[id(expr)] = expr(binding)
-        if not 0 <= value < MAX_SHAPE:
-            where = "attribute" if path[0] == "nodes" and path[2] == "attrs" else \
-                "constant" if path[-1] == "const" else "size"
-            if where == "size" or not -MAX_INT <= value < MAX_INT:
-                _fail(f"dynamic: {_short(list(path))} would be {value}, out of range for a {where}")
-        edits.setdefault(path[:2], []).append((path[2:], value))
+        group = edits[path[0]]
+        mine = group.get(path[1])
+        if mine is None:
+            mine = group[path[1]] = []
+        mine.append((path[2:], expr))
+    return edits
+
+
+def _specialise(graph, edits, binding, max_value_bytes, build=True):
+    """The graph at other dynamic sizes, checked like a loaded file: new Values and Nodes where
+    the patches (`edits`, grouped by _group_patches) reach (attributes' containers copied on the
+    patch's path), the rest shared with `graph`, which stays as it is and whose names and
+    structure are checked already; each new integer is checked for its place (a size, an
+    attribute or a constant), each new node as the loader checks one (its output's size, its
+    op's shape rule, its temporary buffers), in one walk. Those checks depend only on the node's
+    op, input types, attributes and output type: a node that repeats an earlier one's is not
+    checked again (a large graph repeats a few layers' nodes 1000s of times). build=False (the
+    loader's probe, which only checks): a node that repeats an earlier one is not even built, and
+    the graph returned keeps `graph`'s nodes."""
+    values = {}  # id of a SizeExpr (the loader shares equal ones) -> its value at `binding`
+    for group in (*edits["inputs"].values(), *edits["nodes"].values()):
+        for _, expr in group:
+            if id(expr) not in values:
+                values[id(expr)] = expr(binding)
+    if not all(0 <= v < MAX_SHAPE for v in values.values()):
+        _check_patch_values(edits, values)
     resized = {}   # value name -> its Value at these sizes
-    inputs = [(kind, _resized(v, edits.get(("inputs", i)), resized)) for i, (kind, v) in enumerate(graph.inputs)]
-    for _, v in inputs:
-        if v.name in resized:
+    inputs = []
+    for i, (kind, v) in enumerate(graph.inputs):
+        mine = edits["inputs"].get(i)
+        if mine is not None:
+            v = _resized(v, [(rest, values[id(e)]) for rest, e in mine], resized)
             _check_input_size(v.name, v.shape, v.dtype, max_value_bytes)
+        inputs.append((kind, v))
     defined = {v.name: v for _, v in inputs}
     rules = Rules()
-    nodes = []
+    checked = set()   # (op, input types, attributes, output type) of the nodes checked so far
+    nodes, node_edits = [], edits["nodes"]
     for i, n in enumerate(graph.nodes):
-        mine = edits.get(("nodes", i))
-        if mine is None and not resized:
+        mine = node_edits.get(i)
+        ins, types, changed = [], [], mine is not None
+        for x in n.inputs:
+            if isinstance(x, Value):
+                v = resized.get(x.name)
+                if v is not None:
+                    x, changed = v, True
+                types.append((x.shape, x.dtype))
+            else:
+                types.append((type(x), x))
+            ins.append(x)
+        if not changed:
             nodes.append(n)
             defined[n.out.name] = n.out
             continue
-        ins = [resized.get(x.name, x) if isinstance(x, Value) else x for x in n.inputs]
-        attrs, copies, shape_edits = n.attrs, {}, []
-        for rest, value in mine or ():
-            if rest[0] == "out":
-                shape_edits.append((rest[1:], value))
+        attrs, copies, shape, out = n.attrs, {}, None, n.out
+        for rest, expr in mine or ():
+            value = values[id(expr)]
+            if rest[0] == "out":   # ("out", "shape", j)
+                if shape is None:
+                    shape = list(out.shape)
+                shape[rest[2]] = value
             elif rest[0] == "inputs":
-                ins = list(ins)
                 ins[rest[1]] = value
+                types[rest[1]] = (int, value)
             else:   # an attribute, maybe inside nested lists: each container on the way copied once
                 box = attrs = _own(copies, attrs)
                 for key in rest[1:-1]:
                     box[key] = box = _own(copies, box[key])
                 box[rest[-1]] = value
-        n = n.copy_with(inputs=ins, attrs=attrs, out=_resized(n.out, shape_edits, resized))
-        out = defined[n.out.name] = n.out
+        if shape is not None:
+            out = resized[out.name] = Value(out.name, shape, out.dtype, out.device)
+        defined[out.name] = out
+        types = tuple(types)
+        key = (n.op, types, repr(attrs) if attrs else "", out.shape, out.dtype)
+        if key in checked:
+            if build:
+                nodes.append(n.copy_with(inputs=ins, attrs=attrs, out=out))
+            continue
+        checked.add(key)
+        n = n.copy_with(inputs=ins, attrs=attrs, out=out)
+        nodes.append(n)
         if _nbytes(out.shape, out.dtype) > max_value_bytes:
             _fail(f"graph: {n.op} -> {out.name} ({out.dtype}{list(out.shape)}) is larger than the limit of "
                   f"{max_value_bytes} bytes (load(..., max_value_bytes=) raises it)")
-        types = tuple((x.shape, x.dtype) if isinstance(x, Value) else (type(x), x) for x in ins)
         _check_node_types(rules, i, n, OPS[n.op], types, max_value_bytes)
-        nodes.append(n)
+    if not build:   # (check_ends reads the nodes' names alone: the same)
+        nodes = graph.nodes
     graph = graph.copy(inputs=inputs, nodes=nodes, outputs=[resized.get(v.name, v) for v in graph.outputs],
                        mutations=[(t, resized.get(v.name, v)) for t, v in graph.mutations])
     try:
@@ -844,6 +891,19 @@ def _specialise(graph, patches, binding, max_value_bytes):
     except GraphError as e:
         _fail(f"graph: {str(e)[:2000]}")
     return graph
+
+
+def _check_patch_values(edits, values):
+    """Each patched integer fits its place: a size in [0, 2**40), an attribute or a constant a
+    64-bit integer (`values`: id of a SizeExpr -> its value; some are out of [0, 2**40))."""
+    for kind, index, group in [(k, i, g) for k, groups in edits.items() for i, g in groups.items()]:
+        for rest, expr in group:
+            value = values[id(expr)]
+            if not 0 <= value < MAX_SHAPE:
+                where = "attribute" if kind == "nodes" and rest[0] == "attrs" else \
+                    "constant" if rest[-1] == "const" else "size"
+                if where == "size" or not -MAX_INT <= value < MAX_INT:
+                    _fail(f"dynamic: {_short([kind, index, *rest])} would be {value}, out of range for a {where}")
 
 
 def _own(copies, container):
@@ -868,14 +928,14 @@ def _resized(v, shape_edits, resized):
     return v
 
 
-def _probe_dynamic(graph, dims, patches, max_value_bytes):
+def _probe_dynamic(graph, dims, edits, max_value_bytes):
     """The size table must give a valid graph at other sizes too: try the sizes export traced
     last (each dynamic size + 3), so a table with a missing or wrong entry fails at load time."""
     binding = {}
     for name, (lo, hi, ex) in dims.items():
         binding[name] = ex + 3 if hi is None else min(ex + 3, hi)
     try:
-        _specialise(graph, patches, binding, max_value_bytes)
+        _specialise(graph, edits, binding, max_value_bytes, build=False)
     except _Invalid as e:
         sizes = ", ".join(f"{k}={v}" for k, v in sorted(binding.items()))
         _fail(f"dynamic: the size table gives an invalid graph at {sizes}: {e}")
@@ -985,6 +1045,7 @@ class LoadedProgram:
         self._specs = spec["specs"]
         self._dims = spec["dims"]
         self._patches = spec["patches"]
+        self._edits = spec["edits"]
         self._max_value_bytes = max_value_bytes
         ex = spec["examples"]
         self.example_inputs = None if ex is None else [arrays.pop(f"{EXAMPLE_IN}{i}") for i in range(ex[0])]
@@ -1096,7 +1157,7 @@ class LoadedProgram:
 
     def _specialise(self, binding):
         try:
-            return _specialise(self.graph, self._patches, binding, self._max_value_bytes)
+            return _specialise(self.graph, self._edits, binding, self._max_value_bytes)
         except _Invalid as e:
             sizes = ", ".join(f"{k}={v}" for k, v in sorted(binding.items()))
             raise ProgramInputError(f"{self.path}: the program does not support sizes {sizes}: {e}") from None
