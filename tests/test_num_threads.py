@@ -107,11 +107,12 @@ def test_one_blas_thread_pins_and_restores():
 
 
 @needs_cc
-def test_compiled_c_programs_pin_blas_only_for_small_products():
+def test_compiled_c_programs_pin_blas_only_for_products_openblas_would_split():
     if threads.one_blas_thread() is None:
         pytest.skip("numpy's BLAS is not OpenBLAS")
     rng = np.random.default_rng(1)
-    for n, small in ((16, True), (512, False)):     # 2*16^3 FLOPs; 2*512^3 = 2^28 >= BLAS_PARALLEL_MIN
+    # 2*8^3 FLOPs: OpenBLAS never splits it; 2*64^3 = 2^19: it would; 2*512^3 = 2^28 >= BLAS_PARALLEL_MIN
+    for n, small in ((8, False), (64, True), (512, False)):
         a = rng.standard_normal((n, n)).astype(np.float32)
         compiled = eagerc.compile(lambda p, q: (p @ q).relu() + 1, backend="c")
         got = compiled(eagerc.tensor(a), eagerc.tensor(a))

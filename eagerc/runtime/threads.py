@@ -14,7 +14,8 @@ eagerc makes them cooperate without asking for variables:
 - a C kernel takes as many threads as its work size pays for (`num_threads(...)` clauses,
   compiler/kernels/render.py): small kernels -- most of a training step -- run on the
   calling thread and never wake the pool, so BLAS's spinning workers do not delay them;
-- a compiled C program whose matrix products are all small (< BLAS_PARALLEL_MIN FLOPs) runs
+- a compiled C program whose matrix products are all small (< BLAS_PARALLEL_MIN FLOPs, and
+  one at least large enough for OpenBLAS to split: BLAS_THREADED_FROM) runs
   with numpy's BLAS on one thread (`one_blas_thread`, set by backends/c_backend.py and
   entered per call by compiler/entries.call); the count is restored after the call;
 - the count is process-wide: each kernel library exports `eagerc_set_num_threads`, and
@@ -32,13 +33,17 @@ import os
 import threading
 
 __all__ = ["prepare_openmp", "bind", "set_num_threads", "get_num_threads", "set_num_interop_threads",
-           "get_num_interop_threads", "blas_threads", "one_blas_thread", "BLAS_PARALLEL_MIN"]
+           "get_num_interop_threads", "blas_threads", "one_blas_thread", "BLAS_PARALLEL_MIN", "BLAS_THREADED_FROM"]
 
 # matrix products below this many FLOPs (about a millisecond on one core) run on one BLAS
 # thread inside a compiled C program: OpenBLAS splits products from ~0.5 MFLOP on, and waking
 # its pool costs more than such a product saves -- far more when the C kernels' pool or
 # other processes hold the cores (issue 15: MLP step at batch 8, 36 ms vs 0.5 ms)
 BLAS_PARALLEL_MIN = 1 << 25
+# below this many FLOPs OpenBLAS never splits a product (gemv from ~9216 elements, gemm from
+# 262144 multiply-adds): a program whose products are all smaller needs no pinning, and its
+# calls skip the context's microsecond
+BLAS_THREADED_FROM = 1 << 14
 
 _lock = threading.Lock()
 _libs = []                    # kernel libraries that export eagerc_set_num_threads

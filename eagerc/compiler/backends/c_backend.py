@@ -64,7 +64,7 @@ class CBackend:
 
     def compile(self, graph):
         program = self._compile(graph)
-        if _largest_product(graph) < threads.BLAS_PARALLEL_MIN:
+        if threads.BLAS_THREADED_FROM <= _largest_product(graph) < threads.BLAS_PARALLEL_MIN:
             program.blas_context = threads.one_blas_thread()   # small products: BLAS stays on this thread
         return program
 
