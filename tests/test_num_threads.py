@@ -96,13 +96,37 @@ def test_a_loaded_library_follows_set_num_threads(restore_threads):
     assert lib.eagerc_seen() == 2
 
 
-def test_one_blas_thread_pins_and_restores():
+def test_one_blas_thread_pins_and_restores(restore_threads):
     ctx = threads.one_blas_thread()
     if ctx is None:
         pytest.skip("numpy's BLAS is not OpenBLAS")
     threads._set_blas(2)
     with ctx:
         assert threads.blas_threads() == 1
+    assert threads.blas_threads() == 2
+
+
+def test_one_blas_thread_nested_from_two_threads_restores_the_count(restore_threads):
+    # two programs running at once in two Python threads: the last one out restores
+    import threading
+    ctx = threads.one_blas_thread()
+    if ctx is None:
+        pytest.skip("numpy's BLAS is not OpenBLAS")
+    threads._set_blas(2)
+    inside, release = threading.Event(), threading.Event()
+
+    def other():
+        with ctx:
+            inside.set()
+            release.wait(20)
+    t = threading.Thread(target=other)
+    t.start()
+    inside.wait(20)
+    with ctx:
+        assert threads.blas_threads() == 1
+    assert threads.blas_threads() == 1      # the other thread's program still runs
+    release.set()
+    t.join(20)
     assert threads.blas_threads() == 2
 
 

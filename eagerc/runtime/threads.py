@@ -187,25 +187,37 @@ def blas_threads():
 
 class _OneBlasThread:
     """A context in which numpy's OpenBLAS runs on the calling thread only (two ctypes calls,
-    about a microsecond, and none when BLAS already has one thread)."""
-    __slots__ = ("set", "get", "saved")
+    about a microsecond, and none when BLAS already has one thread). One per process, counted:
+    programs running at once in several Python threads pin BLAS once, and the last one out
+    restores the count the first one found."""
+    __slots__ = ("set", "get", "saved", "depth", "lock")
 
     def __init__(self, setter, getter):
-        self.set, self.get, self.saved = setter, getter, 1
+        self.set, self.get, self.saved, self.depth, self.lock = setter, getter, 1, 0, threading.Lock()
 
     def __enter__(self):
-        self.saved = n = self.get()
-        if n != 1:
-            self.set(1)
+        with self.lock:
+            if self.depth == 0:
+                self.saved = n = self.get()
+                if n != 1:
+                    self.set(1)
+            self.depth += 1
 
     def __exit__(self, *exc):
-        if self.saved != 1:
-            self.set(self.saved)
+        with self.lock:
+            self.depth -= 1
+            if self.depth == 0 and self.saved != 1:
+                self.set(self.saved)
+
+
+_one = None
 
 
 def one_blas_thread():
-    """A reusable context manager pinning numpy's OpenBLAS to one thread, or None where
-    OpenBLAS cannot be reached through ctypes (another BLAS: it then keeps its own threading).
-    Not for programs run from several Python threads at once (the count is process-wide)."""
-    ob = _openblas()
-    return _OneBlasThread(*ob) if ob else None
+    """The context manager pinning numpy's OpenBLAS to one thread, or None where OpenBLAS
+    cannot be reached through ctypes (another BLAS: it then keeps its own threading)."""
+    global _one
+    if _one is None:
+        ob = _openblas()
+        _one = _OneBlasThread(*ob) if ob else False
+    return _one or None
