@@ -17,7 +17,8 @@ eagerc makes them cooperate without asking for variables:
 - a compiled C program whose matrix products are all small (< BLAS_PARALLEL_MIN FLOPs, and
   one at least large enough for OpenBLAS to split: BLAS_THREADED_FROM) runs
   with numpy's BLAS on one thread (`one_blas_thread`, set by backends/c_backend.py and
-  entered per call by compiler/entries.call); the count is restored after the call;
+  entered per call by compiler/entries.call); the count is restored after the call (by the
+  last one out when programs run in several Python threads at once);
 - the count is process-wide: each kernel library exports `eagerc_set_num_threads`, and
   kernel_cache.load calls `bind(lib)` so every library, loaded before or after a
   set_num_threads, uses the current count.
@@ -26,7 +27,7 @@ The default count is OMP_NUM_THREADS when set, else the CPUs this process may ru
 BLAS is set through threadpoolctl when installed (it knows MKL, BLIS and OpenBLAS builds),
 else through numpy's bundled OpenBLAS found with ctypes; without either, set_num_threads
 changes only the C kernels (numpy's BLAS then follows OPENBLAS_NUM_THREADS as usual).
-Runtime layer: the standard library and ctypes only.
+Runtime layer: the standard library, ctypes and numpy (to find its BLAS) only.
 """
 import ctypes
 import os
