@@ -100,7 +100,8 @@ def main():
                      ratio(t_torch, t_c), f"{err:.1e}"])
         compile_rows.append([name, str(nk), f"{comp_s * 1e3:.0f} ms", f"{first * 1e3:.0f} ms",
                              f"{cached * 1e3:.2f} ms"])
-    print(f"threads: {THREADS or 'default'} (BENCH_THREADS; C kernels {eagerc.get_num_threads()}), cache: {os.environ['EAGERC_CACHE_DIR']}")
+    print(f"threads: {THREADS or 'default'} (BENCH_THREADS; C kernels {eagerc.get_num_threads()}), "
+          f"cache: {os.environ['EAGERC_CACHE_DIR']}")
     print(table(rows, ["case", "backend c", "numpy eager", "torch eager", "torch / c", "max rel. diff c vs eager"]))
     print()
     print(table(compile_rows, ["case", "kernels", "cc time (one .so)", "first call (trace+cc)",
