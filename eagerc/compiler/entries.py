@@ -258,7 +258,7 @@ def call(program, env, overrides, mutates):
     error path only; one that updates tensors in place (`mutates`) cannot run twice, so it runs
     with numpy's checks off (about 1 us, against a training step's hundreds). A program with
     `blas_context` (backend c, small matrix products: runtime/threads.py) runs inside it."""
-    ctx = program.__dict__.get("blas_context")
+    ctx = getattr(program, "blas_context", None)
     if ctx is not None:
         with ctx:
             return _call(program, env, overrides, mutates)
