@@ -12,12 +12,17 @@ def per_call_us(fn, number=None, repeat=9, budget_s=0.05):
     return min(timeit.repeat(fn, number=number, repeat=repeat)) / number * 1e6
 
 
-THREADS = int(os.environ.get("BENCH_THREADS", "1"))
+# BENCH_THREADS=N pins N threads everywhere; BENCH_THREADS=default pins nothing: the threading
+# a user gets with no variables set (eagerc's own defaults, eagerc/runtime/threads.py)
+_SETTING = os.environ.get("BENCH_THREADS", "1")
+THREADS = None if _SETTING == "default" else int(_SETTING)
 
 
 def limit_threads():
     """Give numpy's BLAS and PyTorch the same thread count (default 1: on a small shared
     machine multi-threaded BLAS on small matrices mostly measures contention)."""
+    if THREADS is None:
+        return
     try:
         from threadpoolctl import threadpool_limits
         threadpool_limits(THREADS)
@@ -29,7 +34,8 @@ def try_torch():
     limit_threads()
     try:
         import torch
-        torch.set_num_threads(THREADS)
+        if THREADS is not None:
+            torch.set_num_threads(THREADS)
         return torch
     except ImportError:
         return None

@@ -19,8 +19,9 @@ import time
 
 # One BLAS / OpenMP thread (BENCH_THREADS to change) for numpy, the C kernels and PyTorch
 # alike: set before numpy loads OpenBLAS.
-os.environ.setdefault("OPENBLAS_NUM_THREADS", os.environ.get("BENCH_THREADS", "1"))
-os.environ.setdefault("OMP_NUM_THREADS", os.environ.get("BENCH_THREADS", "1"))
+if os.environ.get("BENCH_THREADS", "1") != "default":   # "default": the user's threading, nothing pinned
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", os.environ.get("BENCH_THREADS", "1"))
+    os.environ.setdefault("OMP_NUM_THREADS", os.environ.get("BENCH_THREADS", "1"))
 
 import numpy as np
 

@@ -1,6 +1,7 @@
 """Fused C kernels (backend "c") vs eager numpy vs PyTorch eager, same run.
 
-    python benchmarks/fused_kernels.py          # BENCH_THREADS=1 by default (as compile.py)
+    python benchmarks/fused_kernels.py          # BENCH_THREADS=1 by default (as compile.py);
+                                                # BENCH_THREADS=default: no thread variables set
 
 Cases (issue 5): tanh-GELU written as elementwise ops on 4M float32; softmax and
 layer_norm over 4096x1024 float32 written as primitives (amax/sub/exp/sum/div;
@@ -19,8 +20,9 @@ import sys
 import tempfile
 import time
 
-os.environ.setdefault("OPENBLAS_NUM_THREADS", os.environ.get("BENCH_THREADS", "1"))
-os.environ.setdefault("OMP_NUM_THREADS", os.environ.get("BENCH_THREADS", "1"))
+if os.environ.get("BENCH_THREADS", "1") != "default":   # "default": the user's threading, nothing pinned
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", os.environ.get("BENCH_THREADS", "1"))
+    os.environ.setdefault("OMP_NUM_THREADS", os.environ.get("BENCH_THREADS", "1"))
 os.environ.setdefault("EAGERC_CACHE_DIR", tempfile.mkdtemp(prefix="eagerc-bench-kernels-"))
 
 import numpy as np  # noqa: E402
@@ -107,7 +109,8 @@ def main():
                      ratio(t_torch, t_c), f"{err:.1e}"])
         compile_rows.append([name, str(nk), f"{comp_s * 1e3:.0f} ms", f"{first * 1e3:.0f} ms",
                              f"{cached * 1e3:.2f} ms"])
-    print(f"threads: {THREADS} (BENCH_THREADS), cache: {os.environ['EAGERC_CACHE_DIR']}")
+    print(f"threads: {THREADS or 'default'} (BENCH_THREADS; C kernels {eagerc.get_num_threads()}), "
+          f"cache: {os.environ['EAGERC_CACHE_DIR']}")
     print(table(rows, ["case", "backend c", "numpy eager", "torch eager", "torch / c", "max rel. diff c vs eager"]))
     print()
     print(table(compile_rows, ["case", "kernels", "cc time (one .so)", "first call (trace+cc)",

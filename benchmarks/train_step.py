@@ -13,8 +13,9 @@ import sys
 
 # One BLAS thread (BENCH_THREADS to change) for numpy and PyTorch alike: set before numpy
 # loads OpenBLAS; on a small shared machine threaded BLAS on small matrices measures contention.
-os.environ.setdefault("OPENBLAS_NUM_THREADS", os.environ.get("BENCH_THREADS", "1"))
-os.environ.setdefault("OMP_NUM_THREADS", os.environ.get("BENCH_THREADS", "1"))
+if os.environ.get("BENCH_THREADS", "1") != "default":   # "default": the user's threading, nothing pinned
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", os.environ.get("BENCH_THREADS", "1"))
+    os.environ.setdefault("OMP_NUM_THREADS", os.environ.get("BENCH_THREADS", "1"))
 
 import numpy as np
 

@@ -35,6 +35,8 @@ from .amp.autocast_mode import (  # noqa: F401  (torch.autocast and PyTorch's au
 from .backends import set_float32_matmul_precision, get_float32_matmul_precision  # noqa: F401
 from .serialization import save, load  # noqa: F401
 from .printing import set_printoptions, get_printoptions  # noqa: F401
+from .runtime.threads import (set_num_threads, get_num_threads, set_num_interop_threads,  # noqa: F401
+                              get_num_interop_threads)
 
 
 def is_tensor(obj):

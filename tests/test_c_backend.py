@@ -510,14 +510,23 @@ def test_arithmetic_chains_give_eagers_bits(dtype):
     np.testing.assert_array_equal(got, want[0])
 
 
-def test_few_long_rows_split_each_row_across_threads():
-    x = np.random.default_rng(11).standard_normal((3, 40000))
-    compiled = eagerc.compile(lambda a: (F.softmax(a, -1), F.layer_norm(a, (40000,))), backend="c")
+def test_few_long_rows_use_threads_and_split_rows_only_without_sums():
+    # softmax / layer_norm sum along the row: threads share out the rows (a split row's sum
+    # would depend on the thread count); a row max alone may split each row across threads
+    x = np.random.default_rng(11).standard_normal((3, 60000))
+    compiled = eagerc.compile(lambda a: (F.softmax(a, -1), F.layer_norm(a, (60000,))), backend="c")
     sm, ln = compiled(eagerc.tensor(x))
     (entry,) = compiled.entries.values()
-    assert "#pragma omp parallel for simd reduction" in entry.program.c_source
+    assert "#pragma omp parallel for num_threads(eagerc_team(180000, 3))" in entry.program.c_source
+    assert "#pragma omp parallel for simd" not in entry.program.c_source
     np.testing.assert_allclose(sm.numpy(), _np_softmax(x), rtol=1e-12)
     np.testing.assert_allclose(ln.numpy(), _np_layer_norm(x, 1.0, 0.0), rtol=1e-9, atol=1e-12)
+    compiled = eagerc.compile(lambda a: a - a.amax(-1, keepdim=True), backend="c")
+    got = compiled(eagerc.tensor(x))
+    (entry,) = compiled.entries.values()
+    assert "#pragma omp parallel for simd num_threads(eagerc_team(180000, 60000)) reduction(max" in \
+        entry.program.c_source
+    np.testing.assert_array_equal(got.numpy(), x - x.max(-1, keepdims=True))
 
 
 def test_failing_compiler_falls_back_to_numpy_with_the_error(monkeypatch, tmp_path):

@@ -27,6 +27,8 @@ examples row kernels, leading-dim reductions, full reductions and the parallel p
 all have been exercised. Hypothesis is derandomized (fixed seed, no example database).
 """
 
+import math
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -183,7 +185,8 @@ def _broadcastable(a, b):
 
 # ---------------------------------------------------------------- drawing programs
 
-BIG_SHAPES = [(260, 130), (2, 17000), (1, 33000), (34000, 1), (3, 90, 130)]   # > PARALLEL_MIN elements
+BIG_SHAPES = [(513, 256), (2, 65600), (1, 131100), (131100, 1), (3, 171, 256)]   # > PARALLEL_MIN elements
+assert all(math.prod(s) >= PARALLEL_MIN for s in BIG_SHAPES)
 INPUT_KINDS = ("col", "row", "scalar", "full")
 
 

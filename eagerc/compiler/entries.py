@@ -256,7 +256,16 @@ def call(program, env, overrides, mutates):
     """program(env, overrides), silent on numpy's floating-point warnings as eager mode is even
     under the user's "error" filters (dispatch.quiet_rerun): a pure program runs again on that
     error path only; one that updates tensors in place (`mutates`) cannot run twice, so it runs
-    with numpy's checks off (about 1 us, against a training step's hundreds)."""
+    with numpy's checks off (about 1 us, against a training step's hundreds). A program with
+    `blas_context` (backend c, small matrix products: runtime/threads.py) runs inside it."""
+    ctx = getattr(program, "blas_context", None)
+    if ctx is not None:
+        with ctx:
+            return _call(program, env, overrides, mutates)
+    return _call(program, env, overrides, mutates)
+
+
+def _call(program, env, overrides, mutates):
     if mutates:
         with np.errstate(all="ignore"):
             return program(env, overrides)

@@ -12,6 +12,8 @@ object; a second process finds the object and compiles nothing. `stats` counts c
 and cache hits in this process.
 
 The compiler is $EAGERC_CC, else `cc` on PATH (`find_compiler()`; None when missing).
+Loading sets OpenMP's idle pool to sleep and gives each library eagerc's thread count
+(threads.py: why the two thread pools need it).
 """
 import ctypes
 import ctypes.util
@@ -23,6 +25,8 @@ import subprocess
 import tempfile
 import threading
 import time
+
+from . import threads
 
 __all__ = ["find_compiler", "compiler_version", "cache_dir", "load", "ptr", "FLAGS", "stats", "has_float16", "load_many",
            "CompileError", "NoCompiler"]
@@ -121,8 +125,10 @@ def load(source, flags=FLAGS):
         else:
             _compile(cc, source, so, flags, d, key)
             _compiled.discard(key)
+        threads.prepare_openmp()      # before libgomp loads: an idle pool sleeps (threads.py)
         lib = _loaded[key] = ctypes.CDLL(so)
         lib._eagerc_path = so
+        threads.bind(lib)             # the library's OpenMP kernels use eagerc's thread count
         return lib
 
 

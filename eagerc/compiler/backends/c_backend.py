@@ -24,7 +24,8 @@ import warnings
 
 import numpy as np
 
-from ...runtime import kernel_cache
+from ...cli.flops import category, node_flops
+from ...runtime import kernel_cache, threads
 from ...runtime.kernels.render import render_c
 from . import register_backend
 from .driver import Binding
@@ -62,9 +63,15 @@ class CBackend:
         return PIPELINE if kernel_cache.find_compiler() is not None else NumpyBackend.pipeline
 
     def compile(self, graph):
+        program = self._compile(graph)
+        if threads.BLAS_THREADED_FROM <= _largest_product(graph) < threads.BLAS_PARALLEL_MIN:
+            program.blas_context = threads.one_blas_thread()   # small products: BLAS stays on this thread
+        return program
+
+    def _compile(self, graph):
         if kernel_cache.find_compiler() is None:
             warnings.warn("eagerc backend 'c': no C compiler found (cc, or $EAGERC_CC); "
-                          "using the numpy backend", RuntimeWarning, stacklevel=2)
+                          "using the numpy backend", RuntimeWarning, stacklevel=3)
             return NumpyBackend().compile(graph)
         plan = plan_kernels(graph, self.singleton_min)
         if any(uses_float16(k) for _, _, k in plan) and not kernel_cache.has_float16():
@@ -85,7 +92,7 @@ class CBackend:
             first = next((line.strip() for line in str(e).splitlines()[1:] if "error" in line),
                          str(e).splitlines()[0])
             warnings.warn(f"eagerc backend 'c': the C compiler failed ({first[:200]}); using the numpy "
-                          "backend", RuntimeWarning, stacklevel=2)
+                          "backend", RuntimeWarning, stacklevel=3)
             return NumpyBackend().compile(graph)
         lib_of = {k.name: lib for c, lib in zip(chunks, libs) for k in c}
         for k in kernels:
@@ -101,6 +108,19 @@ class CBackend:
         program.buffers = []
         program._libs = libs
         return program
+
+
+def _largest_product(graph):
+    """The FLOPs of the graph's largest matrix product (matmul, linear, conv, einsum); a size
+    that is not a number yet (a dynamic graph) counts as large."""
+    most = 0
+    for n in graph.nodes:
+        if category(n.op) == "matmul-like":
+            try:
+                most = max(most, int(node_flops(n)))
+            except (TypeError, ValueError):
+                return float("inf")
+    return most
 
 
 register_backend("c", CBackend)

@@ -23,8 +23,13 @@ from .ir import FLOATS, HALVES
 
 __all__ = ["code_for_op", "CRenderer", "render_c"]
 
-# elements below which a kernel runs on one thread (OpenMP start-up costs a few us)
-PARALLEL_MIN = 1 << 15
+# a kernel takes one thread per PARALLEL_GRAIN elements, up to eagerc.get_num_threads(), and
+# below PARALLEL_MIN runs on the calling thread without an OpenMP region: waking a sleeping
+# pool costs tens of us (more on a loaded machine), so small kernels -- most of a training
+# step -- never do (runtime/threads.py). Sums over threads run on one thread: their order,
+# and so their bits, would otherwise depend on the thread count.
+PARALLEL_GRAIN = 1 << 16
+PARALLEL_MIN = 2 * PARALLEL_GRAIN
 SCRATCH_BYTES = 1 << 15
 SUM_BLOCK = 256   # float32 row sums: float partial sums over this many elements, then double
 ROW_THREADS_MIN = 8   # fewer rows than this (and enough elements): threads split each row
@@ -199,7 +204,15 @@ class CRenderer:
                          for f in VECTOR_MATH for t, sfx in (("float", "f"), ("double", "")))
                + "#pragma omp declare simd notinbranch\nfloat powf(float, float);\n"
                + "#pragma omp declare simd notinbranch\ndouble pow(double, double);\n"
-               + "#endif\n")
+               + "#endif\n"
+               # the thread count, set by the loader (runtime/threads.py), and a kernel's team size
+               + "static int eagerc_threads = 1;\n"
+               + "void eagerc_set_num_threads(int n) { eagerc_threads = n > 0 ? n : 1; }\n"
+               + "static inline int eagerc_team(int64_t work, int64_t units) {\n"
+               + f"    int64_t t = work / {PARALLEL_GRAIN};\n"
+               + "    if (t > units) t = units;\n"
+               + "    if (t > eagerc_threads) t = eagerc_threads;\n"
+               + "    return t < 1 ? 1 : (int)t;\n}\n")
     BFLOAT16_SOURCE = BFLOAT16_C      # in the source only when a kernel holds bfloat16
     code_for_op = code_for_op
 
@@ -345,7 +358,7 @@ class CRenderer:
         sizes, strides, _ = k.loop_shape()
         red = k.reduction
         n = k.numel()
-        par = n >= PARALLEL_MIN
+        par = n >= PARALLEL_MIN and (red is None or red.kind not in ("sum", "mean"))
         out = [self.header(k), self.signature(k), "{"]
         ind = "    "
         clause = ""
@@ -355,7 +368,7 @@ class CRenderer:
         if len(sizes) == 1:
             # one flat loop
             offs = [_term("i", s[0]) for s in strides]
-            out.append(ind + ("#pragma omp parallel for simd" if par else "#pragma omp simd")
+            out.append(ind + (f"#pragma omp parallel for simd {_team(n, n)}" if par else "#pragma omp simd")
                        + (" " + clause if clause else ""))
             out.append(ind + f"for (int64_t i = 0; i < {sizes[0]}; i++) {{")
             out += [ind * 2 + x for x in self.body(k, offs, "i")]
@@ -365,7 +378,7 @@ class CRenderer:
         else:
             rows, cols = math.prod(sizes[:-1]), sizes[-1]
             if par:
-                out.append(ind + "#pragma omp parallel for" + (" " + clause if clause else ""))
+                out.append(ind + f"#pragma omp parallel for {_team(n, rows)}" + (" " + clause if clause else ""))
             out.append(ind + f"for (int64_t r = 0; r < {rows}; r++) {{")
             base, offs, _ = self.row_loads(k, sizes, strides, len(sizes) - 1, "r", "j")
             out += [ind * 2 + x for x in base]
@@ -420,9 +433,11 @@ class CRenderer:
         ind = "    "
         out = [self.header(k), self.signature(k), "{"]
         par = k.numel() >= PARALLEL_MIN
-        inner = par and rows < ROW_THREADS_MIN
+        # threads split a row only where no sum runs along it (a sum's bits must not depend
+        # on the thread count); otherwise they share out the rows
+        inner = par and rows < ROW_THREADS_MIN and not any(i.op in ("row_sum", "row_mean") for i in k.instrs)
         if par and not inner:
-            out.append(ind + "#pragma omp parallel for")
+            out.append(ind + f"#pragma omp parallel for {_team(k.numel(), rows)}")
         out.append(ind + f"for (int64_t r = 0; r < {rows}; r++) {{")
         base, elem_offs, row_offs = self.row_loads(k, sizes, strides, split, "r", "j")
         body = [x for x in base]
@@ -447,7 +462,8 @@ class CRenderer:
                 lo, hi, pre = "jb", "je", ind
             else:
                 hi, pre = str(cols), ""
-            body.append(pre + ("#pragma omp parallel for simd" if inner else "#pragma omp simd")
+            body.append(pre + (f"#pragma omp parallel for simd {_team(k.numel(), cols)}" if inner
+                               else "#pragma omp simd")
                         + (" " + clause if clause else ""))
             body.append(pre + f"for (int64_t j = {lo}; j < {hi}; j++) {{")
             loop = [f"const {self.local(k.instrs[i].dtype)} v{i} = s{i}[j];" if i in p.reloads
@@ -478,6 +494,11 @@ class CRenderer:
         rng = self.RNG_SOURCE if any(k.uses_rng() for k in kernels) else ""
         bf16 = self.BFLOAT16_SOURCE if any(k.uses_dtype("bfloat16") for k in kernels) else ""
         return self.PRELUDE + bf16 + rng + "".join("\n" + self.kernel(k) for k in kernels)
+
+
+def _team(work, units):
+    """The num_threads clause of a parallel loop over `units` iterations doing `work` elements."""
+    return f"num_threads(eagerc_team({work}, {units}))"
 
 
 def _term(var, stride):
