@@ -130,15 +130,15 @@ def test_one_blas_thread_nested_from_two_threads_restores_the_count(restore_thre
     assert threads.blas_threads() == 2
 
 
-@needs_cc
-def test_compiled_c_programs_pin_blas_only_for_products_openblas_would_split():
+@pytest.mark.parametrize("backend", ["numpy", pytest.param("c", marks=needs_cc)])
+def test_compiled_cpu_programs_pin_blas_only_for_products_openblas_would_split(backend):
     if threads.one_blas_thread() is None:
         pytest.skip("numpy's BLAS is not OpenBLAS")
     rng = np.random.default_rng(1)
     # 2*8^3 FLOPs: OpenBLAS never splits it; 2*64^3 = 2^19: it would; 2*512^3 = 2^28 >= BLAS_PARALLEL_MIN
     for n, small in ((8, False), (64, True), (512, False)):
         a = rng.standard_normal((n, n)).astype(np.float32)
-        compiled = eagerc.compile(lambda p, q: (p @ q).relu() + 1, backend="c")
+        compiled = eagerc.compile(lambda p, q: (p @ q).relu() + 1, backend=backend)
         got = compiled(eagerc.tensor(a), eagerc.tensor(a))
         np.testing.assert_allclose(got.numpy(), np.maximum(a @ a, 0) + 1, rtol=1e-4, atol=1e-4)
         (entry,) = compiled.entries.values()

@@ -8,7 +8,7 @@ layer_norm, batch_norm, gelu and cross_entropy 5 x the input's (max/mean, subtra
 square, sum, scale); pooling the output's elements x the window; shape, indexing, joining
 and creation ops 0 (they move or write data).
 """
-from ..runtime.ops import OPS, DATA_MOVEMENT
+from ..runtime.ops import flops_of, node_flops
 
 __all__ = ["node_flops", "flops_by_op", "RULES"]
 
@@ -17,19 +17,8 @@ RULES = {"matmul-like": "2 x multiply-accumulates", "elementwise": "numel of the
          "pooling": "numel of the output x window", "data movement": "0"}
 
 
-def _formula(op):
-    d = OPS.get(op)
-    return DATA_MOVEMENT if d is None else d.flops
-
-
 def category(op):
-    return _formula(op).category
-
-
-def node_flops(node):
-    """Estimated FLOPs of one graph node (an int)."""
-    ins = [tuple(x.shape) if hasattr(x, "shape") else () for x in node.inputs]
-    return _formula(node.op).count(tuple(node.out.shape), ins, node.attrs)
+    return flops_of(op).category
 
 
 def flops_by_op(graph):

@@ -257,7 +257,7 @@ def call(program, env, overrides, mutates):
     under the user's "error" filters (dispatch.quiet_rerun): a pure program runs again on that
     error path only; one that updates tensors in place (`mutates`) cannot run twice, so it runs
     with numpy's checks off (about 1 us, against a training step's hundreds). A program with
-    `blas_context` (backend c, small matrix products: runtime/threads.py) runs inside it."""
+    `blas_context` (backends numpy and c, small matrix products: runtime/threads.py) runs inside it."""
     ctx = getattr(program, "blas_context", None)
     if ctx is not None:
         with ctx:

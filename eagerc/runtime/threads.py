@@ -14,10 +14,11 @@ eagerc makes them cooperate without asking for variables:
 - a C kernel takes as many threads as its work size pays for (`num_threads(...)` clauses,
   compiler/kernels/render.py): small kernels -- most of a training step -- run on the
   calling thread and never wake the pool, so BLAS's spinning workers do not delay them;
-- a compiled C program whose matrix products are all small (< BLAS_PARALLEL_MIN FLOPs, and
-  one at least large enough for OpenBLAS to split: BLAS_THREADED_FROM) runs
-  with numpy's BLAS on one thread (`one_blas_thread`, set by backends/c_backend.py and
-  entered per call by compiler/entries.call); the count is restored after the call (by the
+- a compiled CPU program (backend numpy or c) whose matrix products are all small
+  (< BLAS_PARALLEL_MIN FLOPs, and one at least large enough for OpenBLAS to split:
+  BLAS_THREADED_FROM) runs with numpy's BLAS on one thread (`blas_context_for(graph)`, set
+  by the backends' compile and entered per call by compiler/entries.call; the FLOPs are the
+  ops' `flops` traits); the count is restored after the call (by the
   last one out when programs run in several Python threads at once);
 - the count is process-wide: each kernel library exports `eagerc_set_num_threads`, and
   kernel_cache.load calls `bind(lib)` so every library, loaded before or after a
@@ -34,7 +35,7 @@ import os
 import threading
 
 __all__ = ["prepare_openmp", "bind", "set_num_threads", "get_num_threads", "set_num_interop_threads",
-           "get_num_interop_threads", "blas_threads", "one_blas_thread", "BLAS_PARALLEL_MIN", "BLAS_THREADED_FROM"]
+           "get_num_interop_threads", "blas_threads", "one_blas_thread", "blas_context_for", "BLAS_PARALLEL_MIN", "BLAS_THREADED_FROM"]
 
 # matrix products below this many FLOPs (about a millisecond on one core) run on one BLAS
 # thread inside a compiled C program: OpenBLAS splits products from ~0.5 MFLOP on, and waking
@@ -222,3 +223,19 @@ def one_blas_thread():
         ob = _openblas()
         _one = _OneBlasThread(*ob) if ob else False
     return _one or None
+
+
+def blas_context_for(graph):
+    """The context a compiled CPU program runs in: one BLAS thread when its largest matrix
+    product is too small for OpenBLAS's threads to pay (BLAS_THREADED_FROM <= FLOPs <
+    BLAS_PARALLEL_MIN: waking and then spinning its pool costs more than the product), else None.
+    A size that is not a number yet (a dynamic graph) counts as large."""
+    from .ops import flops_of, node_flops
+    most = 0
+    for n in graph.nodes:
+        if flops_of(n.op).category == "matmul-like":
+            try:
+                most = max(most, int(node_flops(n)))
+            except (TypeError, ValueError):
+                return None
+    return one_blas_thread() if BLAS_THREADED_FROM <= most < BLAS_PARALLEL_MIN else None

@@ -24,7 +24,6 @@ import warnings
 
 import numpy as np
 
-from ...cli.flops import category, node_flops
 from ...runtime import kernel_cache, threads
 from ...runtime.kernels.render import render_c
 from . import register_backend
@@ -64,8 +63,7 @@ class CBackend:
 
     def compile(self, graph):
         program = self._compile(graph)
-        if threads.BLAS_THREADED_FROM <= _largest_product(graph) < threads.BLAS_PARALLEL_MIN:
-            program.blas_context = threads.one_blas_thread()   # small products: BLAS stays on this thread
+        program.blas_context = threads.blas_context_for(graph)   # small products: BLAS stays on this thread
         return program
 
     def _compile(self, graph):
@@ -108,19 +106,6 @@ class CBackend:
         program.buffers = []
         program._libs = libs
         return program
-
-
-def _largest_product(graph):
-    """The FLOPs of the graph's largest matrix product (matmul, linear, conv, einsum); a size
-    that is not a number yet (a dynamic graph) counts as large."""
-    most = 0
-    for n in graph.nodes:
-        if category(n.op) == "matmul-like":
-            try:
-                most = max(most, int(node_flops(n)))
-            except (TypeError, ValueError):
-                return float("inf")
-    return most
 
 
 register_backend("c", CBackend)

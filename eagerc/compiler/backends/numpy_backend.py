@@ -36,6 +36,7 @@ Their readers keep the base's memory alive.
 """
 import numpy as np
 
+from ...runtime import threads
 from ...runtime.dtypes import FLOATING_KINDS
 from ...runtime.ops import OPS
 from ..passes import CLEANUP, fusion, schedule
@@ -303,7 +304,9 @@ class NumpyBackend:
     pipeline = CLEANUP + [schedule, fusion, plan_memory]
 
     def compile(self, graph):
-        return build_program(graph)
+        program = build_program(graph)
+        program.blas_context = threads.blas_context_for(graph)   # small products: BLAS stays on this thread
+        return program
 
 
 register_backend("numpy", NumpyBackend)

@@ -89,6 +89,18 @@ NORMALISATION = Flops("normalisation", lambda out, ins, attrs: 5 * math.prod(ins
 DATA_MOVEMENT = Flops("data movement", lambda out, ins, attrs: 0)
 
 
+def flops_of(op):
+    """Op `op`'s FLOP formula (its `flops` trait); an undeclared name moves data only."""
+    d = OPS.get(op)
+    return DATA_MOVEMENT if d is None else d.flops
+
+
+def node_flops(node):
+    """Estimated FLOPs of one graph node (an int; a symbolic size raises TypeError/ValueError)."""
+    ins = [tuple(x.shape) if hasattr(x, "shape") else () for x in node.inputs]
+    return flops_of(node.op).count(tuple(node.out.shape), ins, node.attrs)
+
+
 class OpDef:
     """One primitive. Plain data: the layers above read and fill these slots."""
     __slots__ = (
