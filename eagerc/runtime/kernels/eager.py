@@ -38,7 +38,7 @@ import warnings
 
 import numpy as np
 
-from .. import kernel_cache
+from ...runtime import kernel_cache
 from .ir import Kernel
 from .render import PARALLEL_MIN, CRenderer
 
