@@ -151,7 +151,18 @@ def test_summaries_equal_pytorchs():
     assert (ours.height, ours.width, ours.colorspace) == (theirs.height, theirs.width, theirs.colorspace)
     assert (decode_png(ours.encoded_image_string) == decode_png(theirs.encoded_image_string)).all()
     hp = ({"lr": 0.1, "name": "adam", "layers": 3}, {"hp/acc": 0.9})
-    assert summary.hparams(*hp) == tsummary.hparams(*hp)
+    ours, theirs = summary.hparams(*hp), tsummary.hparams(*hp)
+    assert len(ours) == len(theirs) == 3
+    for a, b in zip(ours, theirs):  # each holds serialized plugin data with a protobuf map, whose byte order
+        assert _hparams_plugin_data(a) == _hparams_plugin_data(b)   # is unspecified: compare them parsed
+
+
+def _hparams_plugin_data(summary_proto):
+    from tensorboard.plugins.hparams.plugin_data_pb2 import HParamsPluginData
+    (value,) = summary_proto.value
+    data = HParamsPluginData()
+    data.ParseFromString(value.metadata.plugin_data.content)
+    return value.tag, value.metadata.plugin_data.plugin_name, data
 
 
 # ---------------------------------------------------------------- images
