@@ -1,27 +1,7 @@
-"""eagerc.cpu.amp: PyTorch's deprecated CPU spellings of autocast and GradScaler.
-
-`torch.cpu.amp.autocast(...)` is `torch.amp.autocast("cpu", ...)` (bfloat16 by default) and
-`torch.cpu.amp.GradScaler(...)` is `torch.amp.GradScaler("cpu", ...)`; both warn as PyTorch's
-do (FutureWarning).
-"""
-import warnings
-
-from ..amp import autocast as _autocast, GradScaler as _GradScaler
+"""eagerc.cpu.amp: PyTorch's deprecated CPU spellings of autocast (bfloat16 by default) and
+GradScaler; both warn as PyTorch's do (FutureWarning). Made by amp/deprecated.py."""
+from ..amp.deprecated import spellings
 
 __all__ = ["autocast", "GradScaler"]
 
-
-class autocast(_autocast):
-    def __init__(self, enabled=True, dtype=None, cache_enabled=True):
-        warnings.warn("`torch.cpu.amp.autocast(args...)` is deprecated. Please use "
-                      "`torch.amp.autocast('cpu', args...)` instead.", FutureWarning, stacklevel=2)
-        super().__init__("cpu", dtype=dtype, enabled=enabled, cache_enabled=cache_enabled)
-
-
-class GradScaler(_GradScaler):
-    def __init__(self, init_scale=2.0 ** 16, growth_factor=2.0, backoff_factor=0.5, growth_interval=2000,
-                 enabled=True):
-        warnings.warn("`torch.cpu.amp.GradScaler(args...)` is deprecated. Please use "
-                      "`torch.amp.GradScaler('cpu', args...)` instead.", FutureWarning, stacklevel=2)
-        super().__init__("cpu", init_scale=init_scale, growth_factor=growth_factor,
-                         backoff_factor=backoff_factor, growth_interval=growth_interval, enabled=enabled)
+autocast, GradScaler = spellings("cpu")
