@@ -236,7 +236,7 @@ def _load(f, size, where, map_location):
             arrays = st.read_tensors(f, header) if header.checksum else None  # verified before any use
             plain = _is_plain(header.metadata)
             if not plain:
-                version, structure = _check_metadata(header, where)
+                version, structure, bound = _check_metadata(header, where, counted=True)
             if arrays is None:
                 arrays = st.read_tensors(f, header)
         except st.NotSafetensors as e:
@@ -256,6 +256,11 @@ def _load(f, size, where, map_location):
         except RecursionError:  # (only when load itself is called very deep in the stack)
             raise CheckpointError(f"{where}: its structure metadata is nested too deeply for the "
                                   "interpreter's stack") from None
+        try:
+            st.unique_keys(header.metadata["eagerc.structure"], "its structure metadata", bound, dec.keys,
+                           dec.colons)
+        except st.FormatError as e:
+            raise CheckpointError(f"{where}: corrupted checkpoint: {e}") from None
     extra = sorted(set(arrays) - dec.used)
     if extra:
         raise CheckpointError(f"{where}: corrupted checkpoint: it holds tensors the metadata does not "
@@ -284,8 +289,11 @@ def _load_torch(f, size, kind, where, map_location):
         raise CheckpointError(f"{where}: cannot read: {e.strerror or e}") from None
 
 
-def _check_metadata(header, where):
-    """(format version, structure) from a checkpoint's metadata."""
+def _check_metadata(header, where, counted=False):
+    """(format version, structure) from a checkpoint's metadata; with `counted`, (version,
+    structure, bound): the structure parsed without the duplicate-key hook (see
+    safetensors_io.loads_json_counted), the decoder's walk counting what unique_keys needs to
+    prove that no key was repeated."""
     meta = header.metadata
     if meta.get("eagerc.format") != FORMAT:
         hint = " (it is an eagerc program: load it with eagerc.runtime.load)" \
@@ -307,16 +315,19 @@ def _check_metadata(header, where):
     if "eagerc.structure" not in meta:
         raise CheckpointError(f"{where}: corrupted checkpoint: its metadata lacks 'eagerc.structure'")
     try:
-        structure = st.loads_json(meta["eagerc.structure"], "its structure metadata")  # (decode bounds depth)
+        text, what = meta["eagerc.structure"], "its structure metadata"   # (decode bounds the depth)
+        if counted:
+            return (version, *st.loads_json_counted(text, what))
+        return version, st.loads_json(text, what)
     except st.FormatError as e:
         raise CheckpointError(f"{where}: corrupted checkpoint: {e}") from None
-    return version, structure
 
 
 class _Decoder:
     """Rebuild the saved object from the structure JSON (nesting already bounded) and the
     arrays (already checked against the file's checksum); any inconsistency is a
-    CheckpointError naming the file."""
+    CheckpointError naming the file. keys, colons: the keys of the objects its walk visited and
+    the ':' in the strings it visited (each once), for safetensors_io.unique_keys."""
 
     def __init__(self, arrays, where, map_location, version):
         self.arrays = arrays
@@ -326,6 +337,7 @@ class _Decoder:
         self.used = set()
         self.cache = {}
         self.devices = {}   # saved device name -> target device
+        self.keys = self.colons = 0
 
     def fail(self, what):
         return CheckpointError(f"{self.where}: {what}")
@@ -335,7 +347,10 @@ class _Decoder:
                          f"({type(e).__name__}: {str(e)[:200]})")
 
     def decode(self, node, depth=0):
-        if node is None or isinstance(node, (bool, int, float, str)):
+        if type(node) is str:
+            self.colons += node.count(":")
+            return node
+        if node is None or isinstance(node, (bool, int, float)):
             return node
         if depth >= _MAX_JSON_DEPTH:
             raise self.fail(f"corrupted checkpoint: its structure metadata is nested more than {_MAX_JSON_DEPTH} "
@@ -343,8 +358,10 @@ class _Decoder:
         depth += 1
         if isinstance(node, list):
             return [self.decode(v, depth) for v in node]
-        kind = node.get("$type")  # (JSON has only lists, dicts and scalars)
+        self.keys += len(node)   # (JSON has only lists, dicts and scalars)
+        kind = node.get("$type")
         if kind is None:
+            self.colons += "".join(node).count(":")
             return {k: self.decode(v, depth) for k, v in node.items()}
         if kind in ("tensor", "ndarray"):
             return self.tensor(node, kind)
@@ -359,13 +376,13 @@ class _Decoder:
             if kind == "float":
                 if not isinstance(node["value"], str):
                     raise TypeError("value is not a string")
-                return float(node["value"])
+                return float(self.decode(node["value"]))
             if kind == "dtype":
                 from .runtime import dtypes
-                return dtypes.as_dtype(str(node["name"]))
+                return dtypes.as_dtype(str(self.decode(node["name"])))
             if kind == "device":
                 from .runtime.device import device
-                return device(str(node["name"]))
+                return device(str(self.decode(node["name"])))
         except CheckpointError:
             raise
         except (KeyError, TypeError, ValueError, RuntimeError) as e:  # RuntimeError: device()'s parse error
@@ -373,7 +390,9 @@ class _Decoder:
         raise self.fail(f"corrupted checkpoint: unknown entry type {st._clip(kind, 40)} in the structure metadata")
 
     def key(self, k, depth):
-        if isinstance(k, dict):
+        if type(k) is str:
+            self.colons += k.count(":")
+        elif isinstance(k, dict):
             k = self.decode(k, depth + 2)
         if isinstance(k, list):
             k = tuple(k)
@@ -397,15 +416,24 @@ class _Decoder:
         if arr is None:
             raise self.fail(f"corrupted checkpoint: tensor {st._clip(name)} listed in the metadata is missing "
                             f"from the file")
-        if not _storable(arr.dtype) or _DTYPE_NAME[arr.dtype] != dtype or arr.shape != tuple(shape):
+        stored = _DTYPE_NAME.get(arr.dtype)
+        if stored is None and _storable(arr.dtype):
+            stored = _DTYPE_NAME[arr.dtype]
+        if stored != dtype or arr.shape != tuple(shape):
             said = dtype if isinstance(dtype, str) and dtype in _DTYPE_NAMES else st._clip(dtype, 20)
             raise self.fail(f"corrupted checkpoint: tensor {st._clip(name)} is {arr.dtype.name}{list(arr.shape)} "
                             f"in the file but {said}{st._clip(shape, 60)} in the metadata")
         if crc is not None and (zlib.crc32(memoryview(arr).cast("B")) if arr.size else 0) != crc:
             raise self.fail(f"corrupted checkpoint: the data of tensor {st._clip(name)} does not match its checksum")
         self.used.add(name)
-        out = arr if kind == "ndarray" else self.make_tensor(arr, st._clip(name), node.get("device", "cpu"),
-                                                             node.get("requires_grad"), node.get("parameter"))
+        self.colons += name.count(":")
+        if kind == "ndarray":
+            out = arr
+        else:
+            saved = node.get("device", "cpu")
+            if type(saved) is str:
+                self.colons += saved.count(":")
+            out = self.make_tensor(arr, st._clip(name), saved, node.get("requires_grad"), node.get("parameter"))
         self.cache[(name, kind)] = out
         return out
 

@@ -2,6 +2,7 @@
 import collections
 import io
 import json
+import math
 import os
 import struct
 import subprocess
@@ -591,3 +592,47 @@ def test_save_refuses_a_header_the_loader_would_refuse_and_keeps_the_old_file(tm
     assert path.read_bytes() == before and sorted(os.listdir(tmp_path)) == ["c.pt"]
     eagerc.save(dict(list(many.items())[:10]), path)           # a header under the limit saves and loads
     assert sorted(eagerc.load(path)) == sorted(list(many)[:10])
+
+
+@pytest.mark.parametrize("structure, key", [
+    ('{"a:b": 1, "c": {"d": 1, "d": 2}}', "d"),
+    ('{"$type": "dict", "items": [["k:1", {"v": 1, "v": 2}]]}', "v"),
+    ('{"t": {"$type": "device", "name": "cuda:0", "name": "cpu"}}', "name"),
+    ('{"f": {"$type": "float", "value": "nan", "value": "1"}}', "value"),
+    ('{"x": [{"q:": ":", "q:": 1}]}', "q:"),
+])
+def test_a_repeated_key_anywhere_in_the_structure_is_refused(tmp_path, structure, key):
+    """The structure is parsed without a per-object hook; the decoder's count of keys and ':'
+    proves uniqueness or sends the text to the strict parse, which names the repeat."""
+    with pytest.raises(CheckpointError, match=f"structure metadata repeats the key {key!r}"):
+        _load_bytes(tmp_path, _structure_file(structure))
+
+
+def test_keys_and_strings_with_colons_load_without_the_strict_parse(tmp_path, monkeypatch):
+    obj = {"a:b": "c:d", "nested": {"e:f": [1, "g:h"]}, 3: {"x": 1.5}, "n": float("nan"),
+           "t:w": eagerc.ones(2), "dev": eagerc.device("cpu")}
+    path = _saved(tmp_path, obj)
+    strict = []
+    monkeypatch.setattr(safetensors_io, "loads_json", lambda *a, **k: strict.append(a) or {})
+    out = load(path)
+    assert strict == []   # (the counts of eagerc's own files prove every key unique)
+    assert out["a:b"] == "c:d" and out["nested"] == {"e:f": [1, "g:h"]} and out[3] == {"x": 1.5}
+    assert math.isnan(out["n"]) and out["dev"] == eagerc.device("cpu")
+    np.testing.assert_array_equal(out["t:w"].numpy(), np.ones(2, np.float32))
+
+
+def _raw_safetensors(header_text, data=b""):
+    raw = header_text.encode()
+    return len(raw).to_bytes(8, "little") + raw + data
+
+
+def test_a_repeated_key_in_the_header_is_refused(tmp_path):
+    entry = '{"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}'
+    for text, key in ((f'{{"w:1": {entry}, "w:1": {entry}}}', "w:1"),
+                      ('{"w": {"dtype": "F32", "dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}', "dtype"),
+                      (f'{{"__metadata__": {{"a": "b:c", "a": "d"}}, "w": {entry}}}', "a")):
+        with pytest.raises(CheckpointError, match=f"header JSON repeats the key {key!r}"):
+            _load_bytes(tmp_path, _raw_safetensors(text, b"\0" * 4))
+    out = _load_bytes(tmp_path, _raw_safetensors(f'{{"__metadata__": {{"a:": ":b"}}, "w:1": {entry}}}',
+                                                 np.float32(2.5).tobytes()))
+    assert list(out) == ["w:1"] and out["w:1"].item() == 2.5

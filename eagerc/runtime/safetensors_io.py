@@ -292,9 +292,10 @@ def read_header(f, size, max_header=MAX_HEADER, checksum_key=None):
         raise FormatError(f"header is not UTF-8 ({e.reason} at byte {e.start})") from None
     if not text.startswith("{"):
         raise NotSafetensors("is not a safetensors file (its header does not start with '{')")
-    header = loads_json(text, "header JSON")
+    header, bound = loads_json_counted(text, "header JSON")
     if not isinstance(header, dict):
         raise FormatError("header JSON is not an object")
+    _header_keys_unique(text, header, bound)
 
     metadata = header.pop("__metadata__", {})
     if not isinstance(metadata, dict):
@@ -341,6 +342,22 @@ def read_header(f, size, max_header=MAX_HEADER, checksum_key=None):
                               f"(oversized or corrupted file)")
         order = [name for _, _, name in spans]
     return Header(tensors, metadata, data_start, checksum, hasher, order)
+
+
+def _header_keys_unique(text, header, bound):
+    """Refuse a repeated key in a parsed header (unique_keys' proof, before any other check so
+    that a repeat is named as such): the objects are the header and its entries one level
+    down (a deeper one, not counted, only sends the check to the strict parse); the ':' are
+    counted in the tensor names and the metadata's strings, where a file may have some."""
+    keys, colons = len(header), "".join(header).count(":")
+    for entry in header.values():
+        if type(entry) is dict:
+            keys += len(entry)
+    meta = header.get("__metadata__")
+    if type(meta) is dict:
+        colons += "".join(meta).count(":")
+        colons += "".join([v for v in meta.values() if type(v) is str]).count(":")
+    unique_keys(text, "header JSON", bound, keys, colons)
 
 
 _ENTRY_KEYS = frozenset(("dtype", "shape", "data_offsets"))
