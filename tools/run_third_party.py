@@ -22,10 +22,8 @@ Each program is copied to a scratch folder and run with tiny settings (a few ite
 sizes, CPU) through `python -m eagerc.alias`; a stage passes when its command exits 0 and its
 check holds. docs/pytorch_compat.md keeps the table this prints.
 
-Harness-only stubs (`STUBS`), each applied only where eagerc still lacks the name and reported
-when used: `torch.bfloat16` (a dtype another change brings; the programs only name it in a dict)
-and `torch.cuda.amp.GradScaler(enabled=False)` (a no-op on CPU in nanoGPT; GradScaler is built
-elsewhere). Packages that are not PyTorch's get stand-ins (`FAKES`): mnist a minimal
+No name of PyTorch's is stubbed: the programs run on eagerc as it is. Packages that are not
+PyTorch's get stand-ins (`FAKES`): mnist a minimal
 `torchvision` (datasets.MNIST with synthetic digits, transforms.Compose/ToTensor/Normalize),
 time_sequence_prediction a do-nothing `matplotlib` where none is installed.
 """
@@ -38,28 +36,6 @@ import tempfile
 import textwrap
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-# Run before the program, after `torch` is aliased: fill names eagerc lacks that belong to other work.
-STUBS = textwrap.dedent('''
-    import sys, torch
-    _used = []
-    if "bfloat16" not in dir(torch):
-        torch.bfloat16 = "bfloat16 (harness stub)"; _used.append("torch.bfloat16")
-    if not hasattr(torch.cuda, "amp"):
-        class GradScaler:
-            def __init__(self, enabled=True, **kw):
-                assert not enabled, "harness stub: only GradScaler(enabled=False)"
-            def scale(self, loss): return loss
-            def unscale_(self, optimizer): pass
-            def step(self, optimizer, *a, **kw): return optimizer.step(*a, **kw)
-            def update(self, *a): pass
-            def state_dict(self): return {}
-            def load_state_dict(self, sd): pass
-        class _Amp: pass
-        torch.cuda.amp = _Amp(); torch.cuda.amp.GradScaler = GradScaler; _used.append("torch.cuda.amp.GradScaler")
-    if _used:
-        print("[harness stubs used: " + ", ".join(_used) + "]", file=sys.stderr)
-''')
 
 TORCHVISION = {  # a minimal torchvision for mnist/main.py: synthetic digits, no download
     "torchvision/__init__.py": "from . import datasets, transforms\n",
@@ -110,16 +86,16 @@ FAKES = {"mnist": (None, TORCHVISION), "time_sequence_prediction": ("matplotlib"
 
 
 def _aliased(script, *args):
-    """The command running `script` with torch aliased to eagerc and the STUBS applied."""
+    """The command running `script` with torch aliased to eagerc."""
     boot = (f"import sys; sys.path.insert(0, {ROOT!r}); import eagerc.alias as a; a.install(); "
-            f"exec({STUBS!r}); a.run(sys.argv[1], sys.argv[2:])")
+            f"a.run(sys.argv[1], sys.argv[2:])")
     return [sys.executable, "-c", boot, script, *args]
 
 
 def _snippet(code):
     """A stage written as Python run in the program's folder, with torch aliased."""
     return [sys.executable, "-c", f"import sys; sys.path.insert(0, {ROOT!r}); sys.path.insert(0, '.'); import eagerc.alias as a; "
-            f"a.install(); exec({STUBS!r}); exec({textwrap.dedent(code)!r})"]
+            f"a.install(); exec({textwrap.dedent(code)!r})"]
 
 
 # `same_as_torch(model, run)` for a comparison stage: the stage's code runs twice, first under the
