@@ -243,7 +243,7 @@ def run(entry, leaves, env, name="fn"):
     if mutations or entry.grads_none:
         write_back(entry, leaves, program, mutations)
     if entry.joint is not None:
-        return entry.joint.outputs(outs, leaves, env_)
+        return entry.joint.outputs(outs, leaves, env_, env)
     if entry.single and not entry.aliases:
         return tensor_of(outs[0])
     tensors = [tensor_of(a) for a in outs]
