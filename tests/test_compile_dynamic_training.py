@@ -2,8 +2,9 @@
 and over a whole compiled training step (forward, loss, backward, optimizer.step) costs one
 static trace and one symbolic trace, with every value equal to the same steps run eagerly
 (the independent reference): losses, gradients, parameters and optimizer state after each
-step. Per backend; c and cuda (on the CPU emulator) specialise a program per size from the
-one symbolic graph, so their sweep is shorter."""
+step. Per backend; c and cuda (on the CPU emulator) run numpy's generic program for a size
+until it was called entries.HOT_CALLS times, then a program of their own specialised from the
+one symbolic graph."""
 import copy
 
 import numpy as np
@@ -12,14 +13,29 @@ import pytest
 import eagerc
 import eagerc.nn as nn
 import eagerc.nn.functional as F
+from eagerc.compiler import entries
 from test_compile_never_silent import BACKENDS, backend  # noqa: F401  (the backend fixture)
 
 FULL = list(range(1, 65))
-SHORT = [1, 2, 3, 4, 5, 7, 31, 64]   # c and cuda build a program per size
+HOT = [2] + [3] * entries.HOT_CALLS + [4, 64, 64, 64, 5, 3]   # size 3 and 64 get their own programs
 
 
 def _sizes(backend):
-    return FULL if backend in ("numpy", "interpreter") else SHORT
+    """The sweep; c and cuda: then sizes called often enough to get programs of their own."""
+    return FULL if backend in ("numpy", "interpreter") else FULL + HOT
+
+
+def _own_programs(cf, backend):
+    """Bindings with a program of their own (c and cuda), for every symbolic entry."""
+    if backend in ("numpy", "interpreter"):
+        return None
+    found = set()
+    for e in cf.entries.values():
+        if e.dynamic is not None:
+            found |= set(e.dynamic.programs)
+            if e.joint is not None:
+                found |= set(e.joint.dynamic[1].programs)
+    return found
 
 
 def _mlp(seed=0):
@@ -71,6 +87,7 @@ def test_forward_with_autograd_sweep_traces_twice(backend):
     assert _symbolic_lines(cf) == ["dynamic shapes: Sequential now treats arg 0 dim 0 (s0) as symbolic"]
     sym = next(e for e in cf.entries.values() if e.dynamic is not None)
     assert sym.joint is not None and "f64[s0,6]" in str(sym.joint.forward) and "s0" in str(sym.joint.backward)
+    assert _own_programs(cf, backend) in (None, {(3,), (64,)})
 
 
 def _step(model, opt, loss_fn):
@@ -130,6 +147,7 @@ def test_training_step_sweep_traces_twice(backend, opt_name, loss_fn):
                                        "as symbolic"]
     sym = next(e for e in step_c.entries.values() if e.dynamic is not None)
     assert sym.graph.mutations and "f64[s0,6]" in str(sym.graph)
+    assert _own_programs(step_c, backend) in (None, {(3,), (64,)})
 
 
 def test_sweep_after_the_optimizer_warmed_up_traces_twice():
