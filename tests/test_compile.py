@@ -330,13 +330,25 @@ def test_batch_and_sequence_sizes_become_symbols():
 
 
 def test_size_used_as_a_python_number_stays_static():
-    f = lambda x: x.sum(0) / x.shape[0]  # noqa: E731
+    f = lambda x: x.sum(0) * (1.0 / x.shape[0])  # noqa: E731  (a float computed from a size)
     c = eagerc.compile(f)
     for b in range(2, 7):
         x = eagerc.randn(b, 3)
         _same(f(x), c(x))
     assert c.traces == 6  # 5 sizes + the synthetic trace that found the number
     assert any("stays static" in line and "computed from a size" in line for line in c.log)
+
+
+def test_a_size_as_the_operand_of_a_tensor_op_is_symbolic():
+    """`x.sum(0) / x.shape[0]`: the integer becomes a 0-d size scalar of the symbolic graph."""
+    f = lambda x: x.sum(0) / x.shape[0] - x.shape[0]  # noqa: E731
+    c = eagerc.compile(f)
+    for b in range(2, 9):
+        x = eagerc.randn(b, 3)
+        np.testing.assert_array_equal(c(x).numpy(), x.numpy().sum(0) / b - b)
+    assert c.traces == 2, c.log
+    g = next(e.graph for e in c.entries.values() if e.dynamic is not None)
+    assert "value='s0'" in str(g)
 
 
 def test_branch_on_a_size_is_a_guard_of_the_symbolic_graph():
@@ -353,17 +365,26 @@ def test_branch_on_a_size_is_a_guard_of_the_symbolic_graph():
     assert any("where s0 > 10" in line for line in c.log)
 
 
-def test_functions_that_mutate_stay_static():
+def test_functions_that_update_tensors_become_dynamic():
+    """An updated buffer keeps its static shape, an updated argument takes the symbolic one; the
+    trace at a synthetic size and the checks leave no update behind (a sum per call, below)."""
     def f(x, buf):
         buf.add_(x.sum(0))
+        x.mul_(2)
         return x * 2
     c = eagerc.compile(f)
     be, bc = eagerc.zeros(3), eagerc.zeros(3)
-    for b in [2, 3, 4]:
+    total = np.zeros(3, np.float32)
+    for b in [2, 3, 4, 7, 2, 9]:
         x = eagerc.randn(b, 3)
-        _same(f(x, be), c(x, bc))
+        xe, xc = x.clone(), x.clone()
+        total += x.numpy().sum(0)
+        _same(f(xe, be), c(xc, bc))
         _same(be, bc)
-    assert c.traces == 3 and any("in place" in line for line in c.log)
+        _same(xe, xc)
+        np.testing.assert_allclose(bc.numpy(), total, rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(xc.numpy(), x.numpy() * 2)
+    assert c.traces == 2 and any("now treats arg 0 dim 0 (s0) as symbolic" in line for line in c.log), c.log
 
 
 def test_dynamic_shapes_with_dropout_keep_the_random_stream():

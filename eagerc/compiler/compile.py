@@ -279,7 +279,7 @@ class CompiledFunction:
         if joint:
             from .training import trace_joint
             fwd, split, result, tracer = trace_joint(self.fn, args, kwargs, names, self._module_paths(),
-                                                     fullgraph, watch)
+                                                     fullgraph, watch, symbolic)
         else:
             fwd, result, tracer = trace(self.fn, args, kwargs, names, self._module_paths(), fullgraph, watch,
                                         symbolic)
@@ -319,6 +319,7 @@ class CompiledFunction:
             entry.joint = joint
             self._guard_entry(entry, tracer, owners)
             self.entries[key] = entry
+            self._dynamic_from_start(entry, leaves, args, kwargs)
             return result
         if not training and dispatch.grad_enabled() and not getattr(tracer, "backward_ran", False) and \
                 any(t.requires_grad for t in tracer.externals.values()):
@@ -330,9 +331,13 @@ class CompiledFunction:
             return result
         entry = self._compile_entry(key, fwd, tracer, owners)
         self.entries[key] = entry
-        if not training and self.dynamic is True and self.keys.dyn is None and self.dyn_failed is None:
-            dyn.from_start(self, entry, leaves, args, kwargs)
+        self._dynamic_from_start(entry, leaves, args, kwargs)
         return result
+
+    def _dynamic_from_start(self, entry, leaves, args, kwargs):
+        """dynamic=True: the first traced call makes its batch/sequence sizes symbolic."""
+        if self.dynamic is True and self.keys.dyn is None and self.dyn_failed is None:
+            dyn.from_start(self, entry, leaves, args, kwargs)
 
     def _after_break(self, key, tracer, result):
         """The trace stopped at a graph break: this call ran eagerly (it did while tracing).
@@ -387,12 +392,13 @@ class CompiledFunction:
         (no call yet, or every call ran eagerly) it says so, and why, as a comment."""
         out = []
         for e in self.entries.values():
-            if e.joint is not None:
+            if e.dynamic is not None:   # (a symbolic forward and, for autograd, its backward)
+                ds = [e.dynamic] + ([e.joint.dynamic[1]] if e.joint is not None else [])
+                progs = [p for d in ds for p in list(d.programs.values()) + ([d.generic] if d.generic else [])]
+            elif e.joint is not None:
                 progs = [e.joint.fwd_program, e.joint.bwd_program]
-            elif e.dynamic is None:
-                progs = [e.program]
             else:
-                progs = list(e.dynamic.programs.values()) + ([e.dynamic.generic] if e.dynamic.generic else [])
+                progs = [e.program]
             for p in progs:
                 if p is not None:
                     out.append(getattr(p, "source", None) or str(e.graph))

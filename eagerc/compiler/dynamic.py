@@ -17,6 +17,12 @@ How a dynamic graph is made (see docs/compile.md):
 4. At call time the symbols are bound from the input shapes and the attribute
    expressions are evaluated by the runtime's `SizeExpr` (runtime/sizes.py) -- sums of
    products of integers and symbols, never `eval`.
+
+Training is made dynamic the same way: a call that needs autograd gets a symbolic forward
+and a symbolic backward graph (training.JointEntry with two `Dynamic`s); a whole training
+step is an ordinary graph whose mutation outputs (parameters, .grad, optimizer state) keep
+their static shapes. Since the synthetic trace and the checks run the function eagerly,
+everything a call can update is saved first and put back after each (`Saved`).
 """
 import logging
 import math
@@ -177,6 +183,7 @@ def generalize(graph, primes):
         return w
     problems = []
     sym_attrs = {}
+    scalars = {}
     nodes = []
     for n in graph.nodes:
         ins = []
@@ -184,10 +191,18 @@ def generalize(graph, primes):
             if isinstance(x, Value):
                 ins.append(val(x))
             else:
+                v = _size_scalar(n, x, primes, len(ins))
+                if v is not None:   # a size as the scalar operand of an elementwise op: a node
+                    node, expr = v
+                    nodes.append(node)
+                    sym_attrs[node.out.name] = {"value": expr}
+                    scalars[node.out.name] = type(x) if type(x) is float else int
+                    ins.append(node.out)
+                    continue
                 if _depends(x, primes):
                     problems.append(f"{n.op} at {n.loc or '?'} uses the Python number {x!r}, computed "
-                                    f"from a size (traced as {_sizes(primes)}); a tensor op such as "
-                                    "mean() keeps it symbolic")
+                                    f"from a size (traced as {_sizes(primes)}); dividing by the size "
+                                    "itself, or a tensor op such as mean(), keeps it symbolic")
                 ins.append(x)
         attrs = {}
         symbolic = {}
@@ -208,7 +223,28 @@ def generalize(graph, primes):
     _check_tree(graph.out_tree, primes, problems)
     g = graph.copy(inputs=[(k, val(v)) for k, v in graph.inputs], nodes=nodes,
                    outputs=[val(v) for v in graph.outputs], mutations=[(t, val(v)) for t, v in graph.mutations])
-    return g, SymbolicAttrs(sym_attrs), problems
+    return g, SymbolicAttrs(sym_attrs, scalars), problems
+
+
+def _size_scalar(n, x, primes, k):
+    """(a `full` node making the Python number x of node n's input k, the value's expression)
+    when x is an integer computed from a size (`g / 44` in mean's derivative: 44 = 4*s0) and n
+    is a binary elementwise op on a tensor, which takes a Python number as a weak scalar: a 0-d
+    tensor of the tensor's dtype gives the same values; else None."""
+    from ..runtime.ops import OPS
+    op = OPS.get(n.op)
+    if op is None or not op.pointwise or len(op.inputs) != 2 or isinstance(x, bool) or \
+            not isinstance(x, (int, float)) or not float(x).is_integer() or not math.isfinite(x):
+        return None
+    e = _express(int(x), primes)
+    tensors = n.input_values()
+    if e is None or len(tensors) != 1:
+        return None
+    dt = tensors[0].dtype
+    if not (dt.startswith(("float", "bfloat")) or (isinstance(x, int) and dt.startswith(("int", "uint")))):
+        return None
+    out = Value(f"{n.out.name}_size{k}", (), dt, tensors[0].device)
+    return Node("full", [], {"shape": (), "value": e, "dtype": dt}, out, n.loc, n.module), SizeExpr.parse(e)
 
 
 def _check_tree(tree, primes, problems):
@@ -234,10 +270,13 @@ class SymbolicAttrs:
     `table`: node output name -> {attr: template}, a template being the attribute with
     `SizeExpr`s where the graph shows expression strings. `overrides(env)` gives
     {node output name: {attr: concrete value}} for one binding of the symbols -- the
-    per-call `overrides` a backend program accepts."""
+    per-call `overrides` a backend program accepts. `scalars`: {name: int or float} of the
+    0-d `full` nodes that stand for a Python number computed from a size (`_size_scalar`);
+    `specialize` turns them back into that number."""
 
-    def __init__(self, table):
+    def __init__(self, table, scalars=None):
         self.table = table
+        self.scalars = scalars or {}
         self._compiled = [(name, [(k, _compile_template(t)) for k, t in attrs.items()])
                           for name, attrs in table.items()]
 
@@ -297,14 +336,17 @@ def specialize(graph, sym_attrs, env):
             w = vals[v.name] = Value(v.name, shape, v.dtype, v.device)
         return w
     over = sym_attrs.overrides(env)
+    numbers = {name: kind(over[name]["value"]) for name, kind in sym_attrs.scalars.items()}
     nodes = []
     for n in graph.nodes:
+        if n.out.name in numbers:   # a size scalar: the number itself again, as traced
+            continue
         attrs = n.attrs
         o = over.get(n.out.name)
         if o:
             attrs = {**attrs, **o}
-        nodes.append(Node(n.op, [val(x) if isinstance(x, Value) else x for x in n.inputs], attrs,
-                          val(n.out), n.loc, n.module))
+        nodes.append(Node(n.op, [(numbers[x.name] if x.name in numbers else val(x)) if isinstance(x, Value) else x
+                                 for x in n.inputs], attrs, val(n.out), n.loc, n.module))
     return graph.copy(inputs=[(k, val(v)) for k, v in graph.inputs], nodes=nodes,
                       outputs=[val(v) for v in graph.outputs], mutations=[(t, val(v)) for t, v in graph.mutations])
 
@@ -327,7 +369,9 @@ def same_program(static, symbolic, sym_attrs, env):
             return f"{a.op} at {a.loc}: attributes {ka} at the real size, {kb} generalised"
     if [v.name for v in g.outputs] != [v.name for v in static.outputs] or g.out_tree != static.out_tree:
         return "different outputs"
-    if [(t, v.name) for t, v in g.mutations] != [(t, v.name) for t, v in static.mutations]:
+    # (as a mapping: the order of .grad writes follows which .grad existed before the call)
+    if {t: v.name for t, v in g.mutations} != {t: v.name for t, v in static.mutations} or \
+            len(g.mutations) != len(static.mutations):
         return "different mutations"
     return None
 
@@ -403,8 +447,10 @@ class SymInt(int):
     # ---- arithmetic that stays a size expression
     def _arith(self, other, op, reflected=False):
         if isinstance(other, bool) or not isinstance(other, int):
-            if isinstance(other, float):
-                return self._unsupported(f"{_ARITH_SIGN[op]} with a float")
+            if isinstance(other, float):   # noted (the function stays static), computed as Python would
+                self._unsupported(f"{_ARITH_SIGN[op]} with a float")
+                x, y = (other, int(self)) if reflected else (int(self), other)
+                return x + y if op == "add" else x - y if op == "sub" else x * y
             return NotImplemented
         a = SizeExpr.parse(self.sym)
         b = SizeExpr.parse(other.sym) if isinstance(other, SymInt) else SizeExpr([(int(other), ())])
@@ -635,8 +681,26 @@ def _sym_tensor_class(Tensor, Size):
                 return n if sym is None or n < 2 else sym.shape_of((n,))[0]
 
             nelement = numel
+        for name in _SCALAR_METHODS:   # a size as an operand: the plain int eager code would pass
+            setattr(SymTensor, name, _with_plain_ints(getattr(Tensor, name)))
         _SYM_TENSOR = SymTensor
     return _SYM_TENSOR
+
+
+# Tensor methods taking a Python number: numpy takes a Python int as a weak scalar (float32 / 7
+# stays float32) but an int subclass as int64 (float32 / SymInt(7) would be float64), so the
+# synthetic trace would differ from eager; SymTensor passes them the SymInt's plain int (the
+# symbolic graph still sees the size: generalize's size scalars).
+_SCALAR_METHODS = ("__add__", "__radd__", "__iadd__", "__sub__", "__rsub__", "__isub__", "__mul__", "__rmul__",
+                   "__imul__", "__truediv__", "__rtruediv__", "__itruediv__", "add", "sub", "mul", "div",
+                   "add_", "sub_", "mul_", "div_")
+
+
+def _with_plain_ints(method):
+    def call(self, *args, **kwargs):
+        return method(self, *[int(a) if type(a) is SymInt else a for a in args], **kwargs)
+    call.__name__ = method.__name__
+    return call
 
 
 # ---------------------------------------------------------------- making a compiled function dynamic
@@ -673,7 +737,11 @@ def from_start(cf, entry, leaves, args, kwargs):
 def make_dynamic(cf, ref, changed, key, leaves, args, kwargs, verify_call=True, keep_small=False):
     """Build a symbolic graph for the sizes in `changed` ({(leaf, dim): (ref size, new size)}).
 
-    ref is the specialisation the call differs from only in those sizes. Returns the result
+    ref is the specialisation the call differs from only in those sizes: an ordinary graph
+    (a forward, or a whole training step whose mutations update parameters, optimizer state
+    and .grad) or a call that needs autograd (ref.joint: forward and backward programs, both
+    made symbolic). Tensors the function updates keep their static shapes; what the trace on
+    synthetic inputs and the checks update is put back as it was (`Saved`). Returns the result
     of this call (None with verify_call=False), or FAILED: the function then stays static."""
     from . import entries, keys
 
@@ -704,8 +772,8 @@ def make_dynamic(cf, ref, changed, key, leaves, args, kwargs, verify_call=True, 
         return fail("no size of this call can be symbolic")
     symbols = sorted(set(dims.values()), key=lambda s: int(s[1:]))
     if ref.eager:
-        # a graph break or a call that needs autograd runs eagerly anyway: one eager entry
-        # serves every size instead of a retrace per size
+        # a graph break runs eagerly anyway: one eager entry serves every size instead of a
+        # retrace per size
         cf.keys.set_dims(all_dims)
         nkey = keys.full_mask(cf.keys.of(args, kwargs, masked=False)[0], dims)
         cf.entries[nkey] = entries.Entry(nkey, graph=ref.graph, eager=True, reason=ref.reason)
@@ -713,10 +781,10 @@ def make_dynamic(cf, ref, changed, key, leaves, args, kwargs, verify_call=True, 
                         f"{cf.keys.fmt_dims(dims)}")
         return cf.fn(*args, **kwargs)
     traced = ref.traced
-    if traced.mutations:
-        return fail("it updates its inputs or buffers in place (a trace on synthetic inputs "
-                    "would repeat that)")
+    joint = ref.joint
     ints = graph_ints(traced)
+    if joint is not None:
+        ints |= graph_ints(joint.traced_backward)
     for i, t in enumerate(leaves):
         ints.update(n for d, n in enumerate(t._array.shape) if (i, d) not in dims)
     seen = {}
@@ -732,6 +800,7 @@ def make_dynamic(cf, ref, changed, key, leaves, args, kwargs, verify_call=True, 
         ref_env[s] = n
     gens = _generators(ref)
     saved = [g.get_state() for g in gens]
+    updatable = updatable_tensors(cf, ref, leaves)
     errors = []
     built = None
     for above in (True, False):  # sizes above those seen; if that fails (a bound such as a
@@ -744,24 +813,37 @@ def make_dynamic(cf, ref, changed, key, leaves, args, kwargs, verify_call=True, 
         syn = [symbolic_tensor(t) if any(j == i for j, _ in dims) else t for i, t in enumerate(syn)]
         syn_args, syn_kwargs = _replace_tensors((args, kwargs), iter(syn))
         where = f"at synthetic sizes {cf.keys.fmt_dims(dims, primes)}"
+        state = Saved(updatable + [(f"arg{i}", t) for i, t in enumerate(syn)])
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                graph_p, _, result_p, tracer_p, owners = cf._do_trace(
-                    syn_args, syn_kwargs, False, symbolic=Symbolic(primes, size_log))
+                graph_p, split_p, result_p, tracer_p, owners = cf._do_trace(
+                    syn_args, syn_kwargs, False, symbolic=Symbolic(primes, size_log), joint=joint is not None)
+            after_p = state.take()  # what the eager run at the synthetic sizes updated
         except Exception as e:  # e.g. a size that must match a parameter
             errors.append(f"tracing {where} failed: {type(e).__name__}: {e}")
             continue
         finally:
+            state.put()
             for g, s in zip(gens, saved):
                 g.set_state(s)
         if graph_p is None:
             errors.append(f"graph break {where}: {tracer_p.broken}")
             continue
-        if graph_p.mutations:
-            errors.append("it updates its inputs or buffers in place")
+        if (joint is None) != (split_p is None):
+            errors.append(f"the call {'no longer' if split_p is None else 'now'} needs autograd {where}")
+            continue
+        lost = state.missing(graph_p, tracer_p, syn)
+        if lost:
+            # (cannot happen while Python takes the reference's path: it updates what it read)
+            warnings.warn(f"eagerc.compile: the trace of {cf.__name__} {where} updated {lost}, which the call "
+                          "at the real size did not read; its value now includes that update")
+            errors.append(f"the trace {where} updated {lost}, which the reference trace did not read")
             break
         g_sym, sym_attrs, problems = generalize(graph_p, primes)
+        if split_p is not None:
+            g_bwd, bwd_attrs, more = generalize(split_p.backward, primes)
+            problems += more
         if problems:
             errors.append(problems[0])
             break
@@ -772,14 +854,18 @@ def make_dynamic(cf, ref, changed, key, leaves, args, kwargs, verify_call=True, 
         guards = size_guards(size_log, primes)
         if ref_env:
             diff = check_guards(guards, ref_env) or same_program(traced, g_sym, sym_attrs, ref_env)
+            if diff is None and split_p is not None:
+                diff = same_program(joint.traced_backward, g_bwd, bwd_attrs, ref_env)
+                diff = diff and f"its backward: {diff}"
             if diff:
                 errors.append(f"Python takes another path {where} than at {ref_env}: {diff}")
                 continue
-        built = (primes, syn, graph_p, result_p, tracer_p, owners, g_sym, sym_attrs, guards)
+        built = (primes, syn, state, after_p, result_p, tracer_p, owners, g_sym, sym_attrs, guards,
+                 split_p and (split_p, g_bwd, bwd_attrs))
         break
     if built is None:
         return fail("; ".join(errors) or "no distinctive size left to trace with")
-    primes, syn, graph_p, result_p, tracer_p, owners, g_sym, sym_attrs, guards = built
+    primes, syn, state, after_p, result_p, tracer_p, owners, g_sym, sym_attrs, guards, split = built
     rng_info = {}
     producers = graph_p.producers()
     for name, gen, words, _ in tracer_p.rng_draws():
@@ -788,23 +874,35 @@ def make_dynamic(cf, ref, changed, key, leaves, args, kwargs, verify_call=True, 
         rng_info[name] = (words // numel if numel else 0, node.out.shape)
     try:
         d = entries.Dynamic(g_sym, sym_attrs, symbols, cf.backend, rng_info, guards)
+        if split is not None:
+            from .training import JointEntry
+            split_p, g_bwd, bwd_attrs = split
+            bwd = entries.Dynamic(g_bwd, bwd_attrs, symbols, cf.backend, {})
+            jentry = JointEntry(split_p, cf.backend, tracer_p, len(syn), dynamic=(d, bwd))
     except Exception as e:
         return fail(f"the backend cannot compile the symbolic graph: {type(e).__name__}: {e}")
     entry = entries.Entry(None, g_sym, None, tracer_p.externals, rng=tracer_p.rng_draws(), traced=g_sym)
     entry.dynamic = d
+    if split is not None:
+        entry.joint = jentry
     cf._guard_entry(entry, tracer_p, owners)
-    # 1. the program at the synthetic sizes reproduces the synthetic eager run
+    # 1. the program at the synthetic sizes reproduces the synthetic eager run: its outputs,
+    #    the gradients its backward gives, and every tensor it updates
     try:
         got = cf._run(entry, syn, dict(primes))
-        bad = _differs(result_p, got)
+        bad = _differs(result_p, got) or state.differs(after_p)
+        if bad is None and split is not None:
+            bad = _grads_differ(result_p, got, _grad_targets(syn, entry))
     except Exception as e:
         bad = f"{type(e).__name__}: {e}"
     finally:
+        state.put()
         for g, s in zip(gens, saved):
             g.set_state(s)
     if bad:
         return fail(f"the symbolic program disagrees with eager at sizes {primes}: {bad}")
-    # 2. this call: the program against an eager run of the function on the real inputs
+    # 2. this call: the program against an eager run of the function on the real inputs; the
+    #    call's updates are the eager run's
     result = None
     if verify_call:
         env = {}
@@ -815,16 +913,22 @@ def make_dynamic(cf, ref, changed, key, leaves, args, kwargs, verify_call=True, 
                 break
         if env is None or check_guards(guards, env):
             return fail("this call's sizes cannot bind the symbols")
+        real = Saved(updatable)
         before = [g.get_state() for g in gens]
         expected = cf.fn(*args, **kwargs)
         after = [g.get_state() for g in gens]
+        after_e = real.take()
+        real.put()
         for g, s in zip(gens, before):
             g.set_state(s)
         try:
             got = cf._run(entry, leaves, env)
-            bad = _differs(expected, got)
+            bad = _differs(expected, got) or real.differs(after_e)
+            if bad is None and split is not None:
+                bad = _grads_differ(expected, got, _grad_targets(leaves, entry))
         except Exception as e:
             bad = f"{type(e).__name__}: {e}"
+        real.put(after_e)
         for g, s in zip(gens, after):
             g.set_state(s)
         if bad:
@@ -855,6 +959,107 @@ def make_dynamic(cf, ref, changed, key, leaves, args, kwargs, verify_call=True, 
                     + (f" where {', '.join(fmt_guard(g) for g in guards)}" if guards else ""))
     log.info("eagerc.compile: %s", cf.log[-1])
     return result
+
+
+# ---------------------------------------------------------------- what a trace on synthetic inputs updates
+
+def updatable_tensors(cf, ref, leaves):
+    """[(name, tensor)] a call of the function can update in place: its tensor arguments, every
+    tensor the reference trace read by reference (parameters, buffers, .grad, optimizer state,
+    tensors from globals and closures) and every parameter and buffer of its modules."""
+    out = [(f"arg{i}", t) for i, t in enumerate(leaves)] + list(ref.externals.items())
+    names, owners = cf._external_index()
+    out += [(names[i], t) for i, (_, _, t) in owners.items()]
+    return out
+
+
+class Saved:
+    """Tensors as they were, to be put back: a trace on synthetic inputs runs the function
+    eagerly, so a training step updates the real parameters, optimizer state and .grad with
+    a step on made-up data; the checks that follow run the step again. `take()` copies what
+    a tensor holds (its array's contents, the array object, version counter, autograd
+    history, .grad); `put(taken)` makes the tensors hold it again (default: as at creation)."""
+
+    def __init__(self, named):
+        self.names, self.tensors, ids = [], [], set()
+        for name, t in named:
+            if id(t) not in ids:
+                ids.add(id(t))
+                self.names.append(name)
+                self.tensors.append(t)
+        self.first = self.take()
+
+    def take(self):
+        out = []
+        for t in self.tensors:
+            a, vc, g = t._array, t._vc, t._grad
+            out.append((a, a.copy(), vc, None if vc is None else list(vc), t.grad_fn, t._requires_grad, g,
+                        None if g is None else g._array.copy()))
+        return out
+
+    def put(self, taken=None):
+        for t, (a, data, vc, vcv, fn, rg, g, gdata) in zip(self.tensors, taken or self.first):
+            t._array = a
+            if getattr(a.flags, "writeable", True):
+                a[...] = data
+            t._vc = vc
+            if vc is not None:
+                vc[:] = vcv
+            t.grad_fn, t._requires_grad, t._grad = fn, rg, g
+            if g is not None and getattr(g._array.flags, "writeable", True):
+                g._array[...] = gdata
+
+    def differs(self, taken):
+        """None if the tensors hold what `taken` recorded (values and .grad, within _differs'
+        tolerance); else which tensor differs and how."""
+        for name, t, (_, data, *_rest, g, gdata) in zip(self.names, self.tensors, taken):
+            bad = _differs(dispatch.wrap(data), t.detach())
+            if bad is None and (g is None) != (t._grad is None):
+                bad = f".grad is {'None' if t._grad is None else 'set'} (eager: {'None' if g is None else 'set'})"
+            if bad is None and g is not None:
+                bad = _differs(dispatch.wrap(gdata), t._grad.detach())
+            if bad:
+                return f"{name} after the call: {bad.replace('output 0: ', '')}"
+        return None
+
+    def missing(self, graph, tracer, syn):
+        """The tensors the trace updated (graph mutations) that were not saved, in words."""
+        ids = {id(t) for t in self.tensors}
+        lost = []
+        for target, _ in graph.mutations:
+            name = target[:-5] if target.endswith(".grad") else target
+            t = syn[int(name[3:])] if name.startswith("arg") and name[3:].isdigit() else tracer.externals.get(name)
+            if t is None or id(t) not in ids:
+                lost.append(name)
+        return ", ".join(lost)
+
+
+def _grad_targets(leaves, entry):
+    return [t for t in leaves if t.requires_grad] + [t for t in entry.externals.values() if t.requires_grad]
+
+
+def _grads_differ(expected, got, targets):
+    """None if backward through both results (a gradient of ones for each differentiable
+    output) gives the same gradients for `targets`; else which differs."""
+    from ..autograd import grad
+    is_t = lambda x: isinstance(x, Tensor)  # noqa: E731
+    outs_e = [t for t in flatten(expected, is_t)[0] if t.requires_grad]
+    outs_g = [t for t in flatten(got, is_t)[0] if t.requires_grad]
+    if len(outs_e) != len(outs_g):
+        return f"{len(outs_g)} outputs require grad, eager has {len(outs_e)}"
+    if not outs_e or not targets:
+        return None
+    from ..runtime.device import xp_of
+    ones = [dispatch.wrap(xp_of(t._array).ones_like(t._array)) for t in outs_e]
+    ge = grad(outs_e, targets, ones, retain_graph=True, allow_unused=True)
+    gg = grad(outs_g, targets, ones, allow_unused=True)
+    for k, (a, b) in enumerate(zip(ge, gg)):
+        if (a is None) != (b is None):
+            return f"gradient {k} is {'None' if b is None else 'set'} (eager: {'None' if a is None else 'set'})"
+        bad = a is not None and _differs(a, b)
+        if bad:
+            return f"gradient {k}: {bad.replace('output 0: ', '')}"
+    return None
 
 
 def _resize(t, sizes):

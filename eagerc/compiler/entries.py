@@ -20,6 +20,7 @@ __all__ = ["Entry", "Dynamic", "run", "tensor_of", "inputs", "readers", "tensor_
            "MAX_SPECIALISED"]
 
 MAX_SPECIALISED = 64   # programs kept per dynamic graph (one per distinct size binding)
+HOT_CALLS = 3          # calls of one size binding before a static-kernel backend builds its program
 _ndarray = np.ndarray
 _ARG_NAMES = [f"arg{i}" for i in range(256)]
 
@@ -76,7 +77,13 @@ class Entry:
 
 
 class Dynamic:
-    """A symbolic graph and the programs specialised from it, one per binding of the symbols."""
+    """A symbolic graph and the programs specialised from it, one per binding of the symbols.
+
+    A backend with `supports_dynamic` (numpy) runs one generic program for every binding. The
+    others (c, cuda) render kernels for static shapes: a program per binding, each a kernel
+    build. On the CPU a binding first runs the numpy backend's generic program (`fallback`),
+    and gets its own program once it was called HOT_CALLS times -- a batch-size sweep builds no
+    kernels, a training loop's batch size gets them on its third call."""
 
     def __init__(self, graph, sym_attrs, symbols, backend, rng_info, guards=()):
         self.graph = graph            # symbolic, as generalised (before passes)
@@ -87,13 +94,20 @@ class Dynamic:
         self.backend = backend
         self.rng_info = rng_info      # {node name: (words per element, shape expressions)}
         self.programs = {}            # binding tuple -> program
+        self.calls = {}               # binding tuple -> calls so far (while it runs the fallback)
         self.generic = None
         self.generic_attrs = None
+        self.fallback = None          # (program, SymbolicAttrs): numpy's generic program, CPU graphs
         if getattr(backend, "supports_dynamic", False):
-            from .passes import optimize
-            g = optimize(graph, pipeline(backend))
-            self.generic = backend.compile(g)
-            self.generic_attrs = dyn.scan_symbolic(g, symbols)
+            self.generic, self.generic_attrs = self._generic(backend)
+        elif all(v.device == "cpu" for _, v in graph.inputs):
+            from .backends import get_backend
+            self.fallback = self._generic(get_backend("numpy"))
+
+    def _generic(self, backend):
+        from .passes import optimize
+        g = optimize(self.graph, pipeline(backend))
+        return backend.compile(g), dyn.scan_symbolic(g, self.symbols)
 
     def program_for(self, env):
         if self.generic is not None:
@@ -101,6 +115,12 @@ class Dynamic:
         b = tuple([env[s] for s in self.symbols])
         p = self.programs.get(b)
         if p is None:
+            if self.fallback is not None:
+                n = self.calls[b] = self.calls.get(b, 0) + 1
+                if n < HOT_CALLS:
+                    program, attrs = self.fallback
+                    return program, (attrs.overrides(env) if attrs else None)
+                del self.calls[b]
             from .passes import optimize
             g = optimize(dyn.specialize(self.graph, self.sym_attrs, env), pipeline(self.backend))
             p = self.backend.compile(g)
@@ -243,7 +263,7 @@ def run(entry, leaves, env, name="fn"):
     if mutations or entry.grads_none:
         write_back(entry, leaves, program, mutations)
     if entry.joint is not None:
-        return entry.joint.outputs(outs, leaves, env_)
+        return entry.joint.outputs(outs, leaves, env_, env)
     if entry.single and not entry.aliases:
         return tensor_of(outs[0])
     tensors = [tensor_of(a) for a in outs]
@@ -297,6 +317,8 @@ def reseed(entry, backend):
         d.graph = entry.graph = entry.traced
         d.programs.clear()
         if d.generic is not None:
-            g = optimize(d.graph, pipeline(backend))
-            d.generic, d.generic_attrs = backend.compile(g), dyn.scan_symbolic(g, d.symbols)
+            d.generic, d.generic_attrs = d._generic(backend)
+        elif d.fallback is not None:
+            from .backends import get_backend
+            d.fallback = d._generic(get_backend("numpy"))
     return sorted(set(seeds.values()))

@@ -40,8 +40,9 @@ class Joint(NamedTuple):
     n_diff: int         # differentiable outputs (the backward's inputs grad0, grad1, ...)
 
 
-def trace_joint(fn, args, kwargs, external_names, module_paths, fullgraph=False, watch=None):
+def trace_joint(fn, args, kwargs, external_names, module_paths, fullgraph=False, watch=None, symbolic=None):
     """Run fn eagerly with grad, then a traced autograd.grad over its differentiable outputs.
+    `symbolic`: a dynamic.Symbolic for a trace on synthetic sizes (see tracer.trace).
 
     Returns (forward graph, Joint, result, tracer); (graph, None, ...) when there is no backward
     to trace (a training step, or nothing requires grad); (None, None, ...) on a graph break.
@@ -50,6 +51,7 @@ def trace_joint(fn, args, kwargs, external_names, module_paths, fullgraph=False,
     """
     from ..autograd import grad as autograd_grad
     tracer = Tracer(external_names, fullgraph)
+    tracer.symbolic = symbolic
     from .tracer import tensor_leaves
     leaves = tensor_leaves((args, kwargs), [])
     for i, t in enumerate(leaves):
@@ -138,11 +140,14 @@ def _dedupe(inputs):
 
 
 class _Ctx:
-    """What one compiled call's backward needs: its JointEntry, the saved arrays, which output."""
-    __slots__ = ("joint", "env", "n_outs", "index")
+    """What one compiled call's backward needs: its JointEntry, the backward program for this
+    call's sizes (and its per-call attributes), the saved arrays, the (shape, dtype) of each
+    differentiable output and which of them this is."""
+    __slots__ = ("joint", "program", "overrides", "env", "like", "index")
 
-    def __init__(self, joint, env, n_outs, index):
-        self.joint, self.env, self.n_outs, self.index = joint, env, n_outs, index
+    def __init__(self, joint, program, overrides, env, like, index):
+        self.joint, self.program, self.overrides, self.env, self.like, self.index = \
+            joint, program, overrides, env, like, index
 
 
 def _run_backward(node, g):
@@ -152,19 +157,18 @@ def _run_backward(node, g):
                            "its backward runs as one compiled program. Call the function uncompiled for "
                            "higher-order gradients.")
     env = dict(ctx.env)
-    for k in range(ctx.n_outs):
-        grad_name = f"grad{k}"
+    for k, (shape, dtype) in enumerate(ctx.like):
         if k == ctx.index:
-            env[grad_name] = g._array
+            env[f"grad{k}"] = g._array
         else:  # other outputs' gradients are zero on this path (one node per output)
-            shape_src = next(v for kk, v in ctx.joint.backward.inputs if v.name == grad_name)
-            env[grad_name] = np.zeros(shape_src.shape, dtype=shape_src.dtype)
+            env[f"grad{k}"] = np.zeros(shape, dtype=dtype)
     prof = dispatch.modes().profiler
+    mutations = ctx.joint.backward.mutations
     if prof is None:
-        outs, _ = entries.call(ctx.joint.bwd_program, env, None, ctx.joint.backward.mutations)
+        outs, _ = entries.call(ctx.program, env, ctx.overrides, mutations)
     else:  # a profile is active in this thread: it times the backward program and its nodes
-        outs, _ = prof.compiled("compiled_backward", None, entries.call, ctx.joint.bwd_program, env, None,
-                                ctx.joint.backward.mutations)
+        outs, _ = prof.compiled("compiled_backward", None, entries.call, ctx.program, env, ctx.overrides,
+                                mutations)
     it = iter(outs)
     return [dispatch.wrap(np.asarray(next(it))) if present else None for present in ctx.joint.grad_slots]
 
@@ -172,26 +176,36 @@ def _run_backward(node, g):
 _OP = dispatch.CustomOp("CompiledFunction", _run_backward)   # the op of a compiled call's output Nodes
 
 
-def attach_backward(outs, diff_indices, joint, saved_env, edges):
-    """Give each differentiable output a Node that runs the backward program of `joint`."""
+def attach_backward(outs, diff_indices, joint, program, overrides, saved_env, edges):
+    """Give each differentiable output a Node that runs `joint`'s backward `program`."""
+    like = [(outs[i]._array.shape, outs[i]._array.dtype) for i in diff_indices]
     for k, i in enumerate(diff_indices):
         t = outs[i]
         t._requires_grad = True  # (the slot: t may be an aliased non-leaf output)
-        t.grad_fn = dispatch.custom_node(_OP, _Ctx(joint, saved_env, len(diff_indices), k), list(edges),
+        t.grad_fn = dispatch.custom_node(_OP, _Ctx(joint, program, overrides, saved_env, like, k), list(edges),
                                          t._array.dtype, saved=[])  # ([]: freed after use)
 
 
 class JointEntry:
     """A compiled specialisation for calls that need autograd: forward + backward programs.
-    entries.run runs the forward program like any other; `outputs` makes its results."""
+    entries.run runs the forward program like any other; `outputs` makes its results.
 
-    def __init__(self, joint, backend, tracer, n_args):
+    `dynamic`: (forward, backward) entries.Dynamic of a symbolic joint graph (dynamic.py);
+    the backward program is then the one for each call's sizes."""
+
+    def __init__(self, joint, backend, tracer, n_args, dynamic=None):
         from .backends import pipeline
         from .passes import optimize
-        self.forward = optimize(joint.forward, pipeline(backend))
-        self.backward = optimize(joint.backward, pipeline(backend))
-        self.fwd_program = backend.compile(self.forward)
-        self.bwd_program = backend.compile(self.backward)
+        self.traced_backward = joint.backward   # as traced: dynamic.make_dynamic compares with it
+        self.dynamic = dynamic
+        if dynamic is None:
+            self.forward = optimize(joint.forward, pipeline(backend))
+            self.backward = optimize(joint.backward, pipeline(backend))
+            self.fwd_program = backend.compile(self.forward)
+            self.bwd_program = backend.compile(self.backward)
+        else:   # symbolic graphs; programs per binding (or one generic program) from the Dynamics
+            self.forward, self.backward = dynamic[0].graph, dynamic[1].graph
+            self.fwd_program, self.bwd_program = dynamic[0].generic, dynamic[1].generic
         self.externals = dict(tracer.externals)
         self.n_user, self.saved_names, self.grad_slots, self.n_diff = \
             joint.n_user, joint.saved, joint.grad_slots, joint.n_diff
@@ -202,10 +216,11 @@ class JointEntry:
         self.target_args = [i for i in range(n_args) if tracer.keep[i].requires_grad]
         self.target_externals = [name for name, t in tracer.externals.items() if t.requires_grad]
 
-    def outputs(self, outs, leaves, env):
+    def outputs(self, outs, leaves, env, sizes=None):
         """The user's outputs of one forward run (`outs`: the program's arrays, the saved values
         after the user's), the differentiable ones carrying a Node that runs the backward program
-        on the saved values and the inputs it reads (`env`, the forward program's inputs)."""
+        on the saved values and the inputs it reads (`env`, the forward program's inputs);
+        `sizes`: the symbols' binding of this call when the graphs are symbolic."""
         from .entries import tensor_of
         from ..runtime.pytree import unflatten
         user = [tensor_of(a) for a in outs[:self.n_user]]
@@ -215,5 +230,9 @@ class JointEntry:
         diff = [i for i, t in enumerate(user) if t._array.dtype.kind in FLOATING_KINDS][:self.n_diff]
         edges = [(leaves[i].grad_fn if leaves[i].grad_fn is not None else leaves[i]) for i in self.target_args]
         edges += [self.externals[name] for name in self.target_externals]
-        attach_backward(user, diff, self, bwd_env, edges)
+        if self.dynamic is None:
+            program, overrides = self.bwd_program, None
+        else:
+            program, overrides = self.dynamic[1].program_for(sizes)
+        attach_backward(user, diff, self, program, overrides, bwd_env, edges)
         return unflatten(self.forward.out_tree, user)
