@@ -11,8 +11,10 @@ the engine's formulas are recorded like any op). The joint graph is split:
   parameter that requires grad.
 
 A compiled call runs the forward program and returns outputs carrying one autograd
-Node; `backward()` through it runs the backward program. Double backward through a
-compiled function raises (never a silently wrong higher-order gradient).
+Node; `backward()` through it runs the backward program. A backward with
+`create_graph=True` (double backward, a gradient penalty) instead replays the traced
+forward graph with eager ops (replay.py) and differentiates that record eagerly, so the
+gradient it returns is itself differentiable.
 """
 import sys
 from typing import NamedTuple
@@ -40,13 +42,13 @@ class Joint(NamedTuple):
     n_diff: int         # differentiable outputs (the backward's inputs grad0, grad1, ...)
 
 
-def trace_joint(fn, args, kwargs, external_names, module_paths, fullgraph=False, watch=None):
+def trace_joint(fn, args, kwargs, external_names, module_paths, fullgraph=False, watch=None, split=False):
     """Run fn eagerly with grad, then a traced autograd.grad over its differentiable outputs.
 
     Returns (forward graph, Joint, result, tracer); (graph, None, ...) when there is no backward
     to trace (a training step, or nothing requires grad); (None, None, ...) on a graph break.
     The eager result keeps its own autograd graph (retain_graph=True), so the first call
-    behaves exactly like eager mode.
+    behaves exactly like eager mode. `split`: the forward may hold splittable breaks (breaks.py).
     """
     from ..autograd import grad as autograd_grad
     tracer = Tracer(external_names, fullgraph)
@@ -55,8 +57,10 @@ def trace_joint(fn, args, kwargs, external_names, module_paths, fullgraph=False,
     for i, t in enumerate(leaves):
         tracer.add_arg(t, f"arg{i}")
     tracer.base_frame = sys._getframe()
+    tracer.split = split
     with tracing(tracer, module_paths, watch):
         result = fn(*args, **kwargs)
+        tracer.split = False  # a value read in the backward ends the trace
         joint = None if tracer.broken is not None else _trace_backward(tracer, leaves, result, autograd_grad)
     if tracer.broken is not None:  # a concrete value, or a Python side effect the watch saw
         return None, None, result, tracer
@@ -138,19 +142,47 @@ def _dedupe(inputs):
 
 
 class _Ctx:
-    """What one compiled call's backward needs: its JointEntry, the saved arrays, which output."""
-    __slots__ = ("joint", "env", "n_outs", "index")
+    """What one compiled call's backward needs: its JointEntry, the saved arrays, which output
+    (`index` among the differentiable ones, `out` among the user's), and for a differentiable
+    backward the call's input tensors and arrays (`leaves`, `inputs`)."""
+    __slots__ = ("joint", "env", "n_outs", "index", "out", "leaves", "inputs")
 
-    def __init__(self, joint, env, n_outs, index):
+    def __init__(self, joint, env, n_outs, index, out=None, leaves=None, inputs=None):
         self.joint, self.env, self.n_outs, self.index = joint, env, n_outs, index
+        self.out, self.leaves, self.inputs = out, leaves, inputs
+
+
+def _differentiable_backward(ctx, g):
+    """create_graph=True: replay the traced forward with eager ops from the call's own input
+    tensors and parameters, then take this output's gradient through that record with eager
+    autograd -- a gradient with a history, equal to eager mode's."""
+    from ..autograd import grad as autograd_grad
+    from .replay import replay
+    joint = ctx.joint
+    if ctx.leaves is None:
+        raise RuntimeError("backward with create_graph=True through this compiled function is not supported: "
+                           "call it uncompiled for higher-order gradients")
+    env = {}
+    for kind, v in joint.traced_forward.inputs:
+        name = v.name
+        if name.startswith("arg") and name[3:].isdigit():
+            env[name] = ctx.leaves[int(name[3:])]
+        elif name in joint.externals:
+            env[name] = joint.externals[name]
+        else:  # an input made at call time (an optimizer option, a numpy array): a constant here
+            env[name] = dispatch.wrap(ctx.inputs[name])
+    replay(joint.traced_forward, env)
+    out = env[joint.traced_forward.outputs[ctx.out].name]
+    targets = [ctx.leaves[i] for i in joint.target_args] + [joint.externals[n] for n in joint.target_externals]
+    if not out.requires_grad:  # (the output does not depend on anything that requires grad)
+        return [None] * len(targets)
+    return list(autograd_grad([out], targets, [g], retain_graph=True, create_graph=True, allow_unused=True))
 
 
 def _run_backward(node, g):
     ctx = node.attrs
     if dispatch.grad_enabled():
-        raise RuntimeError("backward with create_graph=True through a compiled function is not supported: "
-                           "its backward runs as one compiled program. Call the function uncompiled for "
-                           "higher-order gradients.")
+        return _differentiable_backward(ctx, g)
     env = dict(ctx.env)
     for k in range(ctx.n_outs):
         grad_name = f"grad{k}"
@@ -172,25 +204,27 @@ def _run_backward(node, g):
 _OP = dispatch.CustomOp("CompiledFunction", _run_backward)   # the op of a compiled call's output Nodes
 
 
-def attach_backward(outs, diff_indices, joint, saved_env, edges):
-    """Give each differentiable output a Node that runs the backward program of `joint`."""
+def attach_backward(outs, diff_indices, joint, saved_env, edges, leaves=None, inputs=None):
+    """Give each differentiable output a Node that runs the backward program of `joint`
+    (`leaves`, `inputs`: the call's tensors and input arrays, for a differentiable backward)."""
     for k, i in enumerate(diff_indices):
         t = outs[i]
         t._requires_grad = True  # (the slot: t may be an aliased non-leaf output)
-        t.grad_fn = dispatch.custom_node(_OP, _Ctx(joint, saved_env, len(diff_indices), k), list(edges),
-                                         t._array.dtype, saved=[])  # ([]: freed after use)
+        t.grad_fn = dispatch.custom_node(_OP, _Ctx(joint, saved_env, len(diff_indices), k, i, leaves, inputs),
+                                         list(edges), t._array.dtype, saved=[])  # ([]: freed after use)
 
 
 class JointEntry:
     """A compiled specialisation for calls that need autograd: forward + backward programs.
     entries.run runs the forward program like any other; `outputs` makes its results."""
 
-    def __init__(self, joint, backend, tracer, n_args):
+    def __init__(self, joint, backend, tracer, n_args, compile_forward=True):
         from .backends import pipeline
         from .passes import optimize
-        self.forward = optimize(joint.forward, pipeline(backend))
+        self.traced_forward = joint.forward   # replayed for a differentiable backward
+        self.forward = optimize(joint.forward, pipeline(backend)) if compile_forward else joint.forward
         self.backward = optimize(joint.backward, pipeline(backend))
-        self.fwd_program = backend.compile(self.forward)
+        self.fwd_program = backend.compile(self.forward) if compile_forward else None  # (breaks.py: in pieces)
         self.bwd_program = backend.compile(self.backward)
         self.externals = dict(tracer.externals)
         self.n_user, self.saved_names, self.grad_slots, self.n_diff = \
@@ -215,5 +249,5 @@ class JointEntry:
         diff = [i for i, t in enumerate(user) if t._array.dtype.kind in FLOATING_KINDS][:self.n_diff]
         edges = [(leaves[i].grad_fn if leaves[i].grad_fn is not None else leaves[i]) for i in self.target_args]
         edges += [self.externals[name] for name in self.target_externals]
-        attach_backward(user, diff, self, bwd_env, edges)
+        attach_backward(user, diff, self, bwd_env, edges, leaves, env)
         return unflatten(self.forward.out_tree, user)
