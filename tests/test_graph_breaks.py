@@ -49,8 +49,9 @@ def branchy(x):
     return h.square() - 5
 
 
-def test_bool_branch_compiles_both_sides_and_warns_once_with_the_line():
-    c = eagerc.compile(branchy)
+@pytest.mark.parametrize("backend", ["numpy", "interpreter"])
+def test_bool_branch_compiles_both_sides_and_warns_once_with_the_line(backend):
+    c = eagerc.compile(branchy, backend=backend)
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
         for v in [1.0, 2.0, -3.0, 1.5, -1.0, -2.5, 0.5]:
@@ -62,7 +63,8 @@ def test_bool_branch_compiles_both_sides_and_warns_once_with_the_line():
     (e,) = _split_entries(c)
     assert e.calls == 6  # every call but the first found it (the third missed and traced the other side)
     assert len(c.graphs) == 3  # the piece before the branch and one after it per side
-    assert "np.exp" in c.code() and "def program" in c.code()
+    assert "exp" in c.code() and "mul" in c.code()
+    assert f"graph break (split): bool()" in c.log[1] and "new path after the graph break" in c.log[2]
 
 
 def test_while_loop_on_a_tensor_takes_a_path_per_trip_count():
@@ -186,6 +188,30 @@ def test_branches_that_read_different_parameters():
         x = -eagerc.ones(2, 3, dtype=eagerc.float64)
         _close(c(x), m(x))
     assert c.traces == 2
+
+
+SCALE_A, SCALE_B = 2.0, 3.0
+
+
+def test_each_branch_keeps_the_guards_of_what_it_read():
+    def f(x):
+        if x.sum() > 0:
+            return x * SCALE_A  # read on one side only
+        return x * SCALE_B
+    global SCALE_A, SCALE_B
+    c = eagerc.compile(f)
+    pos, neg = _t(1.0, 2.0), _t(-1.0, -2.0)
+    try:
+        for x in [pos, neg, pos, neg]:
+            _close(_quiet(c, x), f(x))
+        assert c.traces == 2
+        SCALE_A = 5.0  # read by the first path's trace only: still guarded after the second joined
+        _close(_quiet(c, pos), f(pos))
+        SCALE_B = 7.0
+        _close(_quiet(c, neg), f(neg))
+        assert c.traces > 2
+    finally:
+        SCALE_A, SCALE_B = 2.0, 3.0
 
 
 def test_random_ops_keep_a_break_eager():

@@ -316,9 +316,14 @@ class Split:
     def graphs(self):
         return [s.graph for s in self.steps() if s.graph is not None]
 
-    def programs(self):
-        out = [s.run[0] for s in self.steps() if s.run[0] is not None]
-        out += [s.leaf.joint.bwd_program for s in self.steps() if s.leaf is not None and s.leaf.joint is not None]
+    def code(self):
+        """The generated source of every piece (its graph where a backend has no source), then
+        each path's backward program."""
+        out = [getattr(s.run[0], "source", None) or str(s.graph) for s in self.steps() if s.run[0] is not None]
+        for s in self.steps():
+            j = s.leaf.joint if s.leaf is not None else None
+            if j is not None:
+                out.append(getattr(j.bwd_program, "source", None) or str(j.backward))
         return out
 
 

@@ -404,8 +404,9 @@ class CompiledFunction:
         out = []
         for e in self.entries.values():
             if e.split is not None:
-                progs = e.split.programs()
-            elif e.joint is not None:
+                out += e.split.code()
+                continue
+            if e.joint is not None:
                 progs = [e.joint.fwd_program, e.joint.bwd_program]
             elif e.dynamic is None:
                 progs = [e.program]
