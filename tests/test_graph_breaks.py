@@ -64,7 +64,7 @@ def test_bool_branch_compiles_both_sides_and_warns_once_with_the_line(backend):
     assert e.calls == 6  # every call but the first found it (the third missed and traced the other side)
     assert len(c.graphs) == 3  # the piece before the branch and one after it per side
     assert "exp" in c.code() and "mul" in c.code()
-    assert f"graph break (split): bool()" in c.log[1] and "new path after the graph break" in c.log[2]
+    assert "graph break (split): bool()" in c.log[1] and "new path after the graph break" in c.log[2]
 
 
 def test_while_loop_on_a_tensor_takes_a_path_per_trip_count():
@@ -135,20 +135,38 @@ def test_item_used_as_a_number_is_specialised_on_its_value():
     assert c.traces == 2  # one per value: never the other value's constant
 
 
-def test_item_that_keeps_changing_runs_eagerly_after_max_paths():
-    from eagerc.compiler.breaks import MAX_PATHS
+def test_item_that_keeps_changing_runs_eagerly_after_max_values():
+    from eagerc.compiler.breaks import MAX_VALUES
 
     def f(x):
         return x + float(x.sum())
     c = eagerc.compile(f)
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
-        for i in range(MAX_PATHS + 3):
+        for i in range(MAX_VALUES + 3):
             x = _t(float(i), 1.0)
+            _close(c(x), f(x))
+    assert c.traces == MAX_VALUES
+    assert any(f"{MAX_VALUES} values of one break" in str(m.message) for m in w)
+    assert all(e.eager for e in c.entries.values())
+
+
+def test_paths_past_max_paths_run_eagerly():
+    from eagerc.compiler.breaks import MAX_PATHS
+
+    def f(x):
+        for i in range(4):  # 2**4 sign patterns: one path each
+            x = x * 2 if x[i] > 0 else x - 1
+        return x
+    c = eagerc.compile(f)
+    rng = np.random.default_rng(5)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        for k in range(40):
+            x = eagerc.tensor(rng.standard_normal(4) * 10)
             _close(c(x), f(x))
     assert c.traces == MAX_PATHS
     assert any(f"{MAX_PATHS} paths" in str(m.message) for m in w)
-    assert all(e.eager for e in c.entries.values())
 
 
 # ---------------------------------------------------------------- what a split call commits

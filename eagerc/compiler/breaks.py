@@ -17,7 +17,8 @@ traced for that value:
 So the branch taken is always guarded -- a value that would take another path never runs
 a continuation traced for this one. A value no continuation holds for is a miss: the call
 is traced again (an eager run of the whole function) and its path joins the tree, sharing
-the pieces before it; past MAX_PATHS paths the key runs eagerly, with a warning. Nothing a
+the pieces before it; past MAX_PATHS paths, or MAX_VALUES values of one break used as a
+number, the key runs eagerly, with a warning. Nothing a
 call does is committed before its last piece: mutation outputs are written back at the end,
 so a miss runs the function again from a clean start. Graphs with random ops are not split
 (a miss would advance their generators twice): such a break still runs the call eagerly.
@@ -43,9 +44,10 @@ from . import entries, guards
 from .entries import Entry
 from .tracer import GraphBreak, user_frame_info, user_location
 
-__all__ = ["Break", "SplitEntry", "note", "install", "run", "missed", "MISS", "MAX_PATHS"]
+__all__ = ["Break", "SplitEntry", "note", "install", "run", "missed", "MISS", "MAX_PATHS", "MAX_VALUES"]
 
 MAX_PATHS = 8      # continuations (paths through the breaks) per key before the key runs eagerly
+MAX_VALUES = 4     # ... or exact values seen at one break (a loss.item() changes every call)
 MISS = object()    # run(): no continuation holds for this call's value
 
 
@@ -225,16 +227,11 @@ class Step:
 
 def _chain(pieces, leaf):
     """Steps for pieces [(nodes, Break or None)] in a row; returns the first."""
-    first = prev = None
-    for nodes, brk in pieces:
-        s = Step(nodes, brk)
-        if prev is None:
-            first = s
-        else:
-            prev.children.append((prev_brk, s))
-        prev, prev_brk = s, brk
-    prev.leaf = leaf
-    return first
+    steps = [Step(nodes, brk) for nodes, brk in pieces]
+    for prev, s in zip(steps, steps[1:]):
+        prev.children.append((prev.brk, s))
+    steps[-1].leaf = leaf
+    return steps[0]
 
 
 def _merge(root, pieces, leaf):
@@ -304,7 +301,7 @@ class Split:
     def __init__(self, root, sources):
         self.root = root
         self.sources = sources   # input name -> what it reads (a tensor, an array, an optimizer option)
-        self.missed = None       # (Break, value) of the last call no continuation held for
+        self.missed = None       # (Step, value) of the last call no continuation held for
 
     def steps(self):
         todo = [self.root]
@@ -412,13 +409,17 @@ def install(cf, key, fwd, joint_split, tracer, owners, result, n_args):
 
 def missed(cf, entry, key, leaves, args, kwargs):
     """No continuation holds for this call's value: trace the call again (its path joins the
-    tree) or, past MAX_PATHS paths, run the key eagerly from now on."""
-    brk, value = entry.split.missed
-    if _paths(entry.split.root) >= MAX_PATHS:
+    tree) or, past MAX_PATHS paths or MAX_VALUES exact values at this break, run the key eagerly
+    from now on."""
+    step, value = entry.split.missed
+    brk = step.brk
+    values = sum(1 for b, _ in step.children if b.exact)
+    if _paths(entry.split.root) >= MAX_PATHS or values >= MAX_VALUES:
         file, line, level = user_frame_info()
-        msg = (f"eagerc.compile: {cf.__name__} took {MAX_PATHS} paths through its graph breaks for the same "
-               f"arguments (last: {brk.what} at {brk.location} gave {value!r}); it runs eagerly for them from "
-               "now on")
+        why = f"{MAX_PATHS} paths" if values < MAX_VALUES else f"{MAX_VALUES} values of one break used as a number"
+        msg = (f"eagerc.compile: {cf.__name__} took {why} through its graph breaks for the same arguments "
+               f"(last: {brk.what} at {brk.location} gave {value!r}); it runs eagerly for them from now on "
+               "(compare an item() where it is taken, or keep the value a tensor)")
         cf.log.append(msg)
         warnings.warn(msg, stacklevel=level)
         cf.entries[key] = Entry(key, eager=True, reason=msg)
@@ -452,7 +453,7 @@ def run(entry, leaves):
                 step = child
                 break
         else:
-            split.missed = (brk, c)
+            split.missed = (step, c)
             return MISS
     leaf = step.leaf
     if leaf.mutations:
