@@ -530,7 +530,8 @@ def explain(fn, *args, **kwargs):
     if graph is None:
         breaks.append(tracer.broken)
         lines.append(f"  0 graphs, 1 graph break: {tracer.broken}")
-        lines.append("  (the call runs eagerly; under fullgraph=True it raises)")
+        lines.append("  (compiled, a bool() or item() break splits the graph there, any other runs the call "
+                     "eagerly; under fullgraph=True it raises)")
     else:
         graphs.append(graph)
         lines.append(f"  1 graph, {len(graph.nodes)} ops, 0 graph breaks"
