@@ -189,10 +189,10 @@ class Tensor:
 
     # ------------------------------------------------------------ conversions
     def item(self):
-        _concrete(self, "item()")
         if self._array.size != 1:
+            _concrete(self, "item()")
             raise RuntimeError(f"a Tensor with {self._array.size} elements cannot be converted to Scalar")
-        return self._array.reshape(()).item()
+        return _concrete(self, "item()", self._array.reshape(()).item())
 
     def tolist(self):
         _concrete(self, "tolist()")
@@ -231,10 +231,10 @@ class Tensor:
         return self._array.__dlpack_device__()
 
     def __bool__(self):
-        _concrete(self, "bool() (an `if` or `while` on a tensor)")
         if self._array.size != 1:
+            _concrete(self, "bool() (an `if` or `while` on a tensor)")
             raise RuntimeError(f"Boolean value of Tensor with {self._array.size} values is ambiguous")
-        return bool(self._array.reshape(()))
+        return _concrete(self, "bool() (an `if` or `while` on a tensor)", bool(self._array.reshape(())))
 
     def __float__(self):
         return float(self.item())
@@ -314,12 +314,14 @@ def _ufunc_op(ufunc):
     return getattr(eagerc, _UFUNC_NAMES.get(ufunc.__name__, ufunc.__name__), None)
 
 
-def _concrete(t, what):
-    """A tensor is turned into a Python value: a tracer must know (guard or graph break)."""
+def _concrete(t, what, value=None):
+    """A tensor is turned into a Python value: a tracer must know (guard or graph break).
+    Returns `value`, or what a tracer hands on in its place (compiler/breaks.py)."""
     from . import dispatch
     tracer = dispatch.active_tracer()
     if tracer is not None:
-        tracer.concretize(t, what)
+        return tracer.concretize(t, what, value)
+    return value
 
 
 _NON_LEAF_GRAD = (

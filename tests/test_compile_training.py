@@ -43,14 +43,18 @@ def test_compiled_forward_backward_matches_eager(dtype, rtol):
     assert compiled._compiled.traces == 1
 
 
-def test_compiled_backward_refuses_create_graph():
+def test_compiled_backward_with_create_graph_is_differentiable():
+    """create_graph=True through a compiled call gives eager's gradient, with a history (the
+    second-order values: tests/test_graph_breaks.py)."""
     m = _mlp(eagerc.float64)
     c = eagerc.compile(m)
     x, y = _data(eagerc.float64)
     c(x)  # trace
-    out = c(x).sum()
-    with pytest.raises(RuntimeError, match="create_graph"):
-        eagerc.autograd.grad(out, list(m.parameters()), create_graph=True)
+    got = eagerc.autograd.grad(c(x).sum(), list(m.parameters()), create_graph=True)
+    want = eagerc.autograd.grad(m(x).sum(), list(m.parameters()), create_graph=True)
+    assert c.traces == 1 and all(g.grad_fn is not None for g in got[:-1])  # (the last bias' gradient is constant)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g.detach().numpy(), w.detach().numpy(), rtol=1e-12)
 
 
 @pytest.mark.parametrize("make_opt", [

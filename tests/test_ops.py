@@ -125,8 +125,8 @@ class _Recorder:
     def __init__(self):
         self.seen = set()
 
-    def concretize(self, t, what):  # data-dependent sizes (masks, nonzero) read a count
-        pass
+    def concretize(self, t, what, value=None):  # data-dependent sizes (masks, nonzero) read a count
+        return value
 
     def raw_write(self, t, opname):
         pass

@@ -16,9 +16,11 @@ This module is the call policy; each step lives in its own module:
 
 A key seen before runs its program while its checks hold; a failed check or a new key
 retraces -- logging which guard failed, the old and new value and the user's file:line --
-and past `max_graphs` programs new keys run eagerly with a warning. A call whose trace
-hit a graph break runs eagerly -- it was run eagerly while tracing anyway -- and its key
-is remembered as eager, with a warning naming the user's file:line.
+and past `max_graphs` programs new keys run eagerly with a warning. A `bool()` or `.item()`
+splits the graph (breaks.py): the key runs in compiled pieces, the value read between them
+choosing the continuation. A call whose trace hit any other graph break runs eagerly -- it
+was run eagerly while tracing anyway -- and its key is remembered as eager; either way a
+warning names the user's file:line.
 """
 import functools
 import logging
@@ -27,7 +29,7 @@ import types
 import warnings
 
 from .. import dispatch
-from . import dynamic as dyn, entries, keys
+from . import breaks, dynamic as dyn, entries, keys
 from .entries import Entry
 from .guards import Watch
 from .keys import CallKeys, fmt_autocast, fmt_spec, fmt_struct
@@ -122,12 +124,23 @@ class CompiledFunction:
                 if why is not None:
                     return self._guard_failed(key, leaves, env, args, kwargs, why)
             entry.calls += 1
+            if entry.split is not None:
+                return self._run_split(entry, key, leaves, args, kwargs)
             return self._run(entry, leaves, env)
         with self._lock:  # one thread at a time traces and installs entries
             return self._miss(key, leaves, env, args, kwargs, guard_miss=guard_miss)
 
     def _run(self, entry, leaves, env):
         return entries.run(entry, leaves, env, self.__name__)
+
+    def _run_split(self, entry, key, leaves, args, kwargs):
+        """A key that runs in pieces (breaks.py); a break value no continuation holds for traces
+        the call again (nothing was committed yet)."""
+        out = breaks.run(entry, leaves)
+        if out is not breaks.MISS:
+            return out
+        with self._lock:
+            return breaks.missed(self, entry, key, leaves, args, kwargs)
 
     def _guard_failed(self, key, leaves, env, args, kwargs, why):
         """Something the entry's program was traced with changed: trace again, unless this key
@@ -279,10 +292,10 @@ class CompiledFunction:
         if joint:
             from .training import trace_joint
             fwd, split, result, tracer = trace_joint(self.fn, args, kwargs, names, self._module_paths(),
-                                                     fullgraph, watch, symbolic)
+                                                     fullgraph, watch, symbolic, split=symbolic is None)
         else:
             fwd, result, tracer = trace(self.fn, args, kwargs, names, self._module_paths(), fullgraph, watch,
-                                        symbolic)
+                                        symbolic, split=symbolic is None)
             split = None
         tracer.watch = watch
         return fwd, split, result, tracer, owners
@@ -311,6 +324,16 @@ class CompiledFunction:
         key = self.keys.of(args, kwargs, masked=False)[0]
         if fwd is None:
             return self._after_break(key, tracer, result)
+        if not training and dispatch.grad_enabled() and not getattr(tracer, "backward_ran", False) and \
+                any(t.requires_grad for t in tracer.externals.values()):
+            # a tensor that requires grad, read from a closure (not a module parameter): this call
+            # ran eagerly; keep it eager rather than lose its gradient
+            reason = "reads a tensor that requires grad from outside the compiled modules"
+            log.info("eagerc.compile: %s runs eagerly: %s", self.__name__, reason)
+            self.entries[key] = Entry(key, graph=fwd, eager=True, reason=reason, traced=fwd)
+            return result
+        if tracer.breaks:  # bool()/item() went on: the graph runs in pieces
+            return breaks.install(self, key, fwd, split, tracer, owners, result, len(leaves))
         if split is not None:
             from .training import JointEntry
             joint = JointEntry(split, self.backend, tracer, len(leaves))
@@ -320,14 +343,6 @@ class CompiledFunction:
             self._guard_entry(entry, tracer, owners)
             self.entries[key] = entry
             self._dynamic_from_start(entry, leaves, args, kwargs)
-            return result
-        if not training and dispatch.grad_enabled() and not getattr(tracer, "backward_ran", False) and \
-                any(t.requires_grad for t in tracer.externals.values()):
-            # a tensor that requires grad, read from a closure (not a module parameter): this call
-            # ran eagerly; keep it eager rather than lose its gradient
-            reason = "reads a tensor that requires grad from outside the compiled modules"
-            log.info("eagerc.compile: %s runs eagerly: %s", self.__name__, reason)
-            self.entries[key] = Entry(key, graph=fwd, eager=True, reason=reason, traced=fwd)
             return result
         entry = self._compile_entry(key, fwd, tracer, owners)
         self.entries[key] = entry
@@ -381,7 +396,8 @@ class CompiledFunction:
     @property
     def graphs(self):
         """The optimised graph of every compiled specialisation (symbolic ones show sizes as s0...)."""
-        return [e.graph for e in self.entries.values() if e.graph is not None and not e.eager]
+        return [g for e in self.entries.values() if not e.eager
+                for g in ([e.graph] if e.split is None else e.split.graphs()) if g is not None]
 
     @property
     def traced_graphs(self):
@@ -392,6 +408,9 @@ class CompiledFunction:
         (no call yet, or every call ran eagerly) it says so, and why, as a comment."""
         out = []
         for e in self.entries.values():
+            if e.split is not None:
+                out += e.split.code()
+                continue
             if e.dynamic is not None:   # (a symbolic forward and, for autograd, its backward)
                 ds = [e.dynamic] + ([e.joint.dynamic[1]] if e.joint is not None else [])
                 progs = [p for d in ds for p in list(d.programs.values()) + ([d.generic] if d.generic else [])]
@@ -517,7 +536,8 @@ def explain(fn, *args, **kwargs):
     if graph is None:
         breaks.append(tracer.broken)
         lines.append(f"  0 graphs, 1 graph break: {tracer.broken}")
-        lines.append("  (the call runs eagerly; under fullgraph=True it raises)")
+        lines.append("  (compiled, a bool() or item() break splits the graph there, any other runs the call "
+                     "eagerly; under fullgraph=True it raises)")
     else:
         graphs.append(graph)
         lines.append(f"  1 graph, {len(graph.nodes)} ops, 0 graph breaks"

@@ -29,7 +29,7 @@ class Entry:
     """One specialisation: a graph, its program, and how to feed it."""
     __slots__ = ("key", "graph", "traced", "program", "externals", "ext_items", "ext_grads", "ext_guards",
                  "eager", "reason", "rng", "calls", "aliases", "single", "dynamic", "grads_none",
-                 "joint", "wb", "guards", "readers")
+                 "joint", "wb", "guards", "readers", "split")
 
     def __init__(self, key, graph=None, program=None, externals=None, eager=False, reason=None, rng=(),
                  traced=None):
@@ -51,6 +51,7 @@ class Entry:
         self.wb = None              # (program, write-back plan): see write_back
         self.dynamic = None         # a Dynamic for symbolic graphs
         self.joint = None           # a training.JointEntry when calls need autograd
+        self.split = None           # a breaks.Split when calls run in pieces (graph breaks)
         self.single = graph is not None and graph.out_tree == {"t": 0}
         self.aliases = tuple(graph.output_aliases.items()) if graph is not None else ()
         self.grads_none = graph.grads_none if graph is not None else ()

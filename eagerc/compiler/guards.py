@@ -619,6 +619,34 @@ class Guards:
         return out
 
 
+def union(old, new):
+    """Guards that hold when both `old` and `new` hold, without checking a thing twice: the
+    parts of `old` whose subject (a globals dict's or closure's names, modules, an optimizer, a
+    function's defaults) `new` covers are dropped. For traces of one key made while `old` held
+    (breaks.py: each path through a graph break adds its trace's guards)."""
+    if old is None or new is None:
+        return new if old is None else old
+    covered = {}
+    for p in new.parts:
+        key, items = _subject(p)
+        covered.setdefault(key, set()).update(items)
+    keep = [p for p in old.parts if not _subject(p)[1] <= covered.get(_subject(p)[0], set())]
+    return Guards(list(new.parts) + keep, new.dtype)
+
+
+def _subject(part):
+    """(what kind of thing a guard part watches, the set of its items)."""
+    if isinstance(part, _ValuesGuard):
+        return (_ValuesGuard, id(part.d), part.what), set(part.names)
+    if isinstance(part, _ModulesGuard):
+        return _ModulesGuard, {id(m) for m, _ in part.mods}
+    if isinstance(part, _OptimizerGuard):
+        return _OptimizerGuard, {id(part.opt)}
+    if isinstance(part, _DefaultsGuard):
+        return _DefaultsGuard, {id(part.fn)}
+    return id(part), {id(part)}
+
+
 class _DefaultsGuard:
     __slots__ = ("fn", "defaults", "kwdefaults")
 

@@ -5,7 +5,9 @@ Tracing runs the user's function on the real inputs with a `Tracer` installed as
 (`apply`) and creation op (`create`) calls `record`; in-place updates call `mutate`;
 anything that turns a traced tensor into a Python value calls `concretize`, which
 stops the trace with a `GraphBreak` naming the user's file:line (never a silent
-specialisation).
+specialisation) -- or, when the caller asked for it (`split=True`, @compile), notes a
+splittable break (`bool()`, `.item()`: breaks.py) and goes on recording, so the graph
+is compiled in pieces with the Python value read between them.
 
 Tensors that the function reads but did not receive as arguments or make itself are
 "external" inputs, read by reference at call time: module parameters and buffers are
@@ -162,6 +164,8 @@ class Tracer:
         self._hyper = {}       # (id(optimizer), group, key, element) -> Tensor
         self.array_inputs = {}  # input name -> (array, function making the input's array from it)
         self.symbolic = None   # a dynamic.Symbolic while tracing on synthetic sizes
+        self.split = False     # bool()/item() are splittable breaks (breaks.Break), not the trace's end
+        self.breaks = []       # [breaks.Break] in the order the function took them
         self._n = 0
         self._nconst = 0
 
@@ -423,12 +427,19 @@ class Tracer:
         self.names[id(t)] = name
         self.array_inputs[name] = (array, convert)
 
-    def concretize(self, t, what):
+    def concretize(self, t, what, value=None):
+        """`t` becomes the Python `value` (None: a list or array). Returns what the caller hands
+        on: `value`, or for a splittable break a stand-in that notes how it is compared."""
         api = _data_dependent_size()
         if api is not None:
-            return self._break(f"a data-dependent size ({api}: its output shape depends on tensor values)",
-                               "graph shapes are fixed when tracing")
+            self._break(f"a data-dependent size ({api}: its output shape depends on tensor values)",
+                        "graph shapes are fixed when tracing")
+            return value
+        if value is not None and self.split and not self.fullgraph and self.symbolic is None:
+            from .breaks import note
+            return note(self, t, f"{what} on a traced tensor", value)
         self._break(f"{what} on a traced tensor")
+        return value
 
     def raw_write(self, t, opname):
         self._break(f"{opname} (an in-place write outside the recorded ops)",
@@ -505,21 +516,24 @@ def _module_hooks(tracer, paths):
 
 
 def trace(fn, args, kwargs=None, external_names=None, modules=None, fullgraph=False, watch=None,
-          symbolic=None):
+          symbolic=None, split=False):
     """Run fn(*args, **kwargs) eagerly while recording; returns (graph or None, result, tracer).
 
     The graph is None when the function needed a concrete tensor value or had a Python side
     effect `watch` saw (tracer.broken says where); the result is always the real eager
-    result. Under fullgraph that raises GraphBreak.
+    result. Under fullgraph that raises GraphBreak. With `split`, bool() and item() are noted
+    in tracer.breaks instead (breaks.py) and the graph holds the whole call.
     """
     kwargs = kwargs or {}
     tracer = Tracer(external_names, fullgraph)
     tracer.symbolic = symbolic  # (dynamic.Symbolic) sizes read as SymInts: a synthetic trace
+    tracer.split = split
     for i, t in enumerate(tensor_leaves((args, kwargs), [])):
         tracer.add_arg(t, f"arg{i}")
     tracer.base_frame = sys._getframe()
     with tracing(tracer, modules, watch):
         result = fn(*args, **kwargs)
+    tracer.split = False
     if tracer.broken is None:
         try:
             graph = tracer.graph(result)

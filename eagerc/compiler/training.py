@@ -11,8 +11,10 @@ the engine's formulas are recorded like any op). The joint graph is split:
   parameter that requires grad.
 
 A compiled call runs the forward program and returns outputs carrying one autograd
-Node; `backward()` through it runs the backward program. Double backward through a
-compiled function raises (never a silently wrong higher-order gradient).
+Node; `backward()` through it runs the backward program. A backward with
+`create_graph=True` (double backward, a gradient penalty) instead replays the traced
+forward graph with eager ops (replay.py) and differentiates that record eagerly, so the
+gradient it returns is itself differentiable.
 """
 import sys
 from typing import NamedTuple
@@ -40,14 +42,15 @@ class Joint(NamedTuple):
     n_diff: int         # differentiable outputs (the backward's inputs grad0, grad1, ...)
 
 
-def trace_joint(fn, args, kwargs, external_names, module_paths, fullgraph=False, watch=None, symbolic=None):
+def trace_joint(fn, args, kwargs, external_names, module_paths, fullgraph=False, watch=None, symbolic=None,
+                split=False):
     """Run fn eagerly with grad, then a traced autograd.grad over its differentiable outputs.
     `symbolic`: a dynamic.Symbolic for a trace on synthetic sizes (see tracer.trace).
 
     Returns (forward graph, Joint, result, tracer); (graph, None, ...) when there is no backward
     to trace (a training step, or nothing requires grad); (None, None, ...) on a graph break.
     The eager result keeps its own autograd graph (retain_graph=True), so the first call
-    behaves exactly like eager mode.
+    behaves exactly like eager mode. `split`: the forward may hold splittable breaks (breaks.py).
     """
     from ..autograd import grad as autograd_grad
     tracer = Tracer(external_names, fullgraph)
@@ -57,8 +60,10 @@ def trace_joint(fn, args, kwargs, external_names, module_paths, fullgraph=False,
     for i, t in enumerate(leaves):
         tracer.add_arg(t, f"arg{i}")
     tracer.base_frame = sys._getframe()
+    tracer.split = split
     with tracing(tracer, module_paths, watch):
         result = fn(*args, **kwargs)
+        tracer.split = False  # a value read in the backward ends the trace
         joint = None if tracer.broken is not None else _trace_backward(tracer, leaves, result, autograd_grad)
     if tracer.broken is not None:  # a concrete value, or a Python side effect the watch saw
         return None, None, result, tracer
@@ -142,20 +147,48 @@ def _dedupe(inputs):
 class _Ctx:
     """What one compiled call's backward needs: its JointEntry, the backward program for this
     call's sizes (and its per-call attributes), the saved arrays, the (shape, dtype) of each
-    differentiable output and which of them this is."""
-    __slots__ = ("joint", "program", "overrides", "env", "like", "index")
+    differentiable output and which of them this is (`index` among the differentiable ones,
+    `out` among the user's), and for a differentiable backward the call's input tensors and
+    arrays (`leaves`, `inputs`)."""
+    __slots__ = ("joint", "program", "overrides", "env", "like", "index", "out", "leaves", "inputs")
 
-    def __init__(self, joint, program, overrides, env, like, index):
+    def __init__(self, joint, program, overrides, env, like, index, out=None, leaves=None, inputs=None):
         self.joint, self.program, self.overrides, self.env, self.like, self.index = \
             joint, program, overrides, env, like, index
+        self.out, self.leaves, self.inputs = out, leaves, inputs
+
+
+def _differentiable_backward(ctx, g):
+    """create_graph=True: replay the traced forward with eager ops from the call's own input
+    tensors and parameters, then take this output's gradient through that record with eager
+    autograd -- a gradient with a history, equal to eager mode's."""
+    from ..autograd import grad as autograd_grad
+    from .replay import replay
+    joint = ctx.joint
+    if ctx.leaves is None:
+        raise RuntimeError("backward with create_graph=True through this compiled function is not supported: "
+                           "call it uncompiled for higher-order gradients")
+    env = {}
+    for kind, v in joint.traced_forward.inputs:
+        name = v.name
+        if name.startswith("arg") and name[3:].isdigit():
+            env[name] = ctx.leaves[int(name[3:])]
+        elif name in joint.externals:
+            env[name] = joint.externals[name]
+        else:  # an input made at call time (an optimizer option, a numpy array): a constant here
+            env[name] = dispatch.wrap(ctx.inputs[name])
+    replay(joint.traced_forward, env)
+    out = env[joint.traced_forward.outputs[ctx.out].name]
+    targets = [ctx.leaves[i] for i in joint.target_args] + [joint.externals[n] for n in joint.target_externals]
+    if not out.requires_grad:  # (the output does not depend on anything that requires grad)
+        return [None] * len(targets)
+    return list(autograd_grad([out], targets, [g], retain_graph=True, create_graph=True, allow_unused=True))
 
 
 def _run_backward(node, g):
     ctx = node.attrs
     if dispatch.grad_enabled():
-        raise RuntimeError("backward with create_graph=True through a compiled function is not supported: "
-                           "its backward runs as one compiled program. Call the function uncompiled for "
-                           "higher-order gradients.")
+        return _differentiable_backward(ctx, g)
     env = dict(ctx.env)
     for k, (shape, dtype) in enumerate(ctx.like):
         if k == ctx.index:
@@ -176,14 +209,15 @@ def _run_backward(node, g):
 _OP = dispatch.CustomOp("CompiledFunction", _run_backward)   # the op of a compiled call's output Nodes
 
 
-def attach_backward(outs, diff_indices, joint, program, overrides, saved_env, edges):
-    """Give each differentiable output a Node that runs `joint`'s backward `program`."""
+def attach_backward(outs, diff_indices, joint, program, overrides, saved_env, edges, leaves=None, inputs=None):
+    """Give each differentiable output a Node that runs `joint`'s backward `program` (`leaves`,
+    `inputs`: the call's tensors and input arrays, for a differentiable backward)."""
     like = [(outs[i]._array.shape, outs[i]._array.dtype) for i in diff_indices]
     for k, i in enumerate(diff_indices):
         t = outs[i]
         t._requires_grad = True  # (the slot: t may be an aliased non-leaf output)
-        t.grad_fn = dispatch.custom_node(_OP, _Ctx(joint, program, overrides, saved_env, like, k), list(edges),
-                                         t._array.dtype, saved=[])  # ([]: freed after use)
+        t.grad_fn = dispatch.custom_node(_OP, _Ctx(joint, program, overrides, saved_env, like, k, i, leaves, inputs),
+                                         list(edges), t._array.dtype, saved=[])  # ([]: freed after use)
 
 
 class JointEntry:
@@ -191,17 +225,19 @@ class JointEntry:
     entries.run runs the forward program like any other; `outputs` makes its results.
 
     `dynamic`: (forward, backward) entries.Dynamic of a symbolic joint graph (dynamic.py);
-    the backward program is then the one for each call's sizes."""
+    the backward program is then the one for each call's sizes. compile_forward=False: the
+    forward runs in pieces (breaks.py)."""
 
-    def __init__(self, joint, backend, tracer, n_args, dynamic=None):
+    def __init__(self, joint, backend, tracer, n_args, dynamic=None, compile_forward=True):
         from .backends import pipeline
         from .passes import optimize
+        self.traced_forward = joint.forward     # replayed for a differentiable backward
         self.traced_backward = joint.backward   # as traced: dynamic.make_dynamic compares with it
         self.dynamic = dynamic
         if dynamic is None:
-            self.forward = optimize(joint.forward, pipeline(backend))
+            self.forward = optimize(joint.forward, pipeline(backend)) if compile_forward else joint.forward
             self.backward = optimize(joint.backward, pipeline(backend))
-            self.fwd_program = backend.compile(self.forward)
+            self.fwd_program = backend.compile(self.forward) if compile_forward else None
             self.bwd_program = backend.compile(self.backward)
         else:   # symbolic graphs; programs per binding (or one generic program) from the Dynamics
             self.forward, self.backward = dynamic[0].graph, dynamic[1].graph
@@ -234,5 +270,5 @@ class JointEntry:
             program, overrides = self.bwd_program, None
         else:
             program, overrides = self.dynamic[1].program_for(sizes)
-        attach_backward(user, diff, self, program, overrides, bwd_env, edges)
+        attach_backward(user, diff, self, program, overrides, bwd_env, edges, leaves, env)
         return unflatten(self.forward.out_tree, user)
