@@ -496,6 +496,25 @@ def forward_pre_hook_added(w):
     return _calls(c, 4, between)
 
 
+@program
+def full_backward_hook_added_then_removed(w):
+    """The hook dicts are module members: adding one moves the module state epoch, and the
+    gradients it scales are the compiled backward's."""
+    m = _net()
+    c = w.compile(m)
+    handles, out = [], []
+    for i in range(4):
+        x, _ = _data(seed=i)
+        m.zero_grad()
+        c(x).sum().backward()
+        out.append([p.grad.clone() for p in m.parameters()])
+        if i == 0:
+            handles.append(m.act.register_full_backward_hook(lambda mod, gi, go: (gi[0] * 3,)))
+        if i == 2:
+            handles[0].remove()
+    return out
+
+
 class WithBuffer(nn.Module):
     def __init__(self):
         super().__init__()

@@ -398,7 +398,7 @@ class _ValuesGuard:
 
 
 _MEMBER_KEYS = ("_parameters", "_buffers", "_modules", "_forward_pre_hooks", "_forward_hooks",
-                "_state_dict_hooks", "_load_state_dict_pre_hooks")
+                "_state_dict_hooks", "_load_state_dict_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
 _SKIP_KEYS = frozenset(("training", "_compiled_call"))
 
 
