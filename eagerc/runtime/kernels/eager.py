@@ -42,13 +42,14 @@ from ...runtime import kernel_cache
 from .ir import Kernel
 from .render import PARALLEL_MIN, CRenderer
 
-__all__ = ["row_kernel", "use", "enabled", "set_enabled", "available", "MIN_ELEMENTS", "BUILDERS"]
+__all__ = ["row_kernel", "c_function", "use", "enabled", "set_enabled", "available", "MIN_ELEMENTS", "BUILDERS"]
 
 # per op: from this many elements the C kernel beats numpy's (a kernel call costs ~6 us of
 # ctypes and pointers; numpy's softmax_backward is two cheap passes, layer_norm's are many).
 # Measured one thread, float32, [n/64, 64] rows: the crossovers are ~1k, ~4k and < 64 elements.
 MIN_ELEMENTS = {"softmax": 2048, "log_softmax": 2048, "softmax_backward": 8192, "log_softmax_backward": 8192,
-                "layer_norm": 256, "layer_norm_backward": 256, "gelu": 2048, "gelu_backward": 256}
+                "layer_norm": 256, "layer_norm_backward": 256, "gelu": 2048, "gelu_backward": 256,
+                "cross_entropy": 1024, "layer_norm_weight_backward": 256, "embedding_backward": 1024}
 DTYPES = ("float32", "float64")
 _F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)     # native byte order (dtype singletons)
 
@@ -263,17 +264,34 @@ def row_kernel(op, dtype, cols, *variant):
     k = _kernels.get(key)
     if k is not None or key in _kernels:
         return k
-    global _available
     with _lock:
         if key in _kernels:
             return _kernels[key]
         ir = kernel_ir(op, dtype, cols, *variant)
-        try:
-            k = RowKernel(ir, kernel_cache.load(source(ir)))
-        except (kernel_cache.CompileError, kernel_cache.NoCompiler, OSError) as e:
-            lines = str(e).splitlines() or [type(e).__name__]
-            first = next((line.strip() for line in lines[1:] if "error" in line), lines[0])
-            _notice(f"the C compiler failed ({first[:200]})")
-            _available, k = False, None
-        _kernels[key] = k
+        lib = _build(source(ir))
+        k = _kernels[key] = None if lib is None else RowKernel(ir, lib)
         return k
+
+
+def c_function(name, src):
+    """Function `name` of C source `src` (a hand-written eager kernel: foreach.py, rows.py),
+    compiled on first use or found in the disk cache; None when the kernels are off, no
+    compiler works or it fails (after one notice: the caller runs numpy)."""
+    if not (_enabled and (_available or available())):
+        return None
+    with _lock:
+        lib = _build(src)
+    return None if lib is None else getattr(lib, name)
+
+
+def _build(src):
+    """kernel_cache.load(src), or None after the one notice when the compiler fails."""
+    global _available
+    try:
+        return kernel_cache.load(src)
+    except (kernel_cache.CompileError, kernel_cache.NoCompiler, OSError) as e:
+        lines = str(e).splitlines() or [type(e).__name__]
+        first = next((line.strip() for line in lines[1:] if "error" in line), lines[0])
+        _notice(f"the C compiler failed ({first[:200]})")
+        _available = False
+        return None

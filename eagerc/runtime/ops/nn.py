@@ -38,7 +38,7 @@ are attributes, so the shape rules below work on shapes alone.
 import numpy as np
 
 from ...runtime import dtypes
-from ..kernels import eager as c_rows
+from ..kernels import eager as c_rows, rows as c_row_kernels
 from . import NORMALISATION, Flops, declare
 from .meta import Spec, fail, fmt_shape, normalize_dim
 from .linalg import array_matmul
@@ -267,6 +267,13 @@ def _layer_norm_backward(xp):
 
 def _layer_norm_weight_backward(xp):
     def layer_norm_weight_backward(g, x, normalized_shape, eps):
+        if xp is np and c_rows.use("layer_norm_weight_backward", x) and _same_layout((x, g)):
+            k = c_row_kernels.kernel("layer_norm_weight_backward", x.dtype.name)
+            if k is not None:   # one pass per row, the column sums in double
+                cols = _numel(normalized_shape)
+                gw = np.empty(cols, x.dtype)
+                k(g.ctypes.data, x.ctypes.data, gw.ctypes.data, x.size // cols, cols, float(eps))
+                return gw.reshape(tuple(normalized_shape))
         xhat, _ = _normalized(xp, x, normalized_shape, eps)
         xhat *= g.reshape(xhat.shape)
         return array_sum(xhat, 0).reshape(tuple(normalized_shape))
@@ -548,17 +555,33 @@ def _ce_targets(xp, t, C, ignore_index, dtype, weight):
     return valid, t, wt
 
 
+def _ce_c_rows(op, x2, t, wt):
+    """The C row kernel of cross_entropy(_backward) (runtime/kernels/rows.py) and the int64 targets
+    it reads, when it applies: numpy float32/float64 rows in C order, every row counted once (no
+    class weights, nothing ignored: `wt` None), enough elements; else (None, None)."""
+    if wt is not None or type(x2) is not np.ndarray or not c_rows.use("cross_entropy", x2):
+        return None, None
+    k = c_row_kernels.kernel(op, x2.dtype.name)
+    return (k, t if t.dtype == np.int64 and t.flags.c_contiguous else t.astype(np.int64)) if k else (None, None)
+
+
 def _cross_entropy(xp):
     def cross_entropy(x, target, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0):
         x2, t, back = _ce_layout(xp, x, target)
         n, C = x2.shape
-        z = x2 - x2.max(axis=1, keepdims=True) if n else x2.copy()
-        lse = xp.log(xp.exp(z).sum(axis=1))
         valid, t, wt = _ce_targets(xp, t, C, ignore_index, x.dtype, weight)
-        loss = lse - z[xp.arange(n), t]  # -log p[target]
-        if wt is not None:
+        k, t64 = _ce_c_rows("cross_entropy", x2, t, wt)
+        if k is not None:   # the per-row loss in one pass over each row
+            loss = np.empty(n, x2.dtype)
+            eps = float(label_smoothing)
+            k(x2.ctypes.data, t64.ctypes.data, loss.ctypes.data, n, C, 1 - eps, eps / C)
+        else:
+            z = x2 - x2.max(axis=1, keepdims=True) if n else x2.copy()
+            lse = xp.log(xp.exp(z).sum(axis=1))
+            loss = lse - z[xp.arange(n), t]  # -log p[target]
+        if k is None and wt is not None:
             loss *= wt
-        if label_smoothing:  # -sum_c w_c log p_c
+        if k is None and label_smoothing:  # -sum_c w_c log p_c
             smooth = lse * (C if weight is None else weight.sum()) - (z.sum(axis=1) if weight is None else z @ weight)
             if valid is not None:
                 smooth *= valid
@@ -579,10 +602,19 @@ def _cross_entropy_backward(xp):
         """d loss / d x = scale * valid * (softmax(x) * coef - target distribution)."""
         x2, t, back = _ce_layout(xp, x, target)
         n, C = x2.shape
+        valid, t, wt = _ce_targets(xp, t, C, ignore_index, x.dtype, weight)
+        k, t64 = _ce_c_rows("cross_entropy_backward", x2, t, wt)
+        if k is not None:   # softmax, minus the target distribution, times the scale: one pass per row
+            scale = np.ascontiguousarray(g.reshape(-1) if reduction == "none" else g if reduction == "sum" else g / n,
+                                         dtype=x2.dtype)
+            p = np.empty(x2.shape, x2.dtype)
+            eps = float(label_smoothing)
+            k(x2.ctypes.data, t64.ctypes.data, scale.ctypes.data, p.ctypes.data, n, C, int(reduction == "none"),
+              1 - eps, eps / C)
+            return back(p)
         p = x2 - x2.max(axis=1, keepdims=True) if n else x2.copy()
         xp.exp(p, out=p)
         p /= p.sum(axis=1, keepdims=True)
-        valid, t, wt = _ce_targets(xp, t, C, ignore_index, x.dtype, weight)
         rows = xp.arange(n)
         eps = label_smoothing
         if wt is None:  # every row counts once
@@ -659,6 +691,13 @@ def _embedding_backward(xp):
         out = xp.zeros((num_weights, dim), dtype=g.dtype)
         idx = indices.reshape(-1)
         g2 = g.reshape(-1, dim)
+        if xp is np and c_rows.use("embedding_backward", g) and idx.size and 0 <= idx.min() and idx.max() < num_weights:
+            k = c_row_kernels.kernel("embedding_backward", g.dtype.name)
+            if k is not None:   # np.add.at's loop (same order, same bits), without its per-index overhead
+                idx = idx if idx.dtype == np.int64 and idx.flags.c_contiguous else idx.astype(np.int64)
+                k(g2.ctypes.data, idx.ctypes.data, out.ctypes.data, idx.size, dim,
+                  -1 if padding_idx is None else padding_idx)
+                return out
         if padding_idx is not None:
             keep = idx != padding_idx
             idx, g2 = idx[keep], g2[keep]

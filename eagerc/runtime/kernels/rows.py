@@ -1,0 +1,160 @@
+"""Eager kernels the kernel IR does not express, as short hand-written C: row kernels that read
+a per-row class index (cross_entropy and its backward), a leading-dim sum of a normalised
+product (layer_norm's weight gradient) and a scatter-add by index (embedding's backward).
+
+Why: in a GPT training step these were numpy's multi-pass kernels -- cross_entropy forward and
+backward ~4x PyTorch's, the layer_norm weight gradient twice the cost of the whole input
+gradient, embedding_backward's `np.add.at` ~6x PyTorch's scatter-add. Each is one pass per row
+(the row in cache) in C.
+
+Numbers. embedding_backward adds the rows in index order into zeros, as `np.add.at` does: the
+same bits. The others add row sums (and the weight gradient's column sums) in double where numpy
+sums float32 pairwise, and take exp/log from glibc: within a few ulp of the numpy kernel's
+result's scale (tests/test_eager_kernels.py states the bounds); the elementwise steps are the
+numpy kernel's, in its order (kernel_cache compiles with -ffp-contract=off).
+
+Built through eager.c_function (the same disk cache, off switch and no-compiler fallback as the
+generated row kernels); `kernel(name, dtype)` is None when numpy must run.
+"""
+import ctypes
+
+from .eager import c_function
+from .render import CRenderer
+
+__all__ = ["kernel", "SOURCES"]
+
+_CT = {"float32": "float", "float64": "double"}
+_MATH = {"float32": ("expf", "logf", "sqrtf"), "float64": ("exp", "log", "sqrt")}
+
+# the row's max, then sum exp(x - max) in double: lse = max-shifted log-sum-exp (numpy's
+# `z = x - max; log(exp(z).sum())`); declares z0 = x[t] - max's inputs for the callers
+_ROW_LSE = """
+        const T *xr = x + r * C;
+        T mx = xr[0];
+        for (int64_t c = 1; c < C; c++) mx = (xr[c] > mx || xr[c] != xr[c]) ? xr[c] : mx;
+        double s = 0;
+        #pragma omp simd reduction(+:s)
+        for (int64_t c = 0; c < C; c++) s += (double)EXP(xr[c] - mx);
+        const T lse = LOG((T)s);
+"""
+
+SOURCES = {
+    # per-row loss: lse - z[t]; with label smoothing (1 - eps) loss + eps / C (lse C - sum z)
+    "cross_entropy": """
+void {name}(const T *x, const int64_t *t, T *loss, int64_t rows, int64_t C, T keep, T eps_c)
+{
+    for (int64_t r = 0; r < rows; r++) {""" + _ROW_LSE + """
+        T l = lse - (xr[t[r]] - mx);
+        if (eps_c != 0) {
+            double zs = 0;
+            #pragma omp simd reduction(+:zs)
+            for (int64_t c = 0; c < C; c++) zs += (double)(xr[c] - mx);
+            T smooth = lse * (T)C;
+            smooth = smooth - (T)zs;
+            l = keep * l;
+            smooth = eps_c * smooth;
+            l = l + smooth;
+        }
+        loss[r] = l;
+    }
+}
+""",
+    # d x = (softmax(x) - onehot(t) (1 - eps) - eps / C) * scale[r * scale_step]
+    "cross_entropy_backward": """
+void {name}(const T *x, const int64_t *t, const T *scale, T *gx, int64_t rows, int64_t C, int64_t scale_step,
+            T keep, T eps_c)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        const T *xr = x + r * C;
+        T *o = gx + r * C;
+        T mx = xr[0];
+        for (int64_t c = 1; c < C; c++) mx = (xr[c] > mx || xr[c] != xr[c]) ? xr[c] : mx;
+        double s = 0;
+        #pragma omp simd reduction(+:s)
+        for (int64_t c = 0; c < C; c++) {
+            T e = EXP(xr[c] - mx);
+            o[c] = e;
+            s += (double)e;
+        }
+        const T sum = (T)s;
+        const T k = scale[r * scale_step];
+        #pragma omp simd
+        for (int64_t c = 0; c < C; c++) o[c] = o[c] / sum;
+        o[t[r]] = o[t[r]] - keep;
+        if (eps_c != 0) {
+            #pragma omp simd
+            for (int64_t c = 0; c < C; c++) o[c] = o[c] - eps_c;
+        }
+        #pragma omp simd
+        for (int64_t c = 0; c < C; c++) o[c] = o[c] * k;
+    }
+}
+""",
+    # gw = sum over rows of g * xhat (xhat: the row normalised as layer_norm normalises it)
+    "layer_norm_weight_backward": """
+void {name}(const T *g, const T *x, T *gw, int64_t rows, int64_t C, T eps)
+{
+    double *acc = calloc(C, sizeof(double));
+    for (int64_t r = 0; r < rows; r++) {
+        const T *xr = x + r * C, *gr = g + r * C;
+        double s = 0;
+        #pragma omp simd reduction(+:s)
+        for (int64_t c = 0; c < C; c++) s += (double)xr[c];
+        const T mean = (T)(s / (double)C);
+        double q = 0;
+        #pragma omp simd reduction(+:q)
+        for (int64_t c = 0; c < C; c++) { T d = xr[c] - mean; q += (double)(d * d); }
+        T var = (T)(q / (double)C);
+        var = var + eps;
+        const T rstd = (T)1 / SQRT(var);
+        #pragma omp simd
+        for (int64_t c = 0; c < C; c++) { T xh = (xr[c] - mean) * rstd; acc[c] += (double)(xh * gr[c]); }
+    }
+    for (int64_t c = 0; c < C; c++) gw[c] = (T)acc[c];
+    free(acc);
+}
+""",
+    # out (zeros) [idx[i]] += g[i], in index order (np.add.at's order); rows equal to `skip` skipped
+    "embedding_backward": """
+void {name}(const T *g, const int64_t *idx, T *out, int64_t n, int64_t D, int64_t skip)
+{
+    for (int64_t i = 0; i < n; i++) {
+        if (idx[i] == skip) continue;
+        T *o = out + idx[i] * D;
+        const T *gi = g + i * D;
+        #pragma omp simd
+        for (int64_t c = 0; c < D; c++) o[c] = o[c] + gi[c];
+    }
+}
+""",
+}
+
+# argument types after the pointers: the int64 sizes and the dtype's scalars
+_ARGS = {"cross_entropy": "ppp" "ii" "ff", "cross_entropy_backward": "pppp" "iii" "ff",
+         "layer_norm_weight_backward": "ppp" "ii" "f", "embedding_backward": "ppp" "iii"}
+
+_kernels = {}
+
+
+def source(op, dtype):
+    exp, log, sqrt = _MATH[dtype]
+    name = f"eager_{op}_{dtype}"
+    body = SOURCES[op].replace("{name}", name)
+    return name, (CRenderer.PRELUDE + f"#define T {_CT[dtype]}\n#define EXP {exp}\n#define LOG {log}\n"
+                  f"#define SQRT {sqrt}\n" + body)
+
+
+def kernel(op, dtype):
+    """The ctypes function of `op` for float32 / float64 arrays (pointers as integers, sizes as
+    ints, scalars as Python floats); None when the C kernels are off or no compiler works."""
+    key = (op, dtype)
+    fn = _kernels.get(key, False)
+    if fn is False:
+        name, src = source(op, dtype)
+        fn = c_function(name, src)
+        if fn is not None:
+            real = ctypes.c_float if dtype == "float32" else ctypes.c_double
+            fn.argtypes = [{"p": ctypes.c_void_p, "i": ctypes.c_int64, "f": real}[a] for a in _ARGS[op]]
+            fn.restype = None
+        _kernels[key] = fn
+    return fn
