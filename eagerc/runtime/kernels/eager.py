@@ -49,7 +49,8 @@ __all__ = ["row_kernel", "c_function", "use", "enabled", "set_enabled", "availab
 # Measured one thread, float32, [n/64, 64] rows: the crossovers are ~1k, ~4k and < 64 elements.
 MIN_ELEMENTS = {"softmax": 2048, "log_softmax": 2048, "softmax_backward": 8192, "log_softmax_backward": 8192,
                 "layer_norm": 256, "layer_norm_backward": 256, "gelu": 2048, "gelu_backward": 256,
-                "cross_entropy": 1024, "layer_norm_weight_backward": 256, "embedding_backward": 1024}
+                "cross_entropy": 1024, "layer_norm_weight_backward": 256, "embedding_backward": 1024,
+                "lstm_step": 0}
 DTYPES = ("float32", "float64")
 _F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)     # native byte order (dtype singletons)
 
@@ -104,7 +105,9 @@ def _softmax(k, d, cols):
     x = _row_load(k, "x", d, cols)
     s = k.add("sub", (x, k.add("row_max", (x,), d)), d)
     e = k.add("exp", (s,), d)
-    k.store(k.add("div", (e, k.add("row_sum", (e,), d)), d), "out", d, (1, cols))
+    # times 1/sum rather than / sum: a multiply per element instead of a division (~0.8 ms of
+    # 2.5 at 4096x1024); at most one more rounding (<= 1 ulp) on the sum's own few ulp
+    k.store(k.add("mul", (e, k.add("reciprocal", (k.add("row_sum", (e,), d),), d)), d), "out", d, (1, cols))
 
 
 def _log_softmax(k, d, cols):

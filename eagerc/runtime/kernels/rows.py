@@ -24,7 +24,7 @@ from .render import CRenderer
 __all__ = ["kernel", "SOURCES"]
 
 _CT = {"float32": "float", "float64": "double"}
-_MATH = {"float32": ("expf", "logf", "sqrtf"), "float64": ("exp", "log", "sqrt")}
+_MATH = {"float32": ("expf", "logf", "sqrtf", "tanhf"), "float64": ("exp", "log", "sqrt", "tanh")}
 
 # the row's max, then sum exp(x - max) in double: lse = max-shifted log-sum-exp (numpy's
 # `z = x - max; log(exp(z).sum())`); declares z0 = x[t] - max's inputs for the callers
@@ -127,21 +127,81 @@ void {name}(const T *g, const int64_t *idx, T *out, int64_t n, int64_t D, int64_
     }
 }
 """,
+    # one LSTM step's gate math (runtime/ops/nn.py lstm_layer), rows b of (B, 4H) projections
+    # (gates: four (B, H) blocks BH elements apart, the layer's (6, T, B, H) reserve);
+    # gates [i, f, g, o] = act(hw + xg) (sigmoid as 0.5 tanh(0.5 a) + 0.5, g's tanh as tanh(a) * 1 + 0:
+    # the numpy kernel's steps); c = f c_prev + i g; h = o tanh(c)
+    "lstm_step": """
+void {name}(const T *hw, const T *xg, const T *c_prev, T *h, T *c, T *gates, int64_t B, int64_t H, int64_t BH)
+{
+    for (int64_t b = 0; b < B; b++) {
+        const T *hr = hw + b * 4 * H, *xr = xg + b * 4 * H;
+        #pragma omp simd
+        for (int64_t j = 0; j < H; j++) {
+            const int64_t e = b * H + j;
+            T ai = hr[j] + xr[j], af = hr[H + j] + xr[H + j], ag = hr[2 * H + j] + xr[2 * H + j];
+            T ao = hr[3 * H + j] + xr[3 * H + j];
+            T i = TANH(ai * (T)0.5) * (T)0.5 + (T)0.5, f = TANH(af * (T)0.5) * (T)0.5 + (T)0.5;
+            T g = TANH(ag) + (T)0, o = TANH(ao * (T)0.5) * (T)0.5 + (T)0.5;
+            gates[e] = i; gates[BH + e] = f; gates[2 * BH + e] = g; gates[3 * BH + e] = o;
+            T cc = f * c_prev[e];
+            T ig = i * g;
+            cc = cc + ig;
+            c[e] = cc;
+            h[e] = TANH(cc) * o;
+        }
+    }
+}
+""",
+    # its backward at one step (lstm_layer_backward): from d h (dhw + gh: the next step's product
+    # and the output's own gradient) and d c (dc, updated in place: through c_{t+1} = f_{t+1} c + ...,
+    # f_next NULL at the last step), the gates' gradients before activation into res (B, 4H)
+    "lstm_step_backward": """
+void {name}(const T *dhw, const T *gh, const T *gc, const T *f_next, const T *c, const T *h, const T *gates,
+            const T *ggates, const T *c_prev, T *dc, T *res, int64_t B, int64_t H, int64_t BH)
+{
+    for (int64_t b = 0; b < B; b++) {
+        T *rr = res + b * 4 * H;
+        #pragma omp simd
+        for (int64_t j = 0; j < H; j++) {
+            const int64_t e = b * H + j;
+            T dh = gh[e], dce = dc[e];
+            if (f_next) { dh = dhw[e] + dh; dce = dce * f_next[e]; dce = dce + gc[e]; }
+            const T i = gates[e], f = gates[BH + e], g = gates[2 * BH + e], o = gates[3 * BH + e];
+            const T tc = TANH(c[e]);
+            T d_o = dh * tc;
+            T tmp = h[e] * tc;
+            tmp = o - tmp;
+            tmp = tmp * dh;
+            dce = dce + tmp;
+            dc[e] = dce;
+            T d_i = dce * g, d_f = dce * c_prev[e], d_g = dce * i;
+            d_i = d_i + ggates[e]; d_f = d_f + ggates[BH + e]; d_g = d_g + ggates[2 * BH + e];
+            d_o = d_o + ggates[3 * BH + e];
+            rr[j] = (d_i * ((T)1 - i)) * (i + (T)0);
+            rr[H + j] = (d_f * ((T)1 - f)) * (f + (T)0);
+            rr[2 * H + j] = (d_g * ((T)1 - g)) * (g + (T)1);
+            rr[3 * H + j] = (d_o * ((T)1 - o)) * (o + (T)0);
+        }
+    }
+}
+""",
 }
 
 # argument types after the pointers: the int64 sizes and the dtype's scalars
 _ARGS = {"cross_entropy": "ppp" "ii" "ff", "cross_entropy_backward": "pppp" "iii" "ff",
-         "layer_norm_weight_backward": "ppp" "ii" "f", "embedding_backward": "ppp" "iii"}
+         "layer_norm_weight_backward": "ppp" "ii" "f", "embedding_backward": "ppp" "iii",
+         "lstm_step": "pppppp" "iii", "lstm_step_backward": "ppppppppppp" "iii"}
 
 _kernels = {}
 
 
 def source(op, dtype):
-    exp, log, sqrt = _MATH[dtype]
+    exp, log, sqrt, tanh = _MATH[dtype]
     name = f"eager_{op}_{dtype}"
     body = SOURCES[op].replace("{name}", name)
     return name, (CRenderer.PRELUDE + f"#define T {_CT[dtype]}\n#define EXP {exp}\n#define LOG {log}\n"
-                  f"#define SQRT {sqrt}\n" + body)
+                  f"#define SQRT {sqrt}\n#define TANH {tanh}\n" + body)
 
 
 def kernel(op, dtype):

@@ -907,6 +907,15 @@ def _gru_cell_backward(xp):
     return gru_cell_backward
 
 
+def _lstm_c_step(op, *arrays):
+    """The C kernel of one LSTM step's gate math (runtime/kernels/rows.py) when every array is a
+    C-contiguous numpy float32/float64 array of one dtype and the kernels are on; else None."""
+    a = arrays[0]
+    if type(a) is not np.ndarray or not c_rows.use("lstm_step", a) or not _same_layout(arrays):
+        return None
+    return c_row_kernels.kernel(op, a.dtype.name)
+
+
 def _lstm_layer(xp):
     def lstm_layer(xg, h0, c0, w_hh):
         """(6, T, B, H): every step's h, c and activated gates i, f, g, o -- the LSTM recurrence
@@ -917,6 +926,17 @@ def _lstm_layer(xp):
         transposing copy), and ten in-place passes over the step's blocks, written into the result."""
         T, B, H = xg.shape[0], h0.shape[0], h0.shape[1]
         out = xp.empty((6, T, B, H), dtype=xg.dtype)
+        k = _lstm_c_step("lstm_step", xg, h0, c0, w_hh)
+        if k is not None:   # per step: the product h W_hh^T as (B, 4H) rows, then one C pass of gate math
+            w_t = np.ascontiguousarray(w_hh.T)
+            hw = np.empty((B, 4 * H), dtype=xg.dtype)
+            h, c = np.ascontiguousarray(h0), np.ascontiguousarray(c0)
+            for t in range(T):
+                np.matmul(h, w_t, out=hw)
+                h, c_prev, c = out[0, t], c, out[1, t]
+                k(hw.ctypes.data, xg[t].ctypes.data, c_prev.ctypes.data, h.ctypes.data, c.ctypes.data,
+                  out[2:, t].ctypes.data, B, H, T * B * H)
+            return out
         scale, shift = (v.reshape(4, 1, H) for v in _lstm_affine(xp, H, xg.dtype)[:2])   # gate-major
         hw = xp.empty((4 * H, B), dtype=xg.dtype)
         hw4 = hw.reshape(4, H, B).transpose(0, 2, 1)              # (4, B, H): its [i, f, g, o] blocks
@@ -952,6 +972,22 @@ def _lstm_layer_backward(xp):
         T, B, H = out.shape[1:]
         dt = out.dtype
         res = xp.empty((T + 1, B, 4 * H), dtype=dt)
+        k = _lstm_c_step("lstm_step_backward", g, h0, c0, w_hh, out)
+        if k is not None:   # per step: one C pass of gate math into res[t], then d h = res[t] W_hh
+            dhw = np.empty((B, H), dtype=dt)
+            dc = g[1, T - 1].copy()
+            c0 = np.ascontiguousarray(c0)
+            for t in range(T - 1, -1, -1):
+                k(dhw.ctypes.data, g[0, t].ctypes.data, g[1, t].ctypes.data,
+                  out[3, t + 1].ctypes.data if t < T - 1 else None, out[1, t].ctypes.data, out[0, t].ctypes.data,
+                  out[2:, t].ctypes.data, g[2:, t].ctypes.data, (c0 if t == 0 else out[1, t - 1]).ctypes.data,
+                  dc.ctypes.data, res[t].ctypes.data, B, H, T * B * H)
+                np.matmul(res[t], w_hh, out=dhw)
+            res[T, :, :H] = dhw
+            dc *= out[3, 0]
+            res[T, :, H:2 * H] = dc
+            res[T, :, 2 * H:] = 0
+            return res
         k = _lstm_affine(xp, H, dt)[2].reshape(4, 1, H)
         dh, dc, tc, tmp = (xp.empty((B, H), dtype=dt) for _ in range(4))
         d, s = xp.empty((4, B, H), dtype=dt), xp.empty((4, B, H), dtype=dt)
