@@ -412,7 +412,7 @@ class ArrayOps:
         for a in arrays:
             if type(a) is not np.ndarray or a.dtype is not dt or not a.flags.c_contiguous:
                 return False
-        k = foreach.update_kernel(rule, dt.name, flags)
+        k = foreach.update_kernel(rule, c_rows.NAMES[dt], flags)
         if k is None:
             return False
         batch = self.pending.get(k)

@@ -42,7 +42,7 @@ from ...runtime import kernel_cache
 from .ir import Kernel
 from .render import PARALLEL_MIN, CRenderer
 
-__all__ = ["row_kernel", "c_function", "use", "enabled", "set_enabled", "available", "MIN_ELEMENTS", "BUILDERS"]
+__all__ = ["row_kernel", "c_function", "use", "NAMES", "enabled", "set_enabled", "available", "MIN_ELEMENTS", "BUILDERS"]
 
 # per op: from this many elements the C kernel beats numpy's (a kernel call costs ~6 us of
 # ctypes and pointers; numpy's softmax_backward is two cheap passes, layer_norm's are many).
@@ -53,6 +53,7 @@ MIN_ELEMENTS = {"softmax": 2048, "log_softmax": 2048, "softmax_backward": 8192, 
                 "lstm_step": 0}
 DTYPES = ("float32", "float64")
 _F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)     # native byte order (dtype singletons)
+NAMES = {_F32: "float32", _F64: "float64"}   # dtype -> name without numpy's Python-level `dtype.name`
 
 _enabled = os.environ.get("EAGERC_EAGER_KERNELS", "1").strip().lower() not in ("0", "false", "no", "off")
 _available = None          # None: not checked yet; False after a missing or failing compiler

@@ -26,15 +26,30 @@ __all__ = ["kernel", "SOURCES"]
 _CT = {"float32": "float", "float64": "double"}
 _MATH = {"float32": ("expf", "logf", "sqrtf", "tanhf"), "float64": ("exp", "log", "sqrt", "tanh")}
 
-# the row's max, then sum exp(x - max) in double: lse = max-shifted log-sum-exp (numpy's
-# `z = x - max; log(exp(z).sum())`); declares z0 = x[t] - max's inputs for the callers
+# a row's max as the renderer computes it (a vector max plus a NaN flag: NaN propagates as in
+# numpy), then sums of float blocks of 256 added in double (render.py's SUM_BLOCK: vectorised
+# float partial sums, accumulated in double); MAX_ROW and the block loop are used below
+_PRELUDE = """
+#define ROW_MAX(mx, xr, C) do { \\
+    T m_ = -INFINITY; int n_ = 0; \\
+    _Pragma("omp simd reduction(max:m_) reduction(|:n_)") \\
+    for (int64_t c = 0; c < C; c++) { const T v_ = xr[c]; m_ = v_ > m_ ? v_ : m_; n_ |= v_ != v_; } \\
+    mx = n_ ? (T)NAN : m_; } while (0)
+#define BLOCKED_SUM(acc, C, EXPR) do { \\
+    acc = 0; \\
+    for (int64_t cb = 0; cb < C; cb += 256) { \\
+        const int64_t ce = cb + 256 < C ? cb + 256 : C; T f_ = 0; \\
+        _Pragma("omp simd reduction(+:f_)") \\
+        for (int64_t c = cb; c < ce; c++) f_ += (EXPR); \\
+        acc += f_; } } while (0)
+"""
+
 _ROW_LSE = """
         const T *xr = x + r * C;
-        T mx = xr[0];
-        for (int64_t c = 1; c < C; c++) mx = (xr[c] > mx || xr[c] != xr[c]) ? xr[c] : mx;
-        double s = 0;
-        #pragma omp simd reduction(+:s)
-        for (int64_t c = 0; c < C; c++) s += (double)EXP(xr[c] - mx);
+        T mx;
+        ROW_MAX(mx, xr, C);
+        double s;
+        BLOCKED_SUM(s, C, EXP(xr[c] - mx));
         const T lse = LOG((T)s);
 """
 
@@ -46,9 +61,8 @@ void {name}(const T *x, const int64_t *t, T *loss, int64_t rows, int64_t C, T ke
     for (int64_t r = 0; r < rows; r++) {""" + _ROW_LSE + """
         T l = lse - (xr[t[r]] - mx);
         if (eps_c != 0) {
-            double zs = 0;
-            #pragma omp simd reduction(+:zs)
-            for (int64_t c = 0; c < C; c++) zs += (double)(xr[c] - mx);
+            double zs;
+            BLOCKED_SUM(zs, C, xr[c] - mx);
             T smooth = lse * (T)C;
             smooth = smooth - (T)zs;
             l = keep * l;
@@ -67,15 +81,12 @@ void {name}(const T *x, const int64_t *t, const T *scale, T *gx, int64_t rows, i
     for (int64_t r = 0; r < rows; r++) {
         const T *xr = x + r * C;
         T *o = gx + r * C;
-        T mx = xr[0];
-        for (int64_t c = 1; c < C; c++) mx = (xr[c] > mx || xr[c] != xr[c]) ? xr[c] : mx;
-        double s = 0;
-        #pragma omp simd reduction(+:s)
-        for (int64_t c = 0; c < C; c++) {
-            T e = EXP(xr[c] - mx);
-            o[c] = e;
-            s += (double)e;
-        }
+        T mx;
+        ROW_MAX(mx, xr, C);
+        #pragma omp simd
+        for (int64_t c = 0; c < C; c++) o[c] = EXP(xr[c] - mx);
+        double s;
+        BLOCKED_SUM(s, C, o[c]);
         const T sum = (T)s;
         const T k = scale[r * scale_step];
         #pragma omp simd
@@ -97,13 +108,10 @@ void {name}(const T *g, const T *x, T *gw, int64_t rows, int64_t C, T eps)
     double *acc = calloc(C, sizeof(double));
     for (int64_t r = 0; r < rows; r++) {
         const T *xr = x + r * C, *gr = g + r * C;
-        double s = 0;
-        #pragma omp simd reduction(+:s)
-        for (int64_t c = 0; c < C; c++) s += (double)xr[c];
+        double s, q;
+        BLOCKED_SUM(s, C, xr[c]);
         const T mean = (T)(s / (double)C);
-        double q = 0;
-        #pragma omp simd reduction(+:q)
-        for (int64_t c = 0; c < C; c++) { T d = xr[c] - mean; q += (double)(d * d); }
+        BLOCKED_SUM(q, C, (xr[c] - mean) * (xr[c] - mean));
         T var = (T)(q / (double)C);
         var = var + eps;
         const T rstd = (T)1 / SQRT(var);
@@ -200,7 +208,7 @@ def source(op, dtype):
     exp, log, sqrt, tanh = _MATH[dtype]
     name = f"eager_{op}_{dtype}"
     body = SOURCES[op].replace("{name}", name)
-    return name, (CRenderer.PRELUDE + f"#define T {_CT[dtype]}\n#define EXP {exp}\n#define LOG {log}\n"
+    return name, (CRenderer.PRELUDE + _PRELUDE + f"#define T {_CT[dtype]}\n#define EXP {exp}\n#define LOG {log}\n"
                   f"#define SQRT {sqrt}\n#define TANH {tanh}\n" + body)
 
 

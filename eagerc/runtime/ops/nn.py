@@ -108,7 +108,7 @@ def _on_c_rows(op, numpy_kernel, rows_of):
             plan = rows_of(*args, **attrs)
             if plan is not None:
                 inputs, cols, variant = plan
-                k = c_rows.row_kernel(op, args[0].dtype.name, cols, *variant)
+                k = c_rows.row_kernel(op, c_rows.NAMES[args[0].dtype], cols, *variant)
                 if k is not None:
                     out = np.empty(inputs[0].shape, inputs[0].dtype)
                     k(*inputs, out, rows=out.size // cols)
@@ -268,7 +268,7 @@ def _layer_norm_backward(xp):
 def _layer_norm_weight_backward(xp):
     def layer_norm_weight_backward(g, x, normalized_shape, eps):
         if xp is np and c_rows.use("layer_norm_weight_backward", x) and _same_layout((x, g)):
-            k = c_row_kernels.kernel("layer_norm_weight_backward", x.dtype.name)
+            k = c_row_kernels.kernel("layer_norm_weight_backward", c_rows.NAMES[x.dtype])
             if k is not None:   # one pass per row, the column sums in double
                 cols = _numel(normalized_shape)
                 gw = np.empty(cols, x.dtype)
@@ -561,7 +561,7 @@ def _ce_c_rows(op, x2, t, wt):
     class weights, nothing ignored: `wt` None), enough elements; else (None, None)."""
     if wt is not None or type(x2) is not np.ndarray or not c_rows.use("cross_entropy", x2):
         return None, None
-    k = c_row_kernels.kernel(op, x2.dtype.name)
+    k = c_row_kernels.kernel(op, c_rows.NAMES[x2.dtype])
     return (k, t if t.dtype == np.int64 and t.flags.c_contiguous else t.astype(np.int64)) if k else (None, None)
 
 
@@ -691,10 +691,11 @@ def _embedding_backward(xp):
         out = xp.zeros((num_weights, dim), dtype=g.dtype)
         idx = indices.reshape(-1)
         g2 = g.reshape(-1, dim)
-        if xp is np and c_rows.use("embedding_backward", g) and idx.size and 0 <= idx.min() and idx.max() < num_weights:
-            k = c_row_kernels.kernel("embedding_backward", g.dtype.name)
+        if (xp is np and c_rows.use("embedding_backward", g2 := np.ascontiguousarray(g2)) and idx.size
+                and 0 <= idx.min() and idx.max() < num_weights):
+            k = c_row_kernels.kernel("embedding_backward", c_rows.NAMES[g.dtype])
             if k is not None:   # np.add.at's loop (same order, same bits), without its per-index overhead
-                idx = idx if idx.dtype == np.int64 and idx.flags.c_contiguous else idx.astype(np.int64)
+                idx = np.ascontiguousarray(idx, dtype=np.int64)
                 k(g2.ctypes.data, idx.ctypes.data, out.ctypes.data, idx.size, dim,
                   -1 if padding_idx is None else padding_idx)
                 return out
@@ -913,7 +914,7 @@ def _lstm_c_step(op, *arrays):
     a = arrays[0]
     if type(a) is not np.ndarray or not c_rows.use("lstm_step", a) or not _same_layout(arrays):
         return None
-    return c_row_kernels.kernel(op, a.dtype.name)
+    return c_row_kernels.kernel(op, c_rows.NAMES[a.dtype])
 
 
 def _lstm_layer(xp):
@@ -930,12 +931,15 @@ def _lstm_layer(xp):
         if k is not None:   # per step: the product h W_hh^T as (B, 4H) rows, then one C pass of gate math
             w_t = np.ascontiguousarray(w_hh.T)
             hw = np.empty((B, 4 * H), dtype=xg.dtype)
-            h, c = np.ascontiguousarray(h0), np.ascontiguousarray(c0)
+            step = B * H * xg.itemsize          # the reserve's (B, H) blocks: addresses, not views
+            o, x, hw_p = out.ctypes.data, xg.ctypes.data, hw.ctypes.data
+            h, c_prev = np.ascontiguousarray(h0), np.ascontiguousarray(c0).ctypes.data
             for t in range(T):
                 np.matmul(h, w_t, out=hw)
-                h, c_prev, c = out[0, t], c, out[1, t]
-                k(hw.ctypes.data, xg[t].ctypes.data, c_prev.ctypes.data, h.ctypes.data, c.ctypes.data,
-                  out[2:, t].ctypes.data, B, H, T * B * H)
+                h = out[0, t]
+                c = o + (T + t) * step
+                k(hw_p, x + 4 * t * step, c_prev, o + t * step, c, o + (2 * T + t) * step, B, H, T * B * H)
+                c_prev = c
             return out
         scale, shift = (v.reshape(4, 1, H) for v in _lstm_affine(xp, H, xg.dtype)[:2])   # gate-major
         hw = xp.empty((4 * H, B), dtype=xg.dtype)
@@ -977,11 +981,12 @@ def _lstm_layer_backward(xp):
             dhw = np.empty((B, H), dtype=dt)
             dc = g[1, T - 1].copy()
             c0 = np.ascontiguousarray(c0)
+            step = B * H * dt.itemsize          # (B, H) blocks of out and g: addresses, not views
+            o, gp, r, dhw_p, dc_p = (a.ctypes.data for a in (out, g, res, dhw, dc))
             for t in range(T - 1, -1, -1):
-                k(dhw.ctypes.data, g[0, t].ctypes.data, g[1, t].ctypes.data,
-                  out[3, t + 1].ctypes.data if t < T - 1 else None, out[1, t].ctypes.data, out[0, t].ctypes.data,
-                  out[2:, t].ctypes.data, g[2:, t].ctypes.data, (c0 if t == 0 else out[1, t - 1]).ctypes.data,
-                  dc.ctypes.data, res[t].ctypes.data, B, H, T * B * H)
+                k(dhw_p, gp + t * step, gp + (T + t) * step, o + (3 * T + t + 1) * step if t < T - 1 else None,
+                  o + (T + t) * step, o + t * step, o + (2 * T + t) * step, gp + (2 * T + t) * step,
+                  c0.ctypes.data if t == 0 else o + (T + t - 1) * step, dc_p, r + 4 * t * step, B, H, T * B * H)
                 np.matmul(res[t], w_hh, out=dhw)
             res[T, :, :H] = dhw
             dc *= out[3, 0]
