@@ -57,6 +57,8 @@ def _cases(rng, dtype, shape):
             ("softmax_backward", (g, sm), dict(dim=-1)), ("log_softmax_backward", (g, lsm), dict(dim=-1)),
             ("layer_norm", (x, w, b), ln), ("layer_norm", (x, None, b), ln), ("layer_norm", (x, None, None), ln),
             ("layer_norm_backward", (g, x, w), ln), ("layer_norm_backward", (g, x, None), ln),
+            ("rms_norm", (x, w), ln), ("rms_norm", (x, None), ln),
+            ("rms_norm_backward", (g, x, w), ln), ("rms_norm_backward", (g, x, None), ln),
             ("gelu", (x,), dict(approximate="none")), ("gelu_backward", (g, x), dict(approximate="none")),
             ("gelu", (x,), dict(approximate="tanh")), ("gelu_backward", (g, x), dict(approximate="tanh"))]
 
@@ -97,6 +99,25 @@ def test_c_kernels_against_formulas():
     gy = g64 * w
     want = (gy - gy.mean(-1, keepdims=True) - xhat * (gy * xhat).mean(-1, keepdims=True)) * rstd
     np.testing.assert_allclose(OPS["layer_norm_backward"].cpu(g, x, w, (200,), 1e-5), want, rtol=1e-4, atol=1e-5)
+
+
+def test_rms_norm_c_kernels_against_formulas():
+    """rms_norm and its input gradient (float32 C kernels) vs float64 formulas: y = x / rms(x) * w,
+    and the gradient by finite differences of the float64 formula (a central difference per column)."""
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((64, 200)).astype(np.float32)
+    g = rng.standard_normal((64, 200)).astype(np.float32)
+    w = rng.standard_normal(200).astype(np.float32)
+    x64, g64 = x.astype(np.float64), g.astype(np.float64)
+    f = lambda a: a / np.sqrt((a * a).mean(-1, keepdims=True) + 1e-5) * w   # noqa: E731
+    np.testing.assert_allclose(OPS["rms_norm"].cpu(x, w, (200,), 1e-5), f(x64), rtol=1e-4, atol=1e-5)
+    gx = OPS["rms_norm_backward"].cpu(g, x, w, (200,), 1e-5)
+    num = np.empty_like(x64)
+    for j in range(200):
+        d = np.zeros_like(x64)
+        d[:, j] = 1e-6
+        num[:, j] = ((f(x64 + d) - f(x64 - d)) * g64).sum(-1) / 2e-6
+    np.testing.assert_allclose(gx, num, rtol=1e-3, atol=1e-4)
 
 
 def test_eager_autograd_runs_the_kernels():

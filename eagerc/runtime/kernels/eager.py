@@ -48,7 +48,7 @@ __all__ = ["row_kernel", "c_function", "use", "NAMES", "enabled", "set_enabled",
 # ctypes and pointers; numpy's softmax_backward is two cheap passes, layer_norm's are many).
 # Measured one thread, float32, [n/64, 64] rows: the crossovers are ~1k, ~4k and < 64 elements.
 MIN_ELEMENTS = {"softmax": 2048, "log_softmax": 2048, "softmax_backward": 8192, "log_softmax_backward": 8192,
-                "layer_norm": 256, "layer_norm_backward": 256, "gelu": 2048, "gelu_backward": 256,
+                "layer_norm": 256, "layer_norm_backward": 256, "rms_norm": 256, "rms_norm_backward": 256, "gelu": 2048, "gelu_backward": 256,
                 "cross_entropy": 1024, "layer_norm_weight_backward": 256, "embedding_backward": 1024,
                 "lstm_step": 0}
 DTYPES = ("float32", "float64")
@@ -157,6 +157,28 @@ def _layer_norm_backward(k, d, cols, weight, eps):
     k.store(k.add("mul", (k.add("sub", (a, b), d), rstd), d), "gx", d, (1, cols))
 
 
+def _rms_normalized(k, d, cols, x, eps):
+    """(xhat, rstd) as runtime/ops/nn.py's _rms_normalized computes them."""
+    ms = k.add("row_mean", (k.add("mul", (x, x), d),), d)
+    rstd = k.add("rsqrt", (k.add("add", (ms, k.add("const", (float(np.dtype(d).type(eps)),), d)), d),), d)
+    return k.add("mul", (x, rstd), d), rstd
+
+
+def _rms_norm(k, d, cols, weight, eps):
+    y, _ = _rms_normalized(k, d, cols, _row_load(k, "x", d, cols), eps)
+    if weight:
+        y = k.add("mul", (y, k.load("weight", d, (cols,))), d)
+    k.store(y, "out", d, (1, cols))
+
+
+def _rms_norm_backward(k, d, cols, weight, eps):
+    g = _row_load(k, "g", d, cols)
+    xhat, rstd = _rms_normalized(k, d, cols, _row_load(k, "x", d, cols), eps)
+    gy = k.add("mul", (g, k.load("weight", d, (cols,))), d) if weight else g
+    b = k.add("mul", (xhat, k.add("row_mean", (k.add("mul", (gy, xhat), d),), d)), d)
+    k.store(k.add("mul", (k.add("sub", (gy, b), d), rstd), d), "gx", d, (1, cols))
+
+
 # gelu: elementwise (a row kernel without reductions), in the numpy kernel's order of operations;
 # float32's erf is C's erff where numpy's kernel uses the Abramowitz-Stegun formula (< 1.5e-7 apart)
 _SQRT_HALF, _SQRT_2_OVER_PI, _INV_SQRT_2PI = 0.7071067811865476, 0.7978845608028654, 0.3989422804014327
@@ -207,7 +229,8 @@ def _gelu_backward(k, d, cols, approximate):
 # op -> builder(k, dtype, cols, *variant)
 BUILDERS = {"softmax": _softmax, "log_softmax": _log_softmax, "softmax_backward": _softmax_backward,
             "log_softmax_backward": _log_softmax_backward, "layer_norm": _layer_norm,
-            "layer_norm_backward": _layer_norm_backward, "gelu": _gelu, "gelu_backward": _gelu_backward}
+            "layer_norm_backward": _layer_norm_backward, "rms_norm": _rms_norm, "rms_norm_backward": _rms_norm_backward,
+            "gelu": _gelu, "gelu_backward": _gelu_backward}
 
 
 # ---------------------------------------------------------------- building and calling

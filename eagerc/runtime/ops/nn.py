@@ -9,6 +9,7 @@ keeps exactly that decomposition next to its fast path. The pairs are
 | `softmax(x; dim)`             | `out * (g - sum(g * out))`                   | `softmax_decomposed`           |
 | `log_softmax(x; dim)`         | `g - exp(out) * sum(g)`                      | `log_softmax_decomposed`       |
 | `layer_norm(x, w, b; ...)`    | the xhat formula                             | `layer_norm_decomposed`        |
+| `rms_norm(x, w; ...)`         | the xhat formula without the mean            | `rms_norm_decomposed`          |
 | `batch_norm(x, w, b; eps)`    | the xhat formula over (N, *) per channel     | `batch_norm_decomposed`        |
 | `cross_entropy(x, t, w; ...)` | `softmax(x) * coef - target distribution`    | `cross_entropy_decomposed`     |
 | `gelu(x; approximate)`        | `g * (Phi(x) + x phi(x))` (or the tanh form) | `gelu_decomposed`              |
@@ -22,6 +23,7 @@ finite differences: the formula written with Tensor ops (used under
 `create_graph=True`, so second derivatives work), and for plain first-order
 backward one fused kernel declared here, `<op>_backward` (softmax_backward,
 log_softmax_backward, layer_norm_backward + layer_norm_weight_backward,
+rms_norm_backward + rms_norm_weight_backward,
 batch_norm_backward + batch_norm_weight_backward,
 cross_entropy_backward, gelu_backward, embedding_backward, lstm_cell_backward,
 gru_cell_backward), the way PyTorch has
@@ -238,17 +240,17 @@ def _layer_norm(xp):
     return layer_norm
 
 
-def _layer_norm_rule(x, weight, bias, normalized_shape, eps):
+def _layer_norm_rule(x, weight, bias, normalized_shape, eps, op="layer_norm"):
     ns = tuple(normalized_shape)
     specs = tuple(s for s in (x, weight, bias) if s is not None)
     if not ns or tuple(x.shape[len(x.shape) - len(ns):]) != ns or len(x.shape) < len(ns):
-        fail("layer_norm", specs, f"expected an input of shape [*, {', '.join(map(str, ns))}] "
+        fail(op, specs, f"expected an input of shape [*, {', '.join(map(str, ns))}] "
              f"(normalized_shape={list(ns)})")
     for name, s in (("weight", weight), ("bias", bias)):
         if s is not None and tuple(s.shape) != ns:
-            fail("layer_norm", specs, f"{name} must have shape {fmt_shape(ns)} (normalized_shape)")
+            fail(op, specs, f"{name} must have shape {fmt_shape(ns)} (normalized_shape)")
     if any(s.dtype is not x.dtype for s in specs) or not x.dtype.is_floating_point:
-        fail("layer_norm", specs, "expected floating-point input, weight and bias of one dtype", TypeError)
+        fail(op, specs, "expected floating-point input, weight and bias of one dtype", TypeError)
     return Spec(tuple(x.shape), x.dtype)
 
 
@@ -312,6 +314,87 @@ declare("layer_norm_backward", ("g", "x", "weight"),
         _c_rows_kernel("layer_norm_backward", _layer_norm_backward, _layer_norm_backward_rows),
         _layer_norm_backward_rule, attrs=("normalized_shape", "eps"), **_BACKWARD)
 declare("layer_norm_weight_backward", ("g", "x"), _layer_norm_weight_backward, _layer_norm_weight_backward_rule,
+        attrs=("normalized_shape", "eps"), **_BACKWARD)
+
+
+# ---------------------------------------------------------------- rms_norm
+
+def _rms_normalized(xp, x, normalized_shape, eps):
+    """x as (rows, features) times 1/sqrt(mean(x^2) + eps) per row, and that factor: the steps
+    (and bits) of the Tensor-op composition F.rms_norm used before this op existed."""
+    x2 = x.reshape(-1, _numel(normalized_shape)) if x.size else x.reshape(0, _numel(normalized_shape))
+    ms = array_mean(x2 * x2, 1, True)
+    ms += eps
+    rstd = xp.reciprocal(xp.sqrt(ms, out=ms), out=ms)
+    return x2 * rstd, rstd
+
+
+def _rms_norm(xp):
+    def rms_norm(x, weight, normalized_shape, eps):
+        y = _rms_normalized(xp, x, normalized_shape, eps)[0]
+        if weight is not None:
+            y *= weight.reshape(-1)
+        return y.reshape(x.shape)
+    return rms_norm
+
+
+def _rms_norm_backward(xp):
+    def rms_norm_backward(g, x, weight, normalized_shape, eps):
+        xhat, rstd = _rms_normalized(xp, x, normalized_shape, eps)
+        gy = g.reshape(xhat.shape)
+        if weight is not None:
+            gy = gy * weight.reshape(1, -1)
+        gx = gy - xhat * array_mean(gy * xhat, 1, True)
+        gx *= rstd
+        return gx.reshape(x.shape)
+    return rms_norm_backward
+
+
+def _rms_norm_weight_backward(xp):
+    def rms_norm_weight_backward(g, x, normalized_shape, eps):
+        xhat, _ = _rms_normalized(xp, x, normalized_shape, eps)
+        xhat *= g.reshape(xhat.shape)
+        return array_sum(xhat, 0).reshape(tuple(normalized_shape))
+    return rms_norm_weight_backward
+
+
+def _rms_norm_rule(x, weight, normalized_shape, eps):
+    return _layer_norm_rule(x, weight, None, normalized_shape, eps, op="rms_norm")
+
+
+def _rms_norm_backward_rule(g, x, weight, normalized_shape, eps):
+    _layer_norm_rule(x, weight, None, normalized_shape, eps, op="rms_norm_backward")
+    if tuple(g.shape) != tuple(x.shape) or g.dtype is not x.dtype:
+        fail("rms_norm_backward", (g, x), "the gradient must have the input's shape and dtype")
+    return Spec(tuple(x.shape), x.dtype)
+
+
+def _rms_norm_weight_backward_rule(g, x, normalized_shape, eps):
+    _rms_norm_backward_rule(g, x, None, normalized_shape, eps)
+    return Spec(tuple(normalized_shape), x.dtype)
+
+
+def _rms_norm_rows(x, weight, normalized_shape, eps):
+    inputs = tuple(a for a in (x, weight) if a is not None)
+    if not _same_layout(inputs):
+        return None
+    return inputs, _numel(normalized_shape), (weight is not None, float(eps))
+
+
+def _rms_norm_backward_rows(g, x, weight, normalized_shape, eps):
+    inputs = tuple(a for a in (g, x, weight) if a is not None)
+    if not _same_layout(inputs):
+        return None
+    return inputs, _numel(normalized_shape), (weight is not None, float(eps))
+
+
+# x / sqrt(mean(x^2) + eps) * weight over the normalised (last) dims
+declare("rms_norm", ("x", "weight"), _c_rows_kernel("rms_norm", _rms_norm, _rms_norm_rows), _rms_norm_rule,
+        attrs=("normalized_shape", "eps"), **_COMPOSITE)
+declare("rms_norm_backward", ("g", "x", "weight"),
+        _c_rows_kernel("rms_norm_backward", _rms_norm_backward, _rms_norm_backward_rows),
+        _rms_norm_backward_rule, attrs=("normalized_shape", "eps"), **_BACKWARD)
+declare("rms_norm_weight_backward", ("g", "x"), _rms_norm_weight_backward, _rms_norm_weight_backward_rule,
         attrs=("normalized_shape", "eps"), **_BACKWARD)
 
 
