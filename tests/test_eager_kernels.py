@@ -255,16 +255,20 @@ def test_cross_entropy_c_kernel(dtype, reduction, smoothing):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_layer_norm_weight_backward_c_kernel(dtype):
+@pytest.mark.parametrize("op", ["layer_norm_weight_backward", "rms_norm_weight_backward"])
+def test_norm_weight_backward_c_kernel(op, dtype):
     rng = np.random.default_rng(6)
     x = (rng.standard_normal((300, 77)) * 3 + 1).astype(dtype)
     g = rng.standard_normal((300, 77)).astype(dtype)
-    gw, want = _both("layer_norm_weight_backward", g, x, normalized_shape=(77,), eps=1e-5)
+    gw, want = _both(op, g, x, normalized_shape=(77,), eps=1e-5)
     # column sums in double vs numpy's float pairwise sums: bounded by the sum of |terms|
     terms = np.abs(g.astype(np.float64) * x).sum(0) * 3
     assert gw.dtype == want.dtype and np.all(np.abs(gw - want) <= ULPS * np.finfo(dtype).eps * terms)
     x64 = x.astype(np.float64)
-    xhat = (x64 - x64.mean(1, keepdims=True)) / np.sqrt(x64.var(1, keepdims=True) + 1e-5)
+    if op.startswith("layer"):
+        xhat = (x64 - x64.mean(1, keepdims=True)) / np.sqrt(x64.var(1, keepdims=True) + 1e-5)
+    else:
+        xhat = x64 / np.sqrt((x64 * x64).mean(1, keepdims=True) + 1e-5)
     np.testing.assert_allclose(gw, (g * xhat).sum(0), rtol=1e-4 if dtype == "float32" else 1e-10, atol=1e-4)
 
 

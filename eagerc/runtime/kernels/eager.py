@@ -49,7 +49,7 @@ __all__ = ["row_kernel", "c_function", "use", "NAMES", "enabled", "set_enabled",
 # Measured one thread, float32, [n/64, 64] rows: the crossovers are ~1k, ~4k and < 64 elements.
 MIN_ELEMENTS = {"softmax": 2048, "log_softmax": 2048, "softmax_backward": 8192, "log_softmax_backward": 8192,
                 "layer_norm": 256, "layer_norm_backward": 256, "rms_norm": 256, "rms_norm_backward": 256, "gelu": 2048, "gelu_backward": 256,
-                "cross_entropy": 1024, "layer_norm_weight_backward": 256, "embedding_backward": 1024,
+                "cross_entropy": 1024, "norm_weight_backward": 256, "embedding_backward": 1024,
                 "lstm_step": 0}
 DTYPES = ("float32", "float64")
 _F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)     # native byte order (dtype singletons)

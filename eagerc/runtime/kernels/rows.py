@@ -1,6 +1,6 @@
 """Eager kernels the kernel IR does not express, as short hand-written C: row kernels that read
 a per-row class index (cross_entropy and its backward), a leading-dim sum of a normalised
-product (layer_norm's weight gradient) and a scatter-add by index (embedding's backward).
+product (layer_norm's and rms_norm's weight gradients) and a scatter-add by index (embedding's backward).
 
 Why: in a GPT training step these were numpy's multi-pass kernels -- cross_entropy forward and
 backward ~4x PyTorch's, the layer_norm weight gradient twice the cost of the whole input
@@ -101,16 +101,17 @@ void {name}(const T *x, const int64_t *t, const T *scale, T *gx, int64_t rows, i
     }
 }
 """,
-    # gw = sum over rows of g * xhat (xhat: the row normalised as layer_norm normalises it)
-    "layer_norm_weight_backward": """
-void {name}(const T *g, const T *x, T *gw, int64_t rows, int64_t C, T eps)
+    # gw = sum over rows of g * xhat (xhat: the row normalised as layer_norm normalises it, or with
+    # center = 0 as rms_norm does: no mean subtracted, x - 0 being x exactly)
+    "norm_weight_backward": """
+void {name}(const T *g, const T *x, T *gw, int64_t rows, int64_t C, int64_t center, T eps)
 {
     double *acc = calloc(C, sizeof(double));
     for (int64_t r = 0; r < rows; r++) {
         const T *xr = x + r * C, *gr = g + r * C;
         double s, q;
         BLOCKED_SUM(s, C, xr[c]);
-        const T mean = (T)(s / (double)C);
+        const T mean = center ? (T)(s / (double)C) : (T)0;
         BLOCKED_SUM(q, C, (xr[c] - mean) * (xr[c] - mean));
         T var = (T)(q / (double)C);
         var = var + eps;
@@ -198,7 +199,7 @@ void {name}(const T *dhw, const T *gh, const T *gc, const T *f_next, const T *c,
 
 # argument types after the pointers: the int64 sizes and the dtype's scalars
 _ARGS = {"cross_entropy": "ppp" "ii" "ff", "cross_entropy_backward": "pppp" "iii" "ff",
-         "layer_norm_weight_backward": "ppp" "ii" "f", "embedding_backward": "ppp" "iii",
+         "norm_weight_backward": "ppp" "iii" "f", "embedding_backward": "ppp" "iii",
          "lstm_step": "pppppp" "iii", "lstm_step_backward": "ppppppppppp" "iii"}
 
 _kernels = {}

@@ -267,15 +267,25 @@ def _layer_norm_backward(xp):
     return layer_norm_backward
 
 
+def _norm_weight_backward_c(g, x, normalized_shape, eps, center):
+    """layer_norm's (center) or rms_norm's weight gradient by one C pass per row (column sums in
+    double: runtime/kernels/rows.py), or None where numpy runs."""
+    if not (type(x) is np.ndarray and c_rows.use("norm_weight_backward", x) and _same_layout((x, g))):
+        return None
+    k = c_row_kernels.kernel("norm_weight_backward", c_rows.NAMES[x.dtype])
+    if k is None:
+        return None
+    cols = _numel(normalized_shape)
+    gw = np.empty(cols, x.dtype)
+    k(g.ctypes.data, x.ctypes.data, gw.ctypes.data, x.size // cols, cols, int(center), float(eps))
+    return gw.reshape(tuple(normalized_shape))
+
+
 def _layer_norm_weight_backward(xp):
     def layer_norm_weight_backward(g, x, normalized_shape, eps):
-        if xp is np and c_rows.use("layer_norm_weight_backward", x) and _same_layout((x, g)):
-            k = c_row_kernels.kernel("layer_norm_weight_backward", c_rows.NAMES[x.dtype])
-            if k is not None:   # one pass per row, the column sums in double
-                cols = _numel(normalized_shape)
-                gw = np.empty(cols, x.dtype)
-                k(g.ctypes.data, x.ctypes.data, gw.ctypes.data, x.size // cols, cols, float(eps))
-                return gw.reshape(tuple(normalized_shape))
+        gw = _norm_weight_backward_c(g, x, normalized_shape, eps, True)
+        if gw is not None:
+            return gw
         xhat, _ = _normalized(xp, x, normalized_shape, eps)
         xhat *= g.reshape(xhat.shape)
         return array_sum(xhat, 0).reshape(tuple(normalized_shape))
@@ -352,6 +362,9 @@ def _rms_norm_backward(xp):
 
 def _rms_norm_weight_backward(xp):
     def rms_norm_weight_backward(g, x, normalized_shape, eps):
+        gw = _norm_weight_backward_c(g, x, normalized_shape, eps, False)
+        if gw is not None:
+            return gw
         xhat, _ = _rms_normalized(xp, x, normalized_shape, eps)
         xhat *= g.reshape(xhat.shape)
         return array_sum(xhat, 0).reshape(tuple(normalized_shape))
