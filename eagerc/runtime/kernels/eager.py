@@ -148,13 +148,17 @@ def _layer_norm(k, d, cols, weight, bias, eps):
     k.store(y, "out", d, (1, cols))
 
 
-def _layer_norm_backward(k, d, cols, weight, eps):
-    g = _row_load(k, "g", d, cols)
-    xhat, rstd = _normalized(k, d, cols, _row_load(k, "x", d, cols), eps)
-    gy = k.add("mul", (g, k.load("weight", d, (cols,))), d) if weight else g
-    a = k.add("sub", (gy, k.add("row_mean", (gy,), d)), d)
-    b = k.add("mul", (xhat, k.add("row_mean", (k.add("mul", (gy, xhat), d),), d)), d)
-    k.store(k.add("mul", (k.add("sub", (a, b), d), rstd), d), "gx", d, (1, cols))
+def _norm_backward(normalized, center):
+    """The input gradient of layer_norm (center: the mean of gy is subtracted too) or rms_norm:
+    (gy [- mean(gy)] - xhat * mean(gy * xhat)) * rstd with gy = g * weight."""
+    def build(k, d, cols, weight, eps):
+        g = _row_load(k, "g", d, cols)
+        xhat, rstd = normalized(k, d, cols, _row_load(k, "x", d, cols), eps)
+        gy = k.add("mul", (g, k.load("weight", d, (cols,))), d) if weight else g
+        a = k.add("sub", (gy, k.add("row_mean", (gy,), d)), d) if center else gy
+        b = k.add("mul", (xhat, k.add("row_mean", (k.add("mul", (gy, xhat), d),), d)), d)
+        k.store(k.add("mul", (k.add("sub", (a, b), d), rstd), d), "gx", d, (1, cols))
+    return build
 
 
 def _rms_normalized(k, d, cols, x, eps):
@@ -170,13 +174,6 @@ def _rms_norm(k, d, cols, weight, eps):
         y = k.add("mul", (y, k.load("weight", d, (cols,))), d)
     k.store(y, "out", d, (1, cols))
 
-
-def _rms_norm_backward(k, d, cols, weight, eps):
-    g = _row_load(k, "g", d, cols)
-    xhat, rstd = _rms_normalized(k, d, cols, _row_load(k, "x", d, cols), eps)
-    gy = k.add("mul", (g, k.load("weight", d, (cols,))), d) if weight else g
-    b = k.add("mul", (xhat, k.add("row_mean", (k.add("mul", (gy, xhat), d),), d)), d)
-    k.store(k.add("mul", (k.add("sub", (gy, b), d), rstd), d), "gx", d, (1, cols))
 
 
 # gelu: elementwise (a row kernel without reductions), in the numpy kernel's order of operations;
@@ -229,7 +226,8 @@ def _gelu_backward(k, d, cols, approximate):
 # op -> builder(k, dtype, cols, *variant)
 BUILDERS = {"softmax": _softmax, "log_softmax": _log_softmax, "softmax_backward": _softmax_backward,
             "log_softmax_backward": _log_softmax_backward, "layer_norm": _layer_norm,
-            "layer_norm_backward": _layer_norm_backward, "rms_norm": _rms_norm, "rms_norm_backward": _rms_norm_backward,
+            "layer_norm_backward": _norm_backward(_normalized, True), "rms_norm": _rms_norm,
+            "rms_norm_backward": _norm_backward(_rms_normalized, False),
             "gelu": _gelu, "gelu_backward": _gelu_backward}
 
 

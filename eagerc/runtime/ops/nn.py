@@ -254,17 +254,25 @@ def _layer_norm_rule(x, weight, bias, normalized_shape, eps, op="layer_norm"):
     return Spec(tuple(x.shape), x.dtype)
 
 
-def _layer_norm_backward(xp):
-    def layer_norm_backward(g, x, weight, normalized_shape, eps):
-        xhat, rstd = _normalized(xp, x, normalized_shape, eps)
-        gy = g.reshape(xhat.shape)
-        if weight is not None:
-            gy = gy * weight.reshape(1, -1)
-        gx = gy - array_mean(gy, 1, True)
-        gx -= xhat * array_mean(gy * xhat, 1, True)
-        gx *= rstd
-        return gx.reshape(x.shape)
-    return layer_norm_backward
+def _norm_backward(normalized, center):
+    """impl of layer_norm's (center: minus the mean of gy too) or rms_norm's input gradient:
+    (gy [- mean(gy)] - xhat * mean(gy * xhat)) * rstd with gy = g * weight, per row."""
+    def impl(xp):
+        def norm_backward(g, x, weight, normalized_shape, eps):
+            xhat, rstd = normalized(xp, x, normalized_shape, eps)
+            gy = g.reshape(xhat.shape)
+            if weight is not None:
+                gy = gy * weight.reshape(1, -1)
+            t = xhat * array_mean(gy * xhat, 1, True)
+            if center:
+                gx = gy - array_mean(gy, 1, True)
+                gx -= t
+            else:
+                gx = gy - t
+            gx *= rstd
+            return gx.reshape(x.shape)
+        return norm_backward
+    return impl
 
 
 def _norm_weight_backward_c(g, x, normalized_shape, eps, center):
@@ -281,15 +289,18 @@ def _norm_weight_backward_c(g, x, normalized_shape, eps, center):
     return gw.reshape(tuple(normalized_shape))
 
 
-def _layer_norm_weight_backward(xp):
-    def layer_norm_weight_backward(g, x, normalized_shape, eps):
-        gw = _norm_weight_backward_c(g, x, normalized_shape, eps, True)
-        if gw is not None:
-            return gw
-        xhat, _ = _normalized(xp, x, normalized_shape, eps)
-        xhat *= g.reshape(xhat.shape)
-        return array_sum(xhat, 0).reshape(tuple(normalized_shape))
-    return layer_norm_weight_backward
+def _norm_weight_backward(normalized, center):
+    """impl of layer_norm's (center) or rms_norm's weight gradient: g * xhat summed over the rows."""
+    def impl(xp):
+        def norm_weight_backward(g, x, normalized_shape, eps):
+            gw = _norm_weight_backward_c(g, x, normalized_shape, eps, center)
+            if gw is not None:
+                return gw
+            xhat, _ = normalized(xp, x, normalized_shape, eps)
+            xhat *= g.reshape(xhat.shape)
+            return array_sum(xhat, 0).reshape(tuple(normalized_shape))
+        return norm_weight_backward
+    return impl
 
 
 def _layer_norm_backward_rule(g, x, weight, normalized_shape, eps):
@@ -321,9 +332,10 @@ def _layer_norm_backward_rows(g, x, weight, normalized_shape, eps):
 declare("layer_norm", ("x", "weight", "bias"), _c_rows_kernel("layer_norm", _layer_norm, _layer_norm_rows),
         _layer_norm_rule, attrs=("normalized_shape", "eps"), **_COMPOSITE)
 declare("layer_norm_backward", ("g", "x", "weight"),
-        _c_rows_kernel("layer_norm_backward", _layer_norm_backward, _layer_norm_backward_rows),
+        _c_rows_kernel("layer_norm_backward", _norm_backward(_normalized, True), _layer_norm_backward_rows),
         _layer_norm_backward_rule, attrs=("normalized_shape", "eps"), **_BACKWARD)
-declare("layer_norm_weight_backward", ("g", "x"), _layer_norm_weight_backward, _layer_norm_weight_backward_rule,
+declare("layer_norm_weight_backward", ("g", "x"), _norm_weight_backward(_normalized, True),
+        _layer_norm_weight_backward_rule,
         attrs=("normalized_shape", "eps"), **_BACKWARD)
 
 
@@ -346,29 +358,6 @@ def _rms_norm(xp):
             y *= weight.reshape(-1)
         return y.reshape(x.shape)
     return rms_norm
-
-
-def _rms_norm_backward(xp):
-    def rms_norm_backward(g, x, weight, normalized_shape, eps):
-        xhat, rstd = _rms_normalized(xp, x, normalized_shape, eps)
-        gy = g.reshape(xhat.shape)
-        if weight is not None:
-            gy = gy * weight.reshape(1, -1)
-        gx = gy - xhat * array_mean(gy * xhat, 1, True)
-        gx *= rstd
-        return gx.reshape(x.shape)
-    return rms_norm_backward
-
-
-def _rms_norm_weight_backward(xp):
-    def rms_norm_weight_backward(g, x, normalized_shape, eps):
-        gw = _norm_weight_backward_c(g, x, normalized_shape, eps, False)
-        if gw is not None:
-            return gw
-        xhat, _ = _rms_normalized(xp, x, normalized_shape, eps)
-        xhat *= g.reshape(xhat.shape)
-        return array_sum(xhat, 0).reshape(tuple(normalized_shape))
-    return rms_norm_weight_backward
 
 
 def _rms_norm_rule(x, weight, normalized_shape, eps):
@@ -394,20 +383,14 @@ def _rms_norm_rows(x, weight, normalized_shape, eps):
     return inputs, _numel(normalized_shape), (weight is not None, float(eps))
 
 
-def _rms_norm_backward_rows(g, x, weight, normalized_shape, eps):
-    inputs = tuple(a for a in (g, x, weight) if a is not None)
-    if not _same_layout(inputs):
-        return None
-    return inputs, _numel(normalized_shape), (weight is not None, float(eps))
-
-
 # x / sqrt(mean(x^2) + eps) * weight over the normalised (last) dims
 declare("rms_norm", ("x", "weight"), _c_rows_kernel("rms_norm", _rms_norm, _rms_norm_rows), _rms_norm_rule,
         attrs=("normalized_shape", "eps"), **_COMPOSITE)
 declare("rms_norm_backward", ("g", "x", "weight"),
-        _c_rows_kernel("rms_norm_backward", _rms_norm_backward, _rms_norm_backward_rows),
+        _c_rows_kernel("rms_norm_backward", _norm_backward(_rms_normalized, False), _layer_norm_backward_rows),
         _rms_norm_backward_rule, attrs=("normalized_shape", "eps"), **_BACKWARD)
-declare("rms_norm_weight_backward", ("g", "x"), _rms_norm_weight_backward, _rms_norm_weight_backward_rule,
+declare("rms_norm_weight_backward", ("g", "x"), _norm_weight_backward(_rms_normalized, False),
+        _rms_norm_weight_backward_rule,
         attrs=("normalized_shape", "eps"), **_BACKWARD)
 
 
