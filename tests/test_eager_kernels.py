@@ -310,3 +310,36 @@ def test_lstm_layer_c_step_kernels(dtype):
             lo[idx] -= 1e-6
             num = (f(hi, h0) - f(lo, h0)) if arr is xg else (f(xg, hi) - f(xg, lo))
             assert abs(num / 2e-6 - where) <= 1e-6 * max(1.0, abs(where))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_uniform_c_kernel_draws_numpys_bits(dtype):
+    """rand's C kernel (a Philox block per 4 elements, unaligned ends word by word) vs numpy's
+    generator and conversion: the same words and formula, so the same bits, at any word offset."""
+    from eagerc.runtime import random
+    from eagerc.runtime.kernels import rows
+    for offset in (0, 1, 2, 3, 6, 2**40 + 1):
+        for n in (4096, 4099, 10001):
+            rows._kernels.clear()
+            got = OPS["uniform"].cpu(shape=(n,), dtype=dtype, seed=2**63 + 5, offset=offset)
+            assert rows._kernels.get(("uniform", dtype)) is not None, "the C kernel did not run"
+            want = _numpy("uniform", shape=(n,), dtype=dtype, seed=2**63 + 5, offset=offset)
+            assert got.dtype == want.dtype and np.array_equal(got, want)
+            # and the stream's definition: (w >> (64 - p)) * 2**-p of words offset .. offset + n
+            p = np.finfo(dtype).nmant + 1
+            w = random.philox_words(2**63 + 5, offset, n)
+            np.testing.assert_array_equal(got, (w >> np.uint64(64 - p)).astype(np.float64) * 2.0**-p)
+
+
+def test_dropout_keeps_its_mask_with_the_uniform_kernel():
+    """F.dropout draws its mask through `uniform`: with and without the C kernel, the same output."""
+    x = eagerc.from_numpy(np.random.default_rng(9).standard_normal((64, 128)).astype(np.float32))
+    eagerc.manual_seed(3)
+    a = F.dropout(x, 0.3).numpy()
+    old = c_rows.set_enabled(False)
+    try:
+        eagerc.manual_seed(3)
+        b = F.dropout(x, 0.3).numpy()
+    finally:
+        c_rows.set_enabled(old)
+    assert np.array_equal(a, b) and 0.2 < (a == 0).mean() < 0.4
