@@ -5,7 +5,9 @@ group's options, `ops` the arithmetic, the optimizer state and scratch space. It
 
 - eagerly on raw arrays (`ArrayOps`): in-place ufuncs with `out=` into scratch buffers
   shared by all parameters of one shape, options as Python floats -- as fast as
-  hand-written numpy, and allocating nothing;
+  hand-written numpy, and allocating nothing; a rule with a foreach C kernel (adam, sgd
+  with momentum: runtime/kernels/foreach.py) offers each parameter to `ops.fused`, which
+  runs the whole group in one C call with the same operations and bits;
 - while a compiled training step is traced, on Tensors (`TensorOps`): recorded in-place
   Tensor ops, so the graph updates parameters and state through mutation outputs, and
   the numeric options are graph inputs read at every call (`Tracer.hyper`; a scheduler

@@ -1012,7 +1012,7 @@ def _lstm_layer(xp):
             hw = np.empty((B, 4 * H), dtype=xg.dtype)
             step = B * H * xg.itemsize          # the reserve's (B, H) blocks: addresses, not views
             o, x, hw_p = out.ctypes.data, xg.ctypes.data, hw.ctypes.data
-            h, c_prev = np.ascontiguousarray(h0), np.ascontiguousarray(c0).ctypes.data
+            h, c_prev = h0, c0.ctypes.data      # C-contiguous (_lstm_c_step checked)
             for t in range(T):
                 np.matmul(h, w_t, out=hw)
                 h = out[0, t]
@@ -1059,7 +1059,6 @@ def _lstm_layer_backward(xp):
         if k is not None:   # per step: one C pass of gate math into res[t], then d h = res[t] W_hh
             dhw = np.empty((B, H), dtype=dt)
             dc = g[1, T - 1].copy()
-            c0 = np.ascontiguousarray(c0)
             step = B * H * dt.itemsize          # (B, H) blocks of out and g: addresses, not views
             o, gp, r, dhw_p, dc_p = (a.ctypes.data for a in (out, g, res, dhw, dc))
             for t in range(T - 1, -1, -1):
