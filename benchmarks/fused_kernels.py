@@ -9,7 +9,8 @@ mean/sub/mul/mean/add/rsqrt/mul) and as the nn.functional ops (which backend c
 decomposes into the same one-kernel row computation); C compile time per kernel, and the
 time to load the same kernels from the disk cache.
 
-Then eager mode: F.softmax / F.log_softmax / F.layer_norm forward and forward+backward over
+Then eager mode: F.softmax / F.log_softmax / F.layer_norm / F.rms_norm / F.cross_entropy /
+F.dropout forward and forward+backward over
 4096x1024 float32, eager with the generated C row kernels (runtime/kernels/eager.py) vs
 the numpy kernels (EAGERC_EAGER_KERNELS=0's path) vs PyTorch eager, in process CPU time,
 measured round-robin (best of `ROUNDS` rounds each) so load on the machine hits all three alike.
@@ -137,9 +138,17 @@ def eager_main():
     cases = [("softmax", lambda x: F.softmax(x, -1), lambda t: torch.softmax(t, -1)),
              ("log_softmax", lambda x: F.log_softmax(x, -1), lambda t: torch.log_softmax(t, -1)),
              ("layer_norm(w, b)", lambda x: F.layer_norm(x, (1024,), ew, eb),
-              lambda t: torch.nn.functional.layer_norm(t, (1024,), tw, tb))]
+              lambda t: torch.nn.functional.layer_norm(t, (1024,), tw, tb)),
+             ("rms_norm(w)", lambda x: F.rms_norm(x, (1024,), ew, 1e-6),
+              lambda t: torch.nn.functional.rms_norm(t, (1024,), tw, 1e-6)),
+             ("cross_entropy", lambda x: F.cross_entropy(x, et),
+              lambda t: torch.nn.functional.cross_entropy(t, tt)),
+             ("dropout(0.1)", lambda x: F.dropout(x, 0.1), lambda t: torch.nn.functional.dropout(t, 0.1))]
+    targets = np.random.default_rng(2).integers(0, 1024, 4096)
+    et = eagerc.tensor(targets)
     if torch:
         tw, tb = torch.from_numpy(W.numpy()), torch.from_numpy(B.numpy())
+        tt = torch.from_numpy(targets)
     rows = []
     for name, fn, tfn in cases:
         for backward in (False, True):
@@ -149,12 +158,12 @@ def eager_main():
             def ours(f=fn, x=x, gx=gx, backward=backward):
                 y = f(x)
                 if backward:
-                    y.backward(gx)
+                    y.backward(gx if y.ndim else None)   # a loss: its own gradient
 
             def theirs(f=tfn, t=tx, tg=tg, backward=backward):
                 y = f(t)
                 if backward:
-                    y.backward(tg)
+                    y.backward(tg if y.ndim else None)
             best = {"c": [], "numpy": [], "torch": []}
             for _ in range(ROUNDS):
                 for k in best:

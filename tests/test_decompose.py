@@ -32,7 +32,8 @@ REDUCTIONS = {"sum", "mean", "amax", "amin", "prod"}
 TESTED = {"linear", "softmax", "log_softmax", "layer_norm", "batch_norm", "cross_entropy", "gelu", "embedding",
           "softmax_backward", "log_softmax_backward", "gelu_backward", "layer_norm_backward",
           "layer_norm_weight_backward", "cross_entropy_backward", "lstm_cell", "lstm_cell_backward", "gru_cell",
-          "gru_cell_backward", "lstm_layer", "lstm_layer_backward"}
+          "gru_cell_backward", "lstm_layer", "lstm_layer_backward", "rms_norm", "rms_norm_backward",
+          "rms_norm_weight_backward"}
 
 
 # ---------------------------------------------------------------- helpers
@@ -363,6 +364,48 @@ def test_layer_norm_backward(dtype, shape, ns, affine):
         check(fn, (_t(x), _t(g)), ["layer_norm_backward"], [gx], dtype)
 
 
+def _np_rms_norm_grads(g, x, k, w, eps):
+    """(y, d/dx, d/dw) of sum(g * rms_norm(x) * w) from the per-row Jacobian
+    d xhat_i / d x_j = rstd (delta_ij - xhat_i xhat_j / F), xhat = x rstd, rstd = 1/sqrt(mean(x^2) + eps)."""
+    rows = x.reshape(-1, int(np.prod(x.shape[x.ndim - k:])))
+    n, f = rows.shape
+    rstd = 1 / np.sqrt((rows * rows).mean(1, keepdims=True) + eps)
+    xhat = rows * rstd
+    g2 = g.reshape(n, f)
+    gy = g2 * (1 if w is None else w.reshape(1, f))
+    jac = rstd[:, :, None] * (np.eye(f)[None] - xhat[:, :, None] * xhat[:, None, :] / f)
+    y = (xhat * (1 if w is None else w.reshape(1, f))).reshape(x.shape)
+    return y, np.einsum("ni,nij->nj", gy, jac).reshape(x.shape), (g2 * xhat).sum(0).reshape(x.shape[x.ndim - k:])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape,ns", [((5, 8), (8,)), ((2, 3, 8), (8,)), ((2, 3, 4), (3, 4))])
+@pytest.mark.parametrize("affine", [True, False])
+def test_rms_norm_and_backward(dtype, shape, ns, affine):
+    nt = DTYPES[dtype][1]
+    r = _rng(12)
+    x = (r.standard_normal(shape) * 2 + 1).astype(nt)
+    g = r.standard_normal(shape).astype(nt)
+    w = (r.standard_normal(ns) + 1).astype(nt)
+    k, eps = len(ns), 1e-5
+    y, gx, gw = _np_rms_norm_grads(g.astype(float), x.astype(float), k, w.astype(float) if affine else None, eps)
+    if affine:
+        check(lambda x, w: F.rms_norm(x, ns, w, eps), (_t(x), _t(w)), ["rms_norm"], [y], dtype)
+
+        def fn(x, w, g):
+            x, w = _req(x), _req(w)
+            return _grad_of(F.rms_norm(x, ns, w, eps), [x, w], g)
+        check(fn, (_t(x), _t(w), _t(g)), ["rms_norm_backward", "rms_norm_weight_backward"], [gx, gw], dtype,
+              leading_sum_ok=True)
+    else:
+        check(lambda x: F.rms_norm(x, ns, None, eps), (_t(x),), ["rms_norm"], [y], dtype)
+
+        def fn(x, g):
+            x = _req(x)
+            return _grad_of(F.rms_norm(x, ns, None, eps), [x], g)
+        check(fn, (_t(x), _t(g)), ["rms_norm_backward"], [gx], dtype)
+
+
 # ---------------------------------------------------------------- cross_entropy (forward and backward)
 
 CE_CASES = [
@@ -578,6 +621,9 @@ def test_decomposed_functions_run_eagerly_and_match_the_kernels():
          nn_ops.layer_norm_backward_decomposed(g, x, w, (8,), 1e-5)),
         (apply(OPS["layer_norm_weight_backward"], (g, x), attrs),
          nn_ops.layer_norm_weight_backward_decomposed(g, x, 8)),
+        (apply(OPS["rms_norm_backward"], (g, x, w), attrs), nn_ops.rms_norm_backward_decomposed(g, x, w, (8,), 1e-5)),
+        (apply(OPS["rms_norm_weight_backward"], (g, x), attrs),
+         nn_ops.rms_norm_weight_backward_decomposed(g, x, 8, 1e-5)),
         (apply(OPS["gelu_backward"], (g, x), {"approximate": "tanh"}), nn_ops.gelu_backward_decomposed(g, x, "tanh")),
         (apply(OPS["softmax_backward"], (g, x), {"dim": 1}), nn_ops.softmax_backward_decomposed(g, x, 1)),
         (apply(OPS["log_softmax_backward"], (g, x), {"dim": 0}), nn_ops.log_softmax_backward_decomposed(g, x, 0)),

@@ -57,6 +57,8 @@ def _cases(rng, dtype, shape):
             ("softmax_backward", (g, sm), dict(dim=-1)), ("log_softmax_backward", (g, lsm), dict(dim=-1)),
             ("layer_norm", (x, w, b), ln), ("layer_norm", (x, None, b), ln), ("layer_norm", (x, None, None), ln),
             ("layer_norm_backward", (g, x, w), ln), ("layer_norm_backward", (g, x, None), ln),
+            ("rms_norm", (x, w), ln), ("rms_norm", (x, None), ln),
+            ("rms_norm_backward", (g, x, w), ln), ("rms_norm_backward", (g, x, None), ln),
             ("gelu", (x,), dict(approximate="none")), ("gelu_backward", (g, x), dict(approximate="none")),
             ("gelu", (x,), dict(approximate="tanh")), ("gelu_backward", (g, x), dict(approximate="tanh"))]
 
@@ -97,6 +99,25 @@ def test_c_kernels_against_formulas():
     gy = g64 * w
     want = (gy - gy.mean(-1, keepdims=True) - xhat * (gy * xhat).mean(-1, keepdims=True)) * rstd
     np.testing.assert_allclose(OPS["layer_norm_backward"].cpu(g, x, w, (200,), 1e-5), want, rtol=1e-4, atol=1e-5)
+
+
+def test_rms_norm_c_kernels_against_formulas():
+    """rms_norm and its input gradient (float32 C kernels) vs float64 formulas: y = x / rms(x) * w,
+    and the gradient by finite differences of the float64 formula (a central difference per column)."""
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((64, 200)).astype(np.float32)
+    g = rng.standard_normal((64, 200)).astype(np.float32)
+    w = rng.standard_normal(200).astype(np.float32)
+    x64, g64 = x.astype(np.float64), g.astype(np.float64)
+    f = lambda a: a / np.sqrt((a * a).mean(-1, keepdims=True) + 1e-5) * w   # noqa: E731
+    np.testing.assert_allclose(OPS["rms_norm"].cpu(x, w, (200,), 1e-5), f(x64), rtol=1e-4, atol=1e-5)
+    gx = OPS["rms_norm_backward"].cpu(g, x, w, (200,), 1e-5)
+    num = np.empty_like(x64)
+    for j in range(200):
+        d = np.zeros_like(x64)
+        d[:, j] = 1e-6
+        num[:, j] = ((f(x64 + d) - f(x64 - d)) * g64).sum(-1) / 2e-6
+    np.testing.assert_allclose(gx, num, rtol=1e-3, atol=1e-4)
 
 
 def test_eager_autograd_runs_the_kernels():
@@ -190,3 +211,135 @@ def test_second_process_compiles_nothing_and_no_compiler_falls_back(tmp_path):
     np.testing.assert_array_equal(np.load(outs[2]), np.load(outs[3]))
     want = np.load(outs[2])
     np.testing.assert_allclose(np.load(outs[0]), want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+# ---------------------------------------------------------------- hand-written row kernels (rows.py)
+
+def _both(op, *args, **attrs):
+    from eagerc.runtime.kernels import rows
+    rows._kernels.clear()
+    got = OPS[op].cpu(*args, **attrs)
+    assert any(v is not None for v in rows._kernels.values()), f"{op}: the C kernel did not run"
+    return got, _numpy(op, *args, **attrs)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_cross_entropy_c_kernel(dtype, reduction, smoothing):
+    """Forward and backward vs the numpy kernel (row sums in double: within ULPS of the result's
+    scale) and vs numpy formulas (log-softmax and its gradient written out)."""
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal((300, 77)) * 3).astype(dtype)
+    t = rng.integers(0, 77, 300)
+    attrs = dict(reduction=reduction, label_smoothing=smoothing)
+    loss, want = _both("cross_entropy", x, t, **attrs)
+    eps = np.finfo(dtype).eps
+    assert loss.dtype == want.dtype and loss.shape == want.shape
+    assert np.all(np.abs(loss - want) <= ULPS * eps * np.abs(want).max())
+    g = rng.standard_normal(loss.shape).astype(dtype)
+    gx, gwant = _both("cross_entropy_backward", g, x, t, **attrs)
+    assert gx.dtype == gwant.dtype and np.all(np.abs(gx - gwant) <= ULPS * eps * np.abs(gwant).max())
+    # formulas in float64
+    x64 = x.astype(np.float64)
+    logp = x64 - x64.max(1, keepdims=True)
+    logp -= np.log(np.exp(logp).sum(1, keepdims=True))
+    q = np.full(x.shape, smoothing / 77)
+    q[np.arange(300), t] += 1 - smoothing
+    rows_loss = -(q * logp).sum(1)
+    scale = {"mean": g / 300, "sum": g, "none": g[:, None] if g.ndim else g}[reduction]
+    ref = {"mean": rows_loss.mean(), "sum": rows_loss.sum(), "none": rows_loss}[reduction]
+    tol = 1e-4 if dtype == "float32" else 1e-10
+    np.testing.assert_allclose(loss, ref, rtol=tol, atol=tol)
+    np.testing.assert_allclose(gx, (np.exp(logp) - q) * scale, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("op", ["layer_norm_weight_backward", "rms_norm_weight_backward"])
+def test_norm_weight_backward_c_kernel(op, dtype):
+    rng = np.random.default_rng(6)
+    x = (rng.standard_normal((300, 77)) * 3 + 1).astype(dtype)
+    g = rng.standard_normal((300, 77)).astype(dtype)
+    gw, want = _both(op, g, x, normalized_shape=(77,), eps=1e-5)
+    # column sums in double vs numpy's float pairwise sums: bounded by the sum of |terms|
+    terms = np.abs(g.astype(np.float64) * x).sum(0) * 3
+    assert gw.dtype == want.dtype and np.all(np.abs(gw - want) <= ULPS * np.finfo(dtype).eps * terms)
+    x64 = x.astype(np.float64)
+    if op.startswith("layer"):
+        xhat = (x64 - x64.mean(1, keepdims=True)) / np.sqrt(x64.var(1, keepdims=True) + 1e-5)
+    else:
+        xhat = x64 / np.sqrt((x64 * x64).mean(1, keepdims=True) + 1e-5)
+    np.testing.assert_allclose(gw, (g * xhat).sum(0), rtol=1e-4 if dtype == "float32" else 1e-10, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("padding_idx", [None, 3])
+def test_embedding_backward_c_kernel_is_add_at_bit_for_bit(dtype, padding_idx):
+    rng = np.random.default_rng(7)
+    idx = rng.integers(0, 50, (12, 25))       # many repeats: the order of additions matters
+    g = rng.standard_normal((12, 25, 16)).astype(dtype)
+    got, want = _both("embedding_backward", g, idx, num_weights=50, padding_idx=padding_idx)
+    assert got.dtype == want.dtype and np.array_equal(got, want)
+    ref = np.zeros((50, 16))
+    for i, row in enumerate(idx.reshape(-1)):
+        if row != padding_idx:
+            ref[row] += g.reshape(-1, 16)[i]
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_lstm_layer_c_step_kernels(dtype):
+    """The layer's forward and backward with the per-step C gate math vs the numpy kernels (the
+    same operations in the same order: measured bit for bit; allowed: ULPS of each value's scale,
+    glibc's tanh vs numpy's), and the backward vs finite differences of the forward (float64)."""
+    rng = np.random.default_rng(8)
+    T, B, H = 5, 3, 8
+    xg, h0, c0 = (rng.standard_normal(s).astype(dtype) for s in ((T, B, 4 * H), (B, H), (B, H)))
+    w = (rng.standard_normal((4 * H, H)) * 0.3).astype(dtype)
+    out, want = _both("lstm_layer", xg, h0, c0, w)
+    eps = np.finfo(dtype).eps
+    assert out.dtype == want.dtype and np.all(np.abs(out - want) <= ULPS * eps * np.maximum(np.abs(want), 1))
+    g = rng.standard_normal(out.shape).astype(dtype)
+    back, bwant = _both("lstm_layer_backward", g, h0, c0, w, want)
+    assert np.all(np.abs(back - bwant) <= ULPS * eps * np.abs(bwant).max() * 4)
+    if dtype == "float64":   # d <g, out> / d xg[1, 2, 5] and / d h0[0, 3] by central differences
+        f = lambda a, b: float((g * OPS["lstm_layer"].cpu(a, b, c0, w)).sum())
+        for where, arr, idx in ((back[1, 2, 5], xg, (1, 2, 5)), (back[T, 0, 3], h0, (0, 3))):
+            hi, lo = arr.copy(), arr.copy()
+            hi[idx] += 1e-6
+            lo[idx] -= 1e-6
+            num = (f(hi, h0) - f(lo, h0)) if arr is xg else (f(xg, hi) - f(xg, lo))
+            assert abs(num / 2e-6 - where) <= 1e-6 * max(1.0, abs(where))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_uniform_c_kernel_draws_numpys_bits(dtype):
+    """rand's C kernel (a Philox block per 4 elements, unaligned ends word by word) vs numpy's
+    generator and conversion: the same words and formula, so the same bits, at any word offset."""
+    from eagerc.runtime import random
+    from eagerc.runtime.kernels import rows
+    for offset in (0, 1, 2, 3, 6, 2**40 + 1):
+        for n in (4096, 4099, 10001):
+            rows._kernels.clear()
+            got = OPS["uniform"].cpu(shape=(n,), dtype=dtype, seed=2**63 + 5, offset=offset)
+            assert rows._kernels.get(("uniform", dtype)) is not None, "the C kernel did not run"
+            want = _numpy("uniform", shape=(n,), dtype=dtype, seed=2**63 + 5, offset=offset)
+            assert got.dtype == want.dtype and np.array_equal(got, want)
+            # and the stream's definition: (w >> (64 - p)) * 2**-p of words offset .. offset + n
+            p = np.finfo(dtype).nmant + 1
+            w = random.philox_words(2**63 + 5, offset, n)
+            np.testing.assert_array_equal(got, (w >> np.uint64(64 - p)).astype(np.float64) * 2.0**-p)
+
+
+def test_dropout_keeps_its_mask_with_the_uniform_kernel():
+    """F.dropout draws its mask through `uniform`: with and without the C kernel, the same output."""
+    x = eagerc.from_numpy(np.random.default_rng(9).standard_normal((64, 128)).astype(np.float32))
+    eagerc.manual_seed(3)
+    a = F.dropout(x, 0.3).numpy()
+    old = c_rows.set_enabled(False)
+    try:
+        eagerc.manual_seed(3)
+        b = F.dropout(x, 0.3).numpy()
+    finally:
+        c_rows.set_enabled(old)
+    assert np.array_equal(a, b) and 0.2 < (a == 0).mean() < 0.4

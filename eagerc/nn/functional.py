@@ -38,6 +38,7 @@ __all__ = [
 
 _LINEAR, _SOFTMAX, _LOG_SOFTMAX = OPS["linear"], OPS["softmax"], OPS["log_softmax"]
 _LAYER_NORM, _CROSS_ENTROPY, _PAD = OPS["layer_norm"], OPS["cross_entropy"], OPS["pad"]
+_RMS_NORM = OPS["rms_norm"]
 _EMBEDDING, _GELU = OPS["embedding"], OPS["gelu"]
 _BATCH_NORM, _BATCH_NORM_STATS = OPS["batch_norm"], OPS["batch_norm_stats"]
 
@@ -328,6 +329,9 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):
     if eps is None:
         import numpy as np
         eps = float(np.finfo(input._array.dtype).eps)
+    if input._array.dtype.kind in FLOATING_KINDS and (weight is None or weight.dtype == input.dtype):
+        return apply(_RMS_NORM, (input, weight), {"normalized_shape": ns, "eps": float(eps)})   # one fused op
+    # a weight of another dtype (promoted) or an integer input (refused by the ops): the composition
     axes = tuple(range(input.ndim - len(ns), input.ndim))
     y = input * ((input * input).mean(axes, keepdim=True) + eps).rsqrt()
     return y if weight is None else y * weight

@@ -963,6 +963,19 @@ def _layer_norm(b, n, ins):
     return b.op("LayerNormalization", inputs, axis=-len(ns), epsilon=float(n.attrs["eps"]))
 
 
+@converts("rms_norm")
+def _rms_norm(b, n, ins):
+    """x * 1 / sqrt(ReduceMean(x * x) + eps) * weight (ONNX has RMSNormalization from opset 23 only)."""
+    x, w = ins[0], ins[1]
+    dt = n.out.dtype
+    k = len(n.attrs["normalized_shape"])
+    v = b.val(x, dt)
+    ms = _reduce(b, "ReduceMean", b.op("Mul", [v, v]), list(range(len(x.shape) - k, len(x.shape))), True)
+    rstd = b.op("Reciprocal", [b.op("Sqrt", [b.op("Add", [ms, b.val(float(n.attrs["eps"]), dt)])])])
+    y = b.op("Mul", [v, rstd])
+    return y if w is None else b.op("Mul", [y, b.val(w, dt)])
+
+
 @converts("gelu")
 def _gelu(b, n, ins):
     dt = n.out.dtype
@@ -1159,6 +1172,7 @@ for _why, _names in [
          "is off", "uniform normal randint randperm"),
         ("a training-step kernel (a derivative); export inference graphs",
          "softmax_backward log_softmax_backward layer_norm_backward layer_norm_weight_backward batch_norm_backward "
+         "rms_norm_backward rms_norm_weight_backward "
          "batch_norm_weight_backward batch_norm_stats gelu_backward cross_entropy_backward embedding_backward "
          "conv2d_weight conv3d_weight interpolate_axis_backward col2im max_pool2d_backward max_pool2d_select avg_pool2d_backward adaptive_avg_pool2d_backward "
          "upsample_nearest2d_backward lstm_cell_backward gru_cell_backward lstm_layer_backward"),

@@ -23,6 +23,7 @@ _GELU_BACKWARD, _EMBEDDING_BACKWARD = OPS["gelu_backward"], OPS["embedding_backw
 _LAYER_NORM_BACKWARD, _LAYER_NORM_WEIGHT_BACKWARD = OPS["layer_norm_backward"], OPS["layer_norm_weight_backward"]
 _BATCH_NORM_BACKWARD, _BATCH_NORM_WEIGHT_BACKWARD = OPS["batch_norm_backward"], OPS["batch_norm_weight_backward"]
 _CROSS_ENTROPY_BACKWARD = OPS["cross_entropy_backward"]
+_RMS_NORM_BACKWARD, _RMS_NORM_WEIGHT_BACKWARD = OPS["rms_norm_backward"], OPS["rms_norm_weight_backward"]
 
 
 def _first_order():
@@ -219,14 +220,7 @@ def layer_norm_weight_backward_decomposed(grad, input, normalized_shape, eps=1e-
     ns = _ns(normalized_shape)
     x = _ln_flat(input, ns)
     xhat, _ = _ln_normalized(x, eps)
-    gw = _ln_flat(grad, ns) * xhat
-    if gw.ndim > 1:
-        features = gw.shape[-1]
-        rows = 1
-        for s in gw.shape[:-1]:
-            rows *= s
-        gw = (gw if gw.ndim == 2 else gw.reshape(rows, features)).sum(0)
-    return gw if len(ns) == 1 else gw.reshape(ns)
+    return _leading_sum(_ln_flat(grad, ns) * xhat, ns)
 
 
 def _layer_norm_grad(node, g):
@@ -257,6 +251,68 @@ def _layer_norm_grad(node, g):
 
 
 defgrad_node("layer_norm", _layer_norm_grad, saves_inputs=True)
+
+
+def _rms_normalized(x, eps):
+    """(xhat, 1/rms) of x over its last dim, in the fused kernel's order of operations."""
+    rstd = ((x * x).mean(-1, keepdim=True) + eps).rsqrt()
+    return x * rstd, rstd
+
+
+def _leading_sum(t, ns):
+    """t (flattened to [*, features]) summed over its leading dims, shaped like normalized_shape."""
+    if t.ndim > 1:
+        t = (t if t.ndim == 2 else t.reshape(-1, t.shape[-1])).sum(0)
+    return t if len(ns) == 1 else t.reshape(ns)
+
+
+def rms_norm_decomposed(input, normalized_shape, weight=None, eps=1e-6):
+    """The fused rms_norm op as primitives: x * rsqrt(mean(x^2) + eps) * weight over the flat last dim."""
+    ns = _ns(normalized_shape)
+    y, _ = _rms_normalized(_ln_flat(input, ns), eps)
+    if weight is not None:
+        y = y * _ln_flat(weight, ns)
+    return y if len(ns) == 1 else y.reshape(tuple(input.shape))
+
+
+def rms_norm_backward_decomposed(grad, input, weight, normalized_shape, eps=1e-6):
+    """d loss / d input of rms_norm: (gy - xhat * mean(gy * xhat)) * rstd with gy = grad * weight."""
+    ns = _ns(normalized_shape)
+    xhat, rstd = _rms_normalized(_ln_flat(input, ns), eps)
+    gy = _ln_flat(grad, ns)
+    if weight is not None:
+        gy = gy * _ln_flat(weight, ns)
+    gx = (gy - xhat * (gy * xhat).mean(-1, keepdim=True)) * rstd
+    return gx if len(ns) == 1 else gx.reshape(tuple(input.shape))
+
+
+def rms_norm_weight_backward_decomposed(grad, input, normalized_shape, eps=1e-6):
+    """d loss / d weight of rms_norm: grad * xhat summed over the rows."""
+    ns = _ns(normalized_shape)
+    xhat, _ = _rms_normalized(_ln_flat(input, ns), eps)
+    return _leading_sum(_ln_flat(grad, ns) * xhat, ns)
+
+
+def _rms_norm_grad(node, g):
+    x, weight = _saved_input(node, 0), _saved_input(node, 1)
+    x_edge, w_edge = node.next
+    ns, eps = node.attrs["normalized_shape"], node.attrs["eps"]
+    if _first_order():
+        gx = apply(_RMS_NORM_BACKWARD, (g, x, weight), node.attrs) if x_edge is not None else None
+        gw = apply(_RMS_NORM_WEIGHT_BACKWARD, (g, x), node.attrs) if w_edge is not None else None
+        return gx, gw
+    # create_graph: the same formulas as Tensor ops (differentiable again)
+    gx = rms_norm_backward_decomposed(g, x, weight, ns, eps) if x_edge is not None else None
+    gw = rms_norm_weight_backward_decomposed(g, x, ns, eps) if w_edge is not None else None
+    return gx, gw
+
+
+defgrad_node("rms_norm", _rms_norm_grad, saves_inputs=True)
+defdecomp("rms_norm", lambda x, weight, normalized_shape, eps: rms_norm_decomposed(x, normalized_shape, weight, eps))
+defdecomp("rms_norm_backward", lambda g, x, weight, normalized_shape, eps:
+          rms_norm_backward_decomposed(g, x, weight, normalized_shape, eps))
+defdecomp("rms_norm_weight_backward", lambda g, x, normalized_shape, eps:
+          rms_norm_weight_backward_decomposed(g, x, normalized_shape, eps))
 defdecomp("layer_norm", lambda x, weight, bias, normalized_shape, eps:
           layer_norm_decomposed(x, normalized_shape, weight, bias, eps))
 defdecomp("layer_norm_backward", lambda g, x, weight, normalized_shape, eps:

@@ -5,7 +5,9 @@ group's options, `ops` the arithmetic, the optimizer state and scratch space. It
 
 - eagerly on raw arrays (`ArrayOps`): in-place ufuncs with `out=` into scratch buffers
   shared by all parameters of one shape, options as Python floats -- as fast as
-  hand-written numpy, and allocating nothing;
+  hand-written numpy, and allocating nothing; a rule with a foreach C kernel (adam, sgd
+  with momentum: runtime/kernels/foreach.py) offers each parameter to `ops.fused`, which
+  runs the whole group in one C call with the same operations and bits;
 - while a compiled training step is traced, on Tensors (`TensorOps`): recorded in-place
   Tensor ops, so the graph updates parameters and state through mutation outputs, and
   the numeric options are graph inputs read at every call (`Tracer.hyper`; a scheduler
@@ -39,6 +41,9 @@ from ..ops.elementwise import where
 from ..ops.inplace import bump_version
 from .._tensor import Tensor
 from ..runtime.device import xp_of
+from ..runtime.kernels import eager as c_rows, foreach
+
+_F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
 
 __all__ = ["ArrayOps", "TensorOps", "AutogradOps", "EagerOptions", "sgd", "adam", "rmsprop", "adagrad",
            "adadelta", "adamax", "nadam", "radam", "asgd", "rprop"]
@@ -72,10 +77,19 @@ def sgd(ops, o, params):
         keep = 1 - o["dampening"] if o.nonzero("dampening") else None
         nesterov = o.flag("nesterov")
         lr_momentum = lr * momentum if nesterov else None
+        # the foreach kernel's variant and scalars (runtime/kernels/foreach.py); traced, options
+        # are tensors: only `is None` tests on them
+        flags = frozenset(f for f, on in (("wd", wd is not None), ("maximize", maximize),
+                                          ("dampening", keep is not None), ("nesterov", nesterov)) if on)
+        scalars = (0.0 if wd is None else wd, momentum, 1.0 if keep is None else keep, lr,
+                   0.0 if lr_momentum is None else lr_momentum)
     for p, g in ops.each(params):
-        g = _effective_grad(ops, p, g, wd, maximize)
         if momentum is not None:
             b = ops.state(p, "momentum_buffer")
+            if b is not None and ops.fused("sgd", flags, (p, g, b), scalars):
+                continue
+        g = _effective_grad(ops, p, g, wd, maximize)
+        if momentum is not None:
             if b is None:  # the first step (eager only: a traced step always has the buffer)
                 b = ops.new_state(p, "momentum_buffer", g)
             else:
@@ -113,19 +127,26 @@ def adam(ops, o, params):
     decoupled, decay = _decoupled_decay(o, lr)
     wd, maximize = _grad_terms(o, weight_decay=not decoupled)
     keep1, keep2, amsgrad = 1 - beta1, 1 - beta2, o.flag("amsgrad")
+    flags = frozenset(f for f, on in (("decay", decay is not None), ("wd", wd is not None),
+                                      ("maximize", maximize), ("amsgrad", amsgrad)) if on)
     for p, g in ops.each(params):
         step = ops.step(p)
+        bias1 = 1 - ops.scalar_pow(beta1, step)
+        bias2_sqrt = ops.scalar_sqrt(1 - ops.scalar_pow(beta2, step))
+        # lr/bias1 * m / (sqrt(v)/bias2_sqrt + eps), with bias2_sqrt moved to the numerator
+        c1, c2 = eps * bias2_sqrt, lr * bias2_sqrt / bias1
+        if ops.fused("adam", flags, (p, g, ops.state(p, "exp_avg"), ops.state(p, "exp_avg_sq"))
+                     + ((ops.state(p, "max_exp_avg_sq"),) if amsgrad else ()),
+                     (1.0 if decay is None else decay, 0.0 if wd is None else wd, beta1, keep1, beta2, keep2, c1, c2)):
+            continue
         if decay is not None:
             ops.imul(p, decay)
         g = _effective_grad(ops, p, g, wd, maximize)
         m, v = _moments(ops, p, g, beta1, keep1, beta2, keep2)
         if amsgrad:
             v = ops.imaximum(ops.state(p, "max_exp_avg_sq"), v)
-        bias1 = 1 - ops.scalar_pow(beta1, step)
-        bias2_sqrt = ops.scalar_sqrt(1 - ops.scalar_pow(beta2, step))
-        # lr/bias1 * m / (sqrt(v)/bias2_sqrt + eps), with bias2_sqrt moved to the numerator
-        t = ops.iadd(ops.sqrt(v, out=1), eps * bias2_sqrt)
-        t = ops.imul(ops.div(m, t, out=1), lr * bias2_sqrt / bias1)
+        t = ops.iadd(ops.sqrt(v, out=1), c1)
+        t = ops.imul(ops.div(m, t, out=1), c2)
         ops.isub(p, t)
 
 
@@ -350,7 +371,7 @@ class ArrayOps:
     """A rule's arithmetic on raw arrays (numpy or cupy): in place, into scratch buffers
     (two, or the optimizer's `_scratch_buffers`) shared by the parameters of one shape. `each(params)` binds it to each parameter in
     turn (its array, gradient, state) and bumps the parameter's version after its update."""
-    __slots__ = ("opt", "group", "xp", "scratch", "state_of", "powers")
+    __slots__ = ("opt", "group", "xp", "scratch", "state_of", "powers", "pending")
 
     def __init__(self, opt):
         self.opt = opt
@@ -359,6 +380,7 @@ class ArrayOps:
         self.scratch = None
         self.state_of = None
         self.powers = {}    # scalar_pow's results in this step (the parameters share their step)
+        self.pending = {}   # foreach kernel -> ([arrays per parameter], [scalars per parameter])
 
     def each(self, params):
         opt = self.opt
@@ -376,6 +398,31 @@ class ArrayOps:
                 init(p, self.group)
             yield d, g._array
             bump_version(p, bump)
+        for k, (arrays, scalars) in self.pending.items():
+            k(arrays, scalars)
+        self.pending.clear()
+
+    def fused(self, rule, flags, arrays, scalars):
+        """Leave this parameter's update to the group's one foreach C call (runtime/kernels/
+        foreach.py: the rule's arithmetic, the same bits), run when `each` ends; False (the rule
+        runs its numpy ops) for arrays it does not take: not numpy float32/float64 arrays of one
+        dtype and C order, or the C kernels off / without a compiler."""
+        d = arrays[0]
+        dt = d.dtype
+        if type(d) is not np.ndarray or not (dt is _F32 or dt is _F64) or not c_rows.enabled():
+            return False
+        for a in arrays:
+            if type(a) is not np.ndarray or a.dtype is not dt or not a.flags.c_contiguous:
+                return False
+        k = foreach.update_kernel(rule, c_rows.NAMES[dt], flags)
+        if k is None:
+            return False
+        batch = self.pending.get(k)
+        if batch is None:
+            batch = self.pending[k] = ([], [])
+        batch[0].append(arrays)
+        batch[1].append(scalars)
+        return True
 
     # state
     def state(self, p, key):
@@ -516,6 +563,11 @@ class TensorOps:
         for p in params:
             if p._grad is not None:
                 yield p, p._grad
+
+    @staticmethod
+    def fused(rule, flags, arrays, scalars):
+        """Traced (or under autograd) the rule's own Tensor ops run: the compiler fuses them."""
+        return False
 
     def state(self, p, key):
         return self.tracer.optimizer_state(self.opt, p, key)

@@ -256,6 +256,10 @@ CASES = [
          [((2, 4, 3), (4,), (4,)), ((2, 6, 2, 2), (6,), (6,))], grad_variants=1),
     Case("nn.rms_norm", lambda x, w: F.rms_norm(x, (4,), w, eps=1e-6),
          lambda x, w: x / np.sqrt((x * x).mean(-1, keepdims=True) + 1e-6) * w, [((3, 4), (4,)), ((2, 3, 4), (4,))]),
+    Case("nn.rms_norm_2d_noweight", lambda x: F.rms_norm(x, (3, 4), eps=1e-3),
+         lambda x: x / np.sqrt((x * x).mean((-2, -1), keepdims=True) + 1e-3), [((2, 3, 4),), ((3, 4),)]),
+    Case("nn.rms_norm_decomposed", lambda x, w: nn_ops.rms_norm_decomposed(x, (4,), w, 1e-6),
+         lambda x, w: x / np.sqrt((x * x).mean(-1, keepdims=True) + 1e-6) * w, [((3, 4), (4,))], grad_variants=1),
     Case("nn.batch_norm_train", lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True),
          _ref_batch_norm_train, [((4, 3), (3,), (3,)), ((3, 2, 2, 2), (2,), (2,))], grad_variants=1),
     Case("nn.batch_norm_running_stats",  # also updates (fresh) running buffers: the batch_norm_stats kernel

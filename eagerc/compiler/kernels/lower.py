@@ -393,7 +393,8 @@ def lower_group(nodes, needed, name="k0"):
 DECOMPOSED = "decomposed into a row kernel"
 LOWERINGS.update(dict.fromkeys(("softmax", "log_softmax", "softmax_backward", "log_softmax_backward", "layer_norm",
                                 "layer_norm_backward", "layer_norm_weight_backward", "gelu", "gelu_backward",
-                                "cross_entropy", "cross_entropy_backward"), DECOMPOSED))
+                                "cross_entropy", "cross_entropy_backward", "rms_norm", "rms_norm_backward",
+                                "rms_norm_weight_backward"), DECOMPOSED))
 
 LOWERABLE = frozenset(n for n, rule in LOWERINGS.items() if rule not in (_row_reduce, _random, DECOMPOSED))
 RANDOM = {n: "rand_" + n for n, rule in LOWERINGS.items() if rule is _random}    # graph op -> instruction

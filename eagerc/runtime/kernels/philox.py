@@ -8,6 +8,9 @@ its draw (from `Generator.next_offset`) -- no generator state crosses the bounda
 functions below are the module docstring of eagerc.runtime.random written in C / CUDA C:
 
     uint64_t eagerc_philox_word(uint64_t seed, uint64_t n)     word n of the stream of seed
+    void     eagerc_philox_block(uint64_t seed, uint64_t b, uint64_t *w)
+                                                               words 4b .. 4b+3 (one block: eager
+                                                               draws, kernels/rows.py)
     float    eagerc_uniform_f32(uint64_t w)                    (w >> 40) * 2**-24, exact
     double   eagerc_uniform_f64(uint64_t w)                    (w >> 11) * 2**-53, exact
     float    eagerc_uniform_f16(uint64_t w)                    (w >> 53) * 2**-11, exact (a
@@ -39,7 +42,7 @@ from eagerc.runtime.random import M0, M1, W0, W1
 
 __all__ = ["C_SOURCE", "CUDA_SOURCE", "element_words", "expr", "FUNCTIONS"]
 
-FUNCTIONS = ("eagerc_philox_word", "eagerc_uniform_f32", "eagerc_uniform_f64",
+FUNCTIONS = ("eagerc_philox_word", "eagerc_philox_block", "eagerc_uniform_f32", "eagerc_uniform_f64",
              "eagerc_uniform_f16", "eagerc_normal")
 
 # powers of two as decimal literals: shortest round-trip reprs, parsed exactly by any
@@ -51,11 +54,7 @@ _TWO_PI = "6.283185307179586"   # exactly the literal random.normal uses
 def _source(u64, prefix, mulhi, unroll, scalar_math="", log="log", cos="cos"):
     """The functions, for a 64-bit unsigned type `u64`, a declaration prefix and a
     `mulhi` block defining `eagerc_mulhi64(a, b)` (high 64 bits of the 128-bit product)."""
-    return f"""\
-/* eagerc counter-based RNG: Philox4x64-10, see eagerc/runtime/kernels/philox.py */
-{mulhi}
-{prefix} {u64} eagerc_philox_word({u64} seed, {u64} n) {{
-    {u64} c0 = n >> 2, c1 = 0, c2 = 0, c3 = 0, k0 = seed, k1 = 0;
+    rounds = f"""\
     {unroll}
     for (int r = 0; r < 10; r++) {{
         {u64} hi0 = eagerc_mulhi64(0x{M0:016X}ULL, c0), lo0 = 0x{M0:016X}ULL * c0;
@@ -66,8 +65,19 @@ def _source(u64, prefix, mulhi, unroll, scalar_math="", log="log", cos="cos"):
         c3 = lo0;
         k0 += 0x{W0:016X}ULL;
         k1 += 0x{W1:016X}ULL;
-    }}
+    }}"""
+    return f"""\
+/* eagerc counter-based RNG: Philox4x64-10, see eagerc/runtime/kernels/philox.py */
+{mulhi}
+{prefix} {u64} eagerc_philox_word({u64} seed, {u64} n) {{
+    {u64} c0 = n >> 2, c1 = 0, c2 = 0, c3 = 0, k0 = seed, k1 = 0;
+{rounds}
     return (n & 2) ? ((n & 1) ? c3 : c2) : ((n & 1) ? c1 : c0);
+}}
+{prefix} void eagerc_philox_block({u64} seed, {u64} block, {u64} *w) {{
+    {u64} c0 = block, c1 = 0, c2 = 0, c3 = 0, k0 = seed, k1 = 0;
+{rounds}
+    w[0] = c0; w[1] = c1; w[2] = c2; w[3] = c3;
 }}
 {prefix} float eagerc_uniform_f32({u64} w) {{
     return (float)(long long)(w >> 40) * {_P24}f;

@@ -12,7 +12,10 @@ the same functions.
 import math
 import operator
 
+import numpy as np
+
 from ...runtime import dtypes, random
+from ..kernels import eager as c_rows, rows as c_row_kernels
 from . import declare
 from .meta import Spec
 
@@ -53,6 +56,26 @@ def _draw(fn):
             return fn(seed, offset, tuple(shape), _np_dtype(dtype), xp=xp, **kw)
         return draw
     return impl
+
+
+def _uniform(xp):
+    """random.uniform; numpy float32/float64 draws from 4096 elements by the C kernel (rows.py: a
+    Philox block per 4 elements, the same words and formula, so the same bits)."""
+    draw = _draw(random.uniform)(xp)
+    if xp is not np:
+        return draw
+
+    def uniform(shape, dtype, seed, offset):
+        dt = _np_dtype(dtype)
+        n = math.prod(shape)
+        if n >= 4096 and (dt == np.float32 or dt == np.float64) and c_rows.enabled() and 0 <= offset < 2**64 - n:
+            k = c_row_kernels.kernel("uniform", dt.name)
+            if k is not None:
+                out = np.empty(tuple(shape), dt)
+                k(out.ctypes.data, n, int(seed) & random.MASK64, offset)
+                return out
+        return draw(shape, dtype, seed, offset)
+    return uniform
 
 
 def _randint(xp):
@@ -146,7 +169,7 @@ declare("full", (), _full, _shape_rule("full"), attrs=("shape", "value", "dtype"
 declare("arange", (), _arange, _arange_rule, attrs=("start", "end", "step", "dtype"), **_CREATION)
 declare("linspace", (), _linspace, _linspace_rule, attrs=("start", "end", "steps", "dtype"), **_CREATION)
 declare("eye", (), _eye, _eye_rule, attrs=("n", "m", "dtype"), **_CREATION)
-declare("uniform", (), _draw(random.uniform), _shape_rule("uniform"), attrs=("shape", "dtype", "seed", "offset"),
+declare("uniform", (), _uniform, _shape_rule("uniform"), attrs=("shape", "dtype", "seed", "offset"),
         **_RANDOM)
 declare("normal", (), _draw(random.normal), _shape_rule("normal"), attrs=("shape", "dtype", "seed", "offset"),
         **_RANDOM)

@@ -9,6 +9,7 @@ keeps exactly that decomposition next to its fast path. The pairs are
 | `softmax(x; dim)`             | `out * (g - sum(g * out))`                   | `softmax_decomposed`           |
 | `log_softmax(x; dim)`         | `g - exp(out) * sum(g)`                      | `log_softmax_decomposed`       |
 | `layer_norm(x, w, b; ...)`    | the xhat formula                             | `layer_norm_decomposed`        |
+| `rms_norm(x, w; ...)`         | the xhat formula without the mean            | `rms_norm_decomposed`          |
 | `batch_norm(x, w, b; eps)`    | the xhat formula over (N, *) per channel     | `batch_norm_decomposed`        |
 | `cross_entropy(x, t, w; ...)` | `softmax(x) * coef - target distribution`    | `cross_entropy_decomposed`     |
 | `gelu(x; approximate)`        | `g * (Phi(x) + x phi(x))` (or the tanh form) | `gelu_decomposed`              |
@@ -22,6 +23,7 @@ finite differences: the formula written with Tensor ops (used under
 `create_graph=True`, so second derivatives work), and for plain first-order
 backward one fused kernel declared here, `<op>_backward` (softmax_backward,
 log_softmax_backward, layer_norm_backward + layer_norm_weight_backward,
+rms_norm_backward + rms_norm_weight_backward,
 batch_norm_backward + batch_norm_weight_backward,
 cross_entropy_backward, gelu_backward, embedding_backward, lstm_cell_backward,
 gru_cell_backward), the way PyTorch has
@@ -38,7 +40,7 @@ are attributes, so the shape rules below work on shapes alone.
 import numpy as np
 
 from ...runtime import dtypes
-from ..kernels import eager as c_rows
+from ..kernels import eager as c_rows, rows as c_row_kernels
 from . import NORMALISATION, Flops, declare
 from .meta import Spec, fail, fmt_shape, normalize_dim
 from .linalg import array_matmul
@@ -108,7 +110,7 @@ def _on_c_rows(op, numpy_kernel, rows_of):
             plan = rows_of(*args, **attrs)
             if plan is not None:
                 inputs, cols, variant = plan
-                k = c_rows.row_kernel(op, args[0].dtype.name, cols, *variant)
+                k = c_rows.row_kernel(op, c_rows.NAMES[args[0].dtype], cols, *variant)
                 if k is not None:
                     out = np.empty(inputs[0].shape, inputs[0].dtype)
                     k(*inputs, out, rows=out.size // cols)
@@ -238,39 +240,67 @@ def _layer_norm(xp):
     return layer_norm
 
 
-def _layer_norm_rule(x, weight, bias, normalized_shape, eps):
+def _layer_norm_rule(x, weight, bias, normalized_shape, eps, op="layer_norm"):
     ns = tuple(normalized_shape)
     specs = tuple(s for s in (x, weight, bias) if s is not None)
     if not ns or tuple(x.shape[len(x.shape) - len(ns):]) != ns or len(x.shape) < len(ns):
-        fail("layer_norm", specs, f"expected an input of shape [*, {', '.join(map(str, ns))}] "
+        fail(op, specs, f"expected an input of shape [*, {', '.join(map(str, ns))}] "
              f"(normalized_shape={list(ns)})")
     for name, s in (("weight", weight), ("bias", bias)):
         if s is not None and tuple(s.shape) != ns:
-            fail("layer_norm", specs, f"{name} must have shape {fmt_shape(ns)} (normalized_shape)")
+            fail(op, specs, f"{name} must have shape {fmt_shape(ns)} (normalized_shape)")
     if any(s.dtype is not x.dtype for s in specs) or not x.dtype.is_floating_point:
-        fail("layer_norm", specs, "expected floating-point input, weight and bias of one dtype", TypeError)
+        fail(op, specs, "expected floating-point input, weight and bias of one dtype", TypeError)
     return Spec(tuple(x.shape), x.dtype)
 
 
-def _layer_norm_backward(xp):
-    def layer_norm_backward(g, x, weight, normalized_shape, eps):
-        xhat, rstd = _normalized(xp, x, normalized_shape, eps)
-        gy = g.reshape(xhat.shape)
-        if weight is not None:
-            gy = gy * weight.reshape(1, -1)
-        gx = gy - array_mean(gy, 1, True)
-        gx -= xhat * array_mean(gy * xhat, 1, True)
-        gx *= rstd
-        return gx.reshape(x.shape)
-    return layer_norm_backward
+def _norm_backward(normalized, center):
+    """impl of layer_norm's (center: minus the mean of gy too) or rms_norm's input gradient:
+    (gy [- mean(gy)] - xhat * mean(gy * xhat)) * rstd with gy = g * weight, per row."""
+    def impl(xp):
+        def norm_backward(g, x, weight, normalized_shape, eps):
+            xhat, rstd = normalized(xp, x, normalized_shape, eps)
+            gy = g.reshape(xhat.shape)
+            if weight is not None:
+                gy = gy * weight.reshape(1, -1)
+            t = xhat * array_mean(gy * xhat, 1, True)
+            if center:
+                gx = gy - array_mean(gy, 1, True)
+                gx -= t
+            else:
+                gx = gy - t
+            gx *= rstd
+            return gx.reshape(x.shape)
+        return norm_backward
+    return impl
 
 
-def _layer_norm_weight_backward(xp):
-    def layer_norm_weight_backward(g, x, normalized_shape, eps):
-        xhat, _ = _normalized(xp, x, normalized_shape, eps)
-        xhat *= g.reshape(xhat.shape)
-        return array_sum(xhat, 0).reshape(tuple(normalized_shape))
-    return layer_norm_weight_backward
+def _norm_weight_backward_c(g, x, normalized_shape, eps, center):
+    """layer_norm's (center) or rms_norm's weight gradient by one C pass per row (column sums in
+    double: runtime/kernels/rows.py), or None where numpy runs."""
+    if not (type(x) is np.ndarray and c_rows.use("norm_weight_backward", x) and _same_layout((x, g))):
+        return None
+    k = c_row_kernels.kernel("norm_weight_backward", c_rows.NAMES[x.dtype])
+    if k is None:
+        return None
+    cols = _numel(normalized_shape)
+    gw = np.empty(cols, x.dtype)
+    k(g.ctypes.data, x.ctypes.data, gw.ctypes.data, x.size // cols, cols, int(center), float(eps))
+    return gw.reshape(tuple(normalized_shape))
+
+
+def _norm_weight_backward(normalized, center):
+    """impl of layer_norm's (center) or rms_norm's weight gradient: g * xhat summed over the rows."""
+    def impl(xp):
+        def norm_weight_backward(g, x, normalized_shape, eps):
+            gw = _norm_weight_backward_c(g, x, normalized_shape, eps, center)
+            if gw is not None:
+                return gw
+            xhat, _ = normalized(xp, x, normalized_shape, eps)
+            xhat *= g.reshape(xhat.shape)
+            return array_sum(xhat, 0).reshape(tuple(normalized_shape))
+        return norm_weight_backward
+    return impl
 
 
 def _layer_norm_backward_rule(g, x, weight, normalized_shape, eps):
@@ -302,9 +332,65 @@ def _layer_norm_backward_rows(g, x, weight, normalized_shape, eps):
 declare("layer_norm", ("x", "weight", "bias"), _c_rows_kernel("layer_norm", _layer_norm, _layer_norm_rows),
         _layer_norm_rule, attrs=("normalized_shape", "eps"), **_COMPOSITE)
 declare("layer_norm_backward", ("g", "x", "weight"),
-        _c_rows_kernel("layer_norm_backward", _layer_norm_backward, _layer_norm_backward_rows),
+        _c_rows_kernel("layer_norm_backward", _norm_backward(_normalized, True), _layer_norm_backward_rows),
         _layer_norm_backward_rule, attrs=("normalized_shape", "eps"), **_BACKWARD)
-declare("layer_norm_weight_backward", ("g", "x"), _layer_norm_weight_backward, _layer_norm_weight_backward_rule,
+declare("layer_norm_weight_backward", ("g", "x"), _norm_weight_backward(_normalized, True),
+        _layer_norm_weight_backward_rule,
+        attrs=("normalized_shape", "eps"), **_BACKWARD)
+
+
+# ---------------------------------------------------------------- rms_norm
+
+def _rms_normalized(xp, x, normalized_shape, eps):
+    """x as (rows, features) times 1/sqrt(mean(x^2) + eps) per row, and that factor: the steps
+    (and bits) of the Tensor-op composition F.rms_norm used before this op existed."""
+    x2 = x.reshape(-1, _numel(normalized_shape)) if x.size else x.reshape(0, _numel(normalized_shape))
+    ms = array_mean(x2 * x2, 1, True)
+    ms += eps
+    rstd = xp.reciprocal(xp.sqrt(ms, out=ms), out=ms)
+    return x2 * rstd, rstd
+
+
+def _rms_norm(xp):
+    def rms_norm(x, weight, normalized_shape, eps):
+        y = _rms_normalized(xp, x, normalized_shape, eps)[0]
+        if weight is not None:
+            y *= weight.reshape(-1)
+        return y.reshape(x.shape)
+    return rms_norm
+
+
+def _rms_norm_rule(x, weight, normalized_shape, eps):
+    return _layer_norm_rule(x, weight, None, normalized_shape, eps, op="rms_norm")
+
+
+def _rms_norm_backward_rule(g, x, weight, normalized_shape, eps):
+    _layer_norm_rule(x, weight, None, normalized_shape, eps, op="rms_norm_backward")
+    if tuple(g.shape) != tuple(x.shape) or g.dtype is not x.dtype:
+        fail("rms_norm_backward", (g, x), "the gradient must have the input's shape and dtype")
+    return Spec(tuple(x.shape), x.dtype)
+
+
+def _rms_norm_weight_backward_rule(g, x, normalized_shape, eps):
+    _rms_norm_backward_rule(g, x, None, normalized_shape, eps)
+    return Spec(tuple(normalized_shape), x.dtype)
+
+
+def _rms_norm_rows(x, weight, normalized_shape, eps):
+    inputs = tuple(a for a in (x, weight) if a is not None)
+    if not _same_layout(inputs):
+        return None
+    return inputs, _numel(normalized_shape), (weight is not None, float(eps))
+
+
+# x / sqrt(mean(x^2) + eps) * weight over the normalised (last) dims
+declare("rms_norm", ("x", "weight"), _c_rows_kernel("rms_norm", _rms_norm, _rms_norm_rows), _rms_norm_rule,
+        attrs=("normalized_shape", "eps"), **_COMPOSITE)
+declare("rms_norm_backward", ("g", "x", "weight"),
+        _c_rows_kernel("rms_norm_backward", _norm_backward(_rms_normalized, False), _layer_norm_backward_rows),
+        _rms_norm_backward_rule, attrs=("normalized_shape", "eps"), **_BACKWARD)
+declare("rms_norm_weight_backward", ("g", "x"), _norm_weight_backward(_rms_normalized, False),
+        _rms_norm_weight_backward_rule,
         attrs=("normalized_shape", "eps"), **_BACKWARD)
 
 
@@ -548,17 +634,33 @@ def _ce_targets(xp, t, C, ignore_index, dtype, weight):
     return valid, t, wt
 
 
+def _ce_c_rows(op, x2, t, wt):
+    """The C row kernel of cross_entropy(_backward) (runtime/kernels/rows.py) and the int64 targets
+    it reads, when it applies: numpy float32/float64 rows in C order, every row counted once (no
+    class weights, nothing ignored: `wt` None), enough elements; else (None, None)."""
+    if wt is not None or type(x2) is not np.ndarray or not c_rows.use("cross_entropy", x2):
+        return None, None
+    k = c_row_kernels.kernel(op, c_rows.NAMES[x2.dtype])
+    return (k, t if t.dtype == np.int64 and t.flags.c_contiguous else t.astype(np.int64)) if k else (None, None)
+
+
 def _cross_entropy(xp):
     def cross_entropy(x, target, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0):
         x2, t, back = _ce_layout(xp, x, target)
         n, C = x2.shape
-        z = x2 - x2.max(axis=1, keepdims=True) if n else x2.copy()
-        lse = xp.log(xp.exp(z).sum(axis=1))
         valid, t, wt = _ce_targets(xp, t, C, ignore_index, x.dtype, weight)
-        loss = lse - z[xp.arange(n), t]  # -log p[target]
-        if wt is not None:
+        k, t64 = _ce_c_rows("cross_entropy", x2, t, wt)
+        if k is not None:   # the per-row loss in one pass over each row
+            loss = np.empty(n, x2.dtype)
+            eps = float(label_smoothing)
+            k(x2.ctypes.data, t64.ctypes.data, loss.ctypes.data, n, C, 1 - eps, eps / C)
+        else:
+            z = x2 - x2.max(axis=1, keepdims=True) if n else x2.copy()
+            lse = xp.log(xp.exp(z).sum(axis=1))
+            loss = lse - z[xp.arange(n), t]  # -log p[target]
+        if k is None and wt is not None:
             loss *= wt
-        if label_smoothing:  # -sum_c w_c log p_c
+        if k is None and label_smoothing:  # -sum_c w_c log p_c
             smooth = lse * (C if weight is None else weight.sum()) - (z.sum(axis=1) if weight is None else z @ weight)
             if valid is not None:
                 smooth *= valid
@@ -579,10 +681,19 @@ def _cross_entropy_backward(xp):
         """d loss / d x = scale * valid * (softmax(x) * coef - target distribution)."""
         x2, t, back = _ce_layout(xp, x, target)
         n, C = x2.shape
+        valid, t, wt = _ce_targets(xp, t, C, ignore_index, x.dtype, weight)
+        k, t64 = _ce_c_rows("cross_entropy_backward", x2, t, wt)
+        if k is not None:   # softmax, minus the target distribution, times the scale: one pass per row
+            scale = np.ascontiguousarray(g.reshape(-1) if reduction == "none" else g if reduction == "sum" else g / n,
+                                         dtype=x2.dtype)
+            p = np.empty(x2.shape, x2.dtype)
+            eps = float(label_smoothing)
+            k(x2.ctypes.data, t64.ctypes.data, scale.ctypes.data, p.ctypes.data, n, C, int(reduction == "none"),
+              1 - eps, eps / C)
+            return back(p)
         p = x2 - x2.max(axis=1, keepdims=True) if n else x2.copy()
         xp.exp(p, out=p)
         p /= p.sum(axis=1, keepdims=True)
-        valid, t, wt = _ce_targets(xp, t, C, ignore_index, x.dtype, weight)
         rows = xp.arange(n)
         eps = label_smoothing
         if wt is None:  # every row counts once
@@ -659,6 +770,14 @@ def _embedding_backward(xp):
         out = xp.zeros((num_weights, dim), dtype=g.dtype)
         idx = indices.reshape(-1)
         g2 = g.reshape(-1, dim)
+        if (xp is np and c_rows.use("embedding_backward", g2 := np.ascontiguousarray(g2)) and idx.size
+                and 0 <= idx.min() and idx.max() < num_weights):
+            k = c_row_kernels.kernel("embedding_backward", c_rows.NAMES[g.dtype])
+            if k is not None:   # np.add.at's loop (same order, same bits), without its per-index overhead
+                idx = np.ascontiguousarray(idx, dtype=np.int64)
+                k(g2.ctypes.data, idx.ctypes.data, out.ctypes.data, idx.size, dim,
+                  -1 if padding_idx is None else padding_idx)
+                return out
         if padding_idx is not None:
             keep = idx != padding_idx
             idx, g2 = idx[keep], g2[keep]
@@ -868,6 +987,15 @@ def _gru_cell_backward(xp):
     return gru_cell_backward
 
 
+def _lstm_c_step(op, *arrays):
+    """The C kernel of one LSTM step's gate math (runtime/kernels/rows.py) when every array is a
+    C-contiguous numpy float32/float64 array of one dtype and the kernels are on; else None."""
+    a = arrays[0]
+    if type(a) is not np.ndarray or not c_rows.use("lstm_step", a) or not _same_layout(arrays):
+        return None
+    return c_row_kernels.kernel(op, c_rows.NAMES[a.dtype])
+
+
 def _lstm_layer(xp):
     def lstm_layer(xg, h0, c0, w_hh):
         """(6, T, B, H): every step's h, c and activated gates i, f, g, o -- the LSTM recurrence
@@ -878,6 +1006,20 @@ def _lstm_layer(xp):
         transposing copy), and ten in-place passes over the step's blocks, written into the result."""
         T, B, H = xg.shape[0], h0.shape[0], h0.shape[1]
         out = xp.empty((6, T, B, H), dtype=xg.dtype)
+        k = _lstm_c_step("lstm_step", xg, h0, c0, w_hh)
+        if k is not None:   # per step: the product h W_hh^T as (B, 4H) rows, then one C pass of gate math
+            w_t = np.ascontiguousarray(w_hh.T)
+            hw = np.empty((B, 4 * H), dtype=xg.dtype)
+            step = B * H * xg.itemsize          # the reserve's (B, H) blocks: addresses, not views
+            o, x, hw_p = out.ctypes.data, xg.ctypes.data, hw.ctypes.data
+            h, c_prev = h0, c0.ctypes.data      # C-contiguous (_lstm_c_step checked)
+            for t in range(T):
+                np.matmul(h, w_t, out=hw)
+                h = out[0, t]
+                c = o + (T + t) * step
+                k(hw_p, x + 4 * t * step, c_prev, o + t * step, c, o + (2 * T + t) * step, B, H, T * B * H)
+                c_prev = c
+            return out
         scale, shift = (v.reshape(4, 1, H) for v in _lstm_affine(xp, H, xg.dtype)[:2])   # gate-major
         hw = xp.empty((4 * H, B), dtype=xg.dtype)
         hw4 = hw.reshape(4, H, B).transpose(0, 2, 1)              # (4, B, H): its [i, f, g, o] blocks
@@ -913,6 +1055,22 @@ def _lstm_layer_backward(xp):
         T, B, H = out.shape[1:]
         dt = out.dtype
         res = xp.empty((T + 1, B, 4 * H), dtype=dt)
+        k = _lstm_c_step("lstm_step_backward", g, h0, c0, w_hh, out)
+        if k is not None:   # per step: one C pass of gate math into res[t], then d h = res[t] W_hh
+            dhw = np.empty((B, H), dtype=dt)
+            dc = g[1, T - 1].copy()
+            step = B * H * dt.itemsize          # (B, H) blocks of out and g: addresses, not views
+            o, gp, r, dhw_p, dc_p = (a.ctypes.data for a in (out, g, res, dhw, dc))
+            for t in range(T - 1, -1, -1):
+                k(dhw_p, gp + t * step, gp + (T + t) * step, o + (3 * T + t + 1) * step if t < T - 1 else None,
+                  o + (T + t) * step, o + t * step, o + (2 * T + t) * step, gp + (2 * T + t) * step,
+                  c0.ctypes.data if t == 0 else o + (T + t - 1) * step, dc_p, r + 4 * t * step, B, H, T * B * H)
+                np.matmul(res[t], w_hh, out=dhw)
+            res[T, :, :H] = dhw
+            dc *= out[3, 0]
+            res[T, :, H:2 * H] = dc
+            res[T, :, 2 * H:] = 0
+            return res
         k = _lstm_affine(xp, H, dt)[2].reshape(4, 1, H)
         dh, dc, tc, tmp = (xp.empty((B, H), dtype=dt) for _ in range(4))
         d, s = xp.empty((4, B, H), dtype=dt), xp.empty((4, B, H), dtype=dt)

@@ -1,0 +1,256 @@
+"""Eager kernels the kernel IR does not express, as short hand-written C: row kernels that read
+a per-row class index (cross_entropy and its backward), a leading-dim sum of a normalised
+product (layer_norm's and rms_norm's weight gradients), a scatter-add by index (embedding's
+backward), an LSTM step's gate math (forward and backward, on the layer's strided reserve) and
+uniform draws a Philox block at a time (rand, dropout's mask).
+
+Why: in a GPT training step these were numpy's multi-pass kernels -- cross_entropy forward and
+backward ~4x PyTorch's, the layer_norm weight gradient twice the cost of the whole input
+gradient, embedding_backward's `np.add.at` ~6x PyTorch's scatter-add. Each is one pass per row
+(the row in cache) in C.
+
+Numbers. embedding_backward adds the rows in index order into zeros, as `np.add.at` does: the
+same bits. The others add row sums (and the weight gradient's column sums) in double where numpy
+sums float32 pairwise, and take exp/log from glibc: within a few ulp of the numpy kernel's
+result's scale (tests/test_eager_kernels.py states the bounds); the elementwise steps are the
+numpy kernel's, in its order (kernel_cache compiles with -ffp-contract=off).
+
+Built through eager.c_function (the same disk cache, off switch and no-compiler fallback as the
+generated row kernels); `kernel(name, dtype)` is None when numpy must run.
+"""
+import ctypes
+
+from . import philox
+from .eager import c_function
+from .render import CRenderer
+
+__all__ = ["kernel", "SOURCES"]
+
+_CT = {"float32": "float", "float64": "double"}
+_MATH = {"float32": ("expf", "logf", "sqrtf", "tanhf"), "float64": ("exp", "log", "sqrt", "tanh")}
+
+# a row's max as the renderer computes it (a vector max plus a NaN flag: NaN propagates as in
+# numpy), then sums of float blocks of 256 added in double (render.py's SUM_BLOCK: vectorised
+# float partial sums, accumulated in double); MAX_ROW and the block loop are used below
+_PRELUDE = """
+#define ROW_MAX(mx, xr, C) do { \\
+    T m_ = -INFINITY; int n_ = 0; \\
+    _Pragma("omp simd reduction(max:m_) reduction(|:n_)") \\
+    for (int64_t c = 0; c < C; c++) { const T v_ = xr[c]; m_ = v_ > m_ ? v_ : m_; n_ |= v_ != v_; } \\
+    mx = n_ ? (T)NAN : m_; } while (0)
+#define BLOCKED_SUM(acc, C, EXPR) do { \\
+    acc = 0; \\
+    for (int64_t cb = 0; cb < C; cb += 256) { \\
+        const int64_t ce = cb + 256 < C ? cb + 256 : C; T f_ = 0; \\
+        _Pragma("omp simd reduction(+:f_)") \\
+        for (int64_t c = cb; c < ce; c++) f_ += (EXPR); \\
+        acc += f_; } } while (0)
+"""
+
+_ROW_LSE = """
+        const T *xr = x + r * C;
+        T mx;
+        ROW_MAX(mx, xr, C);
+        double s;
+        BLOCKED_SUM(s, C, EXP(xr[c] - mx));
+        const T lse = LOG((T)s);
+"""
+
+SOURCES = {
+    # per-row loss: lse - z[t]; with label smoothing (1 - eps) loss + eps / C (lse C - sum z)
+    "cross_entropy": """
+void {name}(const T *x, const int64_t *t, T *loss, int64_t rows, int64_t C, T keep, T eps_c)
+{
+    for (int64_t r = 0; r < rows; r++) {""" + _ROW_LSE + """
+        T l = lse - (xr[t[r]] - mx);
+        if (eps_c != 0) {
+            double zs;
+            BLOCKED_SUM(zs, C, xr[c] - mx);
+            T smooth = lse * (T)C;
+            smooth = smooth - (T)zs;
+            l = keep * l;
+            smooth = eps_c * smooth;
+            l = l + smooth;
+        }
+        loss[r] = l;
+    }
+}
+""",
+    # d x = (softmax(x) - onehot(t) (1 - eps) - eps / C) * scale[r * scale_step]
+    "cross_entropy_backward": """
+void {name}(const T *x, const int64_t *t, const T *scale, T *gx, int64_t rows, int64_t C, int64_t scale_step,
+            T keep, T eps_c)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        const T *xr = x + r * C;
+        T *o = gx + r * C;
+        T mx;
+        ROW_MAX(mx, xr, C);
+        #pragma omp simd
+        for (int64_t c = 0; c < C; c++) o[c] = EXP(xr[c] - mx);
+        double s;
+        BLOCKED_SUM(s, C, o[c]);
+        const T sum = (T)s;
+        const T k = scale[r * scale_step];
+        #pragma omp simd
+        for (int64_t c = 0; c < C; c++) o[c] = o[c] / sum;
+        o[t[r]] = o[t[r]] - keep;
+        if (eps_c != 0) {
+            #pragma omp simd
+            for (int64_t c = 0; c < C; c++) o[c] = o[c] - eps_c;
+        }
+        #pragma omp simd
+        for (int64_t c = 0; c < C; c++) o[c] = o[c] * k;
+    }
+}
+""",
+    # gw = sum over rows of g * xhat (xhat: the row normalised as layer_norm normalises it, or with
+    # center = 0 as rms_norm does: no mean subtracted, x - 0 being x exactly)
+    "norm_weight_backward": """
+void {name}(const T *g, const T *x, T *gw, int64_t rows, int64_t C, int64_t center, T eps)
+{
+    double *acc = calloc(C, sizeof(double));
+    for (int64_t r = 0; r < rows; r++) {
+        const T *xr = x + r * C, *gr = g + r * C;
+        double s, q;
+        BLOCKED_SUM(s, C, xr[c]);
+        const T mean = center ? (T)(s / (double)C) : (T)0;
+        BLOCKED_SUM(q, C, (xr[c] - mean) * (xr[c] - mean));
+        T var = (T)(q / (double)C);
+        var = var + eps;
+        const T rstd = (T)1 / SQRT(var);
+        #pragma omp simd
+        for (int64_t c = 0; c < C; c++) { T xh = (xr[c] - mean) * rstd; acc[c] += (double)(xh * gr[c]); }
+    }
+    for (int64_t c = 0; c < C; c++) gw[c] = (T)acc[c];
+    free(acc);
+}
+""",
+    # out (zeros) [idx[i]] += g[i], in index order (np.add.at's order); rows equal to `skip` skipped
+    "embedding_backward": """
+void {name}(const T *g, const int64_t *idx, T *out, int64_t n, int64_t D, int64_t skip)
+{
+    for (int64_t i = 0; i < n; i++) {
+        if (idx[i] == skip) continue;
+        T *o = out + idx[i] * D;
+        const T *gi = g + i * D;
+        #pragma omp simd
+        for (int64_t c = 0; c < D; c++) o[c] = o[c] + gi[c];
+    }
+}
+""",
+    # one LSTM step's gate math (runtime/ops/nn.py lstm_layer), rows b of (B, 4H) projections
+    # (gates: four (B, H) blocks BH elements apart, the layer's (6, T, B, H) reserve);
+    # gates [i, f, g, o] = act(hw + xg) (sigmoid as 0.5 tanh(0.5 a) + 0.5, g's tanh as tanh(a) * 1 + 0:
+    # the numpy kernel's steps); c = f c_prev + i g; h = o tanh(c)
+    "lstm_step": """
+void {name}(const T *hw, const T *xg, const T *c_prev, T *h, T *c, T *gates, int64_t B, int64_t H, int64_t BH)
+{
+    for (int64_t b = 0; b < B; b++) {
+        const T *hr = hw + b * 4 * H, *xr = xg + b * 4 * H;
+        #pragma omp simd
+        for (int64_t j = 0; j < H; j++) {
+            const int64_t e = b * H + j;
+            T ai = hr[j] + xr[j], af = hr[H + j] + xr[H + j], ag = hr[2 * H + j] + xr[2 * H + j];
+            T ao = hr[3 * H + j] + xr[3 * H + j];
+            T i = TANH(ai * (T)0.5) * (T)0.5 + (T)0.5, f = TANH(af * (T)0.5) * (T)0.5 + (T)0.5;
+            T g = TANH(ag) + (T)0, o = TANH(ao * (T)0.5) * (T)0.5 + (T)0.5;
+            gates[e] = i; gates[BH + e] = f; gates[2 * BH + e] = g; gates[3 * BH + e] = o;
+            T cc = f * c_prev[e];
+            T ig = i * g;
+            cc = cc + ig;
+            c[e] = cc;
+            h[e] = TANH(cc) * o;
+        }
+    }
+}
+""",
+    # its backward at one step (lstm_layer_backward): from d h (dhw + gh: the next step's product
+    # and the output's own gradient) and d c (dc, updated in place: through c_{t+1} = f_{t+1} c + ...,
+    # f_next NULL at the last step), the gates' gradients before activation into res (B, 4H)
+    "lstm_step_backward": """
+void {name}(const T *dhw, const T *gh, const T *gc, const T *f_next, const T *c, const T *h, const T *gates,
+            const T *ggates, const T *c_prev, T *dc, T *res, int64_t B, int64_t H, int64_t BH)
+{
+    for (int64_t b = 0; b < B; b++) {
+        T *rr = res + b * 4 * H;
+        #pragma omp simd
+        for (int64_t j = 0; j < H; j++) {
+            const int64_t e = b * H + j;
+            T dh = gh[e], dce = dc[e];
+            if (f_next) { dh = dhw[e] + dh; dce = dce * f_next[e]; dce = dce + gc[e]; }
+            const T i = gates[e], f = gates[BH + e], g = gates[2 * BH + e], o = gates[3 * BH + e];
+            const T tc = TANH(c[e]);
+            T d_o = dh * tc;
+            T tmp = h[e] * tc;
+            tmp = o - tmp;
+            tmp = tmp * dh;
+            dce = dce + tmp;
+            dc[e] = dce;
+            T d_i = dce * g, d_f = dce * c_prev[e], d_g = dce * i;
+            d_i = d_i + ggates[e]; d_f = d_f + ggates[BH + e]; d_g = d_g + ggates[2 * BH + e];
+            d_o = d_o + ggates[3 * BH + e];
+            rr[j] = (d_i * ((T)1 - i)) * (i + (T)0);
+            rr[H + j] = (d_f * ((T)1 - f)) * (f + (T)0);
+            rr[2 * H + j] = (d_g * ((T)1 - g)) * (g + (T)1);
+            rr[3 * H + j] = (d_o * ((T)1 - o)) * (o + (T)0);
+        }
+    }
+}
+""",
+    # uniform floats in [0, 1): element i from word offset + i of the Philox stream (random.py), a
+    # whole block of 4 words at a time (numpy's generator also computes each block once; the
+    # kernels' eagerc_philox_word computes one per element); the unaligned ends word by word
+    "uniform": """
+void {name}(T *out, int64_t n, uint64_t seed, uint64_t offset)
+{
+    int64_t i = 0;
+    for (; i < n && ((offset + (uint64_t)i) & 3); i++) out[i] = UNIFORM(eagerc_philox_word(seed, offset + i));
+    const int64_t blocks = (n - i) / 4;
+    const uint64_t b0 = (offset + (uint64_t)i) >> 2;
+    T *o = out + i;
+    /* scalar on purpose: GCC's vector form of the 64-bit products is ~3x slower here (4096x1024:
+       30 ms against 11 ms scalar, numpy's generator and conversion 26 ms) */
+    for (int64_t b = 0; b < blocks; b++) {
+        uint64_t w[4];
+        eagerc_philox_block(seed, b0 + b, w);
+        o[4 * b] = UNIFORM(w[0]); o[4 * b + 1] = UNIFORM(w[1]);
+        o[4 * b + 2] = UNIFORM(w[2]); o[4 * b + 3] = UNIFORM(w[3]);
+    }
+    for (i += 4 * blocks; i < n; i++) out[i] = UNIFORM(eagerc_philox_word(seed, offset + i));
+}
+""",
+}
+
+# argument types after the pointers: the int64 sizes and the dtype's scalars
+_ARGS = {"cross_entropy": "ppp" "ii" "ff", "cross_entropy_backward": "pppp" "iii" "ff",
+         "norm_weight_backward": "ppp" "iii" "f", "embedding_backward": "ppp" "iii",
+         "lstm_step": "pppppp" "iii", "lstm_step_backward": "ppppppppppp" "iii", "uniform": "p" "i" "uu"}
+
+_kernels = {}
+
+
+def source(op, dtype):
+    exp, log, sqrt, tanh = _MATH[dtype]
+    name = f"eager_{op}_{dtype}"
+    body = SOURCES[op].replace("{name}", name)
+    rng = "" if op != "uniform" else philox.C_SOURCE + f"#define UNIFORM eagerc_uniform_f{dtype[-2:]}\n"
+    return name, (CRenderer.PRELUDE + _PRELUDE + rng + f"#define T {_CT[dtype]}\n#define EXP {exp}\n#define LOG {log}\n"
+                  f"#define SQRT {sqrt}\n#define TANH {tanh}\n" + body)
+
+
+def kernel(op, dtype):
+    """The ctypes function of `op` for float32 / float64 arrays (pointers as integers, sizes as
+    ints, scalars as Python floats); None when the C kernels are off or no compiler works."""
+    key = (op, dtype)
+    fn = _kernels.get(key, False)
+    if fn is False:
+        name, src = source(op, dtype)
+        fn = c_function(name, src)
+        if fn is not None:
+            real = ctypes.c_float if dtype == "float32" else ctypes.c_double
+            fn.argtypes = [{"p": ctypes.c_void_p, "i": ctypes.c_int64, "u": ctypes.c_uint64, "f": real}[a]
+                           for a in _ARGS[op]]
+            fn.restype = None
+        _kernels[key] = fn
+    return fn
