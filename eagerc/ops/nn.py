@@ -215,17 +215,14 @@ def layer_norm_backward_decomposed(grad, input, weight, normalized_shape, eps=1e
 
 def layer_norm_weight_backward_decomposed(grad, input, normalized_shape, eps=1e-5):
     """The fused layer_norm_weight_backward kernel (d loss / d weight) as primitives: the per-row
-    product grad * xhat, then one sum over the leading (row) dims as the last step."""
+    product grad * xhat, then one sum over the leading (row) dims as the last step (over the
+    dims themselves, no reshape between: the product and the sum fuse into one kernel)."""
     ns = _ns(normalized_shape)
     x = _ln_flat(input, ns)
     xhat, _ = _ln_normalized(x, eps)
     gw = _ln_flat(grad, ns) * xhat
     if gw.ndim > 1:
-        features = gw.shape[-1]
-        rows = 1
-        for s in gw.shape[:-1]:
-            rows *= s
-        gw = (gw if gw.ndim == 2 else gw.reshape(rows, features)).sum(0)
+        gw = gw.sum(tuple(range(gw.ndim - 1)))
     return gw if len(ns) == 1 else gw.reshape(ns)
 
 
