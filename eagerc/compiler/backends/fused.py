@@ -6,7 +6,7 @@ ops' kernels; they differ only in the kernels' language and device (`Binding`):
 1. `PIPELINE`: the usual clean-up, then the row composites (softmax, layer_norm,
    cross-entropy, gelu and their backward ops) decomposed into primitives and fused again
    with only what kernels compute (`fusible`), so each becomes one row kernel with its
-   neighbours.
+   neighbours; a linear's bias add joins the kernel reading its output (passes/epilogue.py).
 2. `plan_kernels`: each fusion group -- and each lone elementwise or reduction node over at
    least `singleton_min` elements -- is lowered to a Kernel (compiler/kernels/lower.py); a
    group that does not lower as a whole gives its longest lowerable prefix, and the rest is
@@ -25,6 +25,7 @@ from ...runtime.kernels.ir import DTYPES, contiguous_strides
 from ..kernels.lower import DECOMPOSED, LOWERABLE, RANDOM, REDUCIBLE, Unsupported, index_space, lower_group
 from ..passes import CLEANUP, cse, dce, fusion, schedule, simplify
 from ..passes.decompose import decompose, decomposable
+from ..passes.epilogue import bias_epilogues
 from ..passes.memplan import BUFFER, FRESH, NONE, alias_ends, memplan, returned
 from ..passes.util import numel
 from .driver import Driver, literal, np_type, where
@@ -56,7 +57,12 @@ def fuse_kernels(graph):
     return fusion(graph, fusible=fusible)
 
 
-PIPELINE = CLEANUP + [decompose_rows, dce, cse, simplify, schedule, fuse_kernels]
+def split_bias(graph):
+    """linear's bias added by the kernel that reads its output (passes/epilogue.py)."""
+    return bias_epilogues(graph, fusible)
+
+
+PIPELINE = CLEANUP + [decompose_rows, dce, cse, simplify, split_bias, schedule, fuse_kernels]
 
 
 def uses_float16(k):
