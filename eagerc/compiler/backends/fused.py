@@ -6,7 +6,8 @@ ops' kernels; they differ only in the kernels' language and device (`Binding`):
 1. `PIPELINE`: the usual clean-up, then the row composites (softmax, layer_norm,
    cross-entropy, gelu and their backward ops) decomposed into primitives and fused again
    with only what kernels compute (`fusible`), so each becomes one row kernel with its
-   neighbours; a linear's bias add joins the kernel reading its output (passes/epilogue.py).
+   neighbours; a linear's bias add joins the kernel reading its output (passes/epilogue.py);
+   a batch times a matrix is one GEMM, and a cat of reshaped views copies once (passes/layout.py).
 2. `plan_kernels`: each fusion group -- and each lone elementwise or reduction node over at
    least `singleton_min` elements -- is lowered to a Kernel (compiler/kernels/lower.py); a
    group that does not lower as a whole gives its longest lowerable prefix, and the rest is
@@ -26,6 +27,7 @@ from ..kernels.lower import DECOMPOSED, LOWERABLE, RANDOM, REDUCIBLE, Unsupporte
 from ..passes import CLEANUP, cse, dce, fusion, schedule, simplify
 from ..passes.decompose import decompose, decomposable
 from ..passes.epilogue import bias_epilogues
+from ..passes.layout import layout
 from ..passes.memplan import BUFFER, FRESH, NONE, alias_ends, memplan, returned
 from ..passes.util import numel
 from .driver import Driver, literal, np_type, where
@@ -62,7 +64,7 @@ def split_bias(graph):
     return bias_epilogues(graph, fusible)
 
 
-PIPELINE = CLEANUP + [decompose_rows, dce, cse, simplify, split_bias, schedule, fuse_kernels]
+PIPELINE = CLEANUP + [decompose_rows, dce, cse, simplify, layout, dce, split_bias, schedule, fuse_kernels]
 
 
 def uses_float16(k):
