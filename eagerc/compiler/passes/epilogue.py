@@ -13,7 +13,7 @@ once; a separate add would round twice). The add computes what `out += bias` com
 the same rounding of the same two operands.
 """
 from ...runtime.ir import Node, Value
-from .util import rewrite
+from .util import fresh_names, rewrite
 
 __all__ = ["bias_epilogues"]
 
@@ -24,14 +24,7 @@ def bias_epilogues(graph, fusible):
         for v in n.input_values():
             readers.setdefault(v.name, []).append(n)
     escaping = {v.name for v in graph.outputs} | {v.name for _, v in graph.mutations}
-    names = {v.name for _, v in graph.inputs} | {n.out.name for n in graph.nodes}
-
-    def fresh(base):
-        i = 0
-        while f"{base}_{i}" in names:
-            i += 1
-        names.add(f"{base}_{i}")
-        return f"{base}_{i}"
+    fresh = fresh_names(graph)
 
     def visit(n):
         if n.op != "linear" or len(n.inputs) < 3 or not isinstance(n.inputs[2], Value):

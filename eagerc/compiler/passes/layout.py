@@ -23,7 +23,7 @@ cat and something else is a copy either way).
 import math
 
 from ...runtime.ir import Node, Value
-from .util import rewrite
+from .util import fresh_names, rewrite
 
 __all__ = ["layout"]
 
@@ -35,14 +35,10 @@ def layout(graph):
         for v in n.input_values():
             readers[v.name] = readers.get(v.name, 0) + 1
     escaping = {v.name for v in graph.outputs} | {v.name for _, v in graph.mutations}
-    names = {v.name for _, v in graph.inputs} | {n.out.name for n in graph.nodes}
+    name = fresh_names(graph)
 
     def fresh(base, shape, dtype, device):
-        i = 0
-        while f"{base}_{i}" in names:
-            i += 1
-        names.add(f"{base}_{i}")
-        return Value(f"{base}_{i}", shape, dtype, device)
+        return Value(name(base), shape, dtype, device)
 
     def static(v):
         return all(type(s) is int for s in v.shape)
