@@ -219,6 +219,18 @@ def driver(graph, plan, binding, language, inplace=True):
         k.outputs[o].name: k.inputs[s].name for _, _, k in plan for o, s in k.inplace.items()}).memory_plan
     view_of = drv.use_buffers(memory)
     contiguous = set()       # values made by kernels: contiguous, recorded dtype
+    # each array's pointer is taken once per call (ptr() is the costliest part of a kernel line:
+    # ~0.3 us, and an optimizer's kernels read lr, betas and eps again for every parameter):
+    # (value, dtype) -> (its array's local, its pointer's local, whether the array is a temp)
+    held = {}
+    last_read = {(b.name, b.dtype): j for j, (_, _, k) in enumerate(plan) for b in k.inputs}
+    kernel_index = {start: j for j, (start, _, _) in enumerate(plan)}
+
+    def pointer(arr, code):
+        p = names.add(f"_p{len(names.map)}")
+        code.append(f"{p} = ptr({arr})")
+        return p
+
     for i, n in enumerate(graph.nodes):
         if n.op not in OPS:
             raise ValueError(f"{binding.backend.replace('_backend', '')} backend: node {n.out.name} applies "
@@ -229,29 +241,44 @@ def driver(graph, plan, binding, language, inplace=True):
                          [v.name for v in n.input_values()], [n.out.name])
             continue
         members, k = starts[i]
+        j = kernel_index[i]
         code, ptrs, temps, loaded = [], [], [], []
         for b in k.inputs:
-            if b.name in contiguous:
-                loaded.append(names[b.name])
-            else:
-                tmp = names.add("_c" + str(len(loaded)))
-                temps.append(tmp)
-                code.append(f"{tmp} = asarray({names[b.name]}, {np_type(b.dtype)}, order='C')")
-                loaded.append(tmp)
-            ptrs.append(f"ptr({loaded[-1]})")
+            key = (b.name, b.dtype)
+            if key not in held:
+                if b.name in contiguous:
+                    held[key] = (names[b.name], pointer(names[b.name], code), False)
+                else:
+                    tmp = names.add("_c" + str(len(loaded)))
+                    code.append(f"{tmp} = asarray({names[b.name]}, {np_type(b.dtype)}, order='C')")
+                    held[key] = (tmp, pointer(tmp, code), True)
+            arr, p, temp = held[key]
+            loaded.append(arr)
+            ptrs.append(p)
+        for key in {(b.name, b.dtype) for b in k.inputs}:
+            if last_read[key] == j:
+                arr, p, temp = held.pop(key)
+                temps += [arr, p] if temp else [p]
         for o, b in enumerate(k.outputs):
             if o in k.inplace:
                 code.append(f"{names[b.name]} = {loaded[k.inplace[o]]}")
-            elif b.name in view_of:
-                code.append(f"{names[b.name]} = {view_of[b.name]}")
+                p = ptrs[k.inplace[o]]
             else:
-                code.append(f"{names[b.name]} = A_empty({literal(tuple(b.shape))}, {np_type(b.dtype)})")
-            ptrs.append(f"ptr({names[b.name]})")
+                if b.name in view_of:
+                    code.append(f"{names[b.name]} = {view_of[b.name]}")
+                else:
+                    code.append(f"{names[b.name]} = A_empty({literal(tuple(b.shape))}, {np_type(b.dtype)})")
+                p = pointer(names[b.name], code)
+            ptrs.append(p)
             contiguous.add(b.name)
+            if (b.name, b.dtype) in last_read and last_read[(b.name, b.dtype)] > j:
+                held[(b.name, b.dtype)] = (names[b.name], p, False)
+            elif o not in k.inplace:
+                temps.append(p)
         ptrs += _param_args(k, node_of, drv, code, temps)
         drv.step(f"K_{k.name}({', '.join(ptrs)})", f"{k.name}: fused {' '.join(members)}", members,
                  [b.name for b in k.inputs], [b.name for b in k.outputs], setup=code,
-                 cleanup=[f"del {', '.join(temps)}"] if temps else ())
+                 cleanup=[f"del {', '.join(sorted(set(temps), key=temps.index))}"] if temps else ())
     nb = len(memory.buffers)
     drv.notes.append(f"# {len(graph.nodes)} nodes; {len(plan)} fused {language} kernel"
                      f"{'s' if len(plan) != 1 else ''}; {nb} reused buffer{'s' if nb != 1 else ''}")
