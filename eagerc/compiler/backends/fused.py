@@ -276,9 +276,11 @@ def driver(graph, plan, binding, language, inplace=True):
             elif o not in k.inplace:
                 temps.append(p)
         ptrs += _param_args(k, node_of, drv, code, temps)
+        kept = {p for _, p, _ in held.values()}   # an in-place output read later keeps its input's pointer
+        temps = [t for t in dict.fromkeys(temps) if t not in kept]
         drv.step(f"K_{k.name}({', '.join(ptrs)})", f"{k.name}: fused {' '.join(members)}", members,
                  [b.name for b in k.inputs], [b.name for b in k.outputs], setup=code,
-                 cleanup=[f"del {', '.join(sorted(set(temps), key=temps.index))}"] if temps else ())
+                 cleanup=[f"del {', '.join(temps)}"] if temps else ())
     nb = len(memory.buffers)
     drv.notes.append(f"# {len(graph.nodes)} nodes; {len(plan)} fused {language} kernel"
                      f"{'s' if len(plan) != 1 else ''}; {nb} reused buffer{'s' if nb != 1 else ''}")
