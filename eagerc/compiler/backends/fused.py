@@ -255,7 +255,7 @@ def driver(graph, plan, binding, language, inplace=True):
             arr, p, temp = held[key]
             loaded.append(arr)
             ptrs.append(p)
-        for key in {(b.name, b.dtype) for b in k.inputs}:
+        for key in dict.fromkeys((b.name, b.dtype) for b in k.inputs):   # (in order: deterministic source)
             if last_read[key] == j:
                 arr, p, temp = held.pop(key)
                 temps += [arr, p] if temp else [p]
