@@ -56,3 +56,33 @@ def fmt(x, unit="us"):
 
 def ratio(a, b):
     return "-" if a is None or b is None else f"{a / b:.2f}x"
+
+
+def matmul_floor(graphs):
+    """A callable running the matrix products of `graphs` (compiled programs' graphs) alone,
+    back to back, through numpy's BLAS: each `linear` as x @ W.T (W row-major: BLAS's transpose
+    flag, no bias) and each `matmul` with its shapes, on C-contiguous operands made once. The
+    time of one call (its arguments are ignored) is the floor a compiled step could reach if everything but its products
+    were free. Other product ops (conv, einsum...) raise: their floor is not a plain GEMM."""
+    import numpy as np
+    products = []
+    for g in graphs:
+        for n in g.nodes:
+            ins = [x for x in n.inputs if hasattr(x, "shape")]
+            if n.op == "linear":
+                x, w = ins[0], ins[1]
+                rows = int(np.prod(x.shape[:-1]))
+                products.append((np.ones((rows, x.shape[-1]), x.dtype), np.ones(w.shape, w.dtype).T))
+            elif n.op == "matmul":
+                products.append(tuple(np.ones(v.shape, v.dtype) for v in ins))
+            else:
+                from eagerc.runtime.ops import flops_of
+                if flops_of(n.op).category == "matmul-like":
+                    raise NotImplementedError(f"matmul_floor: no floor for op {n.op!r}")
+    outs = [np.matmul(a, b) for a, b in products]
+
+    def run(*_):
+        for (a, b), o in zip(products, outs):
+            np.matmul(a, b, out=o)
+    run.count, run.products = len(products), products
+    return run

@@ -1,7 +1,7 @@
-"""Whole compiled training steps: eagerc eager, eagerc.compile (numpy and c backends) and
-PyTorch eager (when installed), same models, same run.
+"""Whole compiled training steps: eagerc eager, eagerc.compile (numpy and c backends),
+PyTorch eager and torch.compile (when installed), same models, same run.
 
-    python benchmarks/compiled_train_step.py [--quick]
+    python benchmarks/compiled_train_step.py [--quick] [--no-torch-compile] [--only GPT]
 
 The step (forward + cross-entropy + backward + Adam) is one compiled function, as in
 tests/test_compile_training.py. Cases: the MLP of train_step.py at batch 8, 64, 512 and
@@ -10,6 +10,11 @@ compiled models' parameters after 3 steps are checked against eager (rtol 1e-4),
 wrong program's speed is never reported. 'first' = the first two compiled calls (the
 optimizer's first step runs eagerly, the second traces and compiles); for backend c it
 says how many C sources were compiled (cc) or found in the kernel cache (hit).
+
+'floor' is the time of the compiled c step's matrix products alone, same shapes, back to back
+through the same BLAS (_harness.matmul_floor): what the step would take if everything else
+were free; 'c / floor' is how close the compiled step comes to it. torch.compile's column is
+its steady state (its compile, tens of seconds, is not timed); ratios are against it.
 """
 import argparse
 import copy
@@ -29,7 +34,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import eagerc  # noqa: E402
 from eagerc.runtime import kernel_cache  # noqa: E402
-from _harness import per_call_us, try_torch, table, ratio  # noqa: E402
+from _harness import matmul_floor, per_call_us, try_torch, table, ratio  # noqa: E402
 from train_step import mlp, gpt, load_state  # noqa: E402
 
 
@@ -69,7 +74,18 @@ def check(name, build, x, y):
                                      f"steps, max abs diff {np.abs(a - b).max():.3g}")
 
 
-def run_case(name, build, x, y, torch, repeat):
+def _graphs(compiled):
+    """The optimised graphs a compiled step's programs run (a joint entry's forward and backward)."""
+    out = []
+    for e in compiled.entries.values():
+        if getattr(e, "program", None) is not None:
+            out.append(e.graph)
+        elif getattr(e, "fwd_program", None) is not None:
+            out += [e.forward, e.backward]
+    return out
+
+
+def run_case(name, build, x, y, torch, repeat, torch_compile=True):
     check(name, build, x, y)
     eagerc.manual_seed(0)
     em = build(eagerc)
@@ -90,22 +106,34 @@ def run_case(name, build, x, y, torch, repeat):
         if backend == "c":
             firsts[backend] += (f" ({kernel_cache.stats['compiles'] - before['compiles']} cc,"
                                 f" {kernel_cache.stats['hits'] - before['hits']} hit)")
+    floor = matmul_floor(_graphs(steps["c"]))
+    steps["floor"] = floor
     ms = {k: per_call_us(lambda s=s: s(xe, ye), repeat=repeat, budget_s=0.2) / 1000 for k, s in steps.items()}
-    t = None
+    t = tc = None
     if torch is not None:
         tm = build(torch)
         load_state(torch, tm, em)
         t_step = training_step(torch, tm)
         xt, yt = torch.from_numpy(x), torch.from_numpy(y)
         t = per_call_us(lambda: t_step(xt, yt), repeat=repeat, budget_s=0.2) / 1000
-    return (name, "-" if t is None else f"{t:.2f} ms",
-            *(f"{ms[k]:.2f} ms ({ratio(ms[k], t)})" for k in ("eager", "numpy", "c")),
-            firsts["numpy"], firsts["c"])
+        if torch_compile:
+            tcm = build(torch)
+            load_state(torch, tcm, em)
+            tc_step = torch.compile(training_step(torch, tcm))
+            for _ in range(3):       # compiles (forward, backward, optimizer), then steady
+                tc_step(xt, yt)
+            tc = per_call_us(lambda: tc_step(xt, yt), repeat=repeat, budget_s=0.2) / 1000
+    return (name, "-" if t is None else f"{t:.2f} ms", "-" if tc is None else f"{tc:.2f} ms",
+            *(f"{ms[k]:.2f} ms ({ratio(ms[k], t)})" for k in ("eager", "numpy")),
+            f"{ms['c']:.2f} ms ({ratio(ms['c'], tc)})", f"{ms['floor']:.2f} ms ({floor.count})",
+            ratio(ms["c"], ms["floor"]), firsts["numpy"], firsts["c"])
 
 
 def main(argv=None):
     p = argparse.ArgumentParser()
     p.add_argument("--quick", action="store_true", help="fewer repeats")
+    p.add_argument("--no-torch-compile", action="store_true", help="skip torch.compile (its compile takes minutes)")
+    p.add_argument("--only", default="", help="run only the cases whose name contains this")
     args = p.parse_args(argv)
     torch = try_torch()
     rng = np.random.default_rng(0)
@@ -113,11 +141,12 @@ def main(argv=None):
               rng.integers(0, 10, b)) for b in (8, 64, 512)]
     cases.append(("GPT 2x128 b8 t64", gpt, rng.integers(0, 256, (8, 64)), rng.integers(0, 256, (8, 64))))
     repeat = 3 if args.quick else 7
-    rows = [run_case(name, build, x, y, torch, repeat) for name, build, x, y in cases]
-    print(f"training step (forward + backward + Adam), whole step compiled; (ratio vs torch); "
-          f"torch threads {torch.get_num_threads() if torch else '-'}")
-    print(table(rows, ["model", "torch", "eagerc eager", "compiled numpy", "compiled c",
-                       "first numpy", "first c"]))
+    rows = [run_case(name, build, x, y, torch, repeat, not args.no_torch_compile)
+            for name, build, x, y in cases if args.only in name]
+    print(f"training step (forward + backward + Adam), whole step compiled; eager and numpy: (ratio vs "
+          f"torch eager), c: (ratio vs torch.compile); torch threads {torch.get_num_threads() if torch else '-'}")
+    print(table(rows, ["model", "torch", "torch.compile", "eagerc eager", "compiled numpy", "compiled c",
+                       "floor (products)", "c / floor", "first numpy", "first c"]))
 
 
 if __name__ == "__main__":

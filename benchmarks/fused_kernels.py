@@ -2,12 +2,14 @@
 
     python benchmarks/fused_kernels.py          # BENCH_THREADS=1 by default (as compile.py);
                                                 # BENCH_THREADS=default: no thread variables set
+    python benchmarks/fused_kernels.py --no-torch-compile   # without torch.compile's column
 
 Cases (issue 5): tanh-GELU written as elementwise ops on 4M float32; softmax and
 layer_norm over 4096x1024 float32 written as primitives (amax/sub/exp/sum/div;
 mean/sub/mul/mean/add/rsqrt/mul) and as the nn.functional ops (which backend c
 decomposes into the same one-kernel row computation); C compile time per kernel, and the
-time to load the same kernels from the disk cache.
+time to load the same kernels from the disk cache. With PyTorch installed, PyTorch eager and
+torch.compile's steady state (its compile is not timed) of the same case.
 
 Then eager mode: F.softmax / F.log_softmax / F.layer_norm / F.rms_norm / F.cross_entropy /
 F.dropout forward and forward+backward over
@@ -57,7 +59,7 @@ W = eagerc.tensor(np.random.default_rng(1).standard_normal(1024).astype(np.float
 B = eagerc.tensor(np.random.default_rng(2).standard_normal(1024).astype(np.float32))
 
 
-def main():
+def main(torch_compile=True):
     torch = try_torch()
     rng = np.random.default_rng(0)
     cases = [
@@ -91,12 +93,16 @@ def main():
             err = float(np.max(np.abs(got.numpy() - want.numpy()) / (1 + np.abs(want.numpy()))))
             t_c = per_call_us(lambda: c(x), repeat=7)
             t_np = per_call_us(lambda: fn(x), repeat=5)
-        t_torch = None
+        t_torch = t_tc = None
         if tfn is not None:
             tx = torch.from_numpy(a)
             with torch.no_grad():
                 tfn(tx)
                 t_torch = per_call_us(lambda: tfn(tx), repeat=7)
+                if torch_compile:
+                    tc = torch.compile(tfn)
+                    tc(tx)
+                    t_tc = per_call_us(lambda: tc(tx), repeat=7)
         progs = [e.program for e in c.entries.values() if getattr(e, "program", None) is not None]
         nk = sum(len(getattr(p, "kernels", ())) for p in progs)
         comp_s = kernel_cache.stats["compile_seconds"] - before["compile_seconds"]
@@ -107,12 +113,13 @@ def main():
         kernel_cache.load(src)
         cached = time.perf_counter() - t0
         rows.append([name, fmt(t_c / 1e3, "ms"), fmt(t_np / 1e3, "ms"), fmt(t_torch and t_torch / 1e3, "ms"),
-                     ratio(t_torch, t_c), f"{err:.1e}"])
+                     ratio(t_torch, t_c), fmt(t_tc and t_tc / 1e3, "ms"), ratio(t_c, t_tc), f"{err:.1e}"])
         compile_rows.append([name, str(nk), f"{comp_s * 1e3:.0f} ms", f"{first * 1e3:.0f} ms",
                              f"{cached * 1e3:.2f} ms"])
     print(f"threads: {THREADS or 'default'} (BENCH_THREADS; C kernels {eagerc.get_num_threads()}), "
           f"cache: {os.environ['EAGERC_CACHE_DIR']}")
-    print(table(rows, ["case", "backend c", "numpy eager", "torch eager", "torch / c", "max rel. diff c vs eager"]))
+    print(table(rows, ["case", "backend c", "numpy eager", "torch eager", "torch / c", "torch.compile",
+                       "c / torch.compile", "max rel. diff c vs eager"]))
     print()
     print(table(compile_rows, ["case", "kernels", "cc time (one .so)", "first call (trace+cc)",
                                "load from disk cache"]))
@@ -184,6 +191,6 @@ def eager_main():
 
 if __name__ == "__main__":
     if "--eager" not in sys.argv:
-        main()
+        main(torch_compile="--no-torch-compile" not in sys.argv)
         print()
     eager_main()

@@ -563,3 +563,28 @@ def test_line_nodes_name_every_node_a_fused_kernel_computes():
             assert len(nodes) == 1 and code.startswith(f"{nodes[0]} = ")
         seen += nodes
     assert sorted(seen) == sorted(n.out.name for n in program.graph.nodes)
+
+
+def test_inplace_update_read_by_a_later_kernel():
+    # the driver takes each array's pointer once per call; an input updated in place by one
+    # kernel and read, updated, by a kernel after a matmul shares that pointer
+    x0 = np.random.default_rng(0).standard_normal(70000)
+    m = eagerc.tensor(np.random.default_rng(1).standard_normal((700, 3)) * 1e-5)
+
+    def fn(x, y):
+        x.mul_(2.0).add_(y)
+        s = (x.reshape(100, 700) @ m).sum()
+        return (x * s + y).exp()
+    compiled = eagerc.compile(fn, backend="c")
+    xa, ya = eagerc.tensor(x0.copy()), eagerc.tensor(x0 * 0.5)
+    for step in range(3):
+        got, xs = compiled(xa, ya).numpy(), xa.numpy()
+        x = x0.copy()
+        for _ in range(step + 1):
+            x = x * 2 + x0 * 0.5
+        np.testing.assert_allclose(xs, x, rtol=1e-12)
+        want = np.exp(x * (x.reshape(100, 700) @ m.numpy()).sum() + x0 * 0.5)
+        assert np.isfinite(want).all()
+        np.testing.assert_allclose(got, want, rtol=1e-9)
+    (entry,) = compiled.entries.values()
+    assert len(entry.program.kernels) == 2 and entry.program.kernels[0].inplace == {0: 0}

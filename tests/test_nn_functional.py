@@ -188,6 +188,24 @@ def test_embedding_padding_idx_row_gets_no_gradient():
     np.testing.assert_array_equal(w.grad.numpy(), np.repeat(counts[:, None], 3, 1))
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("case", ["few repeats", "one index many times", "negative indices", "empty"])
+def test_embedding_backward_sums_in_index_order_like_add_at(case, dtype):
+    # the kernel adds in rounds (runtime/ops/nn.py, _scatter_add_rows); each weight row must get
+    # its gradient rows summed in the order they occur, as a sequential loop does: same bits
+    from eagerc.runtime.ops import OPS
+    rng = np.random.default_rng(7)
+    n = {"few repeats": 500, "one index many times": 300, "negative indices": 200, "empty": 0}[case]
+    idx = {"few repeats": rng.integers(0, 200, n), "one index many times": np.full(n, 3),
+           "negative indices": rng.integers(-20, 20, n), "empty": np.zeros(0, np.int64)}[case]
+    g = (rng.standard_normal((n, 33)) * rng.choice([1e-4, 1.0, 1e4], (n, 1))).astype(dtype)
+    want = np.zeros((200, 33), dtype)
+    for i in range(n):
+        want[idx[i]] = want[idx[i]] + g[i]
+    got = OPS["embedding_backward"].cpu(g, idx, num_weights=200)
+    np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+
+
 def test_embedding_negative_padding_idx_and_errors():
     w = t64(np.ones((5, 2)))
     F.embedding(eagerc.tensor([4, 0]), w, padding_idx=-1).sum().backward()

@@ -216,7 +216,8 @@ def layer_norm_backward_decomposed(grad, input, weight, normalized_shape, eps=1e
 
 def layer_norm_weight_backward_decomposed(grad, input, normalized_shape, eps=1e-5):
     """The fused layer_norm_weight_backward kernel (d loss / d weight) as primitives: the per-row
-    product grad * xhat, then one sum over the leading (row) dims as the last step."""
+    product grad * xhat, then one sum over the leading (row) dims as the last step (over the
+    dims themselves, no reshape between: the product and the sum fuse into one kernel)."""
     ns = _ns(normalized_shape)
     x = _ln_flat(input, ns)
     xhat, _ = _ln_normalized(x, eps)
@@ -260,9 +261,11 @@ def _rms_normalized(x, eps):
 
 
 def _leading_sum(t, ns):
-    """t (flattened to [*, features]) summed over its leading dims, shaped like normalized_shape."""
+    """t (flattened to [*, features]) summed over its leading dims, shaped like normalized_shape
+    (over the dims themselves, no reshape before the sum: the product that makes t and the sum
+    fuse into one kernel)."""
     if t.ndim > 1:
-        t = (t if t.ndim == 2 else t.reshape(-1, t.shape[-1])).sum(0)
+        t = t.sum(tuple(range(t.ndim - 1)))
     return t if len(ns) == 1 else t.reshape(ns)
 
 

@@ -6,7 +6,8 @@ ops' kernels; they differ only in the kernels' language and device (`Binding`):
 1. `PIPELINE`: the usual clean-up, then the row composites (softmax, layer_norm,
    cross-entropy, gelu and their backward ops) decomposed into primitives and fused again
    with only what kernels compute (`fusible`), so each becomes one row kernel with its
-   neighbours.
+   neighbours; a linear's bias add joins the kernel reading its output (passes/epilogue.py);
+   a batch times a matrix is one GEMM, and a cat of reshaped views copies once (passes/layout.py).
 2. `plan_kernels`: each fusion group -- and each lone elementwise or reduction node over at
    least `singleton_min` elements -- is lowered to a Kernel (compiler/kernels/lower.py); a
    group that does not lower as a whole gives its longest lowerable prefix, and the rest is
@@ -25,6 +26,8 @@ from ...runtime.kernels.ir import DTYPES, contiguous_strides
 from ..kernels.lower import DECOMPOSED, LOWERABLE, RANDOM, REDUCIBLE, Unsupported, index_space, lower_group
 from ..passes import CLEANUP, cse, dce, fusion, schedule, simplify
 from ..passes.decompose import decompose, decomposable
+from ..passes.epilogue import bias_epilogues
+from ..passes.layout import layout
 from ..passes.memplan import BUFFER, FRESH, NONE, alias_ends, memplan, returned
 from ..passes.util import numel
 from .driver import Driver, literal, np_type, where
@@ -56,7 +59,12 @@ def fuse_kernels(graph):
     return fusion(graph, fusible=fusible)
 
 
-PIPELINE = CLEANUP + [decompose_rows, dce, cse, simplify, schedule, fuse_kernels]
+def split_bias(graph):
+    """linear's bias added by the kernel that reads its output (passes/epilogue.py)."""
+    return bias_epilogues(graph, fusible)
+
+
+PIPELINE = CLEANUP + [decompose_rows, dce, cse, simplify, layout, dce, split_bias, schedule, fuse_kernels]
 
 
 def uses_float16(k):
@@ -211,6 +219,18 @@ def driver(graph, plan, binding, language, inplace=True):
         k.outputs[o].name: k.inputs[s].name for _, _, k in plan for o, s in k.inplace.items()}).memory_plan
     view_of = drv.use_buffers(memory)
     contiguous = set()       # values made by kernels: contiguous, recorded dtype
+    # each array's pointer is taken once per call (ptr() is the costliest part of a kernel line:
+    # ~0.3 us, and an optimizer's kernels read lr, betas and eps again for every parameter):
+    # (value, dtype) -> (its array's local, its pointer's local, whether the array is a temp)
+    held = {}
+    last_read = {(b.name, b.dtype): j for j, (_, _, k) in enumerate(plan) for b in k.inputs}
+    kernel_index = {start: j for j, (start, _, _) in enumerate(plan)}
+
+    def pointer(arr, code):
+        p = names.add(f"_p{len(names.map)}")
+        code.append(f"{p} = ptr({arr})")
+        return p
+
     for i, n in enumerate(graph.nodes):
         if n.op not in OPS:
             raise ValueError(f"{binding.backend.replace('_backend', '')} backend: node {n.out.name} applies "
@@ -221,26 +241,43 @@ def driver(graph, plan, binding, language, inplace=True):
                          [v.name for v in n.input_values()], [n.out.name])
             continue
         members, k = starts[i]
+        j = kernel_index[i]
         code, ptrs, temps, loaded = [], [], [], []
         for b in k.inputs:
-            if b.name in contiguous:
-                loaded.append(names[b.name])
-            else:
-                tmp = names.add("_c" + str(len(loaded)))
-                temps.append(tmp)
-                code.append(f"{tmp} = asarray({names[b.name]}, {np_type(b.dtype)}, order='C')")
-                loaded.append(tmp)
-            ptrs.append(f"ptr({loaded[-1]})")
+            key = (b.name, b.dtype)
+            if key not in held:
+                if b.name in contiguous:
+                    held[key] = (names[b.name], pointer(names[b.name], code), False)
+                else:
+                    tmp = names.add("_c" + str(len(loaded)))
+                    code.append(f"{tmp} = asarray({names[b.name]}, {np_type(b.dtype)}, order='C')")
+                    held[key] = (tmp, pointer(tmp, code), True)
+            arr, p, temp = held[key]
+            loaded.append(arr)
+            ptrs.append(p)
+        for key in dict.fromkeys((b.name, b.dtype) for b in k.inputs):   # (in order: deterministic source)
+            if last_read[key] == j:
+                arr, p, temp = held.pop(key)
+                temps += [arr, p] if temp else [p]
         for o, b in enumerate(k.outputs):
             if o in k.inplace:
                 code.append(f"{names[b.name]} = {loaded[k.inplace[o]]}")
-            elif b.name in view_of:
-                code.append(f"{names[b.name]} = {view_of[b.name]}")
+                p = ptrs[k.inplace[o]]
             else:
-                code.append(f"{names[b.name]} = A_empty({literal(tuple(b.shape))}, {np_type(b.dtype)})")
-            ptrs.append(f"ptr({names[b.name]})")
+                if b.name in view_of:
+                    code.append(f"{names[b.name]} = {view_of[b.name]}")
+                else:
+                    code.append(f"{names[b.name]} = A_empty({literal(tuple(b.shape))}, {np_type(b.dtype)})")
+                p = pointer(names[b.name], code)
+            ptrs.append(p)
             contiguous.add(b.name)
+            if (b.name, b.dtype) in last_read and last_read[(b.name, b.dtype)] > j:
+                held[(b.name, b.dtype)] = (names[b.name], p, False)
+            elif o not in k.inplace:
+                temps.append(p)
         ptrs += _param_args(k, node_of, drv, code, temps)
+        kept = {p for _, p, _ in held.values()}   # an in-place output read later keeps its input's pointer
+        temps = [t for t in dict.fromkeys(temps) if t not in kept]
         drv.step(f"K_{k.name}({', '.join(ptrs)})", f"{k.name}: fused {' '.join(members)}", members,
                  [b.name for b in k.inputs], [b.name for b in k.outputs], setup=code,
                  cleanup=[f"del {', '.join(temps)}"] if temps else ())

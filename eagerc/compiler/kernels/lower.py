@@ -22,7 +22,9 @@ i at the node's per-call seed and offset (kernel params). Row composites (softma
 layer_norm, cross-entropy, gelu and their backward ops) are lowered through their
 decomposition (DECOMPOSED; backend c decomposes them before fusion). Every other op says
 why it has no lowering (`why_not["lowering"]`, checked by tests/test_op_parts.py); a node
-that does not lower raises Unsupported and runs as before.
+that does not lower raises Unsupported and runs as before. A lowered kernel finally has its
+elementwise work moved inside selects with a uniform branch (selects.py: a masked softmax's
+exp never sees the mask's -inf).
 """
 import math
 
@@ -30,6 +32,7 @@ import numpy as np
 
 from ...runtime.ops import OPS, load_all
 from ...runtime.kernels.ir import DTYPES, FLOATS, Buffer, Kernel, Reduction, broadcast_strides
+from .selects import push_into_selects
 
 __all__ = ["Unsupported", "lower_group", "lowers", "LOWERINGS", "LOWERABLE", "REDUCIBLE", "RANDOM", "DECOMPOSED",
            "index_space"]
@@ -383,7 +386,7 @@ def lower_group(nodes, needed, name="k0"):
                                 lead if axis == "lead" else 0)
     if not k.outputs:
         raise Unsupported("nothing to store")
-    return k
+    return push_into_selects(k)
 
 
 # ---------------------------------------------------------------- attached to the declarations

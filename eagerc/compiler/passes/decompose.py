@@ -32,7 +32,7 @@ import numpy as np
 from ...runtime import dtypes
 from ...runtime.ir import Node, Value
 from ...runtime.ops import OPS
-from .util import attrs_key, const_key, is_random, numel, rewrite
+from .util import attrs_key, const_key, fresh_names, is_random, numel, rewrite
 
 __all__ = ["decompose", "decomposable", "DECOMPOSITIONS"]
 
@@ -53,14 +53,7 @@ def decompose(graph, ops=None):
     if not DECOMPOSITIONS:
         DECOMPOSITIONS.update(_table())
     wanted = DECOMPOSITIONS if ops is None else {k: DECOMPOSITIONS[k] for k in ops}
-    names = {v.name for _, v in graph.inputs} | {n.out.name for n in graph.nodes}
-
-    def fresh(base):
-        i = 0
-        while f"{base}_{i}" in names:
-            i += 1
-        names.add(f"{base}_{i}")
-        return f"{base}_{i}"
+    fresh = fresh_names(graph)
 
     def visit(n):
         if n.op not in wanted or n.out.device != "cpu":

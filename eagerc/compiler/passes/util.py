@@ -25,7 +25,7 @@ import json
 from ...runtime import dtypes
 from ...runtime.ops import OPS, load_all
 
-__all__ = ["is_random", "may_alias", "ELEMENTWISE", "REDUCTIONS", "is_elementwise", "numel", "nbytes",
+__all__ = ["is_random", "may_alias", "ELEMENTWISE", "REDUCTIONS", "is_elementwise", "numel", "nbytes", "fresh_names",
            "alias_roots", "Escape", "rewrite", "attrs_key", "const_key",
            "last_reads", "peak_bytes", "schedule_peak", "successors", "drop_analysis"]
 
@@ -64,6 +64,19 @@ def nbytes(value, symbolic=None):
     if n is None:
         return symbolic
     return n * dtypes.as_dtype(value.dtype).itemsize
+
+
+def fresh_names(graph):
+    """fresh(base) -> a value name not yet in `graph` (nor handed out before): base_0, base_1, ..."""
+    names = {v.name for _, v in graph.inputs} | {n.out.name for n in graph.nodes}
+
+    def fresh(base):
+        i = 0
+        while f"{base}_{i}" in names:
+            i += 1
+        names.add(f"{base}_{i}")
+        return f"{base}_{i}"
+    return fresh
 
 
 def attrs_key(attrs):

@@ -764,6 +764,31 @@ def _embedding(xp):
     return embedding
 
 
+def _scatter_add_rows(out, idx, rows):
+    """out[idx[i]] += rows[i] for every i in order -- np.add.at's sums, bit for bit -- in rounds:
+    round r adds each index's r-th row (distinct indices: one fancy-indexed add). np.add.at
+    walks one row at a time (~4 ns per element: 0.4 ms for a GPT step's 512 x 128 token
+    gradients, 5x this); an index repeated many times makes many rounds, where np.add.at
+    is kept (a round costs about as much as adding ~4096 elements), as for negative indices."""
+    n = idx.size
+    if n == 0:
+        return
+    order = np.argsort(idx, kind="stable")
+    s = idx[order]
+    first = np.empty(n, bool)
+    first[0] = True
+    np.not_equal(s[1:], s[:-1], out=first[1:])
+    starts = np.flatnonzero(first)
+    rank = np.arange(n) - np.repeat(starts, np.diff(np.append(starts, n)))   # occurrence number of each
+    rounds = int(rank.max()) + 1
+    if rounds * 4096 > n * max(rows.shape[1], 1) or s[0] < 0:   # (-1 and n-1: one row, two keys)
+        np.add.at(out, idx, rows)
+        return
+    for r in range(rounds):
+        sel = rank == r
+        out[s[sel]] += rows[order[sel]]
+
+
 def _embedding_backward(xp):
     def embedding_backward(g, indices, num_weights, padding_idx=None):
         dim = g.shape[-1]
@@ -782,7 +807,7 @@ def _embedding_backward(xp):
             keep = idx != padding_idx
             idx, g2 = idx[keep], g2[keep]
         if xp.__name__ == "numpy":
-            xp.add.at(out, idx, g2)
+            _scatter_add_rows(out, idx, g2)
         else:  # cupy
             import cupyx
             cupyx.scatter_add(out, idx, g2)

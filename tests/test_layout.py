@@ -1,0 +1,134 @@
+"""passes/layout.py: a batch times a matrix as one GEMM, a cat of reshaped views copying once,
+a value reshaped twice copied once. Structure of the rewritten graphs, and their values
+(interpreted, and compiled on backend c) against numpy."""
+import numpy as np
+import pytest
+
+import eagerc
+from eagerc.compiler.passes import CLEANUP, optimize
+from eagerc.compiler.passes.layout import layout
+from eagerc.compiler.tracer import trace
+from eagerc.runtime import kernel_cache
+from eagerc.runtime.executor import run_graph
+
+
+def _traced(fn, *arrays):
+    ts = tuple(eagerc.tensor(a) for a in arrays)
+    graph, _, tracer = trace(fn, ts)
+    env = {f"arg{i}": a for i, a in enumerate(arrays)}
+    env.update({name: t._array for name, t in tracer.externals.items()})
+    return optimize(graph, CLEANUP), env
+
+
+def _run(graph, env):
+    outs, _ = run_graph(graph, env)
+    return [np.asarray(o) for o in outs]
+
+
+def _ops(graph):
+    return [n.op for n in graph.nodes]
+
+
+def test_batch_times_matrix_becomes_one_product():
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((3, 5, 7)), rng.standard_normal((7, 4))
+    graph, env = _traced(lambda x, y: (x @ y).relu(), a, b)
+    out = layout(graph)
+    (mm,) = [n for n in out.nodes if n.op == "matmul"]
+    assert [tuple(v.shape) for v in mm.inputs] == [(15, 7), (7, 4)] and tuple(mm.out.shape) == (15, 4)
+    np.testing.assert_allclose(_run(out, env)[0], np.maximum(a @ b, 0), rtol=1e-13)
+    # a matrix times a matrix, or a batch times a batch, stays
+    for x, y in ((rng.standard_normal((5, 7)), b), (a, rng.standard_normal((3, 7, 4)))):
+        g, _ = _traced(lambda x, y: x @ y, x, y)
+        assert _ops(layout(g)) == _ops(g)
+
+
+def _heads(t):
+    """(B, H, T, D) -> (B, T, H*D), as attention joins its heads."""
+    B, H, T, D = t.shape
+    return t.permute(0, 2, 1, 3).reshape(B, T, H * D)
+
+
+def test_cat_of_reshaped_views_copies_once():
+    rng = np.random.default_rng(1)
+    q, k, v = (rng.standard_normal((2, 3, 4, 5)) for _ in range(3))
+    graph, env = _traced(lambda q, k, v: eagerc.cat([_heads(q), _heads(k), _heads(v)], dim=2) * 2, q, k, v)
+    out = layout(graph)
+    (c,) = [n for n in out.nodes if n.op == "cat"]
+    assert [n.op for n in graph.nodes if n.op in ("reshape", "cat")].count("reshape") == 3
+    assert all(x.name in {n.out.name for n in out.nodes if n.op == "permute"} for x in c.inputs)
+    assert tuple(c.out.shape) == (2, 4, 9, 5) and c.attrs == {"dim": 2}
+    want = np.concatenate([t.transpose(0, 2, 1, 3).reshape(2, 4, 15) for t in (q, k, v)], axis=2) * 2
+    np.testing.assert_array_equal(_run(out, env)[0], want)
+
+
+def test_cat_with_different_inner_sizes_or_shared_reshapes_stays():
+    rng = np.random.default_rng(2)
+    a, b = rng.standard_normal((2, 3, 4)), rng.standard_normal((2, 2, 6))
+    g, _ = _traced(lambda x, y: eagerc.cat([x.reshape(2, 12), y.reshape(2, 12)], dim=1), a, b)
+    assert _ops(layout(g)) == _ops(g)              # inner sizes 4 and 6 differ
+    g, _ = _traced(lambda x: eagerc.cat([x.reshape(2, 12), x.reshape(2, 12) * 2], dim=1), a)
+    assert "cat" in _ops(layout(g)) and [n for n in layout(g).nodes if n.op == "cat"][0].inputs[0].shape == (2, 12)
+
+
+def test_second_reshape_of_a_value_reshapes_the_first():
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 3, 4, 5))
+
+    def fn(t):
+        p = t.permute(0, 2, 1, 3)
+        return (p.reshape(2, 4, 15) * 3).sum(), (p.reshape(8, 15) + 1).sum(0)
+    graph, env = _traced(fn, x)
+    out = layout(graph)
+    firsts = [n for n in out.nodes if n.op == "reshape" and n.inputs[0].name.startswith("t")
+              and any(m.op == "permute" and m.out is n.inputs[0] for m in out.nodes)]
+    assert len(firsts) == 1                        # the other reshapes the first's result
+    p = x.transpose(0, 2, 1, 3)
+    got = _run(out, env)
+    np.testing.assert_allclose(got[0], (p.reshape(2, 4, 15) * 3).sum(), rtol=1e-13)
+    np.testing.assert_allclose(got[1], (p.reshape(8, 15) + 1).sum(0), rtol=1e-13)
+
+
+@pytest.mark.skipif(kernel_cache.find_compiler() is None, reason="no C compiler")
+def test_attention_training_step_on_backend_c_matches_numpy(kernel_cache_dir):
+    # qkv split -> heads -> causal attention -> joined heads -> logits over a tied matrix:
+    # all three rewrites fire in the backward graph; values against numpy formulas
+    rng = np.random.default_rng(4)
+    B, T, C, H = 2, 6, 8, 2
+    x = rng.standard_normal((B, T, C))
+    w = rng.standard_normal((3 * C, C)) * 0.3
+    e = rng.standard_normal((11, C))
+
+    def step(x, w, e):
+        w, e = w.detach().requires_grad_(), e.detach().requires_grad_()
+        q, k, v = (x @ w.T).split(C, dim=2)
+        q, k, v = (t.reshape(B, T, H, C // H).transpose(1, 2) for t in (q, k, v))
+        y = eagerc.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        logits = y.transpose(1, 2).reshape(B, T, C) @ e.T
+        loss = (logits * logits).sum()
+        return (loss.detach(),) + tuple(eagerc.autograd.grad(loss, (w, e)))
+    compiled = eagerc.compile(step, backend="c")
+    got = [t.numpy() for t in compiled(eagerc.tensor(x), eagerc.tensor(w), eagerc.tensor(e))]
+    graph = next(iter(compiled.entries.values())).graph
+    assert not any(n.op == "matmul" and len(n.inputs[0].shape) == 3 and len(n.inputs[1].shape) == 2
+                   for n in graph.nodes)
+
+    qkv = x @ w.T
+    q, k, v = (qkv[..., i * C:(i + 1) * C].reshape(B, T, H, C // H).transpose(0, 2, 1, 3) for i in range(3))
+    s = q @ k.transpose(0, 1, 3, 2) / np.sqrt(C // H)
+    s = np.where(np.tril(np.ones((T, T), bool)), s, -np.inf)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    y = (p @ v).transpose(0, 2, 1, 3).reshape(B, T, C)
+    logits = y @ e.T
+    gl = 2 * logits
+    ge = gl.reshape(-1, 11).T @ y.reshape(-1, C)
+    gy = (gl @ e).reshape(B, T, H, C // H).transpose(0, 2, 1, 3)
+    gp = gy @ v.transpose(0, 1, 3, 2)
+    gv = p.transpose(0, 1, 3, 2) @ gy
+    gs = p * (gp - (gp * p).sum(-1, keepdims=True)) / np.sqrt(C // H)
+    gq, gk = gs @ k, gs.transpose(0, 1, 3, 2) @ q
+    gqkv = np.concatenate([t.transpose(0, 2, 1, 3).reshape(B, T, C) for t in (gq, gk, gv)], axis=2)
+    gw = gqkv.reshape(-1, 3 * C).T @ x.reshape(-1, C)
+    for a, b in zip(got, ((logits * logits).sum(), gw, ge)):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-10)
