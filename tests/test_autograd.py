@@ -124,6 +124,13 @@ def test_ones_like_and_full_like_keep_the_dtype_and_shape():
         np.testing.assert_array_equal(y.numpy(), np.full((2, 3), fill, dtype=dtype.np))
     y = eagerc.ones_like(eagerc.zeros((), dtype=eagerc.float16), requires_grad=True)
     assert y.requires_grad and y.dtype == eagerc.float16 and y.detach().numpy() == np.float16(1)
+    # 0-d floats (a loss's root gradient) take a shorter path: same values, dtypes and rounding
+    for dtype, fill in ((eagerc.float16, 1e5), (eagerc.float32, 0.1), (eagerc.float64, -0.0), (eagerc.int64, 3)):
+        y = eagerc.full((), fill, dtype=dtype)
+        with np.errstate(over="ignore"):
+            ref = np.full((), fill, dtype=dtype.np)
+        assert type(y.numpy()) is np.ndarray and y.numpy().dtype == ref.dtype and y.shape == ()
+        assert y.numpy().tobytes() == ref.tobytes()     # float16 1e5 -> inf, -0.0 keeps its sign
 
 
 def test_gradients_from_several_paths_are_summed():
