@@ -87,6 +87,9 @@ def _set_mode(name, value):
 
 
 _STATE = tuple(f for f in Modes.__slots__ if f != "_derived")
+# Publish a Modes read earlier with modes() again, undoing every change since (Modes are never
+# changed once published): the engine's way back from its grad-mode switch, one C call.
+restore_modes = _modes.set
 
 
 def grad_enabled():

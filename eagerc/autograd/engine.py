@@ -366,21 +366,27 @@ def run_backward(roots, root_grads, retain_graph=False, create_graph=False, targ
                         deps[edge] = left
                         if left == 0:
                             ready.append(edge)
-                    else:
+                    elif isinstance(edge, Tensor):  # a leaf (_deliver, inlined)
                         if gi is not None:
                             if anomaly:
                                 _check_anomaly(node, i, gi)
-                            _deliver(buffers, leaves, capture, edge, gi, node)
-                        if not isinstance(edge, Tensor):  # a Gather
-                            left = deps[edge] - 1
-                            deps[edge] = left
-                            if left == 0:
-                                ready.append(edge)
-                        elif early:
+                            if capture is None or edge in capture:
+                                prev = leaves.get(edge)
+                                leaves[edge] = gi if prev is None else prev + gi
+                        if early:
                             left = deps[edge] - 1
                             deps[edge] = left
                             if left == 0 and edge in leaves:
                                 _finish_leaf(edge, leaves.pop(edge), create_graph, shared, tracer)
+                    else:  # a Gather
+                        if gi is not None:
+                            if anomaly:
+                                _check_anomaly(node, i, gi)
+                            _deliver(buffers, leaves, capture, edge, gi, node)
+                        left = deps[edge] - 1
+                        deps[edge] = left
+                        if left == 0:
+                            ready.append(edge)
                 i += 1
             if g is not None and not retain_graph and (node.saved is not None or node.out is not None):
                 node.saved = _FREED  # the saved values go; a second backward raises _FREED_MSG
@@ -391,7 +397,10 @@ def run_backward(roots, root_grads, retain_graph=False, create_graph=False, targ
             else:
                 _finish_leaf(leaf, g, create_graph, shared, tracer)
     finally:
-        if dispatch.modes() is not inner or inner is not m:  # (a hook may have changed a mode)
+        if dispatch.modes() is inner:
+            if inner is not m:
+                dispatch.restore_modes(m)  # nothing else changed meanwhile: the Modes from before
+        else:  # a hook changed a mode: keep that, put grad mode back
             dispatch.set_grad_enabled(m.grad_enabled)
     if capture is not None:
         return [capture[t.grad_fn if t.grad_fn is not None else t] for t in targets]
