@@ -70,12 +70,11 @@ def sum_to(g, shape):
     if gshape == shape:
         return g
     lead = len(gshape) - len(shape)
-    axes = tuple(range(lead)) + tuple(i + lead for i, n in enumerate(shape) if n == 1 and gshape[i + lead] != 1)
-    if axes:
-        g = g.sum(dim=axes, keepdim=True)
-    if lead or g._array.shape != shape:
-        g = g.reshape(shape)
-    return g
+    kept = tuple(i + lead for i, n in enumerate(shape) if n == 1 and gshape[i + lead] != 1)
+    if not kept:  # only leading dimensions were added (a bias): one sum gives the shape
+        return g.sum(dim=tuple(range(lead)))
+    g = g.sum(dim=tuple(range(lead)) + kept, keepdim=True)
+    return g.reshape(shape) if lead else g
 
 
 def node_input_grads(node, g):
