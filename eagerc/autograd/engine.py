@@ -348,10 +348,12 @@ def run_backward(roots, root_grads, retain_graph=False, create_graph=False, targ
                     if not need[node]:
                         continue  # nothing asked for lies below: leave this part of the graph alone
                 grads = node_input_grads(node, g)
-                if len(grads) != len(edges):  # a node-level derivative may omit trailing Nones
-                    grads = [*grads[:len(edges)], *(None,) * (len(edges) - len(grads))]
-                if type(node.op) is CustomOp and node.op.user_code:  # autograd.Function: the user's
-                    shared.update(id(gi._array) for gi in grads if gi is not None)  # may keep them
+                op = node.op
+                if op.grad_params is None:  # a node-level derivative (formulas give one per edge)
+                    if len(grads) != len(edges):  # it may omit trailing Nones
+                        grads = [*grads[:len(edges)], *(None,) * (len(edges) - len(grads))]
+                    if type(op) is CustomOp and op.user_code:  # autograd.Function: the user's code
+                        shared.update(id(gi._array) for gi in grads if gi is not None)  # may keep them
             i = 0
             for edge, gi in zip(edges, grads):
                 if edge is not None:
