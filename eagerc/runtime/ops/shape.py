@@ -72,20 +72,19 @@ def _np_expand(x, shape):
     lead = len(shape) - nd
     if nd == 0:
         strides = (0,) * lead
+    elif lead < 0:  # numpy raises its error, which apply explains with expand's rule
+        return np.broadcast_to(x, shape)
     else:
         xshape, xstrides = x.shape, x.strides
-        strides = [0] * lead if lead >= 0 else None
-        for i in range(nd if lead >= 0 else 0):
+        strides = [0] * lead
+        for i in range(nd):
             n = xshape[i]
             if n == shape[lead + i]:
                 strides.append(xstrides[i])
             elif n == 1:
                 strides.append(0)
             else:
-                strides = None
-                break
-        if strides is None:  # numpy raises its own error, which apply explains with expand's rule
-            return np.broadcast_to(x, shape)
+                return np.broadcast_to(x, shape)  # raises, as above
     try:
         out = np.ndarray(shape, x.dtype, x, 0, strides)
     except ValueError:  # no contiguous buffer to view
