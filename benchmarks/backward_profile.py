@@ -59,8 +59,8 @@ def main():
             return lambda: engine.node_input_grads(node, g)
 
     def accumulate():
-        engine._accumulate_leaf(a, g_a, False, False)
-        engine._accumulate_leaf(b, g_b, False, False)
+        engine._accumulate_leaf(a, g_a, False, False, None)
+        engine._accumulate_leaf(b, g_b, False, False, None)
 
     for _ in range(2000):
         step()

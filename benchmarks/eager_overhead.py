@@ -52,6 +52,7 @@ def main():
         ("add (requires_grad)", None, lambda: ga + gb, "add_g"),
         ("mul", lambda: np.multiply(a, b), lambda: ea * eb, "mul"),
         ("mul (requires_grad)", None, lambda: ga * gb, "mul_g"),
+        ("mul by a Python float", lambda: np.multiply(a, 0.5), lambda: ea * 0.5, "muls"),
         ("matmul", lambda: a @ b, lambda: ea @ eb, "mm"),
         ("matmul (requires_grad)", None, lambda: ga @ gb, "mm_g"),
         ("sum", lambda: a.sum(), lambda: ea.sum(), "sum"),
@@ -86,7 +87,7 @@ def main():
         tfns = {"msb": lambda: (tga * tgb).sum().backward(),
                 "mlp": lambda: mlp_like(tx, tparams).backward(),
                 "add": lambda: ta + tb, "add_g": lambda: tga + tgb, "mul": lambda: ta * tb,
-                "mul_g": lambda: tga * tgb, "mm": lambda: ta @ tb, "mm_g": lambda: tga @ tgb,
+                "mul_g": lambda: tga * tgb, "muls": lambda: ta * 0.5, "mm": lambda: ta @ tb, "mm_g": lambda: tga @ tgb,
                 "sum": lambda: ta.sum(), "sum_g": lambda: tga.sum(), "expr": torch_expr}
 
     rows = []

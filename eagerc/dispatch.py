@@ -87,6 +87,9 @@ def _set_mode(name, value):
 
 
 _STATE = tuple(f for f in Modes.__slots__ if f != "_derived")
+# Publish a Modes read earlier with modes() again, undoing every change since (Modes are never
+# changed once published): the engine's way back from its grad-mode switch, one C call.
+restore_modes = _modes.set
 
 
 def grad_enabled():
@@ -203,7 +206,14 @@ def apply(op, args, attrs=None):
     m = modes()
     if m.autocast is not None and op.autocast is not None:  # the op is on an autocast list
         args = m.autocast.cast_args(op, args)  # casts recorded like any op (eagerc/amp)
-    arrays = [a._array if isinstance(a, Tensor) else a for a in args]
+    if len(args) == 2:  # unrolled for the common arities: a comprehension is a call of its own
+        a, b = args
+        arrays = [a._array if isinstance(a, Tensor) else a, b._array if isinstance(b, Tensor) else b]
+    elif len(args) == 1:
+        a = args[0]
+        arrays = [a._array if isinstance(a, Tensor) else a]
+    else:
+        arrays = [a._array if isinstance(a, Tensor) else a for a in args]
     kernel = op.cpu if type(arrays[0]) is _ndarray else _kernel_for(op, arrays)
     try:
         if m.profiler is None:
@@ -262,17 +272,23 @@ def _make_node(op, args, attrs, out_tensor, out, anomaly):
     node = _new(Node)
     node.op = op
     node.attrs = attrs
-    mask = 0
-    edges = []
-    bit = 1
-    for a in args:
-        if isinstance(a, Tensor) and a._requires_grad:
-            mask |= bit
-            fn = a.grad_fn
-            edges.append(a if fn is None else fn)
-        else:
-            edges.append(None)
-        bit <<= 1
+    if len(args) == 1:  # the one input requires grad (apply checked): no loop, mask 1
+        a = args[0]
+        fn = a.grad_fn
+        edges = [a if fn is None else fn]
+        mask = 1
+    else:
+        mask = 0
+        edges = []
+        bit = 1
+        for a in args:
+            if isinstance(a, Tensor) and a._requires_grad:
+                mask |= bit
+                fn = a.grad_fn
+                edges.append(a if fn is None else fn)
+            else:
+                edges.append(None)
+            bit <<= 1
     node.next = edges
     table = op.save_table
     if table is None:
@@ -296,7 +312,8 @@ def _make_node(op, args, attrs, out_tensor, out, anomaly):
         node.versions = None
     shapes = None
     if save_shapes:
-        shapes = [a._array.shape if isinstance(a, Tensor) else None for a in args]
+        shapes = [args[0]._array.shape] if len(args) == 1 else \
+            [a._array.shape if isinstance(a, Tensor) else None for a in args]
     elif op.broadcasts:  # only needed when some input was broadcast
         oshape = out.shape
         for a in args:
@@ -318,11 +335,13 @@ def _make_node(op, args, attrs, out_tensor, out, anomaly):
 
 
 class CustomOp:
-    """Stands in for an OpDef on a custom_node: the engine reads its name and `grads(node, g)`."""
-    __slots__ = ("name", "grads", "grad_params")
+    """Stands in for an OpDef on a custom_node: the engine reads its name and `grads(node, g)`.
+    `user_code`: grads runs the user's code (autograd.Function.backward), which may keep the
+    gradients it returns, so the engine never stores them as a leaf's .grad without a copy."""
+    __slots__ = ("name", "grads", "grad_params", "user_code")
 
-    def __init__(self, name, grads):
-        self.name, self.grads, self.grad_params = name, grads, None
+    def __init__(self, name, grads, user_code=False):
+        self.name, self.grads, self.grad_params, self.user_code = name, grads, None, user_code
 
 
 def custom_node(op, attrs, edges, out_dtype, saved=None, versions=None, created_at=None):

@@ -98,6 +98,89 @@ def test_a_grad_that_cannot_take_an_in_place_add_is_replaced():
     np.testing.assert_allclose(x.grad.detach().numpy(), [9.0, 11.0, 13.0])
 
 
+def _count_clones(monkeypatch):
+    """Count the engine's copies of gradients: every copy it makes is the clone op."""
+    op = eagerc.runtime.ops.OPS["clone"]
+    calls = []
+    kernel = op.cpu
+    monkeypatch.setattr(op, "cpu", lambda x: calls.append(x.shape) or kernel(x))
+    return calls
+
+
+def test_first_gradient_is_kept_without_a_copy_when_nobody_else_holds_it(monkeypatch):
+    # PyTorch's AccumulateGrad steals a fresh gradient (use_count 1) instead of copying it
+    clones = _count_clones(monkeypatch)
+    a, b = t64([1.0, 2.0, 3.0]), t64([4.0, 5.0, 6.0])
+    (a * b).sum().backward()
+    np.testing.assert_allclose(a.grad.numpy(), [4.0, 5.0, 6.0])
+    np.testing.assert_allclose(b.grad.numpy(), [1.0, 2.0, 3.0])
+    assert clones == []
+    y = a + b                        # add passes one gradient on to both inputs
+    (y * 2).sum().backward()         # a.grad, b.grad += 2: in place, nothing copied
+    assert clones == []
+    a.grad = b.grad = None
+    (y * 2).sum().backward()         # the second leaf must not share the first one's array
+    assert len(clones) == 1 and a.grad._array is not b.grad._array
+    a.grad.add_(1)
+    np.testing.assert_allclose(b.grad.numpy(), [2.0, 2.0, 2.0])
+
+
+def test_first_gradient_never_aliases_a_tensor_a_hook_or_function_kept():
+    # torch: a hook that keeps its argument makes AccumulateGrad copy (use_count > 1), so the next
+    # backward's in-place add into .grad leaves the kept tensor alone (values checked with torch 2.13)
+    x = t64([1.0, 1.0, 1.0])
+    kept = []
+    x.register_hook(lambda g: kept.append(g))
+    (x * 2).sum().backward()
+    (x * 2).sum().backward()
+    np.testing.assert_allclose(kept[0].numpy(), [2.0, 2.0, 2.0])
+    np.testing.assert_allclose(x.grad.numpy(), [4.0, 4.0, 4.0])
+
+    x = t64([1.0, 1.0, 1.0])
+    kept = []
+    y = x + 0.0                      # add's gradient reaches x as the very tensor y's hook saw
+    y.register_hook(lambda g: kept.append(g))
+    (y * 2).sum().backward(retain_graph=True)
+    (y * 2).sum().backward()
+    np.testing.assert_allclose(kept[0].numpy(), [2.0, 2.0, 2.0])
+    np.testing.assert_allclose(x.grad.numpy(), [4.0, 4.0, 4.0])
+
+    replacement = t64([7.0, 7.0, 7.0], requires_grad=False)
+    x = t64([1.0, 1.0, 1.0])
+    x.register_hook(lambda g: replacement)   # a hook's return value is the user's too
+    (x * 2).sum().backward()
+    (x * 2).sum().backward()
+    np.testing.assert_allclose(replacement.numpy(), [7.0, 7.0, 7.0])
+    np.testing.assert_allclose(x.grad.numpy(), [14.0, 14.0, 14.0])
+
+    stash = []
+
+    class Keep(autograd.Function):
+        @staticmethod
+        def forward(ctx, v):
+            return v * 3
+
+        @staticmethod
+        def backward(ctx, g):
+            out = g * 3
+            stash.append(out)                # user code may keep what it returns
+            return out
+    x = t64([1.0, 2.0])
+    Keep.apply(x).sum().backward()
+    Keep.apply(x).sum().backward()
+    np.testing.assert_allclose(stash[0].numpy(), [3.0, 3.0])
+    np.testing.assert_allclose(x.grad.numpy(), [6.0, 6.0])
+
+
+def test_users_root_gradient_is_never_kept_as_dot_grad():
+    x = t64([1.0, 2.0])
+    v = t64([0.5, -1.0], requires_grad=False)
+    (x + 0.0).backward(v)            # add passes v on unchanged
+    x.grad.mul_(10)
+    np.testing.assert_allclose(v.numpy(), [0.5, -1.0])
+    np.testing.assert_allclose(x.grad.numpy(), [5.0, -10.0])
+
+
 def test_leaf_hooks_are_counted_while_they_live():
     from eagerc.autograd import engine
     before = engine.LEAF_HOOKS[0]
@@ -124,6 +207,13 @@ def test_ones_like_and_full_like_keep_the_dtype_and_shape():
         np.testing.assert_array_equal(y.numpy(), np.full((2, 3), fill, dtype=dtype.np))
     y = eagerc.ones_like(eagerc.zeros((), dtype=eagerc.float16), requires_grad=True)
     assert y.requires_grad and y.dtype == eagerc.float16 and y.detach().numpy() == np.float16(1)
+    # 0-d floats (a loss's root gradient) take a shorter path: same values, dtypes and rounding
+    for dtype, fill in ((eagerc.float16, 1e5), (eagerc.float32, 0.1), (eagerc.float64, -0.0), (eagerc.int64, 3)):
+        y = eagerc.full((), fill, dtype=dtype)
+        with np.errstate(over="ignore"):
+            ref = np.full((), fill, dtype=dtype.np)
+        assert type(y.numpy()) is np.ndarray and y.numpy().dtype == ref.dtype and y.shape == ()
+        assert y.numpy().tobytes() == ref.tobytes()     # float16 1e5 -> inf, -0.0 keeps its sign
 
 
 def test_gradients_from_several_paths_are_summed():

@@ -120,6 +120,28 @@ def test_data_is_a_tensor_sharing_storage():
     assert 0.015 < float(m.weight.std()) < 0.025
 
 
+def _expand_inputs():
+    x = np.arange(6.0).reshape(2, 1, 3)
+    readonly = x.copy()
+    readonly.setflags(write=False)
+    return {"contiguous": x, "fortran": np.asfortranarray(x),
+            "strided": np.arange(12.0).reshape(2, 1, 6)[:, :, ::2], "readonly": readonly,
+            "expanded": np.broadcast_to(np.arange(3.0), (2, 1, 3)), "0-d": np.array(2.5)}
+
+
+@pytest.mark.parametrize("layout", list(_expand_inputs()))
+def test_expand_is_a_read_only_view_like_broadcast_to(layout):
+    # the numpy kernel builds the zero-stride view itself (np.broadcast_to's nditer costs 2 us)
+    x = _expand_inputs()[layout]
+    e = eagerc.from_numpy(x).expand(4, 2, 5, 3)
+    ref = np.broadcast_to(x, (4, 2, 5, 3))
+    np.testing.assert_array_equal(e.numpy(), ref)
+    assert e.numpy().strides == ref.strides
+    assert np.shares_memory(e.numpy(), x) and not e.numpy().flags.writeable
+    with pytest.raises(RuntimeError, match=r"expand: .*must match the existing size \(2\)"):
+        eagerc.from_numpy(x).expand(4, 3, 5, 3) if x.ndim else eagerc.ones(2).expand(3)
+
+
 def test_equal_and_allclose_return_python_bools():
     a = eagerc.tensor([1.0, 2.0])
     assert eagerc.equal(a, eagerc.tensor([1, 2])) is True

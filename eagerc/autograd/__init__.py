@@ -56,7 +56,7 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
                           targets=inputs)
     for t, g in zip(inputs, result):
         if g is not None:
-            _accumulate_leaf(t, g, create_graph, exclusive=False)
+            _accumulate_leaf(t, g, create_graph, False, dispatch.active_tracer())
 
 
 def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False,

@@ -14,9 +14,9 @@ import numpy as np
 
 from ..runtime.dtypes import FLOATING_KINDS
 from .. import dispatch
-from ..dispatch import Node
+from ..dispatch import CustomOp, Node
 from .._tensor import Tensor
-from .formulas import G, INPUT, OUT, SHAPE
+from .formulas import ATTR, G, INPUT, SHAPE, GradAndInput, GradOnly
 
 _FREED = "freed"  # node.saved after the graph was released
 
@@ -70,12 +70,11 @@ def sum_to(g, shape):
     if gshape == shape:
         return g
     lead = len(gshape) - len(shape)
-    axes = tuple(range(lead)) + tuple(i + lead for i, n in enumerate(shape) if n == 1 and gshape[i + lead] != 1)
-    if axes:
-        g = g.sum(dim=axes, keepdim=True)
-    if lead or g._array.shape != shape:
-        g = g.reshape(shape)
-    return g
+    kept = tuple(i + lead for i, n in enumerate(shape) if n == 1 and gshape[i + lead] != 1)
+    if not kept:  # only leading dimensions were added (a bias): one sum gives the shape
+        return g.sum(dim=tuple(range(lead)))
+    g = g.sum(dim=tuple(range(lead)) + kept, keepdim=True)
+    return g.reshape(shape) if lead else g
 
 
 def node_input_grads(node, g):
@@ -84,36 +83,45 @@ def node_input_grads(node, g):
     if saved is _FREED:
         raise RuntimeError(_FREED_MSG)
     op = node.op
-    formulas = op.grads
-    if op.grad_params is None:  # one function for the whole node
-        return formulas(node, g)
+    params = op.grad_params
+    if params is None:  # one function for the whole node
+        return op.grads(node, g)
+    shapes = node.shapes if op.broadcasts else None  # set only when some input was broadcast
     grads = []
     i = 0
-    for edge in node.next:
-        f = formulas[i]
+    for edge, f, kinds in zip(node.next, op.grads, params):
         if edge is None or f is None:
             grads.append(None)
             i += 1
             continue
-        params = op.grad_params[i]
-        args = []
-        for kind, key in params:
-            if kind == G:
-                args.append(g)
-            elif kind == INPUT:
-                t = saved[key]  # _saved_input, inlined: one per formula argument
-                if isinstance(t, Tensor) and t._vc is not None and t._vc[0] != node.versions[key]:
-                    _saved_input(node, key)  # raises the error naming the op and the versions
-                args.append(t)
-            elif kind == OUT:
-                args.append(_saved_output(node))
-            elif kind == SHAPE:
-                args.append(node.shapes[key])
-            else:
-                args.append(node.attrs[key])
-        gi = f(*args)
-        if op.broadcasts and node.shapes is not None and gi is not None and gi._array.shape != node.shapes[i]:
-            gi = sum_to(gi, node.shapes[i])
+        form = type(kinds)
+        if form is GradOnly:
+            gi = f(g)
+        elif form is GradAndInput:
+            key = kinds[1][1]
+            t = saved[key]  # _saved_input, inlined
+            if isinstance(t, Tensor) and t._vc is not None and t._vc[0] != node.versions[key]:
+                _saved_input(node, key)  # raises the error naming the op and the versions
+            gi = f(g, t)
+        else:
+            args = []
+            for kind, key in kinds:
+                if kind == G:
+                    args.append(g)
+                elif kind == INPUT:
+                    t = saved[key]
+                    if isinstance(t, Tensor) and t._vc is not None and t._vc[0] != node.versions[key]:
+                        _saved_input(node, key)
+                    args.append(t)
+                elif kind == ATTR:
+                    args.append(node.attrs[key])
+                elif kind == SHAPE:
+                    args.append(node.shapes[key])
+                else:
+                    args.append(_saved_output(node))
+            gi = f(*args)
+        if shapes is not None and gi is not None and gi._array.shape != shapes[i]:
+            gi = sum_to(gi, shapes[i])
         grads.append(gi)
         i += 1
     return grads
@@ -126,12 +134,6 @@ class Gather(Node):
     stack, as PyTorch's SplitBackward / UnbindBackward do), where each piece scattering into
     a zero tensor of the whole's size for the engine to sum would be quadratic in the pieces."""
     __slots__ = ()
-
-
-def _release(node):
-    if node.saved is not None or node.out is not None:
-        node.saved = _FREED
-        node.out = None
 
 
 def _check_anomaly(node, i, gi):
@@ -184,39 +186,48 @@ def _leads_to_targets(roots, capture):
     return need
 
 
-def _leaf_hooks(leaf, g):
+def _leaf_hooks(leaf, g, shared=None):
+    """Run the leaf's tensor hooks on its total gradient. A hook may keep the tensor it was
+    given (or the one it returns), so with `shared` their arrays are marked: .grad must not
+    alias them (PyTorch's AccumulateGrad copies a gradient someone else holds)."""
     hooks = getattr(leaf, "_hooks", None) if LEAF_HOOKS[0] else None
     if hooks:
         for h in tuple(hooks):
+            if shared is not None:
+                shared.add(id(g._array))
             r = h(g)
             if r is not None:
                 g = r
+        if shared is not None:
+            shared.add(id(g._array))
     return g
 
 
 def _add_into(grad, g):
     """grad += g in place, as PyTorch's AccumulateGrad does without create_graph: no new
     tensor per backward, and a reference to `.grad` sees the sum. Only a plain writable numpy
-    gradient of g's shape and dtype, without history, is updated so; False: add out of place."""
+    gradient of g's shape and dtype, without history, is updated so; False: add out of place.
+    Never while traced (the caller adds out of place then, so the tracer sees the add)."""
     d = grad._array
     gd = g._array
-    if type(d) is not np.ndarray or not d.flags.writeable or d.shape != gd.shape or d.dtype is not gd.dtype \
-            or grad.grad_fn is not None or grad._requires_grad:
+    if type(d) is not np.ndarray or d.shape != gd.shape or d.dtype is not gd.dtype \
+            or grad.grad_fn is not None or grad._requires_grad or not d.flags.writeable:
         return False
     np.add(d, gd, out=d)
-    bump_version(grad, "add_")  # whoever saved this .grad for a backward finds it changed
+    _bump(grad, "add_")  # whoever saved this .grad finds it changed (bump_version; no tracer here)
     return True
 
 
-def _accumulate_leaf(leaf, g, create_graph, exclusive):
+def _accumulate_leaf(leaf, g, create_graph, exclusive, tracer):
     """Add g into leaf.grad. `exclusive`: g's array is referenced by nothing else (not a
-    view, not the user's gradient, not given to another leaf), so it can be kept as is."""
+    view, not the user's gradient, not seen by a hook, not given to another leaf), so the
+    first gradient is kept as is, without a copy, as PyTorch's AccumulateGrad steals a
+    gradient nobody else holds. `tracer`: the thread's active tracer (None in eager mode)."""
     dtype = leaf._array.dtype
     if g._array.dtype is not dtype and g._array.dtype != dtype:
         g = g.to(leaf.dtype)
         exclusive = True
     old = leaf._grad
-    tracer = dispatch.active_tracer()
     if create_graph:
         leaf._grad = g if old is None else old + g
     else:
@@ -237,12 +248,12 @@ def _accumulate_leaf(leaf, g, create_graph, exclusive):
                 h(leaf)
 
 
-def _finish_leaf(leaf, g, create_graph, shared):
+def _finish_leaf(leaf, g, create_graph, shared, tracer):
     """Run the leaf's hooks on its total gradient and accumulate it into .grad."""
     if LEAF_HOOKS[0]:
-        g = _leaf_hooks(leaf, g)
+        g = _leaf_hooks(leaf, g, shared)
     d = g._array
-    _accumulate_leaf(leaf, g, create_graph, d.base is None and id(d) not in shared)
+    _accumulate_leaf(leaf, g, create_graph, d.base is None and id(d) not in shared, tracer)
     shared.add(id(d))
 
 
@@ -276,8 +287,9 @@ def run_backward(roots, root_grads, retain_graph=False, create_graph=False, targ
     targets and anomaly checks are one slot or local test each when unused.
     """
     m = dispatch.modes()
-    if m.tracer is not None:  # a compiled function that runs backward itself: a training step
-        m.tracer.backward_ran = True
+    tracer = m.tracer
+    if tracer is not None:  # a compiled function that runs backward itself: a training step
+        tracer.backward_ran = True
     capture = None
     if targets is not None:
         capture = {}
@@ -286,7 +298,7 @@ def run_backward(roots, root_grads, retain_graph=False, create_graph=False, targ
     buffers = {}  # node -> its gradient summed over every path (a Gather: {source: part})
     leaves = {}  # leaf -> its gradient summed over every path; hooks and .grad see the total
     start = []
-    shared = set()  # arrays a .grad must not alias: the caller's, then each one a leaf kept
+    shared = set()  # arrays a .grad must not alias: the caller's, hooks', then each one a leaf kept
     for t, g in zip(roots, root_grads):
         shared.add(id(g._array))
         fn = t.grad_fn
@@ -301,10 +313,12 @@ def run_backward(roots, root_grads, retain_graph=False, create_graph=False, targ
     early = capture is None and POST_ACCUMULATE_HOOKS[0] > 0  # accumulate leaves as soon as complete
     deps = _collect(start, early)
     need = None if capture is None else _leads_to_targets(start, capture)
-    ready = [n for n in dict.fromkeys(start) if deps[n] == 0]
-    prev_mode = m.grad_enabled
+    # one root has no edge into it; several may feed each other
+    ready = start if len(start) < 2 else [n for n in dict.fromkeys(start) if deps[n] == 0]
     anomaly = m.anomaly
-    dispatch.set_grad_enabled(create_graph)  # this thread's mode only: other threads keep theirs
+    if m.grad_enabled is not create_graph:  # this thread's mode only: other threads keep theirs
+        dispatch.set_grad_enabled(create_graph)
+    inner = dispatch.modes()
     try:
         while ready:
             node = ready.pop()
@@ -318,9 +332,11 @@ def run_backward(roots, root_grads, retain_graph=False, create_graph=False, targ
                     g = g.to(dtype)  # (a Gather's g is its parts)
                 if node.hooks:
                     for h in node.hooks:
+                        shared.add(id(g._array))  # the hook may keep g: no .grad may alias it
                         r = h(g)
                         if r is not None:
                             g = r
+                            shared.add(id(g._array))
                 if node.retained is not None:
                     t = node.retained()
                     if t is not None:  # accumulates across backward calls, like a leaf's
@@ -332,8 +348,12 @@ def run_backward(roots, root_grads, retain_graph=False, create_graph=False, targ
                     if not need[node]:
                         continue  # nothing asked for lies below: leave this part of the graph alone
                 grads = node_input_grads(node, g)
-                if len(grads) != len(edges):  # a node-level derivative may omit trailing Nones
-                    grads = [*grads[:len(edges)], *(None,) * (len(edges) - len(grads))]
+                op = node.op
+                if op.grad_params is None:  # a node-level derivative (formulas give one per edge)
+                    if len(grads) != len(edges):  # it may omit trailing Nones
+                        grads = [*grads[:len(edges)], *(None,) * (len(edges) - len(grads))]
+                    if type(op) is CustomOp and op.user_code:  # autograd.Function: the user's code
+                        shared.update(id(gi._array) for gi in grads if gi is not None)  # may keep them
             i = 0
             for edge, gi in zip(edges, grads):
                 if edge is not None:
@@ -347,37 +367,48 @@ def run_backward(roots, root_grads, retain_graph=False, create_graph=False, targ
                         deps[edge] = left
                         if left == 0:
                             ready.append(edge)
-                    else:
+                    elif isinstance(edge, Tensor):  # a leaf (_deliver, inlined)
+                        if gi is not None:
+                            if anomaly:
+                                _check_anomaly(node, i, gi)
+                            if capture is None or edge in capture:
+                                prev = leaves.get(edge)
+                                leaves[edge] = gi if prev is None else prev + gi
+                        if early:
+                            left = deps[edge] - 1
+                            deps[edge] = left
+                            if left == 0 and edge in leaves:
+                                _finish_leaf(edge, leaves.pop(edge), create_graph, shared, tracer)
+                    else:  # a Gather
                         if gi is not None:
                             if anomaly:
                                 _check_anomaly(node, i, gi)
                             _deliver(buffers, leaves, capture, edge, gi, node)
-                        if not isinstance(edge, Tensor):  # a Gather
-                            left = deps[edge] - 1
-                            deps[edge] = left
-                            if left == 0:
-                                ready.append(edge)
-                        elif early:
-                            left = deps[edge] - 1
-                            deps[edge] = left
-                            if left == 0 and edge in leaves:
-                                _finish_leaf(edge, leaves.pop(edge), create_graph, shared)
+                        left = deps[edge] - 1
+                        deps[edge] = left
+                        if left == 0:
+                            ready.append(edge)
                 i += 1
-            if g is not None and not retain_graph:
-                _release(node)
+            if g is not None and not retain_graph and (node.saved is not None or node.out is not None):
+                node.saved = _FREED  # the saved values go; a second backward raises _FREED_MSG
+                node.out = None
         for leaf, g in leaves.items():
             if capture is not None:
                 capture[leaf] = _leaf_hooks(leaf, g)
             else:
-                _finish_leaf(leaf, g, create_graph, shared)
+                _finish_leaf(leaf, g, create_graph, shared, tracer)
     finally:
-        dispatch.set_grad_enabled(prev_mode)
+        if dispatch.modes() is inner:
+            if inner is not m:
+                dispatch.restore_modes(m)  # nothing else changed meanwhile: the Modes from before
+        else:  # a hook changed a mode: keep that, put grad mode back
+            dispatch.set_grad_enabled(m.grad_enabled)
     if capture is not None:
         return [capture[t.grad_fn if t.grad_fn is not None else t] for t in targets]
     return None
 
 
 # Last: the op families import this module (for _saved_input, sum_to) while the ops package loads.
-from ..ops.inplace import bump_version  # noqa: E402
+from ..ops.inplace import _bump  # noqa: E402
 
 __all__ = ["run_backward", "sum_to", "node_input_grads", "Node", "Gather"]

@@ -30,6 +30,17 @@ __all__ = ["defgrad", "defgrad_node", "defdecomp"]
 G, INPUT, OUT, SHAPE, ATTR = range(5)
 
 
+class GradOnly(tuple):
+    """The kinds of a formula f(g): the engine calls it without reading the kinds."""
+    __slots__ = ()
+
+
+class GradAndInput(tuple):
+    """The kinds of a formula f(g, <input>) -- mul's, matmul's, div's first...: the engine
+    passes the saved input (version-checked) without walking the kinds."""
+    __slots__ = ()
+
+
 def _param_kinds(op, fn):
     kinds = []
     for p in inspect.signature(fn).parameters:
@@ -46,6 +57,10 @@ def _param_kinds(op, fn):
         else:
             raise TypeError(f"derivative of {op.name}: parameter {p!r} is not g, out, an input "
                             f"{op.inputs}, an input's _shape or an attribute {op.attrs}")
+    if [k for k, _ in kinds] == [G]:
+        return GradOnly(kinds)
+    if [k for k, _ in kinds] == [G, INPUT]:
+        return GradAndInput(kinds)
     return tuple(kinds)
 
 

@@ -191,5 +191,5 @@ _ops = {}
 def _function_op(cls):
     op = _ops.get(cls)
     if op is None:
-        op = _ops[cls] = dispatch.CustomOp(cls.__name__, _function_backward)
+        op = _ops[cls] = dispatch.CustomOp(cls.__name__, _function_backward, user_code=True)
     return op

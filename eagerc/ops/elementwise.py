@@ -61,9 +61,20 @@ def _check_operand(name, x):
     return x
 
 
+def _keeps_dtype(a, b):
+    """True when PyTorch's promotion of a and b needs no cast: two tensors of one dtype, or a
+    floating tensor and a Python int or float (which never changes a floating tensor's dtype).
+    Those go straight to apply -- `x * 0.5`, `1 - y` cost the same as tensor-tensor ops."""
+    if isinstance(a, Tensor):
+        if isinstance(b, Tensor):
+            return a._array.dtype is b._array.dtype
+        return (type(b) is float or type(b) is int) and a._array.dtype.kind in FLOATING_KINDS
+    return (type(a) is float or type(a) is int) and isinstance(b, Tensor) and b._array.dtype.kind in FLOATING_KINDS
+
+
 def binary(op, a, b):
-    """Apply a same-dtype binary op with promotion; the fast path is two tensors of one dtype."""
-    if isinstance(b, Tensor) and isinstance(a, Tensor) and a._array.dtype is b._array.dtype:
+    """Apply a same-dtype binary op with promotion; the fast path needs no cast (_keeps_dtype)."""
+    if _keeps_dtype(a, b):
         return apply(op, (a, b))
     a = _check_operand(op.name, a)
     b = _check_operand(op.name, b)
@@ -71,8 +82,7 @@ def binary(op, a, b):
 
 
 def _float_binary(op, a, b):
-    if isinstance(b, Tensor) and isinstance(a, Tensor) and a._array.dtype is b._array.dtype \
-            and a._array.dtype.kind in FLOATING_KINDS:
+    if _keeps_dtype(a, b) and (a if isinstance(a, Tensor) else b)._array.dtype.kind in FLOATING_KINDS:
         return apply(op, (a, b))
     return apply(op, _promote((_check_operand(op.name, a), _check_operand(op.name, b)), floating=True))
 

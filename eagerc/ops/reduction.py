@@ -37,7 +37,7 @@ def _reduce(name, x, dim, keepdim, dtype=None):
     return apply(OPS[name], (x,), {"dim": _dim(dim), "keepdim": bool(keepdim)})
 
 
-_SUM = OPS["sum"]
+_SUM, _EXPAND = OPS["sum"], OPS["expand"]
 _SUM_ALL = {"dim": None, "keepdim": False}  # shared, never mutated: x.sum() builds no dict
 
 
@@ -250,7 +250,8 @@ def unreduce(g, x_shape, dim, keepdim):
     if not keepdim and nd and g._array.ndim:  # a 0-d g (a full reduction) broadcasts as it is
         axes = normalize_dims("reduce", dim, nd)
         g = g.reshape(tuple(1 if i in axes else n for i, n in enumerate(x_shape)))
-    return g.expand(tuple(x_shape))
+    x_shape = tuple(x_shape)  # (expand's op straight away: every sum's and mean's backward runs this)
+    return g if g._array.shape == x_shape else apply(_EXPAND, (g,), {"shape": x_shape})
 
 
 def _mean_grad(g, x_shape, dim, keepdim):

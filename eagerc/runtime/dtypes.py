@@ -127,6 +127,9 @@ def as_dtype(d):
     if d is None or type(d) is DType:
         return d
     if isinstance(d, str):
+        r = _BY_NAME.get(d)  # a plain name: no prefix to strip
+        if r is not None:
+            return r
         try:
             return _BY_NAME[d.replace("eagerc.", "").replace("torch.", "")]
         except KeyError:

@@ -26,9 +26,12 @@ def _np_dtype(dtype):
 
 def _full(xp):
     def full(shape, value, dtype):
+        dt = _np_dtype(dtype)
+        if not shape and dt.kind == "f":  # a 0-d float (backward's root gradient): one C call, where
+            return xp.array(value, dt)    # xp.full is empty + copyto in Python (converts alike)
         if value == 0 and math.copysign(1.0, value) > 0:  # (not -0.0): zeroed pages from the OS, no fill pass
-            return xp.zeros(tuple(shape), dtype=_np_dtype(dtype))
-        return xp.full(tuple(shape), value, dtype=_np_dtype(dtype))
+            return xp.zeros(tuple(shape), dtype=dt)
+        return xp.full(tuple(shape), value, dtype=dt)
     return full
 
 
