@@ -15,7 +15,9 @@ kernel takes the node's arguments, attributes already applied:
   fresh array every call, so the results of two calls never share memory.
 - ufunc kernels (add, mul, matmul, ge...: an op whose kernel is its numpy ufunc) write with
   `out=`; `linear` multiplies with np.matmul(out=) and adds its bias in place; `where` is two
-  `np.copyto`. Same ufunc loops and BLAS calls as the op's kernel: the same bits.
+  `np.copyto`. Same ufunc loops and BLAS calls as the op's kernel: the same bits -- and the
+  same layout, so only when the operands are C-contiguous (numpy's own result would follow a
+  strided operand's order, and a later product may depend on it).
 - row composites (softmax, log_softmax, layer_norm, gelu): the generated C row kernel that
   the op's own kernel would pick (runtime/kernels/eager.py: same decision, same kernel, same
   bits) is looked up at the first call, then called with the arrays' addresses (those of
@@ -115,12 +117,31 @@ def _ufunc(node):
     except (TypeError, ValueError, OverflowError):
         return None
 
+    arrays = [j for j, x in enumerate(node.inputs) if isinstance(x, Value)]
+
     def make(out):
         if out is None:
             return None
-        if len(probe) == 2:
-            return lambda a, b: uf(a, b, out=out)
-        return lambda *args: uf(*args, out=out)
+        if len(probe) == 2 and len(arrays) == 2:
+            def binary(a, b):
+                if a.flags.c_contiguous and b.flags.c_contiguous:
+                    return uf(a, b, out=out)
+                return uf(a, b)
+            return binary
+        if len(arrays) == 1:
+            j = arrays[0]
+
+            def one_array(*args):
+                if args[j].flags.c_contiguous:
+                    return uf(*args, out=out)
+                return uf(*args)
+            return one_array
+
+        def ufunc(*args):
+            if all(args[j].flags.c_contiguous for j in arrays):
+                return uf(*args, out=out)
+            return uf(*args)
+        return ufunc
     return make
 
 
@@ -160,6 +181,7 @@ def _where(node):
     each operand an array of the result's dtype or a Python number)."""
     cond, a, b = node.inputs
     dtype = _dtype(node.out)
+    kernel = OPS["where"].cpu
     if dtype not in _FLOATS or not isinstance(cond, Value):
         return None
     for x in (a, b):
@@ -171,6 +193,8 @@ def _where(node):
             return None
 
         def where(cond, a, b):
+            if not all(x.flags.c_contiguous for x in (cond, a, b) if type(x) is np.ndarray):
+                return kernel(cond, a, b)
             np.copyto(out, b)
             np.copyto(out, a, where=cond)
             return out

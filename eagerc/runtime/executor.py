@@ -19,6 +19,7 @@ one: no observer costs nothing but one test per node.
 """
 import math
 import threading
+from operator import itemgetter
 
 import numpy as np
 
@@ -110,10 +111,9 @@ class Plan:
                 kernel, attrs = kernels.get(n.op), n.attrs
                 if kernel is None:
                     kernel = kernels[n.op] = OPS[n.op].kernel(xp)
-            refs = tuple(x.name if isinstance(x, Value) else None for x in n.inputs)
-            consts = tuple(None if isinstance(x, Value) else x for x in n.inputs)
-            declared = (tuple(n.out.shape), np.dtype(n.out.dtype)) if check else None
-            self.steps.append((n, kernel, refs, consts, attrs, n.out.name, tuple(free.get(i, ())), declared))
+            shape, dtype = (tuple(n.out.shape), np.dtype(n.out.dtype)) if check else (None, None)
+            self.steps.append((n, kernel, _args_of(n.inputs), attrs, n.out.name, tuple(free.get(i, ())),
+                               shape, dtype))
         self.outputs = [v.name for v in graph.outputs]
         self.mutations = [(t, v.name) for t, v in graph.mutations]
 
@@ -135,14 +135,14 @@ class Plan:
             observe = _observer
         asarray, ndarray = self.asarray, np.ndarray
         try:
-            for node, kernel, refs, consts, attrs, out, free, declared in self.steps:
-                args = [env[r] if r is not None else c for r, c in zip(refs, consts)]
+            for node, kernel, args_of, attrs, out, free, shape, dtype in self.steps:
+                args = args_of(env)
                 if overrides and out in overrides:
                     attrs = {**attrs, **overrides[out]}
                 r = kernel(*args, **attrs) if observe is None else observe(node, kernel, args, attrs)
                 if asarray is not None and type(r) is not ndarray:
                     r = asarray(r)
-                if declared is not None and (r.shape != declared[0] or r.dtype != declared[1]):
+                if shape is not None and (r.shape != shape or r.dtype != dtype):
                     raise ProgramRunError(f"{self.where}: {node_str(node)} produced {r.dtype}{list(r.shape)} "
                                           f"but the graph declares {node.out.dtype}{list(node.out.shape)}")
                 env[out] = r
@@ -156,6 +156,19 @@ class Plan:
             raise ProgramRunError(f"{self.where}: {node_str(node)} failed: {type(e).__name__}: "
                                   f"{str(e)[:500]}") from None
         return [env[n] for n in self.outputs], [(t, env[n]) for t, n in self.mutations]
+
+
+def _args_of(inputs):
+    """env -> the arguments of a node with these inputs (Values read from env, constants as they
+    are): one C call (operator.itemgetter) for the usual node of several Values."""
+    refs = [x.name for x in inputs if isinstance(x, Value)]
+    if len(refs) == len(inputs) and len(refs) > 1:
+        return itemgetter(*refs)
+    if len(refs) == len(inputs) == 1:
+        ref = refs[0]
+        return lambda env: (env[ref],)
+    pairs = [(x.name, None) if isinstance(x, Value) else (None, x) for x in inputs]
+    return lambda env: [env[r] if r is not None else c for r, c in pairs]
 
 
 def node_str(n):
