@@ -61,6 +61,8 @@ def test_gpt_binds_its_kernels_and_matches_eager_and_the_unbound_plan(gpt):
     bound = rb.bind(prog.graph)
     ops = {n.op for n in prog.graph.nodes if n.out.name in bound}
     assert {"linear", "layer_norm", "softmax", "gelu", "add", "matmul", "where"} <= ops
+    kept = [n.op for n in prog.graph.nodes if getattr(bound.get(n.out.name), "__name__", "") == "once"]
+    assert kept == ["arange", "unsqueeze", "ge"]    # the causal mask, from constants alone
     for seed in (1, 2):
         idx = _tokens(4, 32, seed)
         got = prog(idx)
@@ -89,6 +91,21 @@ def test_results_of_two_calls_are_both_intact_and_share_no_memory(gpt):
     np.testing.assert_allclose(out_b, _eager(model, b), rtol=1e-5, atol=1e-5)
     out_a[...] = 0                                # results are the caller's to write
     np.testing.assert_allclose(prog(b), out_b, rtol=0, atol=0)
+
+
+def test_a_value_from_constants_is_kept_but_a_returned_one_is_fresh_every_call():
+    def f(x):
+        r = eagerc.arange(6.0)
+        return x * (r * 2.0), r
+    x = np.arange(6, dtype=np.float32)
+    prog = export(f, (x,)).loaded()
+    (y1, r1), (y2, r2) = prog(x), prog(x + 1)
+    np.testing.assert_array_equal(y1, x * np.arange(6.0, dtype=np.float32) * 2)
+    np.testing.assert_array_equal(y2, (x + 1) * np.arange(6.0, dtype=np.float32) * 2)
+    np.testing.assert_array_equal(r1, np.arange(6.0, dtype=np.float32))
+    assert r1.flags.writeable and not np.shares_memory(r1, r2)
+    r1[...] = -1                                    # the caller's to change: the program keeps its own
+    np.testing.assert_array_equal(prog(x)[0], y1)
 
 
 def test_buffers_are_reused_across_calls_and_shared_by_disjoint_values(gpt):

@@ -18,6 +18,8 @@ kernel takes the node's arguments, attributes already applied:
   `np.copyto`. Same ufunc loops and BLAS calls as the op's kernel: the same bits -- and the
   same layout, so only when the operands are C-contiguous (numpy's own result would follow a
   strided operand's order, and a later product may depend on it).
+- values computed from constants alone (arange, and the causal mask made from it) are computed
+  at the first call and kept (read-only, never returned: outputs are fresh every call).
 - row composites (softmax, log_softmax, layer_norm, gelu): the generated C row kernel that
   the op's own kernel would pick (runtime/kernels/eager.py: same decision, same kernel, same
   bits) is looked up at the first call, then called with the arrays' addresses (those of
@@ -54,18 +56,38 @@ def bind(graph):
     with symbolic sizes binds nothing (its plans are bound per size, specialised)."""
     if any(not isinstance(s, int) for n in graph.nodes for s in n.out.shape):
         return {}
-    makers = {}
+    ends = alias_ends(graph)
+    makers, bound, fixed = {}, {}, set()
     for i, n in enumerate(graph.nodes):
+        op = OPS[n.op]
+        if not op.effects and ends[n.out.name] != math.inf and \
+                all(not isinstance(x, Value) or x.name in fixed for x in n.inputs):
+            fixed.add(n.out.name)      # from constants alone: computed at the first call, then kept
+            bound[n.out.name] = _once(op.cpu, n.attrs)
+            continue
         make = _BINDERS.get(n.op, _rows_or_ufunc)(n)
         if make is not None:
             makers[i] = make
     outs = buffers(graph, makers)
-    bound = {}
     for i, make in makers.items():
         k = make(outs.get(i))
         if k is not None:
             bound[graph.nodes[i].out.name] = k
     return bound
+
+
+def _once(kernel, attrs):
+    """A value computed from constants only (a causal mask from arange): the op's kernel runs at
+    the first call; later calls get that array, read-only (nothing the caller receives)."""
+    kept = []
+
+    def once(*args):
+        if not kept:
+            r = np.asarray(kernel(*args, **attrs))
+            r.flags.writeable = False
+            kept.append(r)
+        return kept[0]
+    return once
 
 
 def buffers(graph, nodes):
