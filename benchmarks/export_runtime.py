@@ -30,7 +30,7 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import eagerc  # noqa: E402
 import eagerc.runtime  # noqa: E402
-from eagerc.runtime import executor, program  # noqa: E402
+from eagerc.runtime import executor  # noqa: E402
 from _harness import fmt, ratio, table  # noqa: E402
 
 

@@ -48,7 +48,7 @@ __all__ = ["bind", "buffers"]
 # dtypes whose values bound kernels write (numpy's own: bfloat16 keeps the op's kernel)
 _DTYPES = {np.dtype(d) for d in ("bool", "int8", "int16", "int32", "int64", "uint8",
                                  "float16", "float32", "float64")}
-_FLOATS = (np.dtype("float32"), np.dtype("float64"))
+_FLOATS = ("float32", "float64")   # by name: a numpy dtype compares equal to None (float64)
 
 
 def bind(graph):
@@ -172,10 +172,9 @@ def _linear(node):
     buffer: a C-contiguous input of more than two dimensions as one matrix, a 2-d input of more
     than `few_rows` rows as x @ weight.T; other inputs keep the op's kernel."""
     x = node.inputs[0]
-    dtype = _dtype(node.out)
     kernel = OPS["linear"].cpu
     rows = math.prod(x.shape[:-1]) if isinstance(x, Value) else 0
-    if dtype not in _FLOATS or not isinstance(x, Value) or len(x.shape) < 2 or \
+    if node.out.dtype not in _FLOATS or not isinstance(x, Value) or len(x.shape) < 2 or \
             (len(x.shape) == 2 and rows <= kernel.few_rows):
         return None
     flat = (rows, x.shape[-1])
@@ -202,12 +201,12 @@ def _where(node):
     """where(cond, a, b) into the buffer: b copied in, then a where cond holds (float results,
     each operand an array of the result's dtype or a Python number)."""
     cond, a, b = node.inputs
-    dtype = _dtype(node.out)
     kernel = OPS["where"].cpu
-    if dtype not in _FLOATS or not isinstance(cond, Value):
+    if node.out.dtype not in _FLOATS or not isinstance(cond, Value):
         return None
     for x in (a, b):
-        if (isinstance(x, Value) and _dtype(x) != dtype) or (not isinstance(x, Value) and type(x) not in (int, float)):
+        if (isinstance(x, Value) and x.dtype != node.out.dtype) or \
+                (not isinstance(x, Value) and type(x) not in (int, float)):
             return None
 
     def make(out):
@@ -244,7 +243,7 @@ def _rows(node):
     op = OPS[node.op]
     kernel = getattr(op.cpu, "inner", op.cpu)
     spec = getattr(kernel, "c_rows", None)
-    if spec is None or _dtype(node.out) not in _FLOATS or not _attrs_checked(node):
+    if spec is None or node.out.dtype not in _FLOATS or not _attrs_checked(node):
         return None
     name, rows_of = spec
     attrs, shape, dtype = node.attrs, node.out.shape, _dtype(node.out)
