@@ -42,6 +42,7 @@ from .ir import Graph, Node, Value, spec_of, FORMAT_VERSION as GRAPH_FORMAT_VERS
 from .ops import OPS
 from .pytree import unflatten
 from .verify import GraphError, Rules, arity as _arity, check_ends
+from .bind import bind
 from .executor import Plan, ProgramRunError, node_str as _node_str
 from .sizes import SizeExpr
 
@@ -1150,7 +1151,8 @@ class LoadedProgram:
         p = self._plans.get(key)
         if p is None:
             graph = self.graph if sizes is None else self._specialise(binding)
-            p = self._plans[key] = Plan(graph, xp, check=True, where=self.path)
+            p = self._plans[key] = Plan(graph, xp, check=True, where=self.path,
+                                        bound=bind(graph) if xp is np else None)
             if len(self._plans) > MAX_SPECIALISATIONS + 1:
                 del self._plans[next(k for k in self._plans if k[1] is not None and k != key)]
         return p

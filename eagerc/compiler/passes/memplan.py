@@ -46,6 +46,7 @@ thousands of live values at once.
 import math
 from bisect import bisect_left
 
+from ...runtime.executor import alias_ends   # lifetimes through views: shared with a program's bound plan
 from ...runtime.ir import MemoryPlan
 from .util import alias_roots, is_elementwise, may_alias, numel, peak_bytes
 
@@ -279,27 +280,6 @@ def planned_bytes(graph):
     from ...runtime import dtypes
     plan = graph.memory_plan
     return sum(n * dtypes.as_dtype(d).itemsize for d, n in plan.buffers) if plan is not None else 0
-
-
-def alias_ends(graph):
-    """value name -> index of the last node that reads it or any value that may alias it;
-    inf when it (or such a value) is returned or written back; its definition if unread."""
-    end = {}
-    for i, n in enumerate(graph.nodes):
-        end[n.out.name] = i
-        for v in n.input_values():
-            end[v.name] = i
-    for v in graph.outputs:
-        end[v.name] = math.inf
-    for _, v in graph.mutations:
-        end[v.name] = math.inf
-    for n in reversed(graph.nodes):
-        if may_alias(n):
-            e = end[n.out.name]
-            for v in n.input_values():
-                if e > end.get(v.name, -1):
-                    end[v.name] = e
-    return end
 
 
 def returned(graph):

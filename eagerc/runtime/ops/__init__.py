@@ -141,6 +141,7 @@ def opmath_kernel(impl):
             out = kernel(*map(widen, args), **attrs)
             dtype = args[0].dtype
             return tuple(narrow(y, dtype) for y in out) if isinstance(out, tuple) else narrow(out, dtype)
+        opmath.inner = kernel   # the kernel of every other dtype (runtime/bind.py binds it directly)
         return opmath
     return make
 

@@ -73,7 +73,8 @@ def _linear(xp):
             out += bias
         return out if out.dtype == x.dtype else out.astype(x.dtype)   # bfloat16: float32, rounded once
     # what the numpy backend relies on when it hands a 2-d x of more rows a weight whose transpose
-    # is C-contiguous (backends/numpy_backend.py, _c_rhs): that product is x @ weight.T
+    # is C-contiguous (backends/numpy_backend.py, _c_rhs): that product is x @ weight.T; and what
+    # a program's plan relies on when it writes that product into a buffer (runtime/bind.py)
     linear.few_rows = FEW_ROWS
     return linear
 
@@ -116,6 +117,7 @@ def _on_c_rows(op, numpy_kernel, rows_of):
                     k(*inputs, out, rows=out.size // cols)
                     return out
         return numpy_kernel(*args, **attrs)
+    kernel.c_rows = (op, rows_of)   # what a program's plan binds once (runtime/bind.py)
     return kernel
 
 
