@@ -84,7 +84,7 @@ class Dynamic:
         self.next = None              # another symbolic graph for sizes where these guards fail
         self.sym_attrs = sym_attrs
         self.symbols = symbols        # [symbol] in binding order
-        self.backend = backend
+        self.backend = backend = getattr(backend, "dynamic_backend", backend)   # c: numpy's generic program
         self.rng_info = rng_info      # {node name: (words per element, shape expressions)}
         self.programs = {}            # binding tuple -> program
         self.generic = None
@@ -297,6 +297,6 @@ def reseed(entry, backend):
         d.graph = entry.graph = entry.traced
         d.programs.clear()
         if d.generic is not None:
-            g = optimize(d.graph, pipeline(backend))
-            d.generic, d.generic_attrs = backend.compile(g), dyn.scan_symbolic(g, d.symbols)
+            g = optimize(d.graph, pipeline(d.backend))
+            d.generic, d.generic_attrs = d.backend.compile(g), dyn.scan_symbolic(g, d.symbols)
     return sorted(set(seeds.values()))

@@ -80,6 +80,13 @@ class CBackend:
     name = "c"
     supports_dynamic = False   # kernels are specialised to static shapes
 
+    @property
+    def dynamic_backend(self):
+        """The backend of symbolic graphs (entries.Dynamic): the numpy backend's one program
+        for every size -- C kernels would be compiled again for each new size (a batch sweep
+        1..32 took 33 compiler runs), while the sizes a symbolic graph serves keep changing."""
+        return NumpyBackend()
+
     def __init__(self, singleton_min=SINGLETON_MIN):
         self.singleton_min = singleton_min
 
