@@ -3,17 +3,23 @@ and a ctypes loader. Runtime layer: numpy and the standard library only.
 
     lib = load(source)          # compiles at most once per (source, compiler, flags, cpu)
     lib.k0(ptr(a), ptr(out))
+    libs = load_functions([(name, text), ...], assemble)   # {name: lib}, per function
 
 The key is the sha256 of the exact source, the compiler's `--version` banner, the flags
 and the machine (flags include -march=native). The cache lives in $EAGERC_CACHE_DIR, else
-~/.cache/eagerc/kernels, one `<key>.so` per source (plus the `.c` for reading). Writes go
-to a temporary file renamed into place, so concurrent processes never load a half-written
-object; a second process finds the object and compiles nothing. `stats` counts compiles
-and cache hits in this process.
+~/.cache/eagerc/kernels, one `<key>.so` per compiled source (plus the `.c` for reading).
+`load_functions` (backend c, whose kernels are functions named by their content) caches
+each function on its own key: a `<key>.fn` index names the object holding it, so a kernel
+met in any earlier graph or process is loaded, not compiled, and the missing ones are
+compiled together, a few translation units side by side. Writes go to a temporary file
+renamed into place, so concurrent processes never load a half-written object; a second
+process finds the objects and compiles nothing. `stats` counts compiles and cache hits in
+this process.
 
-The compiler is $EAGERC_CC, else `cc` on PATH (`find_compiler()`; None when missing).
-Loading sets OpenMP's idle pool to sleep and gives each library eagerc's thread count
-(threads.py: why the two thread pools need it).
+The compiler is $EAGERC_CC, else `cc` on PATH (`find_compiler()`; None when missing);
+`works()` probes it once per process, and `notice` is the one-line warning of whoever falls
+back to numpy without it. Loading sets OpenMP's idle pool to sleep and gives each library
+eagerc's thread count (threads.py: why the two thread pools need it).
 """
 import ctypes
 import ctypes.util
@@ -29,8 +35,8 @@ import warnings
 
 from . import threads
 
-__all__ = ["find_compiler", "works", "why_not", "notice", "compiler_version", "cache_dir", "load", "ptr", "FLAGS", "stats", "has_float16", "load_functions",
-           "CompileError", "NoCompiler"]
+__all__ = ["find_compiler", "works", "why_not", "notice", "compiler_version", "cache_dir", "load", "load_functions",
+           "ptr", "FLAGS", "stats", "has_float16", "CompileError", "NoCompiler"]
 
 # IEEE semantics (no -ffast-math): -fno-math-errno only lets sqrt & co. inline and vectorize;
 # -fno-trapping-math lets comparisons feed selects without branches (values are unchanged:
