@@ -474,24 +474,59 @@ def test_half_kernels_round_like_numpy(name, dtype):
 
 
 def test_many_kernels_compile_in_parallel_shared_objects(monkeypatch, tmp_path):
-    # a graph with more than CHUNK kernels is split into several shared objects, compiled
-    # side by side; the program still computes what eager does
+    # the missing kernels are compiled together, CHUNK per translation unit at most, one unit per
+    # CPU at most, side by side; the program still computes what eager does
     import eagerc.compiler.backends.c_backend as cb
     monkeypatch.setattr(cb, "CHUNK", 2)
-    monkeypatch.setattr(cb.os, "cpu_count", lambda: 3)
+    monkeypatch.setattr(kernel_cache.os, "cpu_count", lambda: 3)
     monkeypatch.setenv("EAGERC_CACHE_DIR", str(tmp_path))
     x = np.random.default_rng(0).standard_normal((64, 300))
 
     def fn(a):
         outs = []
-        for i in range(6):          # six independent row kernels
+        for i in range(6):          # six independent row kernels, each its own constant
             b = a * (i + 1)
             outs.append(F.softmax(b, -1) if i % 2 else b - b.mean(-1, keepdim=True))
         return outs
+    fn(eagerc.tensor(x))            # eager kernels (softmax rows of 300) built before counting
+    before = kernel_cache.stats["compiles"]
     program, env, want = _compile_traced(fn, [x])
-    assert len(program.kernels) >= 6 and len(program.library) == 3 and len(program.c_sources) == 3
+    assert len(program.kernels) >= 6 and len(set(program.functions.values())) == len(program.kernels)
+    assert kernel_cache.stats["compiles"] - before == 3 and len(program.library) == 3
     for o, w in zip(program(env)[0], want):
         _close(np.asarray(o), w, 1e-12, 1e-12)
+
+
+def test_identical_kernels_are_one_function_shared_across_graphs(monkeypatch, tmp_path):
+    # kernels are named by what they compute, not by graph node: four identical blocks give one
+    # function, compiled once; another graph holding the same computation compiles nothing
+    monkeypatch.setenv("EAGERC_CACHE_DIR", str(tmp_path))
+    rng = np.random.default_rng(3)
+    x, w, m = rng.standard_normal((32, 50)), rng.standard_normal(50), rng.standard_normal((50, 50)) / 7
+
+    def four(a, b, c):
+        for _ in range(4):
+            a = F.softmax(a * b + 1, -1) @ c
+        return a
+
+    want = x
+    for _ in range(4):
+        want = _np_softmax(want * w + 1) @ m
+    four(*map(eagerc.tensor, (x, w, m)))      # eager kernels built before counting
+    before = kernel_cache.stats["compiles"]
+    program, env, _ = _compile_traced(four, [x, w, m])
+    assert len(program.kernels) == 4 and len(set(program.functions.values())) == 1
+    assert kernel_cache.stats["compiles"] - before == 1
+    (name,) = set(program.functions.values())
+    assert program.c_source.count(f"void {name}(") == 1 and "void k0(" not in program.c_source
+    np.testing.assert_allclose(program(env)[0][0], want, rtol=1e-12, atol=1e-14)
+    # the same block in another graph, on other values: the same function, found in the cache
+    hits = kernel_cache.stats["hits"]
+    other, env2, _ = _compile_traced(lambda a, b, c: F.softmax(a * b + 1, -1) @ c, [x + 1, w, m])
+    assert set(other.functions.values()) == {name} and kernel_cache.stats["compiles"] - before == 1
+    np.testing.assert_allclose(other(env2)[0][0], _np_softmax((x + 1) * w + 1) @ m, rtol=1e-12, atol=1e-14)
+    assert kernel_cache.stats["hits"] == hits       # loaded in this process already: not even a disk lookup
+    assert len(list(tmp_path.glob("*.fn"))) == 1     # one function: one index entry naming its object
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])

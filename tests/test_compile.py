@@ -735,3 +735,73 @@ def test_module_defined_after_the_decorator_and_compiled_methods():
     _same(b.fc(x) * 2, b(x))  # another instance: another key (identity), its own weights
     _same(a.fc(x) * 2, a(x))
     assert Net.forward.traces == 2 and "fc.weight" in str(Net.forward.graphs[0])
+
+
+# ---------------------------------------------------------------- the default backend
+
+_needs_cc = pytest.mark.skipif(not __import__("shutil").which(os.environ.get("EAGERC_CC") or "cc"),
+                               reason="no C compiler")
+
+
+@_needs_cc
+def test_default_backend_is_c_when_a_compiler_works():
+    x = np.random.default_rng(0).standard_normal((64, 1100)).astype(np.float32)
+    comp = eagerc.compile(lambda a: (a * 2).exp() / (a * 2).exp().sum(-1, keepdim=True))
+    assert comp.backend_name is None            # chosen at the first trace, from the call's tensors
+    with eagerc.no_grad():
+        got = comp(eagerc.tensor(x)).numpy()
+        got2 = comp(eagerc.tensor(x)).numpy()
+    e = np.exp(x.astype(np.float64) * 2)
+    for y in (got, got2):       # traced (an eager run), then the compiled program
+        np.testing.assert_allclose(y, e / e.sum(-1, keepdims=True), rtol=2e-5, atol=1e-9)
+    (entry,) = comp.entries.values()
+    assert comp.backend_name == "c" and entry.program.kernels and "void k_" in entry.program.c_source
+    # an explicit backend is kept
+    comp = eagerc.compile(lambda a: a * 2 + 1, backend="numpy")
+    with eagerc.no_grad():
+        np.testing.assert_array_equal(comp(eagerc.tensor(x)).numpy(), x * 2 + 1)
+    assert comp.backend_name == "numpy" and comp.code().startswith("# Constructed by numpy_backend")
+
+
+@pytest.mark.parametrize("compiler", ["missing", "failing"])
+def test_default_backend_without_a_working_compiler_is_numpy_with_one_notice(compiler, monkeypatch, tmp_path):
+    from eagerc.compiler import backends
+    if compiler == "missing":
+        monkeypatch.setenv("EAGERC_CC", str(tmp_path / "no-such-cc"))
+    else:   # on PATH, but rejects eagerc's flags (a compiler without OpenMP)
+        cc = tmp_path / "badcc"
+        cc.write_text("#!/bin/sh\nif [ \"$1\" = --version ]; then echo badcc 1.0; exit 0; fi\n"
+                      "echo 'kernels.c:1:1: error: unsupported option -fopenmp' >&2\nexit 1\n")
+        cc.chmod(0o755)
+        monkeypatch.setenv("EAGERC_CC", str(cc))
+        monkeypatch.setenv("EAGERC_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(backends, "_noticed", [])
+    x = np.random.default_rng(1).standard_normal((8, 5))
+    with pytest.warns(RuntimeWarning, match="eagerc compile: .*; using the numpy backend") as rec:
+        f, g = eagerc.compile(lambda a: a.exp() + 1), eagerc.compile(lambda a: a * 3)
+        with eagerc.no_grad():
+            got_f, got_g = f(eagerc.tensor(x)).numpy(), g(eagerc.tensor(x)).numpy()
+    assert len([r for r in rec if "eagerc compile" in str(r.message)]) == 1     # once per process
+    assert "\n" not in str(rec[0].message) and rec[0].filename == __file__
+    assert f.backend_name == g.backend_name == "numpy"
+    np.testing.assert_allclose(got_f, np.exp(x) + 1, rtol=1e-12)
+    np.testing.assert_array_equal(got_g, x * 3)
+
+
+def test_default_backend_of_cupy_arrays_is_cuda():
+    # decided from the call's arrays (cupy's ndarray type is cupy.ndarray); numpy arrays: "c" or "numpy"
+    from eagerc.compiler.backends import default_backend
+    from eagerc.runtime import kernel_cache
+    cupy_array = type("ndarray", (), {"__module__": "cupy"})()
+    assert default_backend([np.zeros(3), cupy_array]) == "cuda"
+    assert default_backend([np.zeros(3)]) == ("c" if kernel_cache.works() else "numpy")
+
+
+@pytest.mark.skipif(not eagerc.cuda.is_available(), reason="needs a GPU")
+def test_default_backend_on_gpu_tensors_is_cuda():
+    x = np.random.default_rng(2).standard_normal((16, 300)).astype(np.float32)
+    comp = eagerc.compile(lambda a: (a * 2).tanh() + 1)
+    with eagerc.no_grad():
+        got = comp(eagerc.tensor(x, device="cuda")).cpu().numpy()
+    assert comp.backend_name == "cuda"
+    np.testing.assert_allclose(got, np.tanh(x * 2) + 1, rtol=1e-5, atol=1e-6)

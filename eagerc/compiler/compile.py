@@ -55,11 +55,13 @@ class CompiledFunction:
     the function is traced again; a new key traces (tracer.py, training.py), and sizes may
     become symbolic (dynamic.py)."""
 
-    def __init__(self, fn, backend="numpy", dynamic=None, fullgraph=False, max_graphs=MAX_GRAPHS):
+    def __init__(self, fn, backend=None, dynamic=None, fullgraph=False, max_graphs=MAX_GRAPHS):
         from .backends import get_backend
         self.fn = fn
+        self.requested_backend = backend  # None: the fastest that works, chosen per trace (`_choose_backend`)
         self.backend_name = backend
-        self.backend = get_backend(backend)
+        self.backend = get_backend(backend) if backend is not None else None
+        self._backends = {}           # default backend: name -> instance
         self.dynamic = dynamic        # None: automatic after a size-only retrace; True: from the start
         self.fullgraph = fullgraph
         self.max_graphs = max_graphs
@@ -111,7 +113,7 @@ class CompiledFunction:
             if entry.rng:
                 for _, gen, _, seed in entry.rng:
                     if gen.initial_seed() != seed:
-                        seeds = entries.reseed(entry, self.backend)
+                        seeds = entries.reseed(entry, self._choose_backend(leaves))
                         self.log.append(f"reseeded: {self.__name__}'s random ops now use seeds {seeds}")
                         break
             if entry.ext_guards or entry.ext_grads:
@@ -141,6 +143,23 @@ class CompiledFunction:
             return out
         with self._lock:
             return breaks.missed(self, entry, key, leaves, args, kwargs)
+
+    def _choose_backend(self, leaves):
+        """The backend of the programs made for a call on `leaves`: the one asked for, else
+        (backends.default_backend) "cuda" for cupy tensors, "c" when a C compiler works,
+        "numpy" otherwise. Decided before each trace from the call's tensors (the module's
+        parameters when it has none), so one function may hold programs for both devices."""
+        if self.requested_backend is not None:
+            return self.backend
+        from .backends import default_backend, get_backend
+        arrays = [t._array for t in leaves] or [p._array for m in self.modules for p in m.parameters()][:1]
+        _, _, level = user_frame_info()
+        name = default_backend(arrays, stacklevel=level)
+        b = self._backends.get(name)
+        if b is None:
+            b = self._backends[name] = get_backend(name)
+        self.backend, self.backend_name = b, name
+        return b
 
     def _guard_failed(self, key, leaves, env, args, kwargs, why):
         """Something the entry's program was traced with changed: trace again, unless this key
@@ -195,6 +214,7 @@ class CompiledFunction:
         else:
             line_ = f"first call at {where}"
         self.log.append(line_)
+        self._choose_backend(leaves)
         if type(ref) is Entry and self.dynamic is not False and self.dyn_failed is None:
             dims = k.size_change(ref.key, key)
             if dims:
@@ -434,10 +454,13 @@ class CompiledFunction:
         return explain(self, *args, **kwargs)
 
 
-def compile(model=None, *, backend="numpy", dynamic=None, fullgraph=False, mode=None, **options):
+def compile(model=None, *, backend=None, dynamic=None, fullgraph=False, mode=None, **options):
     """Compile a function, a Module instance, or a Module class (like torch.compile).
 
-    backend: "numpy" (generated Python over numpy) or "interpreter".
+    backend: None (default) picks the fastest that works, per trace from the call's tensors:
+             "cuda" for cupy tensors, "c" when a C compiler works, else "numpy" (after a
+             one-line RuntimeWarning); or one by name: "c" (fused C kernels, OpenMP),
+             "numpy" (generated Python over numpy), "cuda" or "interpreter".
     dynamic: None (default) makes sizes symbolic after a retrace caused only by sizes;
              True makes batch/sequence sizes symbolic from the first call; False never.
     fullgraph: a graph break is an error instead of an eager fallback.

@@ -3,17 +3,23 @@ and a ctypes loader. Runtime layer: numpy and the standard library only.
 
     lib = load(source)          # compiles at most once per (source, compiler, flags, cpu)
     lib.k0(ptr(a), ptr(out))
+    libs = load_functions([(name, text), ...], assemble)   # {name: lib}, per function
 
 The key is the sha256 of the exact source, the compiler's `--version` banner, the flags
 and the machine (flags include -march=native). The cache lives in $EAGERC_CACHE_DIR, else
-~/.cache/eagerc/kernels, one `<key>.so` per source (plus the `.c` for reading). Writes go
-to a temporary file renamed into place, so concurrent processes never load a half-written
-object; a second process finds the object and compiles nothing. `stats` counts compiles
-and cache hits in this process.
+~/.cache/eagerc/kernels, one `<key>.so` per compiled source (plus the `.c` for reading).
+`load_functions` (backend c, whose kernels are functions named by their content) caches
+each function on its own key: a `<key>.fn` index names the object holding it, so a kernel
+met in any earlier graph or process is loaded, not compiled, and the missing ones are
+compiled together, a few translation units side by side. Writes go to a temporary file
+renamed into place, so concurrent processes never load a half-written object; a second
+process finds the objects and compiles nothing. `stats` counts compiles and cache hits in
+this process.
 
-The compiler is $EAGERC_CC, else `cc` on PATH (`find_compiler()`; None when missing).
-Loading sets OpenMP's idle pool to sleep and gives each library eagerc's thread count
-(threads.py: why the two thread pools need it).
+The compiler is $EAGERC_CC, else `cc` on PATH (`find_compiler()`; None when missing);
+`works()` probes it once per process, and `notice` is the one-line warning of whoever falls
+back to numpy without it. Loading sets OpenMP's idle pool to sleep and gives each library
+eagerc's thread count (threads.py: why the two thread pools need it).
 """
 import ctypes
 import ctypes.util
@@ -25,11 +31,12 @@ import subprocess
 import tempfile
 import threading
 import time
+import warnings
 
 from . import threads
 
-__all__ = ["find_compiler", "compiler_version", "cache_dir", "load", "ptr", "FLAGS", "stats", "has_float16", "load_many",
-           "CompileError", "NoCompiler"]
+__all__ = ["find_compiler", "works", "why_not", "notice", "compiler_version", "cache_dir", "load", "load_functions",
+           "ptr", "FLAGS", "stats", "has_float16", "CompileError", "NoCompiler"]
 
 # IEEE semantics (no -ffast-math): -fno-math-errno only lets sqrt & co. inline and vectorize;
 # -fno-trapping-math lets comparisons feed selects without branches (values are unchanged:
@@ -47,7 +54,8 @@ FLAGS = ("-O3", "-march=native", *_WIDE, "-fopenmp", "-fno-math-errno", "-fno-tr
 LIBS = ("-lmvec", "-lm") if ctypes.util.find_library("mvec") else ("-lm",)
 
 stats = {"compiles": 0, "hits": 0, "compile_seconds": 0.0}
-_loaded = {}           # key -> CDLL (this process)
+_loaded = {}           # source key -> CDLL (this process)
+_libs = {}             # shared object path -> CDLL (this process)
 _versions = {}         # compiler path -> version banner
 _lock = threading.Lock()
 
@@ -63,6 +71,39 @@ class CompileError(RuntimeError):
 def find_compiler():
     """Path of the C compiler ($EAGERC_CC or `cc`), or None."""
     return shutil.which(os.environ.get("EAGERC_CC") or "cc")
+
+
+def works():
+    """Does the C compiler build eagerc's kernels (FLAGS, OpenMP included)? Probed once per
+    compiler and process by compiling a one-line function (which later processes find in the
+    disk cache): eager mode's C kernels and eagerc.compile's default backend both ask here."""
+    cc = find_compiler()
+    if cc is None:
+        return False
+    ok = _works.get(cc)
+    if ok is None:
+        try:
+            load("int eagerc_probe(void) { return 1; }\n")
+            ok = True
+        except (CompileError, NoCompiler, OSError):
+            ok = False
+        _works[cc] = ok
+    return ok
+
+
+_works = {}            # compiler path -> does it work (this process)
+
+
+def why_not():
+    """Why the C kernels are not used, in a few words (for `notice`)."""
+    cc = find_compiler()
+    return "no C compiler found (cc, or $EAGERC_CC)" if cc is None else f"the C compiler {cc} fails with eagerc's flags"
+
+
+def notice(who, why, instead, stacklevel=3):
+    """THE one-line RuntimeWarning of a user of the C kernels that runs on numpy instead
+    (eager kernels, backend c, eagerc.compile's default): `eagerc <who>: <why>; using <instead>`."""
+    warnings.warn(f"eagerc {who}: {why}; using {instead}", RuntimeWarning, stacklevel=stacklevel + 1)
 
 
 def compiler_version(cc):
@@ -85,6 +126,16 @@ def cache_dir():
 
 
 def _cpu():
+    global _CPU
+    if _CPU is None:
+        _CPU = _read_cpu()
+    return _CPU
+
+
+_CPU = None
+
+
+def _read_cpu():
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
@@ -112,50 +163,110 @@ def load(source, flags=FLAGS):
     if cc is None:
         raise NoCompiler("no C compiler found (set EAGERC_CC or install cc)")
     key = key_of(source, cc, flags)
-    with _lock:
-        lib = _loaded.get(key)
-        if lib is not None:
-            return lib
-        d = cache_dir()
-        so = os.path.join(d, key[:32] + ".so")
-        if key in _compiled:          # just compiled by load_many: not a cache hit
-            _compiled.discard(key)
-        elif os.path.exists(so):
+    lib = _loaded.get(key)
+    if lib is None:
+        so = os.path.join(cache_dir(), key[:32] + ".so")
+        if so in _libs or os.path.exists(so):
             stats["hits"] += 1
         else:
-            _compile(cc, source, so, flags, d, key)
-            _compiled.discard(key)
-        threads.prepare_openmp()      # before libgomp loads: an idle pool sleeps (threads.py)
-        lib = _loaded[key] = ctypes.CDLL(so)
-        lib._eagerc_path = so
-        threads.bind(lib)             # the library's OpenMP kernels use eagerc's thread count
-        return lib
+            _compile(cc, source, so, flags)
+        lib = _loaded[key] = _open(so)
+    return lib
 
 
-def load_many(sources, flags=FLAGS):
-    """The libraries of several sources; the ones not cached yet are compiled in parallel,
-    one compiler process per source and CPU (a graph's kernels split in a few shared
-    objects compile in about 1/ncpu of the time of one)."""
+def load_functions(units, assemble, flags=FLAGS, chunk=24):
+    """{name: library holding C function `name`} for `units`, [(name, text)] of distinct
+    functions whose names come from their text (backend c's canonical kernels).
+
+    Each function is cached on its own key -- that of `assemble([text])`, the translation unit
+    holding it alone -- so a kernel met before, in any graph or process, is found and loaded
+    and compiles nothing: a `<key>.fn` index file names the shared object that holds it. The
+    missing ones are compiled together: one translation unit (`assemble(texts)`) per `chunk`
+    functions, at most one per CPU, the units' compilers running in parallel (a compiler
+    process costs ~40 ms to start; a unit of many kernels costs its kernels' time, split
+    between the CPUs)."""
     cc = find_compiler()
     if cc is None:
         raise NoCompiler("no C compiler found (set EAGERC_CC or install cc)")
     d = cache_dir()
-    keys = [key_of(s, cc, flags) for s in sources]
-    todo = {}
-    for s, k in zip(sources, keys):
-        so = os.path.join(d, k[:32] + ".so")
-        if k not in _loaded and not os.path.exists(so):
-            todo[k] = (s, so)
-    if len(todo) > 1:
-        from concurrent.futures import ThreadPoolExecutor
-        with ThreadPoolExecutor(min(len(todo), os.cpu_count() or 1)) as pool:
-            for f in [pool.submit(_compile, cc, s, so, flags, d, k) for k, (s, so) in todo.items()]:
-                f.result()
-    return [load(s, flags) for s in sources]
+    out, todo = {}, []
+    for name, text in units:
+        key = key_of(assemble([text]), cc, flags)
+        lib = _functions.get(key)
+        if lib is None:
+            so = _indexed(d, key)
+            if so is not None:
+                lib = _functions[key] = _open(so)
+                stats["hits"] += 1
+        if lib is None:
+            todo.append((name, text, key))
+        else:
+            out[name] = lib
+    if todo:
+        n = max(1, min(os.cpu_count() or 1, -(-len(todo) // chunk)))
+        size = -(-len(todo) // n)
+        parts = [todo[i:i + size] for i in range(0, len(todo), size)]
+        jobs = []
+        for part in parts:
+            source = assemble([t for _, t, _ in part])
+            so = os.path.join(d, key_of(source, cc, flags)[:32] + ".so")
+            jobs.append((part, source, so))
+        missing = [(s, so) for _, s, so in jobs if not os.path.exists(so)]
+        if len(missing) > 1:
+            from concurrent.futures import ThreadPoolExecutor
+            with ThreadPoolExecutor(len(missing)) as pool:
+                for f in [pool.submit(_compile, cc, s, so, flags) for s, so in missing]:
+                    f.result()
+        else:
+            for s, so in missing:
+                _compile(cc, s, so, flags)
+        for part, _, so in jobs:
+            lib = _open(so)
+            for name, _, key in part:
+                _index(d, key, so)
+                out[name] = _functions[key] = lib
+    return out
 
 
-def _compile(cc, source, so, flags, d, key):
+_functions = {}       # function key -> CDLL (this process)
+
+
+def _indexed(d, key):
+    """The shared object the index names for function `key`, if both exist."""
+    try:
+        with open(os.path.join(d, key[:32] + ".fn")) as f:
+            so = os.path.join(d, f.read().strip())
+    except OSError:
+        return None
+    return so if os.path.exists(so) else None
+
+
+def _index(d, key, so):
+    path = os.path.join(d, key[:32] + ".fn")
+    if _indexed(d, key) == so:
+        return
+    fd, tmp = tempfile.mkstemp(dir=d, suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        f.write(os.path.basename(so))
+    os.replace(tmp, path)      # atomic: readers see an old name or the new one
+
+
+def _open(so):
+    """The loaded library at path `so` (once per process)."""
+    with _lock:
+        lib = _libs.get(so)
+        if lib is None:
+            threads.prepare_openmp()      # before libgomp loads: an idle pool sleeps (threads.py)
+            lib = _libs[so] = ctypes.CDLL(so)
+            lib._eagerc_path = so
+            threads.bind(lib)             # the library's OpenMP kernels use eagerc's thread count
+        return lib
+
+
+def _compile(cc, source, so, flags):
+    """Compile `source` into shared object `so` (written whole or not at all)."""
     t0 = time.perf_counter()
+    d = os.path.dirname(so)
     with tempfile.TemporaryDirectory(dir=d) as tmp:
         c = os.path.join(tmp, "kernels.c")
         with open(c, "w") as f:
@@ -169,15 +280,13 @@ def _compile(cc, source, so, flags, d, key):
     with _stats_lock:
         stats["compiles"] += 1
         stats["compile_seconds"] += time.perf_counter() - t0
-        _compiled.add(key)
     log = os.environ.get("EAGERC_KERNEL_LOG")
     if log:
         with open(log, "a") as f:
-            f.write(f"compiled {key[:32]}\n")
+            f.write(f"compiled {os.path.basename(so)[:-3]}\n")
 
 
 _stats_lock = threading.Lock()
-_compiled = set()     # keys compiled by this process and not loaded yet
 
 
 _char = ctypes.c_char

@@ -25,6 +25,25 @@ def pipeline(backend):
     return p
 
 
+def default_backend(arrays=(), stacklevel=2):
+    """The name of the fastest backend that works for a call on `arrays` (eagerc.compile's
+    default, decided at trace time): "cuda" for cupy arrays; else "c" when the C compiler
+    builds kernels (kernel_cache.works: probed once per process); else "numpy", after the
+    C kernels' one-line notice (once per process)."""
+    if any(type(a).__module__.startswith("cupy") for a in arrays):
+        return "cuda"
+    from ...runtime import kernel_cache
+    if kernel_cache.works():
+        return "c"
+    if not _noticed:
+        _noticed.append(True)
+        kernel_cache.notice("compile", kernel_cache.why_not(), "the numpy backend", stacklevel=stacklevel + 1)
+    return "numpy"
+
+
+_noticed = []
+
+
 def get_backend(name):
     if name not in _BACKENDS and name in _LAZY:
         import importlib

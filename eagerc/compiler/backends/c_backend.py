@@ -6,46 +6,74 @@ backend "cuda"); this module only binds them to the CPU:
 1. `optimize(graph, CBackend().pipeline)`: fused.PIPELINE (row composites decomposed and
    fused with their neighbours).
 2. `CBackend().compile(graph)`: fused.plan_kernels lowers the fusion groups to Kernels;
-   kernels/render.py renders them into C (one source per CHUNK kernels), compiled with the
-   system compiler, in parallel, and loaded with ctypes (runtime/kernel_cache.py: disk cache
-   keyed by source + compiler version + flags); the driver (fused.driver) calls them with
-   data pointers as `K_<name>`, and the other nodes' numpy kernels (matmul and convolution
-   stay on BLAS through numpy).
+   kernels/render.py renders each distinct one into a C function named by its content
+   (`functions`: `k_<hash of its text>`, so identical layers share functions, and so do
+   graphs and processes); runtime/kernel_cache.py finds each function in its disk cache
+   (keyed by source + compiler version + flags) or compiles the missing ones together, a
+   few translation units side by side, and loads them with ctypes; the driver
+   (fused.driver) calls them with data pointers as `K_<kernel>`, and the other nodes' numpy
+   kernels (matmul and convolution stay on BLAS through numpy).
 
-Without a C compiler (none on PATH, or $EAGERC_CC missing) the graph goes to the numpy
-backend, with a one-line RuntimeWarning. A graph with nothing to fuse does too. The
-program carries `.source` (the driver), `.c_source`, `.kernels` (Kernel IR) and
-`.library` (paths of the shared objects: a graph with many kernels is split into a few,
-compiled in parallel).
+Without a working C compiler (none on PATH, $EAGERC_CC missing, or failing) the graph goes
+to the numpy backend, with a one-line RuntimeWarning. A graph with nothing to fuse does too.
+The program carries `.source` (the driver), `.c_source` (its distinct functions, as one
+translation unit), `.kernels` (Kernel IR), `.functions` ({kernel: C function}) and
+`.library` (paths of the shared objects holding them).
 """
 import ctypes
-import os
-import warnings
+import dataclasses
+import hashlib
 
 import numpy as np
 
 from ...runtime import kernel_cache, threads
-from ...runtime.kernels.render import render_c
+from ...runtime.kernels.render import CRenderer
 from . import register_backend
 from .driver import Binding
 from .fused import PIPELINE, SINGLETON_MIN, driver, plan_kernels, uses_float16
 from .numpy_backend import NumpyBackend
 
-__all__ = ["CBackend"]
+__all__ = ["CBackend", "functions"]
 
 # unfused ops: their numpy kernels; fused groups: C kernels over data pointers (ctypes)
 C = Binding("c_backend", globs={"A_empty": np.empty, "ptr": kernel_cache.ptr, "A_u64": int})
 
 
-CHUNK = 24    # kernels per shared object once a graph has more than this: compiled in parallel
+CHUNK = 24    # most kernels per translation unit when several compile side by side (kernel_cache)
+_NAME = "eagerc_kernel_"      # the name a kernel is rendered under before it is named by content
 
 
-def _chunks(kernels):
-    """The kernels split into shared objects compiled side by side: one per CPU at most,
-    never fewer than CHUNK kernels each (a compiler process costs ~40 ms to start)."""
-    n = max(1, min(os.cpu_count() or 1, len(kernels) // CHUNK))
-    size = -(-len(kernels) // n)
-    return [kernels[i:i + size] for i in range(0, len(kernels), size)]
+def _shape_of(k):
+    """What a kernel computes, without the names of the graph values and nodes it came from:
+    kernels equal here render to the same C function (identical layers' kernels are)."""
+    return (tuple(k.shape), tuple((b.dtype, tuple(b.shape), tuple(b.strides)) for b in k.inputs),
+            tuple((b.dtype, tuple(b.shape), tuple(b.strides)) for b in k.outputs), tuple(k.instrs), tuple(k.stores),
+            k.reduction, k.row_dims, tuple(sorted(k.inplace.items())), tuple(p.dtype for p in k.params))
+
+
+def functions(kernels):
+    """({kernel name: C function name}, [(C function name, (text, kernel))] distinct): each
+    kernel rendered once per distinct computation, named `k_<hash of its text>` -- so 32
+    identical transformer blocks give the functions of one, and a kernel met in another graph
+    or process is the same function, found in kernel_cache's disk cache."""
+    r = CRenderer()
+    name_of, seen, units, named = {}, {}, [], set()
+    for k in kernels:
+        shape = _shape_of(k)
+        name = seen.get(shape)
+        if name is None:
+            text = r.kernel(dataclasses.replace(k, name=_NAME))
+            name = seen[shape] = "k_" + hashlib.sha256(text.encode()).hexdigest()[:16]
+            if name not in named:
+                named.add(name)
+                units.append((name, (text.replace(_NAME, name), k)))
+        name_of[k.name] = name
+    return name_of, units
+
+
+def _assemble(units):
+    """The translation unit of [(text, kernel)] (kernel_cache.load_functions' `assemble`)."""
+    return CRenderer().source([k for _, k in units], [t for t, _ in units])
 
 
 class CBackend:
@@ -68,8 +96,7 @@ class CBackend:
 
     def _compile(self, graph):
         if kernel_cache.find_compiler() is None:
-            warnings.warn("eagerc backend 'c': no C compiler found (cc, or $EAGERC_CC); "
-                          "using the numpy backend", RuntimeWarning, stacklevel=3)
+            kernel_cache.notice("backend 'c'", kernel_cache.why_not(), "the numpy backend")
             return NumpyBackend().compile(graph)
         plan = plan_kernels(graph, self.singleton_min)
         if any(uses_float16(k) for _, _, k in plan) and not kernel_cache.has_float16():
@@ -80,31 +107,30 @@ class CBackend:
             return program
         kernels = [k for _, _, k in plan]
         drv = driver(graph, plan, C, "C")      # decides which outputs are written in place
-        chunks = _chunks(kernels)
-        sources = [render_c(c) for c in chunks]
+        name_of, units = functions(kernels)
         try:
-            libs = kernel_cache.load_many(sources)
+            libs = kernel_cache.load_functions(units, _assemble, chunk=CHUNK)
         except kernel_cache.CompileError as e:
             # a compiler without OpenMP (Apple clang), an unknown flag: the program still
             # runs, on numpy, and says why in one line
             first = next((line.strip() for line in str(e).splitlines()[1:] if "error" in line),
                          str(e).splitlines()[0])
-            warnings.warn(f"eagerc backend 'c': the C compiler failed ({first[:200]}); using the numpy "
-                          "backend", RuntimeWarning, stacklevel=3)
+            kernel_cache.notice("backend 'c'", f"the C compiler failed ({first[:200]})", "the numpy backend")
             return NumpyBackend().compile(graph)
-        lib_of = {k.name: lib for c, lib in zip(chunks, libs) for k in c}
         for k in kernels:
-            f = getattr(lib_of[k.name], k.name)
+            f = getattr(libs[name_of[k.name]], name_of[k.name])
             f.argtypes = [ctypes.c_void_p] * (len(k.inputs) + len(k.outputs)) + [ctypes.c_uint64] * len(k.params)
             f.restype = None
             drv.globs["K_" + k.name] = f
+        drv.notes.append(f"# {len(units)} distinct C function{'s' if len(units) != 1 else ''}: K_<kernel> "
+                         "is the function named in `functions` (C source: .c_source)")
         program = drv.load("c-")
-        program.c_sources = sources
-        program.c_source = "\n/* ---- next shared object ---- */\n".join(sources)
+        program.c_source = _assemble([u for _, u in units])
         program.kernels = kernels
-        program.library = [lib._eagerc_path for lib in libs]
+        program.functions = name_of
+        program.library = sorted({libs[n]._eagerc_path for n, _ in units})
         program.buffers = []
-        program._libs = libs
+        program._libs = [libs[n] for n, _ in units]
         return program
 
 

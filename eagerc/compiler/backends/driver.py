@@ -176,6 +176,7 @@ class _Names:
     def __init__(self):
         self.map = {}
         self.used = set(_RESERVED)
+        self.last = {}      # base -> the last suffix given (a deep graph repeats its temporaries' names)
 
     def __getitem__(self, name):
         return self.map[name]
@@ -185,11 +186,13 @@ class _Names:
         if not ident or ident[0].isdigit():
             ident = "v_" + ident
         if keyword.iskeyword(ident) or ident in self.used or ident.startswith(("k_", "K_", "buf", "raw", "A_")):
-            base, k = "v_" + ident, 0
-            ident = base
+            base = "v_" + ident
+            k = self.last.get(base, 0)
+            ident = f"{base}_{k}" if k else base
             while ident in self.used:
                 k += 1
                 ident = f"{base}_{k}"
+            self.last[base] = k
         self.map[name] = ident
         self.used.add(ident)
         return ident

@@ -205,8 +205,11 @@ def driver(graph, plan, binding, language, inplace=True):
     targets = _inplace_targets(graph, plan, ends) if inplace else {}
     for k in (k for _, _, k in plan):
         k.inplace = targets.get(k.name, {})
+    targets_of = {}
+    for t, v in graph.mutations:
+        targets_of.setdefault(v.name, []).append(t)
     drv.updated = [t for _, _, k in plan for o, b in enumerate(k.outputs) if o in k.inplace
-                   for t, v in graph.mutations if v.name == b.name]
+                   for t in targets_of.get(b.name, ())]
     unit_of = {}             # node index -> unit index (a kernel's nodes run as one unit)
     count = 0
     for i, n in enumerate(graph.nodes):

@@ -16,8 +16,11 @@ Broadcast inputs come from outside the group (they are loads, not members).
 Legality is checked on the graph's DiGraph (vertices and edges exactly those of
 `Graph.to_networkx()`): merging groups must not create a cycle between groups, i.e. no
 path may leave the merged set and come back into it (through outside nodes or through
-other groups, which act as single vertices). Only nodes placed before the one being
-added can lie on such a path, so the search stops there. The pass reads successor
+other groups, which act as single vertices): two vertices of that acyclic graph may merge
+unless a path of two edges or more joins them. Only nodes placed before the one being
+added can lie on such a path; the search runs from both ends at once (so its cost is the
+smaller side's, not the rest of a deep training graph), after a bit-set check of the
+paths in the graph itself. The pass reads successor
 lists built from the graph directly (`successors`) rather than a networkx object:
 importing networkx alone costs ~0.1 s, 40% of the whole compile-latency budget of an
 MLP training step. The tests check every result on the networkx DiGraph itself (the
@@ -117,25 +120,70 @@ def fusion(graph, fuel=None, fusible=None):
     succ = successors(graph)
     index = {n.out.name: i for i, n in enumerate(graph.nodes)}
     group_of = {}   # node output name -> _Group
+    # reach[name]: bits (by node index) of the node and every node reachable from it in the
+    # graph itself; a path there is a path in the graph with groups contracted too
+    reach = {}
+    pred = {}
+    for n in reversed(graph.nodes):
+        name = n.out.name
+        r = 1 << index[name]
+        for s in succ[name]:
+            r |= reach[s]
+        reach[name] = r
+        pred[name] = [v.name for v in n.input_values() if v.name in index]
+
+    def unit(u):
+        return group_of.get(u) or u
+
+    def members(x):
+        return x.members if type(x) is _Group else (x,)
+
+    def path(x, y, limit):
+        """Is there a path of two edges or more from unit x to unit y (a group or a lone node;
+        groups contracted)? Searched from both ends, one unit at a time from each, so it costs
+        about the smaller search: a backward node joining a forward group is answered from its
+        own side, not by walking the rest of the graph (which made compile time quadratic in
+        the layer count). Nodes after `limit` are in no group yet: no path comes back from them."""
+        xs, ys = members(x), members(y)
+        ymask = 0
+        for m in ys:
+            ymask |= 1 << index[m]
+        xout = {unit(s) for m in xs for s in succ[m] if index[s] <= limit} - {x, y}
+        if any(reach[s] & ymask for m in xs for s in succ[m] if unit(s) in xout):
+            return True           # a path in the graph itself
+        yin = {unit(q) for m in ys for q in pred[m]} - {x, y}
+        if not xout or not yin:
+            return False
+        if xout & yin:
+            return True
+        fwd, bwd, fseen, bseen = list(xout), list(yin), set(xout), set(yin)
+        while fwd and bwd:
+            for m in members(fwd.pop()):
+                for s in succ[m]:
+                    if index[s] > limit:
+                        continue
+                    w = unit(s)
+                    if w in fseen or w is x or w is y:
+                        continue
+                    if w in bseen:
+                        return True
+                    fseen.add(w)
+                    fwd.append(w)
+            for m in members(bwd.pop()):
+                for q in pred[m]:
+                    w = unit(q)
+                    if w in bseen or w is x or w is y:
+                        continue
+                    if w in fseen:
+                        return True
+                    bseen.add(w)
+                    bwd.append(w)
+        return False
 
     def legal(group, other, limit):
-        """May `other`'s members join `group`? (no path out of the union and back in)"""
-        inside = set(group.members) | set(other.members)
-        seen = set()
-        stack = [s for m in inside for s in succ[m] if s not in inside]
-        while stack:
-            u = stack.pop()
-            if u in seen or index.get(u, limit + 1) > limit:
-                continue
-            seen.add(u)
-            g = group_of.get(u)
-            for m in (g.members if g is not None else (u,)):
-                for s in succ[m]:
-                    if s in inside:
-                        return False
-                    if s not in seen:
-                        stack.append(s)
-        return True
+        """May `other`'s members join `group`? Two vertices of the acyclic graph with groups
+        contracted may merge unless a longer path joins them (it would close a cycle)."""
+        return not path(other, group, limit) and not path(group, other, limit)
 
     for i, n in enumerate(graph.nodes):
         reduction = n.op in REDUCTIONS

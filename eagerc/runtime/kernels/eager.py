@@ -34,7 +34,6 @@ switched off, results are numpy's bits.
 import ctypes
 import os
 import threading
-import warnings
 
 import numpy as np
 
@@ -75,17 +74,17 @@ def set_enabled(flag):
 
 
 def available():
-    """Is there a C compiler for eager kernels? Checked once; False after a compile failure."""
+    """Does a C compiler build eager kernels (kernel_cache.works)? Checked once; False after a compile failure."""
     global _available
     if _available is None:
-        _available = kernel_cache.find_compiler() is not None
+        _available = kernel_cache.works()
         if not _available:
-            _notice("no C compiler found (cc, or $EAGERC_CC)")
+            _notice(kernel_cache.why_not())
     return _available
 
 
 def _notice(why):
-    warnings.warn(f"eagerc eager kernels: {why}; using the numpy kernels", RuntimeWarning, stacklevel=4)
+    kernel_cache.notice("eager kernels", why, "the numpy kernels", stacklevel=4)
 
 
 def use(op, a):

@@ -19,7 +19,7 @@ import math
 import numpy as np
 
 from . import philox
-from .ir import FLOATS, HALVES
+from .ir import FLOATS, HALVES, LEAVES
 
 __all__ = ["code_for_op", "CRenderer", "render_c"]
 
@@ -418,8 +418,12 @@ class CRenderer:
         return "\n".join(out) + "\n"
 
     def header(self, k):
+        """The kernel's comment line: its ops (not its graph nodes' names, which differ between
+        identical layers: a kernel's source depends on what it computes only, so backend c
+        names, shares and caches kernels by content)."""
         rows = f" rows of {k.row_dims} dim(s)" if k.row_dims else ""
-        return f"/* {k.name}: {' '.join(k.nodes)} over [{','.join(str(s) for s in k.shape)}]{rows} */"
+        ops = " ".join(i.op for i in k.instrs if i.op not in LEAVES)
+        return f"/* {k.name}: {ops} over [{','.join(str(s) for s in k.shape)}]{rows} */"
 
     def row_kernel(self, k):
         """One iteration per row; inside, one simd loop per pass of row_passes(). Threads
@@ -490,10 +494,12 @@ class CRenderer:
     # the flat element index expression of the loop being rendered (body(), row_loads())
     index_expr = None
 
-    def source(self, kernels):
+    def source(self, kernels, texts=None):
+        """The translation unit of `kernels`; `texts`: their functions already rendered
+        (backend c renders each kernel once, under a name taken from its content)."""
         rng = self.RNG_SOURCE if any(k.uses_rng() for k in kernels) else ""
         bf16 = self.BFLOAT16_SOURCE if any(k.uses_dtype("bfloat16") for k in kernels) else ""
-        return self.PRELUDE + bf16 + rng + "".join("\n" + self.kernel(k) for k in kernels)
+        return self.PRELUDE + bf16 + rng + "".join("\n" + t for t in (texts or map(self.kernel, kernels)))
 
 
 def _team(work, units):
