@@ -14,8 +14,11 @@ torch.compile's steady state (its compile is not timed) of the same case.
 Then eager mode: F.softmax / F.log_softmax / F.layer_norm / F.rms_norm / F.cross_entropy /
 F.dropout forward and forward+backward over
 4096x1024 float32, eager with the generated C row kernels (runtime/kernels/eager.py) vs
-the numpy kernels (EAGERC_EAGER_KERNELS=0's path) vs PyTorch eager, in process CPU time,
-measured round-robin (best of `ROUNDS` rounds each) so load on the machine hits all three alike.
+the numpy kernels (EAGERC_EAGER_KERNELS=0's path) vs PyTorch eager, in CPU time of the calling
+thread (one thread each; process CPU time with BENCH_THREADS=default), interleaved round by
+round for EAGER_ROUNDS rounds so load on the machine hits all three alike: the median time of
+each, and C / torch as the median (min-max) of the per-round ratios -- a best-of-N of each
+side taken at different moments mixed quiet and loaded moments and swung the ratio 1.0-1.4x.
     python benchmarks/fused_kernels.py --eager   # the eager table only
 """
 import os
@@ -39,6 +42,7 @@ from _harness import per_call_us, table, ratio, fmt, try_torch, THREADS  # noqa:
 from eagerc.runtime.kernels import eager as c_rows  # noqa: E402
 
 ROUNDS = 7
+EAGER_ROUNDS = 15
 
 
 def gelu(x):
@@ -125,14 +129,21 @@ def main(torch_compile=True):
                                "load from disk cache"]))
 
 
-def _cpu_us(fn, number=3):
-    """Process CPU time per call (all threads): on a loaded machine wall time mostly measures the
+def _cpu_us(fn, number=2):
+    """CPU time per call (the calling thread's when threads are pinned: time.thread_time; all
+    threads' with BENCH_THREADS=default): on a loaded machine wall time mostly measures the
     other processes; CPU time is what the call itself costs."""
+    clock = time.process_time if THREADS is None else time.thread_time
     fn()
-    t0 = time.process_time()
+    t0 = clock()
     for _ in range(number):
         fn()
-    return (time.process_time() - t0) / number * 1e6
+    return (clock() - t0) / number * 1e6
+
+
+def _median(v):
+    v = sorted(v)
+    return v[len(v) // 2] if len(v) % 2 else 0.5 * (v[len(v) // 2 - 1] + v[len(v) // 2])
 
 
 def eager_main():
@@ -171,21 +182,24 @@ def eager_main():
                 y = f(t)
                 if backward:
                     y.backward(tg if y.ndim else None)
-            best = {"c": [], "numpy": [], "torch": []}
-            for _ in range(ROUNDS):
-                for k in best:
+            times = {"c": [], "numpy": [], "torch": []}
+            for _ in range(EAGER_ROUNDS):
+                for k in times:
                     if k == "torch" and not torch:
                         continue
                     if k != "torch":
                         c_rows.set_enabled(k == "c")
-                    best[k].append(_cpu_us(theirs if k == "torch" else ours))
+                    times[k].append(_cpu_us(theirs if k == "torch" else ours))
             c_rows.set_enabled(True)
-            t = {k: min(v) if v else None for k, v in best.items()}
+            t = {k: _median(v) if v else None for k, v in times.items()}
+            per_round = [c / p for c, p in zip(times["c"], times["torch"])]
             rows.append([f"F.{name}{' + backward' if backward else ''} 4096x1024 f32", fmt(t["c"] / 1e3, "ms"),
                          fmt(t["numpy"] / 1e3, "ms"), fmt(t["torch"] and t["torch"] / 1e3, "ms"),
-                         ratio(t["c"], t["torch"]), ratio(t["c"], t["numpy"])])
-    print(f"eager, threads: {THREADS} (BENCH_THREADS)")
-    print(table(rows, ["case", "eager C kernels", "eager numpy kernels", "torch eager", "C / torch",
+                         f"{_median(per_round):.2f}x ({min(per_round):.2f}-{max(per_round):.2f})"
+                         if per_round else "-", ratio(t["c"], t["numpy"])])
+    print(f"eager, threads: {THREADS} (BENCH_THREADS), {EAGER_ROUNDS} interleaved rounds, medians of CPU time; "
+          f"load average {os.getloadavg()[0]:.2f}")
+    print(table(rows, ["case", "eager C kernels", "eager numpy kernels", "torch eager", "C / torch (range)",
                        "C / numpy"]))
 
 

@@ -4,9 +4,15 @@
 
 One nn.LSTM layer, sequence 64, batch 32, input 128, hidden 256 (issue 12 item 2: within 1.5x of
 PyTorch CPU eager at the same thread count), plus a GRU of the same size. The input requires grad,
-as it does after an embedding or a lower layer. Times are the best of N in CPU time of this process
-(time.process_time: every library runs on one thread, and on a shared, loaded machine CPU time
-still measures the work where wall time measures the neighbours), the libraries measured in turns.
+as it does after an embedding or a lower layer.
+
+How it measures, so that one run's ratio can be trusted on a shared, loaded machine: CPU time of
+the calling thread (time.thread_time: every library runs on this one thread when pinned, and CPU
+time measures the work where wall time measures the neighbours; process CPU time with
+BENCH_THREADS=default, where BLAS may start threads), the three callables interleaved call by call
+for ROUNDS rounds (a load spike hits all alike), and for each the median and the range over the
+rounds, and the eagerc/PyTorch ratio as the median (and range) of the per-round ratios. The load
+average is printed with the table.
 """
 import argparse
 import os
@@ -35,17 +41,30 @@ def _step(lib, model, x):
     return run
 
 
-def _best_ms(fns, repeat):
-    """Best CPU time of each fn in ms, calling them in turns (so load spikes hit all alike)."""
-    best = [float("inf")] * len(fns)
+def _rounds_ms(fns, rounds):
+    """Each fn's CPU time in ms, `rounds` times, calling them in turns: a list per fn."""
+    clock = time.process_time if os.environ.get("BENCH_THREADS") == "default" else time.thread_time
+    times = [[] for _ in fns]
     for fn in fns:
         fn()  # warm up (and trace, for compiled)
-    for _ in range(repeat):
+        fn()
+    for _ in range(rounds):
         for i, fn in enumerate(fns):
-            t = time.process_time()
+            t = clock()
             fn()
-            best[i] = min(best[i], (time.process_time() - t) * 1e3)
-    return best
+            times[i].append((clock() - t) * 1e3)
+    return times
+
+
+def _median(v):
+    v = sorted(v)
+    n = len(v)
+    return v[n // 2] if n % 2 else 0.5 * (v[n // 2 - 1] + v[n // 2])
+
+
+def _spread(v, unit=" ms", digits=1):
+    """'median (min-max)' of a list of numbers."""
+    return f"{_median(v):.{digits}f}{unit} ({min(v):.{digits}f}-{max(v):.{digits}f})"
 
 
 def main():
@@ -54,7 +73,7 @@ def main():
     args = ap.parse_args()
     torch = try_torch()
     T, B, I, H = 64, 32, 128, 256
-    repeat = 3 if args.quick else 10
+    rounds = 5 if args.quick else 21
     x_np = np.random.default_rng(0).standard_normal((T, B, I)).astype(np.float32)
     rows = []
     for kind in ("LSTM", "GRU"):
@@ -65,11 +84,14 @@ def main():
             tmodel = getattr(torch.nn, kind)(I, H)
             tmodel.load_state_dict({k: torch.from_numpy(v.detach().numpy()) for k, v in model.state_dict().items()})
             fns.append(_step(torch, tmodel, torch.tensor(x_np, requires_grad=True)))
-        times = _best_ms(fns, repeat)
-        t_torch = times[2] if torch is not None else None
-        rows.append([f"{kind} fwd+bwd [{T},{B},{I}]->{H}", f"{times[0]:.1f} ms", f"{times[1]:.1f} ms",
-                     "-" if t_torch is None else f"{t_torch:.1f} ms", ratio(times[0], t_torch),
-                     ratio(times[1], t_torch)])
+        times = _rounds_ms(fns, rounds)
+        per_round = [] if torch is None else [[t / p for t, p in zip(times[i], times[2])] for i in (0, 1)]
+        rows.append([f"{kind} fwd+bwd [{T},{B},{I}]->{H}", _spread(times[0]), _spread(times[1]),
+                     "-" if torch is None else _spread(times[2]),
+                     "-" if torch is None else _spread(per_round[0], "x", 2),
+                     "-" if torch is None else _spread(per_round[1], "x", 2)])
+    print(f"threads: {os.environ.get('BENCH_THREADS', '1')} (BENCH_THREADS), {rounds} interleaved rounds, "
+          f"median (min-max) of CPU time; load average {os.getloadavg()[0]:.2f}")
     print(table(rows, ["case", "eagerc", "compiled", "pytorch", "eager/pt", "compiled/pt"]))
 
 
