@@ -92,10 +92,8 @@ def _once(kernel, attrs):
 
 
 def buffers(graph, nodes):
-    """{node index: array}: the buffer each node in `nodes` writes, as runtime/memplan.py plans it
-    (the compiler's planner): each such node a BUFFER writer (its kernel writes one array, never
-    over an input), the others FRESH. Values that stay inside the program share buffers whose
-    lifetimes are disjoint, a value in the first elements of its buffer; the rest get none."""
+    """{node index: array}: the buffer each node in `nodes` writes (those whose value stays inside
+    the program), as the compiler's planner plans it (runtime/memplan.py), each a BUFFER writer."""
     writers = {id(graph.nodes[i]) for i in nodes}
     plan = memory_plan(graph, lambda n: BUFFER if id(n) in writers else FRESH)
     arrays = [_skewed(size, dtype, k) for k, (dtype, size) in enumerate(plan.buffers)]

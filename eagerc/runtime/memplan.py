@@ -1,14 +1,12 @@
-"""Memory planning: where each value a program makes lives. One planner, for the compiler's
-backends (compiler/passes/memplan.py: the pass, fed by each backend's predicate) and for a
-loaded program's bound kernels (runtime/bind.py); it lives in the runtime because a deployed
-program plans its buffers without the compiler.
+"""Memory planning: where each value a program makes lives. The one planner, for the compiler's
+backends (passes/memplan.py) and a loaded program's bound kernels (runtime/bind.py).
 
 A backend says what it can do with a node through its predicate `writes(node)`:
     OUT     it writes the result wherever the plan says (a ufunc's `out=`);
     BUFFER  it writes the result into a buffer, never over an input (a fused kernel's output);
     FRESH   it always gets a new array (a kernel call);
     NONE    the value is no array at all (a Python float; a value inside a fused kernel).
-Views (ops declared `aliases`, util.may_alias) own no memory. Backends that run several
+Views (ops declared `aliases`, may_alias) own no memory. Backends that run several
 nodes as one unit (a fused kernel reads all its inputs and writes all its outputs at once)
 say so with `units` ({node index: unit index}): lifetimes are then counted in units; and
 `takes` ({value: input}) names outputs the backend writes over an input itself (a C
@@ -74,11 +72,6 @@ def may_alias(node):
     return op is None or op.aliases is not None
 
 
-def _pointwise(node):
-    op = OPS.get(node.op)
-    return op is not None and op.pointwise
-
-
 def numel(shape):
     """Number of elements, or None for a symbolic shape."""
     n = 1
@@ -99,9 +92,8 @@ def alias_roots(graph):
 
 
 def alias_ends(graph):
-    """value name -> index of the last node that reads it or any value that may alias it (the ops'
-    `aliases` trait); inf when it (or such a value) is returned or written back; its definition
-    if unread. The lifetimes every plan is made from."""
+    """value name -> index of the last node that reads it or any value that may alias it; inf
+    when it (or such a value) is returned or written back; its definition if unread."""
     end = {}
     for i, n in enumerate(graph.nodes):
         end[n.out.name] = i
@@ -145,7 +137,7 @@ def memory_plan(graph, writes=None, buffers=True, units=None, takes=None):
         if out.name in inplace:                      # a target chain
             st = storage[inplace[out.name]]
         else:
-            x = _dying_input(n, i, storage, ends, root) if w == OUT and _pointwise(n) else None
+            x = _dying_input(n, i, storage, ends, root) if w == OUT and OPS[n.op].pointwise else None
             if x is not None:
                 inplace[out.name] = x
                 st = storage[x]
@@ -181,17 +173,14 @@ def _target_chains(graph, what, ends, units):
     """({value name: the input it overwrites}, [targets]): the mutation chains of rule 1."""
     reader = {}   # value name -> (node index, output) where it dies, read by an elementwise OUT node
     for j, n in enumerate(graph.nodes):
-        if what[j] != OUT or not _pointwise(n):
+        if what[j] != OUT or not OPS[n.op].pointwise:
             continue
         for x in n.input_values():
             if ends.get(x.name) == (j if units is None else units[j]) and x.name not in reader \
                     and tuple(x.shape) == tuple(n.out.shape) and x.dtype == n.out.dtype:
                 reader[x.name] = (j, n.out)
                 break
-    counts = {}   # a target written twice, or a value written to two targets: leave alone
-    for t, v in graph.mutations:
-        counts[t] = counts.get(t, 0) + 1
-        counts[v.name] = counts.get(v.name, 0) + 1
+    counts = _counts(graph)   # a target written twice, or a value written to two targets: leave alone
     inputs = {v.name: v for _, v in graph.inputs}
     escaping = returned(graph)
     forced, targets = {}, []   # node index -> (its value, the input it overwrites)
@@ -213,6 +202,15 @@ def _target_chains(graph, what, ends, units):
             forced[j] = (name, prev)
         targets.append(target)
     return dict(forced.values()), targets
+
+
+def _counts(graph):
+    """name -> how often it is a mutation's target or value."""
+    counts = {}
+    for t, v in graph.mutations:
+        counts[t] = counts.get(t, 0) + 1
+        counts[v.name] = counts.get(v.name, 0) + 1
+    return counts
 
 
 def _assign(chains):
@@ -261,10 +259,7 @@ def check_memory_plan(graph):
     ends, root = alias_ends(graph), alias_roots(graph)
     inputs = {v.name for _, v in graph.inputs}
     escaping = returned(graph)
-    counts = {}
-    for t, v in graph.mutations:
-        counts[t] = counts.get(t, 0) + 1
-        counts[v.name] = counts.get(v.name, 0) + 1
+    counts = _counts(graph)
     target_of = {v.name: t for t, v in graph.mutations if counts[t] == counts[v.name] == 1}
     taken = {x: v for v, x in plan.inplace.items()}   # value -> the value written into its memory
     where = {}    # value name -> its memory: ("buffer", id), ("input", name) or ("fresh", name)
@@ -287,7 +282,10 @@ def check_memory_plan(graph):
             if any(u is not v and root[u.name] == x for u in ins):
                 raise ValueError(f"memory plan: {name} is written into {x}, which another input views")
             if x in inputs:
-                if target_of.get(_chain_end(taken, name)) != x or name in escaping:
+                last = name                 # the last value of the in-place chain through name
+                while last in taken:
+                    last = taken[last]
+                if target_of.get(last) != x or name in escaping:
                     raise ValueError(f"memory plan: {name} is written into input {x!r}, but its chain does not "
                                      f"end at the value written back to {x!r}")
                 where[x] = ("input", x)
@@ -319,13 +317,6 @@ def check_memory_plan(graph):
         where[name] = mem
         owner[mem] = (name, ends[name])
     return graph
-
-
-def _chain_end(taken, name):
-    """The last value of the in-place chain through `name`."""
-    while name in taken:
-        name = taken[name]
-    return name
 
 
 def returned(graph):
