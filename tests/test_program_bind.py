@@ -156,6 +156,57 @@ def test_buffer_lifetimes_follow_views():
         np.testing.assert_array_equal(got, (np.exp(a) + a * np.float32(2)).reshape(32))
 
 
+def test_shared_buffers_hold_no_two_values_alive_at_once(gpt):
+    """bind plans with the compiler's planner (runtime/memplan.py), so buffers of one dtype are
+    shared across sizes. Checked against the memory an unbound run really shares: two values in
+    overlapping buffer memory must have disjoint lifetimes, a lifetime ending at the last node
+    that reads the value or any array sharing its memory (a view) in that run. And the plan
+    takes no more bytes than pooling by exact dtype and size (the planner bind had before)."""
+    _, prog, _ = gpt
+    g = prog.graph
+    idx = _tokens(4, 32, 1)
+    arrays = {}
+
+    def keep(node, kernel, args, attrs):
+        arrays[node.out.name] = r = np.asarray(kernel(*args, **attrs))
+        return r
+    plan = prog._plan(np, None)
+    env = dict(prog.weights, **{name: a for (name, _, _, _), a in zip(prog._specs, [idx])})
+    Plan(plan.graph, np, check=True)(env, observe=keep)
+    index = {n.out.name: i for i, n in enumerate(g.nodes)}
+    reads = {}
+    for i, n in enumerate(g.nodes):
+        for v in n.input_values():
+            reads.setdefault(v.name, []).append(i)
+    end = {}
+    for a in index:
+        sharing = [b for b in index if b == a or np.may_share_memory(arrays[a], arrays[b])]
+        end[a] = max(j for b in sharing for j in reads.get(b, [index[b]]))
+    outs = rb.buffers(g, set(range(len(g.nodes))))
+    placed = [(g.nodes[i].out.name, a) for i, a in outs.items()]
+    assert len(placed) > 30
+    for k, (a, x) in enumerate(placed):
+        for b, y in placed[k + 1:]:
+            if np.may_share_memory(x, y):
+                assert end[a] < index[b] or end[b] < index[a], (a, b)
+    received = [arrays[v.name] for v in g.outputs]
+    assert not any(np.may_share_memory(arrays[a], r) for a, _ in placed for r in received)
+    # the exact-size pool: a buffer per (dtype, size) in node order, free after its value's end
+    free, release, pooled = {}, {}, 0
+    for i, n in enumerate(g.nodes):
+        if i in outs:
+            key = (outs[i].dtype, outs[i].size)
+            if free.get(key):
+                free[key].pop()
+            else:
+                pooled += outs[i].nbytes
+            release.setdefault(end[n.out.name], []).append(key)
+        for key in release.pop(i, ()):
+            free.setdefault(key, []).append(key)
+    planned = sum({id(a.base): a.base.size * a.itemsize for _, a in placed}.values())
+    assert planned <= pooled
+
+
 def test_a_strided_input_runs_the_ops_own_kernel():
     """layer_norm over a transposed input: the bound row kernel needs C-contiguous rows, so that
     call takes the op's kernel (same values as eager)."""

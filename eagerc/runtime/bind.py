@@ -8,11 +8,12 @@ executor's Plan (`Plan(graph, check=True, bound=bind(graph))`, runtime/program.p
 kernel takes the node's arguments, attributes already applied:
 
 - buffers: a value a bound kernel writes lives in a buffer allocated at bind time and reused
-  by every call; values whose lifetimes are disjoint share one (in node order, by exact dtype
-  and size). A value lives until the last node that reads it or any value that may alias it
-  (`executor.alias_ends`, from the ops' `aliases` trait). Memory the caller receives --
-  outputs, mutation values, and whatever they may view -- is never in a buffer: it is a
-  fresh array every call, so the results of two calls never share memory.
+  by every call; values whose lifetimes are disjoint share one, as the compiler's backends
+  share theirs (runtime/memplan.py: one planner, greedy by size, a value in the first
+  elements of its buffer). A value lives until the last node that reads it or any value
+  that may alias it (`memplan.alias_ends`, from the ops' `aliases` trait). Memory the caller
+  receives -- outputs, mutation values, and whatever they may view -- is never in a buffer:
+  it is a fresh array every call, so the results of two calls never share memory.
 - ufunc kernels (add, mul, matmul, ge...: an op whose kernel is its numpy ufunc) write with
   `out=`; `linear` multiplies with np.matmul(out=) and adds its bias in place; `where` is two
   `np.copyto`. Same ufunc loops and BLAS calls as the op's kernel: the same bits -- and the
@@ -38,9 +39,9 @@ import math
 import numpy as np
 
 from . import kernel_cache
-from .executor import alias_ends
 from .ir import Value
 from .kernels import eager as c_rows
+from .memplan import BUFFER, FRESH, alias_ends, memory_plan
 from .ops import OPS
 
 __all__ = ["bind", "buffers"]
@@ -91,25 +92,16 @@ def _once(kernel, attrs):
 
 
 def buffers(graph, nodes):
-    """{node index: array}: the buffer each node in `nodes` writes, for values that stay inside
-    the program; a buffer is free again after the last node reading its value or a view of it,
-    and taken by the next value of its dtype and size."""
-    ends = alias_ends(graph)
-    free, release, out, made = {}, {}, {}, 0
+    """{node index: array}: the buffer each node in `nodes` writes (those whose value stays inside
+    the program), as the compiler's planner plans it (runtime/memplan.py), each a BUFFER writer."""
+    writers = {id(graph.nodes[i]) for i in nodes}
+    plan = memory_plan(graph, lambda n: BUFFER if id(n) in writers else FRESH)
+    arrays = [_skewed(size, dtype, k) for k, (dtype, size) in enumerate(plan.buffers)]
+    out = {}
     for i, n in enumerate(graph.nodes):
-        v = n.out
-        if i in nodes and ends[v.name] != math.inf:
-            key = (v.dtype, math.prod(v.shape))
-            pool = free.get(key)
-            if pool:
-                flat = pool.pop()
-            else:
-                flat = _skewed(key[1], key[0], made)
-                made += 1
-            out[i] = flat.reshape(v.shape)
-            release.setdefault(ends[v.name], []).append((key, flat))
-        for key, flat in release.pop(i, ()):
-            free.setdefault(key, []).append(flat)
+        b = plan.buffer.get(n.out.name)
+        if b is not None:
+            out[i] = arrays[b][:math.prod(n.out.shape)].reshape(n.out.shape)
     return out
 
 

@@ -17,7 +17,6 @@ stands in for. A run takes its observer as an argument, or else the process-wide
 installed with `set_observer` (the profiler's). With neither, the node loop is the plain
 one: no observer costs nothing but one test per node.
 """
-import math
 import threading
 from operator import itemgetter
 
@@ -26,7 +25,7 @@ import numpy as np
 from .ir import Value
 from .ops import OPS
 
-__all__ = ["Plan", "run_graph", "last_uses", "alias_ends", "set_observer", "ProgramRunError"]
+__all__ = ["Plan", "run_graph", "last_uses", "set_observer", "ProgramRunError"]
 
 _observer = None   # the process-wide observer (set_observer); None: runs are not observed
 
@@ -54,29 +53,6 @@ def last_uses(graph):
         if name not in keep:
             out.setdefault(i, []).append(name)
     return out
-
-
-def alias_ends(graph):
-    """value name -> index of the last node that reads it or any value that may alias it (the ops'
-    `aliases` trait); inf when it (or such a value) is returned or written back; its definition
-    if unread. What buffer reuse needs: the compiler's memory planner and a bound plan's buffers."""
-    end = {}
-    for i, n in enumerate(graph.nodes):
-        end[n.out.name] = i
-        for v in n.input_values():
-            end[v.name] = i
-    for v in graph.outputs:
-        end[v.name] = math.inf
-    for _, v in graph.mutations:
-        end[v.name] = math.inf
-    for n in reversed(graph.nodes):
-        op = OPS.get(n.op)
-        if op is None or op.aliases is not None:
-            e = end[n.out.name]
-            for v in n.input_values():
-                if e > end.get(v.name, -1):
-                    end[v.name] = e
-    return end
 
 
 class Plan:

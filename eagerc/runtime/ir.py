@@ -279,7 +279,7 @@ _FIELDS = ("inputs", "nodes", "outputs", "out_tree", "mutations", "grads_none", 
 
 
 class MemoryPlan:
-    """Where each value a program makes lives (made by compiler/passes/memplan.py, read by the
+    """Where each value a program makes lives (made by runtime/memplan.py, read by the
     backends): a frozen record, so a graph copy can share it.
 
     buffer:  {value name: buffer id}: written into that buffer, allocated once per program

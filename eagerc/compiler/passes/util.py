@@ -23,6 +23,7 @@ check `Escape.allows` before such a replacement.
 import json
 
 from ...runtime import dtypes
+from ...runtime.memplan import alias_roots, may_alias, numel   # the planner's: one definition
 from ...runtime.ops import OPS, load_all
 
 __all__ = ["is_random", "may_alias", "ELEMENTWISE", "REDUCTIONS", "is_elementwise", "numel", "nbytes", "fresh_names",
@@ -39,23 +40,8 @@ def is_random(node):
     return op is None or "random" in op.effects
 
 
-def may_alias(node):
-    op = OPS.get(node.op)
-    return op is None or op.aliases is not None
-
-
 def is_elementwise(node):
     return node.op in ELEMENTWISE
-
-
-def numel(shape):
-    """Number of elements, or None for a symbolic shape."""
-    n = 1
-    for s in shape:
-        if not isinstance(s, int):
-            return None
-        n *= s
-    return n
 
 
 def nbytes(value, symbolic=None):
@@ -87,15 +73,6 @@ def attrs_key(attrs):
 def const_key(x):
     """Key of a constant node input: Python scalars of different types differ (promotion)."""
     return (type(x).__name__, repr(x))
-
-
-def alias_roots(graph):
-    """value name -> name of the value whose memory it may share (itself for fresh values)."""
-    root = {v.name: v.name for _, v in graph.inputs}
-    for n in graph.nodes:
-        ins = n.input_values()
-        root[n.out.name] = root.get(ins[0].name, ins[0].name) if ins and may_alias(n) else n.out.name
-    return root
 
 
 class Escape:
