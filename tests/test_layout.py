@@ -1,5 +1,5 @@
 """passes/layout.py: a batch times a matrix as one GEMM, a cat of reshaped views copying once,
-a value reshaped twice copied once. Structure of the rewritten graphs, and their values
+a value reshaped twice copied once, a bias gradient summed over the leading dims it was flattened from. Structure of the rewritten graphs, and their values
 (interpreted, and compiled on backend c) against numpy."""
 import numpy as np
 import pytest
@@ -87,6 +87,47 @@ def test_second_reshape_of_a_value_reshapes_the_first():
     got = _run(out, env)
     np.testing.assert_allclose(got[0], (p.reshape(2, 4, 15) * 3).sum(), rtol=1e-13)
     np.testing.assert_allclose(got[1], (p.reshape(8, 15) + 1).sum(0), rtol=1e-13)
+
+
+def test_sum_of_flattened_rows_sums_the_leading_dims():
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((3, 4, 5))
+    graph, env = _traced(lambda t: ((t * 2).reshape(12, 5).sum(0), (t + 1).reshape(12, 5).sum(0, keepdim=True),
+                                    (t - 1).reshape(3, 20).sum(0)), x)
+    out = layout(graph)
+    sums = [n for n in out.nodes if n.op == "sum"]
+    # the first reads the product itself over dims (0, 1); keepdim, and a reshape that merges
+    # trailing dims (3, 4, 5) -> (3, 20), stay sums of their reshapes
+    assert sums[0].attrs["dim"] == (0, 1) and tuple(sums[0].inputs[0].shape) == (3, 4, 5)
+    assert [tuple(n.inputs[0].shape) for n in sums[1:]] == [(12, 5), (3, 20)]
+    got = _run(out, env)
+    np.testing.assert_allclose(got[0], (2 * x).reshape(12, 5).sum(0), rtol=1e-13)
+    np.testing.assert_allclose(got[1], (x + 1).reshape(12, 5).sum(0, keepdims=True), rtol=1e-13)
+    np.testing.assert_allclose(got[2], (x - 1).reshape(3, 20).sum(0), rtol=1e-13)
+
+
+@pytest.mark.skipif(kernel_cache.find_compiler() is None, reason="no C compiler")
+def test_bias_gradient_closes_the_kernel_of_its_gradient_with_the_same_bits(kernel_cache_dir):
+    # gelu backward's product and the bias gradient of the linear before it: one kernel that
+    # writes the product and sums it, giving the bits of the separate sum (rows in order)
+    rng = np.random.default_rng(6)
+    x, g = rng.standard_normal((4, 8, 16)).astype(np.float32), rng.standard_normal((4, 8, 16)).astype(np.float32)
+
+    def fn(x, g):
+        d = x * g
+        return d, d.reshape(32, 16).sum(0)
+    compiled = eagerc.compile(fn, backend="c")
+    compiled(eagerc.tensor(x), eagerc.tensor(g))         # the first call traces (eager values)
+    d, b = (t.numpy() for t in compiled(eagerc.tensor(x), eagerc.tensor(g)))
+    (entry,) = compiled.entries.values()
+    assert entry.program.c_source.count("void k_") == 1
+    want = x * g
+    np.testing.assert_array_equal(d, want)
+    # the kernel's double accumulation, rows in order, rounded once
+    acc = np.zeros(16)
+    for row in want.reshape(32, 16).astype(np.float64):
+        acc += row
+    np.testing.assert_array_equal(b, acc.astype(np.float32))
 
 
 @pytest.mark.skipif(kernel_cache.find_compiler() is None, reason="no C compiler")

@@ -590,6 +590,28 @@ def test_fusion_legality_through_other_groups():
         assert not (p1.name in grp and p2.name in grp and q2.name not in grp)
 
 
+def test_fusion_joins_independent_scalar_work_into_one_group():
+    # an optimizer's per-parameter step counts and bias corrections: 0-d chains side by side
+    # become one group, unless a path through other work joins them
+    b = B()
+    s1, s2, s3, beta = b.arg("s1", ()), b.arg("s2", ()), b.arg("s3", ()), b.arg("beta", ())
+    c1, c2, c3 = (b("sub", 1.0, b("pow", beta, b("add", s, 1.0))) for s in (s1, s2, s3))
+    x = b.arg("x", (4,))
+    y = b("mul", x, c1)                          # (4,): another iteration domain
+    red = b("sum", y)                            # 0-d, but a closing reduction over (4,)
+    late = b("neg", b("matmul", x, x))           # 0-d, after a non-fusible op
+    last = b("mul", red, c2)                     # c2's chain joins its reader `last`
+    g = b.graph(y, last, late, c3)
+    out = assert_same(g, fusion(g))
+    assert _quotient_is_dag(out)
+    (grp,) = [grp for grp in out.fusion_groups if c1.name in grp]
+    assert c3.name in grp and late.name in grp and red.name not in grp
+    # c1 -> y -> red -> last: with c2 and last in it, the scalar group would close a cycle
+    assert c2.name not in grp and last.name not in grp
+    (other,) = [grp for grp in out.fusion_groups if c2.name in grp]
+    assert last.name in other
+
+
 def test_fusion_legality_far_apart_in_a_deep_graph():
     # a training step's backward reads forward groups from far away: a node reading only the
     # group's value joins it (no other path: legal), one that also reads a value computed from

@@ -11,6 +11,10 @@ group reduce the same number k of trailing dimensions (the group's row). Any oth
 reduction (over leading dimensions, or over everything without keepdim) joins its
 input's group and closes it. So a group is one multi-pass row computation -- softmax,
 layer_norm, cross-entropy -- or an elementwise chain, with at most one closing reduction.
+Last, groups side by side over one shape join where no path joins them: the 0-d work (an
+optimizer's step counts and bias corrections, one chain per parameter) and the groups that
+write external state (the parameters' updates): one kernel per shape updates every
+parameter of that shape, instead of one kernel call each.
 Broadcast inputs come from outside the group (they are loads, not members).
 
 Legality is checked on the graph's DiGraph (vertices and edges exactly those of
@@ -220,6 +224,28 @@ def fusion(graph, fuel=None, fusible=None):
                 group_of[m] = group
             group.members = g.members + group.members
             group.shape, group.row_dims = union
+
+    # Work side by side: groups that no path joins, over one shape, become one kernel -- one
+    # call instead of one per parameter. 0-d groups (an optimizer's per-parameter step counts
+    # and bias corrections), and groups that update external state (the parameters' updates).
+    updated = {v.name for _, v in graph.mutations}
+    first = {}      # shape -> the group the others of that shape join
+    for n in graph.nodes:
+        g = group_of.get(n.out.name)
+        if g is None or g.closed or g.row_dims or (g.shape != () and n.out.name not in updated):
+            continue
+        into = first.setdefault(g.shape, g)
+        if into is g:
+            continue
+        if fuel is not None and fuel <= 0:
+            break
+        if not legal(into, g, len(graph.nodes)):
+            continue
+        if fuel is not None:
+            fuel -= 1
+        for m in g.members:
+            group_of[m] = into
+        into.members = into.members + g.members
 
     groups = []
     done = set()

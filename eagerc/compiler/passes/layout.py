@@ -5,6 +5,7 @@
                                              (each reshape merging x_i's dims d.. d+r into dim d,
                                              the merged inner sizes equal across the pieces)
     reshape(x, S2) after reshape(x, S1)   -> reshape(reshape(x, S1), S2)
+    sum(reshape(x[A..., C...], [prod(A), C...]), dim=0) -> sum(x, dim=(0, .., len(A)-1))
 
 Why: numpy's matmul of a batch by one matrix calls GEMM once per batch element (a GPT's
 logits, [8, 64, 128] @ [128, 256]: 8 GEMMs of 64 rows at ~135 GFLOP/s against one of 512
@@ -13,11 +14,15 @@ attention's backward joins dq, dk, dv with a cat of reshaped head-major views, e
 reshape a copy (a permuted array cannot be viewed merged): joining the views themselves
 copies each once, into the cat. A permuted value reshaped twice (attention's output: for
 the projection, and again, flat, for its weight gradient) is copied twice; reshaping the
-first copy is a view.
+first copy is a view. A bias gradient is the sum over the rows of a flattened gradient:
+summed through the reshape (an op that fusion does not cross) it is a kernel of its own,
+one more walk over the gradient; summed over x's leading dims it closes the kernel that
+computes x (the GELU backward's product), which reads each element once for both.
 
 Values: the reshape of `a` is a view when `a` is contiguous (a copy otherwise, as the
 batched matmul would have read it anyway); the cat puts the same elements in the same
-places. Only when the rewritten nodes' outputs have no other reader (a reshape feeding the
+places; the sum adds the same elements in the same order (a leading-dims sum walks the
+rows in order). Only when the rewritten nodes' outputs have no other reader (a reshape feeding the
 cat and something else is a copy either way).
 """
 import math
@@ -93,9 +98,27 @@ def layout(graph):
             return None
         return [n.copy_with(inputs=[first])]
 
+    def row_sum(n):
+        """sum over dim 0 of a reshape merging x's leading dims: the sum over those dims of x."""
+        x = n.inputs[0]
+        p = producer.get(x.name) if isinstance(x, Value) else None
+        if p is None or p.op != "reshape" or n.attrs.get("keepdim") or n.attrs.get("dim") not in (0, (0,)) \
+                or set(n.attrs) - {"dim", "keepdim", "dtype"} or n.attrs.get("dtype") is not None:
+            return None
+        src = p.inputs[0]
+        if not isinstance(src, Value) or not static(src) or not static(x) or src.dtype != x.dtype:
+            return None
+        xs, rest = tuple(src.shape), tuple(x.shape[1:])
+        lead = len(xs) - len(rest)
+        if lead < 2 or xs[lead:] != rest or math.prod(xs[:lead]) != x.shape[0]:
+            return None
+        return [n.copy_with(inputs=[src], attrs={**n.attrs, "dim": tuple(range(lead))})]
+
     def visit(n):
         if n.out.device != "cpu":
             return None
+        if n.op == "sum":
+            return row_sum(n)
         if n.op == "matmul":
             return matmul(n)
         if n.op == "cat":

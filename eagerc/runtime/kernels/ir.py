@@ -79,6 +79,7 @@ class Instr:
 ROW_REDUCE = ("row_sum", "row_mean", "row_max", "row_min")
 RANDOM = ("rand_uniform", "rand_normal")        # args: (seed param, offset param, index)
 LEAVES = ("load", "const", "param", "index")    # instructions whose args are not instructions
+COMMUTATIVE = ("add", "mul")                     # binary ops whose operands may swap, bit for bit
 
 
 class Param(NamedTuple):
@@ -133,8 +134,14 @@ class Kernel:
 
     # ------------------------------------------------------------ building
     def add(self, op, args, dtype):
-        """Append an instruction (deduplicated: the same op on the same args is reused)."""
-        ins = Instr(op, tuple(args), dtype)
+        """Append an instruction (deduplicated: the same op on the same args is reused).
+        A commutative op's operands are put in index order first, so `a * b` and `b * a`
+        are one instruction (IEEE addition and multiplication are exactly commutative: the
+        tanh-GELU forward and its derivative then share one tanh)."""
+        args = tuple(args)
+        if op in COMMUTATIVE and args[1] < args[0]:
+            args = (args[1], args[0])
+        ins = Instr(op, args, dtype)
         for i, old in enumerate(self.instrs):
             if old == ins:
                 return i
