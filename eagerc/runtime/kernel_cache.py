@@ -168,7 +168,7 @@ def load(source, flags=FLAGS):
     if lib is None:
         so = os.path.join(cache_dir(), key[:32] + ".so")
         with _lock:
-            pending = _pending.pop(key, None)
+            pending = _pending.pop(so, None)
         if pending is not None:
             pending.result()          # its compile error, if any, is this load's
         elif so in _libs or os.path.exists(so):
@@ -191,16 +191,16 @@ def prefetch(source, flags=FLAGS):
     key = key_of(source, cc, flags)
     so = os.path.join(cache_dir(), key[:32] + ".so")
     with _lock:
-        if key in _loaded or key in _pending or so in _libs or os.path.exists(so):
+        if key in _loaded or so in _pending or so in _libs or os.path.exists(so):
             return
         global _pool
         if _pool is None:
             from concurrent.futures import ThreadPoolExecutor
             _pool = ThreadPoolExecutor(max(1, os.cpu_count() or 1), thread_name_prefix="eagerc-cc")
-        _pending[key] = _pool.submit(_compile, cc, source, so, flags)
+        _pending[so] = _pool.submit(_compile, cc, source, so, flags)
 
 
-_pending = {}         # key -> Future of a prefetched compile (this process)
+_pending = {}         # shared object path -> Future of a prefetched compile (this process)
 _pool = None          # the prefetch compilers' threads, made on first use
 
 
