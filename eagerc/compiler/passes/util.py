@@ -23,6 +23,7 @@ check `Escape.allows` before such a replacement.
 import json
 
 from ...runtime import dtypes
+from ...runtime.ir import Value
 from ...runtime.ops import OPS, load_all
 
 __all__ = ["is_random", "may_alias", "ELEMENTWISE", "REDUCTIONS", "is_elementwise", "numel", "nbytes", "fresh_names",
@@ -92,9 +93,16 @@ def const_key(x):
 def alias_roots(graph):
     """value name -> name of the value whose memory it may share (itself for fresh values)."""
     root = {v.name: v.name for _, v in graph.inputs}
+    get = OPS.get
     for n in graph.nodes:
-        ins = n.input_values()
-        root[n.out.name] = root.get(ins[0].name, ins[0].name) if ins and may_alias(n) else n.out.name
+        name = n.out.name
+        op = get(n.op)
+        if op is None or op.aliases is not None:      # may_alias(n), inlined: called per node per pass
+            for x in n.inputs:
+                if isinstance(x, Value):
+                    name = root.get(x.name, x.name)
+                    break
+        root[n.out.name] = name
     return root
 
 
