@@ -1440,8 +1440,8 @@ def test_two_threads_first_calling_one_compiled_function_get_eager_results():
     for t in threads:
         t.join()
     assert not errors, errors
-    for i in range(2):
-        np.testing.assert_array_equal(got[i], want[i])
+    for i in range(2):   # (the default backend, c, may round a product's bias add differently: 1 ulp)
+        np.testing.assert_allclose(got[i], want[i], rtol=1e-13, atol=0)
     assert c._compiled.traces <= 2
 
 
