@@ -200,6 +200,15 @@ def prefetch(source, flags=FLAGS):
         _pending[so] = _pool.submit(_compile, cc, source, so, flags)
 
 
+def wait_prefetched():
+    """Wait until every prefetched compile has finished (its errors stay for its `load`):
+    for a caller that counts `stats["compiles"]` and must not see a background one land later."""
+    with _lock:
+        futures = list(_pending.values())
+    for f in futures:
+        f.exception()
+
+
 _pending = {}         # shared object path -> Future of a prefetched compile (this process)
 _pool = None          # the prefetch compilers' threads, made on first use
 
