@@ -489,6 +489,7 @@ def test_many_kernels_compile_in_parallel_shared_objects(monkeypatch, tmp_path):
             outs.append(F.softmax(b, -1) if i % 2 else b - b.mean(-1, keepdim=True))
         return outs
     fn(eagerc.tensor(x))            # eager kernels (softmax rows of 300) built before counting
+    kernel_cache.wait_prefetched()  # ... and their backward's, started beside them (eager.COMPANIONS)
     before = kernel_cache.stats["compiles"]
     program, env, want = _compile_traced(fn, [x])
     assert len(program.kernels) >= 6 and len(set(program.functions.values())) == len(program.kernels)
@@ -513,6 +514,7 @@ def test_identical_kernels_are_one_function_shared_across_graphs(monkeypatch, tm
     for _ in range(4):
         want = _np_softmax(want * w + 1) @ m
     four(*map(eagerc.tensor, (x, w, m)))      # eager kernels built before counting
+    kernel_cache.wait_prefetched()             # ... and their backward's, started beside them
     before = kernel_cache.stats["compiles"]
     program, env, _ = _compile_traced(four, [x, w, m])
     assert len(program.kernels) == 4 and len(set(program.functions.values())) == 1

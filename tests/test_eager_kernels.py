@@ -343,3 +343,27 @@ def test_dropout_keeps_its_mask_with_the_uniform_kernel():
     finally:
         c_rows.set_enabled(old)
     assert np.array_equal(a, b) and 0.2 < (a == 0).mean() < 0.4
+
+
+def test_a_forward_kernel_prefetches_its_backward(monkeypatch, tmp_path):
+    # building softmax's kernel starts softmax_backward's compiler beside it (eager.COMPANIONS):
+    # a first training step then waits for one wave of compilers, not one per op
+    if not c_rows.available():
+        pytest.skip("needs a C compiler")
+    monkeypatch.setenv("EAGERC_CACHE_DIR", str(tmp_path))
+    cols, rows = 83, 5                # a row length no other test builds
+    fwd = c_rows.row_kernel("softmax", "float64", cols)
+    src = c_rows.source(c_rows.kernel_ir("softmax_backward", "float64", cols))
+    so = os.path.join(str(tmp_path), kernel_cache.key_of(src)[:32] + ".so")
+    assert so in kernel_cache._pending or os.path.exists(so)      # on its way, or built already
+    bwd = c_rows.row_kernel("softmax_backward", "float64", cols)  # waits for that compile
+    # each compiled once, into this cache (other tests' prefetches write into their own)
+    assert len(list(tmp_path.glob("*.so"))) == 2 and so not in kernel_cache._pending
+    rng = np.random.default_rng(8)
+    x, g = rng.standard_normal((rows, cols)), rng.standard_normal((rows, cols))
+    out, gx = np.empty_like(x), np.empty_like(x)
+    fwd(x, out, rows=rows)
+    e = np.exp(x - x.max(-1, keepdims=True))
+    np.testing.assert_allclose(out, e / e.sum(-1, keepdims=True), rtol=1e-13, atol=1e-16)
+    bwd(g, out, gx, rows=rows)
+    np.testing.assert_allclose(gx, out * (g - (g * out).sum(-1, keepdims=True)), rtol=1e-12, atol=1e-15)

@@ -158,7 +158,8 @@ def key_of(source, cc=None, flags=FLAGS):
 
 
 def load(source, flags=FLAGS):
-    """The ctypes library of `source`, compiled (or found in the disk cache) and loaded."""
+    """The ctypes library of `source`, compiled (or found in the disk cache) and loaded; waits
+    for a `prefetch` of the same source rather than compiling it again."""
     cc = find_compiler()
     if cc is None:
         raise NoCompiler("no C compiler found (set EAGERC_CC or install cc)")
@@ -166,12 +167,50 @@ def load(source, flags=FLAGS):
     lib = _loaded.get(key)
     if lib is None:
         so = os.path.join(cache_dir(), key[:32] + ".so")
-        if so in _libs or os.path.exists(so):
+        with _lock:
+            pending = _pending.pop(so, None)
+        if pending is not None:
+            pending.result()          # its compile error, if any, is this load's
+        elif so in _libs or os.path.exists(so):
             stats["hits"] += 1
         else:
             _compile(cc, source, so, flags)
         lib = _loaded[key] = _open(so)
     return lib
+
+
+def prefetch(source, flags=FLAGS):
+    """Start compiling `source` in the background (unless it is loaded, cached on disk or on its
+    way) so that a later `load(source)` finds it built. Why: eager mode meets its kernels one at
+    a time (a forward op, later its backward), each compile ~0.1 s; a forward kernel's build
+    announces the kernels its backward will need, and their compilers run beside the forward
+    pass instead of one after another. A failure is reported by that later `load`, never here."""
+    cc = find_compiler()
+    if cc is None:
+        return
+    key = key_of(source, cc, flags)
+    so = os.path.join(cache_dir(), key[:32] + ".so")
+    with _lock:
+        if key in _loaded or so in _pending or so in _libs or os.path.exists(so):
+            return
+        global _pool
+        if _pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+            _pool = ThreadPoolExecutor(max(1, os.cpu_count() or 1), thread_name_prefix="eagerc-cc")
+        _pending[so] = _pool.submit(_compile, cc, source, so, flags)
+
+
+def wait_prefetched():
+    """Wait until every prefetched compile has finished (its errors stay for its `load`):
+    for a caller that counts `stats["compiles"]` and must not see a background one land later."""
+    with _lock:
+        futures = list(_pending.values())
+    for f in futures:
+        f.exception()
+
+
+_pending = {}         # shared object path -> Future of a prefetched compile (this process)
+_pool = None          # the prefetch compilers' threads, made on first use
 
 
 def load_functions(units, assemble, flags=FLAGS, chunk=24):

@@ -47,7 +47,7 @@ proves graph.memory_plan safe (every backend may follow it blindly).
 import math
 from bisect import bisect_left
 
-from .ir import MemoryPlan
+from .ir import MemoryPlan, Value
 from .ops import OPS
 
 __all__ = ["memory_plan", "check_memory_plan", "alias_ends", "alias_roots", "may_alias", "numel", "returned",
@@ -85,9 +85,16 @@ def numel(shape):
 def alias_roots(graph):
     """value name -> name of the value whose memory it may share (itself for fresh values)."""
     root = {v.name: v.name for _, v in graph.inputs}
+    get = OPS.get
     for n in graph.nodes:
-        ins = n.input_values()
-        root[n.out.name] = root.get(ins[0].name, ins[0].name) if ins and may_alias(n) else n.out.name
+        name = n.out.name
+        op = get(n.op)
+        if op is None or op.aliases is not None:      # may_alias(n), inlined: called per node per pass
+            for x in n.inputs:
+                if isinstance(x, Value):
+                    name = root.get(x.name, x.name)
+                    break
+        root[n.out.name] = name
     return root
 
 

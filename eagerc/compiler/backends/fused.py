@@ -226,6 +226,7 @@ def driver(graph, plan, binding, language, inplace=True):
     # ~0.3 us, and an optimizer's kernels read lr, betas and eps again for every parameter):
     # (value, dtype) -> (its array's local, its pointer's local, whether the array is a temp)
     held = {}
+    held_ptrs = {}           # pointer local -> how many `held` entries use it (in-place outputs share one)
     last_read = {(b.name, b.dtype): j for j, (_, _, k) in enumerate(plan) for b in k.inputs}
     kernel_index = {start: j for j, (start, _, _) in enumerate(plan)}
 
@@ -255,12 +256,14 @@ def driver(graph, plan, binding, language, inplace=True):
                     tmp = names.add("_c" + str(len(loaded)))
                     code.append(f"{tmp} = asarray({names[b.name]}, {np_type(b.dtype)}, order='C')")
                     held[key] = (tmp, pointer(tmp, code), True)
+                held_ptrs[held[key][1]] = held_ptrs.get(held[key][1], 0) + 1
             arr, p, temp = held[key]
             loaded.append(arr)
             ptrs.append(p)
         for key in dict.fromkeys((b.name, b.dtype) for b in k.inputs):   # (in order: deterministic source)
             if last_read[key] == j:
                 arr, p, temp = held.pop(key)
+                held_ptrs[p] -= 1
                 temps += [arr, p] if temp else [p]
         for o, b in enumerate(k.outputs):
             if o in k.inplace:
@@ -276,11 +279,12 @@ def driver(graph, plan, binding, language, inplace=True):
             contiguous.add(b.name)
             if (b.name, b.dtype) in last_read and last_read[(b.name, b.dtype)] > j:
                 held[(b.name, b.dtype)] = (names[b.name], p, False)
+                held_ptrs[p] = held_ptrs.get(p, 0) + 1
             elif o not in k.inplace:
                 temps.append(p)
         ptrs += _param_args(k, node_of, drv, code, temps)
-        kept = {p for _, p, _ in held.values()}   # an in-place output read later keeps its input's pointer
-        temps = [t for t in dict.fromkeys(temps) if t not in kept]
+        # an in-place output read later keeps its input's pointer
+        temps = [t for t in dict.fromkeys(temps) if not held_ptrs.get(t)]
         drv.step(f"K_{k.name}({', '.join(ptrs)})", f"{k.name}: fused {' '.join(members)}", members,
                  [b.name for b in k.inputs], [b.name for b in k.outputs], setup=code,
                  cleanup=[f"del {', '.join(temps)}"] if temps else ())

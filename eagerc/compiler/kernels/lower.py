@@ -31,7 +31,8 @@ import math
 import numpy as np
 
 from ...runtime.ops import OPS, load_all
-from ...runtime.kernels.ir import DTYPES, FLOATS, Buffer, Kernel, Reduction, broadcast_strides
+from ...runtime.kernels.ir import DTYPES, FLOATS, Buffer, Kernel, Param, Reduction, broadcast_strides
+from ..passes.util import attrs_key
 from .selects import push_into_selects
 
 __all__ = ["Unsupported", "lower_group", "lowers", "LOWERINGS", "LOWERABLE", "REDUCIBLE", "RANDOM", "DECOMPOSED",
@@ -336,7 +337,69 @@ def _clamp(g, n):
 
 def lower_group(nodes, needed, name="k0"):
     """The Kernel computing `nodes` (a fusion group, in graph order). `needed`: names of the
-    members' values read outside the group (stored)."""
+    members' values read outside the group (stored).
+
+    Memoised by the group's structure (`signature`: ops, attributes, shapes, dtypes, constants
+    and who reads whom, without the values' names): the 32 identical layers of a transformer
+    lower each of their groups once, and the others get a copy of that Kernel with their own
+    value names (`stats["lowered"]` / `stats["shared"]` count them)."""
+    sig, names = signature(nodes, needed)
+    hit = _memo.get(sig)
+    if hit is not None:
+        stats["shared"] += 1
+        template, template_names = hit
+        return _renamed(template, dict(zip(template_names, names)), name)
+    k = _lower(nodes, needed, name)
+    stats["lowered"] += 1
+    if len(_memo) >= _MEMO_MAX:
+        _memo.clear()
+    _memo[sig] = (_renamed(k, {}, name), names)     # a private copy: callers may set k.inplace
+    return k
+
+
+stats = {"lowered": 0, "shared": 0}    # groups lowered / answered from the memo (this process)
+_memo = {}          # signature -> (Kernel, the value names it was lowered with)
+_MEMO_MAX = 1 << 14
+
+
+def signature(nodes, needed):
+    """(key, names): what lowering `nodes` depends on, with every graph value replaced by its
+    place -- a member by its position, a value read from outside by its order of first read
+    (with its shape and dtype) -- and the value names in that order (outside values, then
+    members), to rename a Kernel lowered from another group with the same key. A random
+    node's seed and offset are left out: the kernel reads them per call (params by node name)."""
+    place, outside, key = {}, [], []
+    for i, n in enumerate(nodes):
+        ins = []
+        for x in n.inputs:
+            if hasattr(x, "name"):
+                p = place.get(x.name)
+                if p is None:
+                    p = place[x.name] = ("x", len(outside))
+                    outside.append(x.name)
+                    ins.append((p, tuple(x.shape), x.dtype))
+                else:
+                    ins.append(p)
+            else:
+                ins.append((type(x).__name__, repr(x)))
+        attrs = n.attrs
+        if n.op in RANDOM:
+            attrs = {a: v for a, v in attrs.items() if a not in ("seed", "offset")}
+        key.append((n.op, tuple(ins), attrs_key(attrs), tuple(n.out.shape), n.out.dtype, n.out.name in needed))
+        place[n.out.name] = ("m", i)
+    return tuple(key), outside + [n.out.name for n in nodes]
+
+
+def _renamed(k, names, name):
+    """A copy of Kernel `k` named `name`, its graph value and node names mapped by `names`."""
+    rn = names.get     # (the constructors directly: dataclasses.replace costs ~4x as much)
+    return Kernel(name, k.shape, [Buffer(rn(b.name, b.name), b.dtype, b.shape, b.strides) for b in k.inputs],
+                  [Buffer(rn(b.name, b.name), b.dtype, b.shape, b.strides) for b in k.outputs], list(k.instrs),
+                  list(k.stores), k.reduction, [rn(m, m) for m in k.nodes], k.row_dims, dict(k.inplace),
+                  [Param(rn(p.node, p.node), p.attr, p.dtype) for p in k.params])
+
+
+def _lower(nodes, needed, name):
     shape = index_space(nodes)
     if not _static(shape):
         raise Unsupported("symbolic shape")

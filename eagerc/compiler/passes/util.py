@@ -66,8 +66,24 @@ def fresh_names(graph):
 
 
 def attrs_key(attrs):
-    """A hashable, type-exact key of JSON-plain attributes (1, 1.0 and True differ)."""
-    return json.dumps(attrs, sort_keys=True) if attrs else ""
+    """A hashable, type-exact key of JSON-plain attributes (1, 1.0 and True differ; so do 0.0
+    and -0.0). Attributes that are all scalars -- most nodes' -- key as a tuple (a float by
+    its repr), without json's encoder (called per node by cse, decompose and lowering)."""
+    if not attrs:
+        return ""
+    key = []
+    for name in sorted(attrs):
+        v = attrs[name]
+        t = type(v)
+        if t is float:
+            v = repr(v)
+        elif t not in _EXACT:
+            return json.dumps(attrs, sort_keys=True)
+        key.append((name, t, v))
+    return tuple(key)
+
+
+_EXACT = frozenset((int, str, bool, type(None)))      # equal values of these types are the same attribute
 
 
 def const_key(x):

@@ -41,7 +41,7 @@ from ...runtime import kernel_cache
 from .ir import Kernel
 from .render import PARALLEL_MIN, CRenderer
 
-__all__ = ["row_kernel", "c_function", "use", "NAMES", "enabled", "set_enabled", "available", "MIN_ELEMENTS", "BUILDERS"]
+__all__ = ["row_kernel", "c_function", "prefetch", "COMPANIONS", "use", "NAMES", "enabled", "set_enabled", "available", "MIN_ELEMENTS", "BUILDERS"]
 
 # per op: from this many elements the C kernel beats numpy's (a kernel call costs ~6 us of
 # ctypes and pointers; numpy's softmax_backward is two cheap passes, layer_norm's are many).
@@ -291,10 +291,50 @@ def row_kernel(op, dtype, cols, *variant):
     with _lock:
         if key in _kernels:
             return _kernels[key]
+        prefetch(op, dtype, cols, variant)      # its backward's kernels compile beside it
         ir = kernel_ir(op, dtype, cols, *variant)
         lib = _build(source(ir))
         k = _kernels[key] = None if lib is None else RowKernel(ir, lib)
         return k
+
+
+# The kernels an op's backward runs, from the op's own (dtype, cols, variant): row kernels
+# here as (op, dtype, cols, *variant), rows.py's kernels as (op, dtype). `prefetch` starts their
+# compilers when the op's kernel is first built (or, for embedding, its forward first runs), so
+# a first training step waits for one wave of compilers, not one compiler per op in turn.
+COMPANIONS = {
+    "softmax": lambda d, cols, v: [("softmax_backward", d, cols)],
+    "log_softmax": lambda d, cols, v: [("log_softmax_backward", d, cols)],
+    "layer_norm": lambda d, cols, v: [("layer_norm_backward", d, cols, v[0], v[2])]
+                                     + [("norm_weight_backward", d)] * v[0],
+    "rms_norm": lambda d, cols, v: [("rms_norm_backward", d, cols) + tuple(v)] + [("norm_weight_backward", d)] * v[0],
+    "gelu": lambda d, cols, v: [("gelu_backward", d, cols) + tuple(v)],
+    "cross_entropy": lambda d, cols, v: [("cross_entropy_backward", d)],
+    "lstm_step": lambda d, cols, v: [("lstm_step_backward", d)],
+    "embedding": lambda d, cols, v: [("embedding_backward", d)],
+}
+
+
+_prefetched = set()        # (op, dtype, cols, variant) whose companions were started
+
+
+def prefetch(op, dtype, cols=None, variant=()):
+    """Start compiling, in the background (kernel_cache.prefetch), the kernels COMPANIONS says
+    `op`'s backward will run; a later row_kernel / rows.kernel of one of them finds it built.
+    Nothing when the kernels are off or no compiler works."""
+    companions = COMPANIONS.get(op)
+    if companions is None or not (_enabled and _available) or (op, dtype, cols, variant) in _prefetched:
+        return
+    _prefetched.add((op, dtype, cols, variant))
+    from . import rows       # rows.py builds on this module
+    for key in companions(dtype, cols, variant):
+        if key in _kernels or key in rows._kernels:
+            continue
+        src = source(kernel_ir(*key)) if key[0] in BUILDERS else rows.source(*key)[1]
+        try:
+            kernel_cache.prefetch(src)
+        except (kernel_cache.NoCompiler, OSError):
+            return
 
 
 def c_function(name, src):

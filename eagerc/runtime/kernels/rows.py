@@ -21,6 +21,7 @@ generated row kernels); `kernel(name, dtype)` is None when numpy must run.
 import ctypes
 
 from . import philox
+from . import eager
 from .eager import c_function
 from .render import CRenderer
 
@@ -245,6 +246,7 @@ def kernel(op, dtype):
     key = (op, dtype)
     fn = _kernels.get(key, False)
     if fn is False:
+        eager.prefetch(op, dtype)          # its backward's kernel compiles beside it
         name, src = source(op, dtype)
         fn = c_function(name, src)
         if fn is not None:

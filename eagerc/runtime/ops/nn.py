@@ -762,7 +762,10 @@ declare("cross_entropy_backward", ("g", "x", "target", "weight"), _cross_entropy
 
 def _embedding(xp):
     def embedding(weight, indices, padding_idx=None):
-        return xp.take(weight, indices, axis=0)
+        out = xp.take(weight, indices, axis=0)
+        if xp is np and c_rows.use("embedding_backward", out):   # its backward's kernel compiles meanwhile
+            c_rows.prefetch("embedding", c_rows.NAMES[out.dtype])
+        return out
     return embedding
 
 
