@@ -625,3 +625,33 @@ def test_inplace_update_read_by_a_later_kernel():
         np.testing.assert_allclose(got, want, rtol=1e-9)
     (entry,) = compiled.entries.values()
     assert len(entry.program.kernels) == 2 and entry.program.kernels[0].inplace == {0: 0}
+
+
+def test_a_deep_models_updates_join_in_kernels_of_few_arguments(tmp_path, monkeypatch):
+    """Parameter updates of one shape join side by side (passes/fusion.py), at most
+    JOIN_MEMBERS nodes a kernel: 240 parameters' Adam updates in one kernel took more
+    arguments than a ctypes call can (1024) and the compile failed."""
+    from eagerc.compiler.passes.fusion import JOIN_MEMBERS
+    monkeypatch.setenv("EAGERC_CACHE_DIR", str(tmp_path))
+    eagerc.manual_seed(0)
+    model = nn.Sequential(*[nn.Linear(3, 3) for _ in range(120)]).to(eagerc.float64)
+    twin = copy.deepcopy(model)
+    x = eagerc.randn(4, 3, dtype=eagerc.float64)
+
+    def stepper(m):
+        opt = eagerc.optim.Adam(m.parameters(), lr=1e-2)
+
+        def step(x):
+            opt.zero_grad()
+            loss = m(x).square().mean()
+            loss.backward()
+            opt.step()
+            return loss.detach()
+        return step
+    compiled, eager = eagerc.compile(stepper(model), backend="c"), stepper(twin)
+    for _ in range(3):
+        compiled(x), eager(x)
+    for p, q in zip(model.parameters(), twin.parameters()):
+        np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), rtol=1e-10, atol=1e-12)
+    groups = [g for e in compiled.entries.values() for g in (e.graph.fusion_groups or [])]
+    assert groups and max(len(g) for g in groups) <= JOIN_MEMBERS

@@ -52,6 +52,10 @@ from .util import REDUCTIONS, is_elementwise, is_random, successors
 __all__ = ["fusion", "fuel_from_env"]
 
 
+# the most nodes groups joined side by side may hold: each brings its inputs and outputs as the
+# kernel's arguments (ctypes calls take at most 1024; a 32-layer model's updates are thousands)
+JOIN_MEMBERS = 64
+
 def fuel_from_env():
     v = os.environ.get("EAGERC_FUSION_FUEL")
     if v is None or v.strip() == "":
@@ -236,6 +240,9 @@ def fusion(graph, fuel=None, fusible=None):
             continue
         into = first.setdefault(g.shape, g)
         if into is g:
+            continue
+        if len(into.members) + len(g.members) > JOIN_MEMBERS:   # a kernel's arguments stay few
+            first[g.shape] = g
             continue
         if fuel is not None and fuel <= 0:
             break
