@@ -415,15 +415,11 @@ def missed(cf, entry, key, leaves, args, kwargs):
     brk = step.brk
     values = sum(1 for b, _ in step.children if b.exact)
     if _paths(entry.split.root) >= MAX_PATHS or values >= MAX_VALUES:
-        file, line, level = user_frame_info()
         why = f"{MAX_PATHS} paths" if values < MAX_VALUES else f"{MAX_VALUES} values of one break used as a number"
-        msg = (f"eagerc.compile: {cf.__name__} took {why} through its graph breaks for the same arguments "
-               f"(last: {brk.what} at {brk.location} gave {value!r}); it runs eagerly for them from now on "
-               "(compare an item() where it is taken, or keep the value a tensor)")
-        cf.log.append(msg)
-        warnings.warn(msg, stacklevel=level)
-        cf.entries[key] = Entry(key, eager=True, reason=msg)
-        return cf.fn(*args, **kwargs)
+        return cf._eager_from_now(key, args, kwargs, (
+            f"eagerc.compile: {cf.__name__} took {why} through its graph breaks for the same arguments "
+            f"(last: {brk.what} at {brk.location} gave {value!r}); it runs eagerly for them from now on "
+            "(compare an item() where it is taken, or keep the value a tensor)"))
     cf.log.append(f"new path after the graph break at {brk.location}: {brk.what} gave {value!r}")
     return cf._trace(leaves, args, kwargs)
 

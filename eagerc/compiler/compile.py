@@ -135,6 +135,15 @@ class CompiledFunction:
     def _run(self, entry, leaves, env):
         return entries.run(entry, leaves, env, self.__name__)
 
+    def _eager_from_now(self, key, args, kwargs, msg):
+        """Give up compiling calls of `key`: `msg` logged and warned once at the user's line, this
+        call and later ones run eagerly."""
+        _, _, level = user_frame_info()
+        self.log.append(msg)
+        warnings.warn(msg, stacklevel=level)
+        self.entries[key] = Entry(key, eager=True, reason=msg)
+        return self.fn(*args, **kwargs)
+
     def _run_split(self, entry, key, leaves, args, kwargs):
         """A key that runs in pieces (breaks.py); a break value no continuation holds for traces
         the call again (nothing was committed yet)."""
@@ -168,14 +177,10 @@ class CompiledFunction:
             self.entries.pop(key, None)
             n = self._guard_fails[key] = self._guard_fails.get(key, 0) + 1
             if n > MAX_GUARD_RETRACES:
-                file, line, level = user_frame_info()
-                msg = (f"eagerc.compile: {self.__name__} was traced again {n - 1} times for the same arguments "
-                       f"because what it reads keeps changing (last: {why}); it runs eagerly for them from now "
-                       "on (pass such values as arguments instead)")
-                self.log.append(msg)
-                warnings.warn(msg, stacklevel=level)
-                self.entries[key] = Entry(key, eager=True, reason=msg)
-                return self.fn(*args, **kwargs)
+                return self._eager_from_now(key, args, kwargs, (
+                    f"eagerc.compile: {self.__name__} was traced again {n - 1} times for the same arguments "
+                    f"because what it reads keeps changing (last: {why}); it runs eagerly for them from now "
+                    "on (pass such values as arguments instead)"))
             return self._miss(key, leaves, env, args, kwargs, stale=why)
 
     def _miss(self, key, leaves, env, args, kwargs, stale=None, guard_miss=None):
