@@ -47,3 +47,16 @@ def kernel_cache_dir(tmp_path_factory):
         os.environ.pop("EAGERC_CACHE_DIR", None)
     else:
         os.environ["EAGERC_CACHE_DIR"] = old
+
+
+@pytest.fixture
+def failing_cc(tmp_path, monkeypatch):
+    """$EAGERC_CC set to a compiler on PATH that rejects eagerc's flags (as one without OpenMP
+    does), with a fresh kernel cache: what the fallback to numpy must survive."""
+    cc = tmp_path / "badcc"
+    cc.write_text("#!/bin/sh\nif [ \"$1\" = --version ]; then echo badcc 1.0; exit 0; fi\n"
+                  "echo 'kernels.c:1:1: error: unsupported option -fopenmp' >&2\nexit 1\n")
+    cc.chmod(0o755)
+    monkeypatch.setenv("EAGERC_CC", str(cc))
+    monkeypatch.setenv("EAGERC_CACHE_DIR", str(tmp_path / "cache"))
+    return cc

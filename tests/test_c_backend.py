@@ -566,14 +566,8 @@ def test_few_long_rows_use_threads_and_split_rows_only_without_sums():
     np.testing.assert_array_equal(got.numpy(), x - x.max(-1, keepdims=True))
 
 
-def test_failing_compiler_falls_back_to_numpy_with_the_error(monkeypatch, tmp_path):
+def test_failing_compiler_falls_back_to_numpy_with_the_error(monkeypatch, failing_cc):
     # a compiler that exists but rejects the flags (e.g. no OpenMP): one-line warning, numpy runs
-    cc = tmp_path / "badcc"
-    cc.write_text("#!/bin/sh\nif [ \"$1\" = --version ]; then echo badcc 1.0; exit 0; fi\n"
-                  "echo 'kernels.c:1:1: error: unsupported option -fopenmp' >&2\nexit 1\n")
-    cc.chmod(0o755)
-    monkeypatch.setenv("EAGERC_CC", str(cc))
-    monkeypatch.setenv("EAGERC_CACHE_DIR", str(tmp_path / "cache"))
     x = np.random.default_rng(0).standard_normal((4, 8))
     with pytest.warns(RuntimeWarning, match="the C compiler failed .*unsupported option") as rec:
         program, env, want = _compile_traced(lambda a: (a.exp() + 1).sum(-1), [x])

@@ -764,17 +764,13 @@ def test_default_backend_is_c_when_a_compiler_works():
 
 
 @pytest.mark.parametrize("compiler", ["missing", "failing"])
-def test_default_backend_without_a_working_compiler_is_numpy_with_one_notice(compiler, monkeypatch, tmp_path):
+def test_default_backend_without_a_working_compiler_is_numpy_with_one_notice(compiler, monkeypatch, tmp_path,
+                                                                             request):
     from eagerc.compiler import backends
     if compiler == "missing":
         monkeypatch.setenv("EAGERC_CC", str(tmp_path / "no-such-cc"))
     else:   # on PATH, but rejects eagerc's flags (a compiler without OpenMP)
-        cc = tmp_path / "badcc"
-        cc.write_text("#!/bin/sh\nif [ \"$1\" = --version ]; then echo badcc 1.0; exit 0; fi\n"
-                      "echo 'kernels.c:1:1: error: unsupported option -fopenmp' >&2\nexit 1\n")
-        cc.chmod(0o755)
-        monkeypatch.setenv("EAGERC_CC", str(cc))
-        monkeypatch.setenv("EAGERC_CACHE_DIR", str(tmp_path / "cache"))
+        request.getfixturevalue("failing_cc")
     monkeypatch.setattr(backends, "_noticed", [])
     x = np.random.default_rng(1).standard_normal((8, 5))
     with pytest.warns(RuntimeWarning, match="eagerc compile: .*; using the numpy backend") as rec:
