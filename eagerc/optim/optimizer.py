@@ -153,7 +153,7 @@ class Optimizer:
         raise NotImplementedError(f"{type(self).__name__} has no update rule: override step() or _rule()")
 
     def _init_state(self, p, group):
-        """Create the zero-initialised state the rule reads (at a first step, eagerly)."""
+        """Create the zero-initialised state the rule reads (at a first step, eager or traced)."""
 
     def _traced_state(self, group):
         """The state keys a traced step of this group needs."""
@@ -214,8 +214,8 @@ class Optimizer:
         """The step as recorded Tensor ops, or False when this step runs eagerly.
 
         A first step (a parameter with a gradient and no state yet) creates its state here as
-        the eager first step does, before the rule (`_init_state`: zeros, Adagrad's
-        initial_accumulator_value, ASGD's eta = lr...), and the rule is then the general one:
+        the eager first step does, before the rule (`_init_state`: zeros, Rprop's
+        step sizes and ASGD's eta = lr...), and the rule is then the general one:
         the tracer reads the new tensors by reference from this call on, exactly like state
         made before the trace, so the first call is already a traced call whose graph holds
         for every later one. That is right only where the eager first step is `_init_state`
