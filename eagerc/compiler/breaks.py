@@ -41,10 +41,11 @@ from ..runtime.ir import Graph, format_node
 from ..runtime.ownership import is_eagerc_file
 from ..runtime.pytree import unflatten
 from . import entries, guards
-from .entries import Entry
+from .entries import Dynamic, Entry
 from .tracer import GraphBreak, user_frame_info, user_location
 
-__all__ = ["Break", "SplitEntry", "note", "install", "run", "missed", "MISS", "MAX_PATHS", "MAX_VALUES"]
+__all__ = ["Break", "SplitEntry", "SplitSizes", "note", "cut", "install", "symbolic", "run", "missed", "MISS",
+           "MAX_PATHS", "MAX_VALUES"]
 
 MAX_PATHS = 8      # continuations (paths through the breaks) per key before the key runs eagerly
 MAX_VALUES = 4     # ... or exact values seen at one break (a loss.item() changes every call)
@@ -187,6 +188,11 @@ def note(tracer, t, what, value):
     """Tracer.concretize for a splittable break: note it, hand on the value (or a _Compared)."""
     name = tracer.value_of(t).name   # (may record a node: a view re-derived after a write)
     kind = "bool" if what.startswith("bool") else "item"
+    forced = tracer.symbolic.forced if tracer.symbolic is not None else None
+    if forced is not None and len(tracer.breaks) < len(forced) and forced[len(tracer.breaks)][0] == kind:
+        # a symbolic path (dynamic.py): Python sees the value the real call read here, so the trace
+        # on synthetic sizes takes that call's path and its continuation is guarded on that value
+        value = forced[len(tracer.breaks)][1]
     brk = Break(len(tracer.nodes), name, kind, what, user_location(), value)
     tracer.breaks.append(brk)
     if kind == "item" and type(value) in (int, float) and _compared_at_once():
@@ -213,7 +219,8 @@ class Leaf:
 
 class Step:
     """One piece of the graph, the break that ends it (None: a path's end, `leaf`) and the
-    continuations after it: [(Break as traced on that path, Step)]."""
+    continuations after it: [(Break as traced on that path, Step)]. `run` holds the piece's
+    program, or for a symbolic key an entries.Dynamic giving the program for the call's sizes."""
     __slots__ = ("keys", "nodes", "brk", "children", "leaf", "run", "graph")
 
     def __init__(self, nodes, brk):
@@ -223,6 +230,23 @@ class Step:
         self.leaf = None
         self.run = (None, (), ())   # (program or None, names it reads, names it writes)
         self.graph = None           # the optimised piece
+
+
+def cut(graph, breaks, traced=None):
+    """The pieces [(nodes, Break or None)] of `graph` at `breaks` (Break.pos counts the nodes of
+    `traced`, the graph as traced; default `graph` itself). A graph generalised from it
+    (dynamic.generalize) holds size nodes of its own: each goes with the node after it, its user."""
+    traced = traced or graph
+    piece, k = {}, 0
+    for i, n in enumerate(traced.nodes):
+        while k < len(breaks) and breaks[k].pos <= i:
+            k += 1
+        piece[n.out.name] = k
+    groups, k = [[] for _ in range(len(breaks) + 1)], len(breaks)
+    for n in reversed(graph.nodes):
+        k = piece.get(n.out.name, k)
+        groups[k].append(n)
+    return [(g[::-1], b) for g, b in zip(groups, list(breaks) + [None])]
 
 
 def _chain(pieces, leaf):
@@ -260,17 +284,18 @@ def _paths(step):
     return (1 if step.leaf is not None else 0) + sum(_paths(c) for _, c in step.children)
 
 
-def _compile(step, kinds, backend):
+def _compile(step, kinds, backend, sym=None):
     """(Re)compile every step whose outputs changed: a piece outputs the values it defines that
     a later piece, break, output or mutation of any path through it reads. Returns the names
-    read after `step`'s own nodes."""
+    read after `step`'s own nodes. `sym`: (symbols, dynamic.SymbolicAttrs) of a symbolic path,
+    whose pieces become entries.Dynamic (one program per size binding, or a generic one)."""
     from .backends import pipeline
     from .passes import optimize
     later = set()
     if step.brk is not None:
         later.add(step.brk.value)
     for _, child in step.children:
-        later |= _compile(child, kinds, backend)
+        later |= _compile(child, kinds, backend, sym)
     if step.leaf is not None:
         later.update(step.leaf.outs)
         later.update(name for _, name in step.leaf.mutations)
@@ -285,8 +310,18 @@ def _compile(step, kinds, backend):
                     ins.append((kinds.get(v.name, "arg"), v))
         if outs:
             g = Graph(ins, step.nodes, outs, {"tuple": [{"t": i} for i in range(len(outs))]})
-            step.graph = optimize(g, pipeline(backend))
-            step.run = (backend.compile(step.graph), tuple(v.name for _, v in ins), tuple(v.name for v in outs))
+            if sym is None:
+                step.graph = optimize(g, pipeline(backend))
+                program = backend.compile(step.graph)
+            else:
+                from .dynamic import SymbolicAttrs
+                symbols, attrs = sym
+                mine = defined.__contains__
+                program = entries.Dynamic(g, SymbolicAttrs({k: v for k, v in attrs.table.items() if mine(k)},
+                                                           {k: v for k, v in attrs.scalars.items() if mine(k)}),
+                                          symbols, backend, {})
+                step.graph = g
+            step.run = (program, tuple(v.name for _, v in ins), tuple(v.name for v in outs))
         else:
             step.graph, step.run = None, (None, (), ())
     reads = later - defined
@@ -302,6 +337,7 @@ class Split:
         self.root = root
         self.sources = sources   # input name -> what it reads (a tensor, an array, an optimizer option)
         self.missed = None       # (Step, value) of the last call no continuation held for
+        self.forced = None       # [(kind, value)] the last traced path read: a symbolic trace takes it
 
     def steps(self):
         todo = [self.root]
@@ -325,8 +361,18 @@ class Split:
 
 
 class SplitEntry(Entry):
-    """A key whose calls run in pieces (`split`, a Split) -- never the base of a dynamic graph."""
+    """A key whose calls run in pieces (`split`, a Split); symbolic when `dynamic` is a SplitSizes."""
     __slots__ = ()
+
+
+class SplitSizes:
+    """`Entry.dynamic` of a symbolic split key (dynamic.make_dynamic): the size comparisons its
+    paths made (checked per call before any piece runs, like a symbolic graph's; a path joins
+    the tree only with the same ones), its symbols, and the entry for sizes where they fail."""
+    __slots__ = ("guards", "symbols", "next")
+
+    def __init__(self, guards, symbols):
+        self.guards, self.symbols, self.next = list(guards), symbols, None
 
 
 def _sources(tracer):
@@ -367,34 +413,43 @@ def install(cf, key, fwd, joint_split, tracer, owners, result, n_args):
         from .training import JointEntry
         joint = JointEntry(joint_split, cf.backend, tracer, n_args, compile_forward=False)
     leaf = Leaf(fwd, joint)
-    pieces, start = [], 0
-    for b in tracer.breaks:
-        pieces.append((fwd.nodes[start:b.pos], b))
-        start = b.pos
-    pieces.append((fwd.nodes[start:], None))
+    pieces = cut(fwd, tracer.breaks)
     sources = _sources(tracer)
     old = cf.entries.get(key)
-    merged = type(old) is SplitEntry and _same_sources(old.split.sources, sources) and \
-        _merge(old.split.root, pieces, leaf)
-    if merged:
-        split = old.split
-        split.sources.update(sources)
-        externals = {**old.externals, **tracer.externals}
-    else:
-        split = Split(_chain(pieces, leaf), sources)
-        externals = dict(tracer.externals)
+    split, externals, merged = _grow(old if type(old) is SplitEntry else None, pieces, leaf, sources, tracer)
     _compile(split.root, {v.name: k for k, v in fwd.inputs}, cf.backend)
+    split.forced = [(b.kind, b.traced) for b in tracer.breaks]
     entry = SplitEntry(key, externals=externals, traced=fwd)
     cf._guard_entry(entry, tracer, owners)
     if merged:
-        entry.calls = old.calls
-        entry.guards = guards.union(old.guards, entry.guards)
-        names = {name for name, _ in entry.readers}
-        entry.readers = list(entry.readers) + [r for r in old.readers if r[0] not in names]
-        made = {name for name, _ in entry.readers}
-        entry.ext_items = [(n, t) for n, t in entry.ext_items if n not in made]
+        _join(entry, old)
     entry.split = split
     cf.entries[key] = entry
+    _warn(cf, tracer)
+    return result
+
+
+def _grow(old, pieces, leaf, sources, tracer):
+    """(Split, externals, joined?): the path joined to the tree of `old` (a SplitEntry or None)
+    when it starts like it and reads the same inputs, else a tree of its own."""
+    if old is not None and _same_sources(old.split.sources, sources) and _merge(old.split.root, pieces, leaf):
+        old.split.sources.update(sources)
+        return old.split, {**old.externals, **tracer.externals}, True
+    return Split(_chain(pieces, leaf), sources), dict(tracer.externals), False
+
+
+def _join(entry, old):
+    """entry (a new path's) also checks what the paths of `old` read."""
+    entry.calls = old.calls
+    entry.guards = guards.union(old.guards, entry.guards)
+    names = {name for name, _ in entry.readers}
+    entry.readers = list(entry.readers) + [r for r in old.readers if r[0] not in names]
+    made = {name for name, _ in entry.readers}
+    entry.ext_items = [(n, t) for n, t in entry.ext_items if n not in made]
+
+
+def _warn(cf, tracer):
+    """Warn once per break location."""
     warned = cf.__dict__.setdefault("_breaks_warned", set())
     file, line, level = user_frame_info()
     for b in tracer.breaks:
@@ -404,7 +459,37 @@ def install(cf, key, fwd, joint_split, tracer, owners, result, n_args):
             warnings.warn(f"eagerc.compile: graph break in {cf.__name__}: {b.what} at {b.location}: the graph is "
                           "split there -- the code before and after it runs compiled, and the value is read "
                           "between them", stacklevel=level)
-    return result
+
+
+def symbolic(cf, g_sym, sym_attrs, symbols, size_guards, tracer, owners, traced, into=None):
+    """The path a trace on synthetic sizes took (tracer.breaks, read as the real call's values:
+    Symbolic.forced) as a symbolic split key: its pieces cut from the generalised graph
+    `g_sym` (`traced`: as traced) and compiled as entries.Dynamic. With `into` (a symbolic
+    SplitEntry) the path joins its tree instead -- when it made the same size comparisons,
+    else it replaces the tree -- and `into` is returned."""
+    for b in tracer.breaks:
+        if not b.exact and not b.compares:
+            b.exact = True
+    pieces = cut(g_sym, tracer.breaks, traced)
+    leaf = Leaf(g_sym, None)
+    sources = _sources(tracer)
+    same = into is not None and into.dynamic.guards == list(size_guards)
+    split, externals, merged = _grow(into if same else None, pieces, leaf, sources, tracer)
+    _compile(split.root, {v.name: k for k, v in g_sym.inputs}, cf.backend, (symbols, sym_attrs))
+    split.forced = [(b.kind, b.traced) for b in tracer.breaks]
+    entry = SplitEntry(None, externals=externals, traced=g_sym)
+    cf._guard_entry(entry, tracer, owners)
+    entry.split = split
+    entry.dynamic = SplitSizes(size_guards, symbols)
+    if into is None:
+        return entry
+    if merged:
+        _join(entry, into)
+    for name in Entry.__slots__:  # (the entry other entries' `dynamic.next` may point to stays)
+        if name not in ("key", "dynamic", "calls"):
+            setattr(into, name, getattr(entry, name))
+    into.dynamic.guards = entry.dynamic.guards
+    return into
 
 
 def missed(cf, entry, key, leaves, args, kwargs):
@@ -421,29 +506,41 @@ def missed(cf, entry, key, leaves, args, kwargs):
             f"(last: {brk.what} at {brk.location} gave {value!r}); it runs eagerly for them from now on "
             "(compare an item() where it is taken, or keep the value a tensor)"))
     cf.log.append(f"new path after the graph break at {brk.location}: {brk.what} gave {value!r}")
+    if entry.dynamic is not None:
+        from .dynamic import add_path
+        return add_path(cf, entry, key, leaves, args, kwargs)
     return cf._trace(leaves, args, kwargs)
 
 
 # ---------------------------------------------------------------- a call
 
-def run(entry, leaves):
+def run(entry, leaves, sizes=None, forced=None):
     """One call of a split key: the pieces of the path its break values choose, then the
-    path's outputs (mutations written back only now). MISS when no continuation holds."""
+    path's outputs (mutations written back only now). MISS when no continuation holds.
+    `sizes`: the symbols' binding of a symbolic key; `forced`: [(kind, value)] taken instead
+    of the values read (dynamic.py checks a symbolic path on the data it was traced with)."""
     env = entries.inputs(entry, leaves)
     split = entry.split
     step = split.root
     call = entries.call
+    k = 0
     while True:
         program, ins, outs = step.run
         if program is not None:
-            res = call(program, {n: env[n] for n in ins}, None, False)[0]
+            overrides = None
+            if type(program) is Dynamic:
+                program, overrides = program.program_for(sizes)
+            res = call(program, {n: env[n] for n in ins}, overrides, False)[0]
             for n, a in zip(outs, res):
                 env[n] = a
         brk = step.brk
         if brk is None:
             break
-        a = env[brk.value].reshape(())
-        c = bool(a) if brk.kind == "bool" else a.item()
+        if forced is not None:
+            c, k = forced[k][1], k + 1
+        else:
+            a = env[brk.value].reshape(())
+            c = bool(a) if brk.kind == "bool" else a.item()
         for b, child in step.children:
             if b.holds(c):
                 step = child

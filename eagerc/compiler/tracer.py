@@ -444,7 +444,8 @@ class Tracer:
             self._break(f"a data-dependent size ({api}: its output shape depends on tensor values)",
                         "graph shapes are fixed when tracing")
             return value
-        if value is not None and self.split and not self.fullgraph and self.symbolic is None:
+        if value is not None and self.split and not self.fullgraph and \
+                (self.symbolic is None or self.symbolic.forced is not None):
             from .breaks import note
             return note(self, t, f"{what} on a traced tensor", value)
         self._break(f"{what} on a traced tensor")
