@@ -11,6 +11,9 @@ compiled sweep (tracing and compiling included) and of the same sweep run eagerl
 (issue 15 section 3): at most 2 traces per sweep (one static, one symbolic), the optimizer's
 first step included: Adam and RMSprop make their state while the first call is traced; SGD's
 first step (its momentum buffer is a copy of the gradient) runs eagerly, so its row shows 3.
+"training step with loss.item()" checks the loss value in the middle of the step (a graph break:
+the step runs in two compiled pieces, breaks.py); its pieces become symbolic too, so it also
+costs 2 traces (one per size up to max_graphs before, then eager).
 Backend "c" builds
 kernels per new size (its kernels are static-shaped): the wall time shows the compiler runs,
 the first time (an empty kernel cache: EAGERC_CACHE_DIR=$(mktemp -d)) and from the cache.
@@ -57,6 +60,19 @@ def with_backward(model):
         loss.backward()
         return loss.detach()
     return f
+
+
+def checking_loss(model, opt):
+    """A training step that reads its loss in the middle (a graph break), as logging code does."""
+    def step(x, y):
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        if loss.item() > 1e4:
+            raise FloatingPointError(f"the loss diverged: {loss.item()}")
+        loss.backward()
+        opt.step()
+        return loss.detach()
+    return step
 
 
 def sweep(fn, data, takes_y):
@@ -120,6 +136,14 @@ def main(argv=None):
             c = eagerc.compile(training_step(model, opt), backend=backend)
             return c, lambda: c
         rows.append(case(f"training step ({name})", make_step, data, args.backend, True))
+
+    def make_checked(model, backend):
+        opt = eagerc.optim.Adam(model.parameters(), lr=1e-3)
+        if backend is None:
+            return checking_loss(model, opt), None
+        c = eagerc.compile(checking_loss(model, opt), backend=backend)
+        return c, lambda: c
+    rows.append(case("training step with loss.item() (Adam)", make_checked, data, args.backend, True))
     print(f"batch sizes 1..{args.max_batch}, backend {args.backend}: time of the whole sweep")
     print(table(rows, ["sweep", "traces", "compiled wall", "compiled CPU", "eager CPU", "CPU speedup",
                        "max |diff|"]))

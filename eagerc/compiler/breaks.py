@@ -23,6 +23,11 @@ call does is committed before its last piece: mutation outputs are written back 
 so a miss runs the function again from a clean start. Graphs with random ops are not split
 (a miss would advance their generators twice): such a break still runs the call eagerly.
 
+Sizes: a split key becomes symbolic like an unsplit graph (dynamic.make_dynamic), one path
+at a time -- the trace on synthetic sizes reads the real call's break values (note), each
+piece becomes an entries.Dynamic, and a new path at any size costs one real and one
+synthetic trace (dynamic.add_path); the continuations keep their value guards.
+
 Values crossing a break are outputs of one piece and inputs of the next, by their traced
 names. A call that needs autograd keeps one backward program per path (training.py's
 JointEntry, the forward run here in pieces), so training through a break runs compiled too.

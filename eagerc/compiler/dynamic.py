@@ -18,6 +18,10 @@ How a dynamic graph is made (see docs/compile.md):
    expressions are evaluated by the runtime's `SizeExpr` (runtime/sizes.py) -- sums of
    products of integers and symbols, never `eval`.
 
+A key split at graph breaks (breaks.py) is made symbolic one path at a time: the synthetic
+trace reads the real call's values at the breaks (`Symbolic.forced`), so it takes that path;
+a new path costs a trace at its real sizes and one at synthetic sizes (`add_path`).
+
 Training is made dynamic the same way: a call that needs autograd gets a symbolic forward
 and a symbolic backward graph (training.JointEntry with two `Dynamic`s); a whole training
 step is an ordinary graph whose mutation outputs (parameters, .grad, optimizer state) keep
