@@ -188,3 +188,34 @@ def test_a_training_step_with_loss_item_sweeps_sizes_in_two_traces(backend, make
         for name, v in sd_e[k].items():
             if isinstance(v, eagerc.Tensor):
                 _close(sd_c[k][name], v, f"optimizer state {k}.{name}")
+
+
+class _Gated(_Net):
+    def forward(self, x):
+        h = self.a(x).tanh()
+        if h.mean().item() > -10.0:   # a break in a forward whose backward runs outside
+            h = h * 2
+        return self.b(h)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "c"], indirect=True)
+def test_a_model_with_a_break_and_its_backward_outside_sweeps_sizes_in_two_traces(backend):
+    eagerc.manual_seed(0)
+    eager = _Gated().double()
+    model = copy.deepcopy(eager)
+    c = eagerc.compile(model, backend=backend)
+    opt_e, opt_c = eagerc.optim.SGD(eager.parameters(), lr=0.1), eagerc.optim.SGD(model.parameters(), lr=0.1)
+    rng = np.random.default_rng(4)
+    for b in SIZES:
+        x, y = eagerc.tensor(rng.standard_normal((b, 6))), eagerc.tensor(rng.integers(0, 4, b))
+        for fn, opt in ((eager, opt_e), (c, opt_c)):
+            opt.zero_grad()
+            loss = F.cross_entropy(_quiet(fn, x), y)
+            loss.backward()
+            opt.step()
+        for (name, p), q in zip(eager.named_parameters(), model.parameters()):
+            _close(q.grad, p.grad, f"{name}.grad at batch {b}")
+            _close(q, p, f"{name} after batch {b}")
+    assert c._compiled.traces == 2
+    (e,) = _symbolic(c._compiled)
+    assert all(s.leaf.joint is not None for s in e.split.steps() if s.leaf is not None)   # compiled backward

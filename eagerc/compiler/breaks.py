@@ -343,6 +343,13 @@ class Split:
         self.sources = sources   # input name -> what it reads (a tensor, an array, an optimizer option)
         self.missed = None       # (Step, value) of the last call no continuation held for
         self.forced = None       # [(kind, value)] the last traced path read: a symbolic trace takes it
+        self.backward = None     # ... and its backward graph as traced, when the call needs autograd
+
+    def last(self, tracer, joint):
+        """Note what the path just traced (`tracer`, its training.Joint or None) read, for
+        dynamic.make_dynamic."""
+        self.forced = [(b.kind, b.traced) for b in tracer.breaks]
+        self.backward = joint.backward if joint is not None else None
 
     def steps(self):
         todo = [self.root]
@@ -423,7 +430,7 @@ def install(cf, key, fwd, joint_split, tracer, owners, result, n_args):
     old = cf.entries.get(key)
     split, externals, merged = _grow(old if type(old) is SplitEntry else None, pieces, leaf, sources, tracer)
     _compile(split.root, {v.name: k for k, v in fwd.inputs}, cf.backend)
-    split.forced = [(b.kind, b.traced) for b in tracer.breaks]
+    split.last(tracer, joint_split)
     entry = SplitEntry(key, externals=externals, traced=fwd)
     cf._guard_entry(entry, tracer, owners)
     if merged:
@@ -466,22 +473,23 @@ def _warn(cf, tracer):
                           "between them", stacklevel=level)
 
 
-def symbolic(cf, g_sym, sym_attrs, symbols, size_guards, tracer, owners, traced, into=None):
+def symbolic(cf, g_sym, sym_attrs, symbols, size_guards, tracer, owners, traced, joint=None, into=None):
     """The path a trace on synthetic sizes took (tracer.breaks, read as the real call's values:
     Symbolic.forced) as a symbolic split key: its pieces cut from the generalised graph
     `g_sym` (`traced`: as traced) and compiled as entries.Dynamic. With `into` (a symbolic
     SplitEntry) the path joins its tree instead -- when it made the same size comparisons,
-    else it replaces the tree -- and `into` is returned."""
+    else it replaces the tree -- and `into` is returned. `joint`: the path's symbolic
+    training.JointEntry when the call needs autograd."""
     for b in tracer.breaks:
         if not b.exact and not b.compares:
             b.exact = True
     pieces = cut(g_sym, tracer.breaks, traced)
-    leaf = Leaf(g_sym, None)
+    leaf = Leaf(g_sym, joint)
     sources = _sources(tracer)
     same = into is not None and into.dynamic.guards == list(size_guards)
     split, externals, merged = _grow(into if same else None, pieces, leaf, sources, tracer)
     _compile(split.root, {v.name: k for k, v in g_sym.inputs}, cf.backend, (symbols, sym_attrs))
-    split.forced = [(b.kind, b.traced) for b in tracer.breaks]
+    split.last(tracer, None)
     entry = SplitEntry(None, externals=externals, traced=g_sym)
     cf._guard_entry(entry, tracer, owners)
     entry.split = split
@@ -561,7 +569,7 @@ def run(entry, leaves, sizes=None, forced=None):
         t.grad = None
     outs = [env[n] for n in leaf.outs]
     if leaf.joint is not None:
-        return leaf.joint.outputs(outs, leaves, {n: env[n] for n in leaf.inputs})
+        return leaf.joint.outputs(outs, leaves, {n: env[n] for n in leaf.inputs}, sizes)
     tensors = [entries.tensor_of(a) for a in outs]
     for i, name in leaf.aliases:
         tensors[i] = leaves[int(name[3:])] if name.startswith("arg") else entry.externals[name]

@@ -781,13 +781,10 @@ def make_dynamic(cf, ref, changed, key, leaves, args, kwargs, verify_call=True, 
     if not dims:
         return fail("no size of this call can be symbolic")
     symbols = sorted(set(dims.values()), key=lambda s: int(s[1:]))
-    forced = None
-    if ref.split is not None:
-        if ref.split.root is not None and any(s.leaf.joint is not None for s in ref.split.steps()
-                                              if s.leaf is not None):
-            return fail("a call split at a graph break that needs autograd (a backward program per path) "
-                        "stays static")
-        forced = ref.split.forced
+    forced = ref.split.forced if ref.split is not None else None
+    # the backward graph as traced, of a call that needs autograd (a split key's: its last path's)
+    ref_backward = ref.joint.traced_backward if ref.joint is not None else \
+        ref.split.backward if ref.split is not None else None
     if ref.eager:
         # a graph break runs eagerly anyway: one eager entry serves every size instead of a
         # retrace per size
@@ -798,10 +795,9 @@ def make_dynamic(cf, ref, changed, key, leaves, args, kwargs, verify_call=True, 
                         f"{cf.keys.fmt_dims(dims)}")
         return cf.fn(*args, **kwargs)
     traced = ref.traced
-    joint = ref.joint
     ints = graph_ints(traced)
-    if joint is not None:
-        ints |= graph_ints(joint.traced_backward)
+    if ref_backward is not None:
+        ints |= graph_ints(ref_backward)
     for i, t in enumerate(leaves):
         ints.update(n for d, n in enumerate(t._array.shape) if (i, d) not in dims)
     for _, v in forced or ():   # a break value the continuations use is no size
@@ -839,7 +835,7 @@ def make_dynamic(cf, ref, changed, key, leaves, args, kwargs, verify_call=True, 
                 warnings.simplefilter("ignore")
                 graph_p, split_p, result_p, tracer_p, owners = cf._do_trace(
                     syn_args, syn_kwargs, False, symbolic=Symbolic(primes, size_log, forced),
-                    joint=joint is not None)
+                    joint=ref_backward is not None)
             after_p = state.take()  # what the eager run at the synthetic sizes updated
         except Exception as e:  # e.g. a size that must match a parameter
             errors.append(f"tracing {where} failed: {type(e).__name__}: {e}")
@@ -854,7 +850,7 @@ def make_dynamic(cf, ref, changed, key, leaves, args, kwargs, verify_call=True, 
         if forced is not None and not _same_values([(b.kind, b.traced) for b in tracer_p.breaks], forced):
             errors.append(f"the trace {where} took other graph breaks than at the real sizes")
             continue
-        if (joint is None) != (split_p is None):
+        if (ref_backward is None) != (split_p is None):
             errors.append(f"the call {'no longer' if split_p is None else 'now'} needs autograd {where}")
             continue
         lost = state.missing(graph_p, tracer_p, syn)
@@ -879,7 +875,7 @@ def make_dynamic(cf, ref, changed, key, leaves, args, kwargs, verify_call=True, 
         if ref_env:
             diff = check_guards(guards, ref_env) or same_program(traced, g_sym, sym_attrs, ref_env)
             if diff is None and split_p is not None:
-                diff = same_program(joint.traced_backward, g_bwd, bwd_attrs, ref_env)
+                diff = same_program(ref_backward, g_bwd, bwd_attrs, ref_env)
                 diff = diff and f"its backward: {diff}"
             if diff:
                 errors.append(f"Python takes another path {where} than at {ref_env}: {diff}")
@@ -896,15 +892,16 @@ def make_dynamic(cf, ref, changed, key, leaves, args, kwargs, verify_call=True, 
         node = next(n for n in g_sym.nodes if n.out.name == name)
         numel = math.prod(producers[name].out.shape)
         rng_info[name] = (words // numel if numel else 0, node.out.shape)
-    try:
-        if forced is not None:
-            entry = breaks.symbolic(cf, g_sym, sym_attrs, symbols, guards, tracer_p, owners, graph_p)
+    try:   # (a split key: its forward runs in symbolic pieces, breaks.symbolic)
         d = None if forced is not None else entries.Dynamic(g_sym, sym_attrs, symbols, cf.backend, rng_info, guards)
+        jentry = None
         if split is not None:
             from .training import JointEntry
             split_p, g_bwd, bwd_attrs = split
             bwd = entries.Dynamic(g_bwd, bwd_attrs, symbols, cf.backend, {})
             jentry = JointEntry(split_p, cf.backend, tracer_p, len(syn), dynamic=(d, bwd))
+        if forced is not None:
+            entry = breaks.symbolic(cf, g_sym, sym_attrs, symbols, guards, tracer_p, owners, graph_p, jentry)
     except Exception as e:
         return fail(f"the backend cannot compile the symbolic graph: {type(e).__name__}: {e}")
     if forced is None:
@@ -967,7 +964,7 @@ def make_dynamic(cf, ref, changed, key, leaves, args, kwargs, verify_call=True, 
             return expected
         result = expected
     if into is not None:   # a path of a symbolic split key (the caller's trace made the result)
-        breaks.symbolic(cf, g_sym, sym_attrs, symbols, guards, tracer_p, owners, graph_p, into)
+        breaks.symbolic(cf, g_sym, sym_attrs, symbols, guards, tracer_p, owners, graph_p, jentry, into)
         return result
     # install: the dims become symbols in every key; drop the specialisations the new mask
     # makes unreachable (older symbolic entries) or that the symbolic graph covers
@@ -1007,11 +1004,11 @@ def add_path(cf, entry, key, leaves, args, kwargs):
     cf._learn_modules(tracer)
     if fwd is None:
         return cf._after_break(key, tracer, result)
-    why = "it needs autograd" if joint is not None else "it draws random numbers" if tracer.rng else None
+    why = "it draws random numbers" if tracer.rng else None
     if why is None:
         ref = breaks.SplitEntry(cf.keys.of(args, kwargs, masked=False)[0], externals=tracer.externals, traced=fwd)
         ref.split = breaks.Split(None, {})
-        ref.split.forced = [(b.kind, b.traced) for b in tracer.breaks]
+        ref.split.last(tracer, joint)
         if make_dynamic(cf, ref, {}, key, leaves, args, kwargs, verify_call=False, into=entry) is not FAILED:
             return result
         why = cf.dyn_failed
