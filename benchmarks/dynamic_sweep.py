@@ -13,7 +13,9 @@ first step included: Adam and RMSprop make their state while the first call is t
 first step (its momentum buffer is a copy of the gradient) runs eagerly, so its row shows 3.
 "training step with loss.item()" checks the loss value in the middle of the step (a graph break:
 the step runs in two compiled pieces, breaks.py); its pieces become symbolic too, so it also
-costs 2 traces (one per size up to max_graphs before, then eager).
+costs 2 traces (one per size up to max_graphs before, then eager). "training step with
+GradScaler" scales the loss, steps through the scaler (its inf check reads a value: a break)
+and updates the scale.
 Backend "c" builds
 kernels per new size (its kernels are static-shaped): the wall time shows the compiler runs,
 the first time (an empty kernel cache: EAGERC_CACHE_DIR=$(mktemp -d)) and from the cache.
@@ -71,6 +73,20 @@ def checking_loss(model, opt):
             raise FloatingPointError(f"the loss diverged: {loss.item()}")
         loss.backward()
         opt.step()
+        return loss.detach()
+    return step
+
+
+def scaled(model, opt):
+    """A training step through a GradScaler (float32 here: the scaler's work without autocast)."""
+    scaler = eagerc.amp.GradScaler("cpu")
+
+    def step(x, y):
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
         return loss.detach()
     return step
 
@@ -137,13 +153,15 @@ def main(argv=None):
             return c, lambda: c
         rows.append(case(f"training step ({name})", make_step, data, args.backend, True))
 
-    def make_checked(model, backend):
-        opt = eagerc.optim.Adam(model.parameters(), lr=1e-3)
-        if backend is None:
-            return checking_loss(model, opt), None
-        c = eagerc.compile(checking_loss(model, opt), backend=backend)
-        return c, lambda: c
-    rows.append(case("training step with loss.item() (Adam)", make_checked, data, args.backend, True))
+    for name, wrap in (("training step with loss.item() (Adam)", checking_loss),
+                       ("training step with GradScaler (Adam)", scaled)):
+        def make_wrapped(model, backend, wrap=wrap):
+            opt = eagerc.optim.Adam(model.parameters(), lr=1e-3)
+            if backend is None:
+                return wrap(model, opt), None
+            c = eagerc.compile(wrap(model, opt), backend=backend)
+            return c, lambda: c
+        rows.append(case(name, make_wrapped, data, args.backend, True))
     print(f"batch sizes 1..{args.max_batch}, backend {args.backend}: time of the whole sweep")
     print(table(rows, ["sweep", "traces", "compiled wall", "compiled CPU", "eager CPU", "CPU speedup",
                        "max |diff|"]))

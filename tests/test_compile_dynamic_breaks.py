@@ -219,3 +219,36 @@ def test_a_model_with_a_break_and_its_backward_outside_sweeps_sizes_in_two_trace
     assert c._compiled.traces == 2
     (e,) = _symbolic(c._compiled)
     assert all(s.leaf.joint is not None for s in e.split.steps() if s.leaf is not None)   # compiled backward
+
+
+def test_a_training_step_with_a_grad_scaler_sweeps_sizes_in_two_traces():
+    """GradScaler: scale(loss).backward(), step() (its inf check reads found_inf: a break), update()."""
+    eagerc.manual_seed(0)
+    eager = _Net()
+    model = copy.deepcopy(eager)
+
+    def make(m):
+        opt = eagerc.optim.Adam(m.parameters(), lr=1e-2)
+        scaler = eagerc.amp.GradScaler("cpu", init_scale=2.0 ** 10, growth_interval=3)
+
+        def step(x, y):
+            opt.zero_grad()
+            loss = F.cross_entropy(m(x), y)
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+            return loss.detach()
+        return step, scaler
+    (step_e, scaler_e), (step_c, scaler_c) = make(eager), make(model)
+    c = eagerc.compile(step_c, backend="numpy")
+    rng = np.random.default_rng(5)
+    for b in SIZES:
+        x = eagerc.tensor(rng.standard_normal((b, 6)).astype(np.float32))
+        y = eagerc.tensor(rng.integers(0, 4, b))
+        _equal(_quiet(c, x, y), step_e(x, y), f"loss at batch {b}")
+        assert scaler_c.get_scale() == scaler_e.get_scale()
+        for (name, p), q in zip(eager.named_parameters(), model.parameters()):
+            _equal(q, p, f"{name} after batch {b}")
+            _equal(q.grad, p.grad, f"{name}.grad (unscaled) after batch {b}")
+    assert scaler_e.get_scale() > 2.0 ** 10   # (it grew: the compiled steps updated the scale)
+    assert c.traces == 2
