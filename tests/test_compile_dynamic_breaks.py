@@ -13,6 +13,7 @@ import pytest
 import eagerc
 import eagerc.nn as nn
 import eagerc.nn.functional as F
+from test_amp import scaled_step
 from test_compile_never_silent import backend  # noqa: F401  (the backend fixture)
 
 SIZES = list(range(1, 13)) + [12, 3, 7, 1, 5]
@@ -228,17 +229,7 @@ def test_a_training_step_with_a_grad_scaler_sweeps_sizes_in_two_traces():
     model = copy.deepcopy(eager)
 
     def make(m):
-        opt = eagerc.optim.Adam(m.parameters(), lr=1e-2)
-        scaler = eagerc.amp.GradScaler("cpu", init_scale=2.0 ** 10, growth_interval=3)
-
-        def step(x, y):
-            opt.zero_grad()
-            loss = F.cross_entropy(m(x), y)
-            scaler.scale(loss).backward()
-            scaler.step(opt)
-            scaler.update()
-            return loss.detach()
-        return step, scaler
+        return scaled_step(m, eagerc.optim.Adam(m.parameters(), lr=1e-2), init_scale=2.0 ** 10, growth_interval=3)
     (step_e, scaler_e), (step_c, scaler_c) = make(eager), make(model)
     c = eagerc.compile(step_c, backend="numpy")
     rng = np.random.default_rng(5)
