@@ -13,6 +13,7 @@ import pytest
 import eagerc
 import eagerc.nn as nn
 import eagerc.nn.functional as F
+from eagerc.compiler import entries
 from test_amp import scaled_step
 from test_compile_never_silent import backend  # noqa: F401  (the backend fixture)
 
@@ -64,12 +65,14 @@ def gated(x):
 def test_a_forward_with_an_item_break_sweeps_sizes_on_one_path(backend):
     c = eagerc.compile(gated, backend=backend)
     rng = np.random.default_rng(0)
-    for b in SIZES:
+    for b in SIZES + [3] * entries.HOT_CALLS:
         x = eagerc.tensor(rng.standard_normal((b, 5)) + 2.0)   # always the "> 1.0" side
         _same(backend)(_quiet(c, x), gated(x), f"batch {b}")
     assert c.traces == 2
     (e,) = _symbolic(c)
     assert _paths(e) == 1
+    if backend == "c":   # a size called often gets kernels of its own in every piece (entries.Dynamic)
+        assert all((3,) in s.run[0].programs for s in e.split.steps())
 
 
 def test_both_sides_of_a_break_at_every_size_cost_two_traces_each():
@@ -243,3 +246,14 @@ def test_a_training_step_with_a_grad_scaler_sweeps_sizes_in_two_traces():
             _equal(q.grad, p.grad, f"{name}.grad (unscaled) after batch {b}")
     assert scaler_e.get_scale() > 2.0 ** 10   # (it grew: the compiled steps updated the scale)
     assert c.traces == 2
+
+
+def test_dynamic_true_makes_a_split_function_symbolic_from_the_first_call():
+    c = eagerc.compile(gated, backend="numpy", dynamic=True)
+    rng = np.random.default_rng(6)
+    for b in [3] + SIZES:
+        x = eagerc.tensor(rng.standard_normal((b, 5)) + 2.0)
+        _equal(_quiet(c, x), gated(x), f"batch {b}")
+    assert c.traces == 2 + 1   # the first call and its synthetic trace; then size 1, specialised
+    (e,) = _symbolic(c)
+    assert _paths(e) == 1

@@ -360,7 +360,11 @@ class CompiledFunction:
             self.entries[key] = Entry(key, graph=fwd, eager=True, reason=reason, traced=fwd)
             return result
         if tracer.breaks:  # bool()/item() went on: the graph runs in pieces
-            return breaks.install(self, key, fwd, split, tracer, owners, result, len(leaves))
+            result = breaks.install(self, key, fwd, split, tracer, owners, result, len(leaves))
+            entry = self.entries.get(key)
+            if type(entry) is breaks.SplitEntry:
+                self._dynamic_from_start(entry, leaves, args, kwargs)
+            return result
         if split is not None:
             from .training import JointEntry
             joint = JointEntry(split, self.backend, tracer, len(leaves))
