@@ -45,7 +45,7 @@ import warnings
 from ..runtime.ir import Graph, format_node
 from ..runtime.ownership import is_eagerc_file
 from ..runtime.pytree import unflatten
-from . import entries, guards
+from . import dynamic, entries, guards
 from .entries import Dynamic, Entry
 from .tracer import GraphBreak, user_frame_info, user_location
 
@@ -319,10 +319,9 @@ def _compile(step, kinds, backend, sym=None):
                 step.graph = optimize(g, pipeline(backend))
                 program = backend.compile(step.graph)
             else:
-                from .dynamic import SymbolicAttrs
                 symbols, attrs = sym
                 mine = defined.__contains__
-                program = entries.Dynamic(g, SymbolicAttrs({k: v for k, v in attrs.table.items() if mine(k)},
+                program = Dynamic(g, dynamic.SymbolicAttrs({k: v for k, v in attrs.table.items() if mine(k)},
                                                            {k: v for k, v in attrs.scalars.items() if mine(k)}),
                                           symbols, backend, {})
                 step.graph = g
@@ -417,9 +416,7 @@ def install(cf, key, fwd, joint_split, tracer, owners, result, n_args):
         tracer.broken = GraphBreak(first.what, first.location, "a graph that draws random numbers is not split at "
                                    "a break (a miss would draw them twice)", cf.fullgraph)
         return cf._after_break(key, tracer, result)
-    for b in tracer.breaks:
-        if not b.exact and not b.compares:  # (a stand-in nothing compared: hold to the value)
-            b.exact = True
+    _settle(tracer.breaks)
     joint = None
     if joint_split is not None:
         from .training import JointEntry
@@ -439,6 +436,13 @@ def install(cf, key, fwd, joint_split, tracer, owners, result, n_args):
     cf.entries[key] = entry
     _warn(cf, tracer)
     return result
+
+
+def _settle(brks):
+    """A stand-in nothing compared holds to the value."""
+    for b in brks:
+        if not b.exact and not b.compares:
+            b.exact = True
 
 
 def _grow(old, pieces, leaf, sources, tracer):
@@ -480,9 +484,7 @@ def symbolic(cf, g_sym, sym_attrs, symbols, size_guards, tracer, owners, traced,
     SplitEntry) the path joins its tree instead -- when it made the same size comparisons,
     else it replaces the tree -- and `into` is returned. `joint`: the path's symbolic
     training.JointEntry when the call needs autograd."""
-    for b in tracer.breaks:
-        if not b.exact and not b.compares:
-            b.exact = True
+    _settle(tracer.breaks)
     pieces = cut(g_sym, tracer.breaks, traced)
     leaf = Leaf(g_sym, joint)
     sources = _sources(tracer)
@@ -520,8 +522,7 @@ def missed(cf, entry, key, leaves, args, kwargs):
             "(compare an item() where it is taken, or keep the value a tensor)"))
     cf.log.append(f"new path after the graph break at {brk.location}: {brk.what} gave {value!r}")
     if entry.dynamic is not None:
-        from .dynamic import add_path
-        return add_path(cf, entry, key, leaves, args, kwargs)
+        return dynamic.add_path(cf, entry, key, leaves, args, kwargs)
     return cf._trace(leaves, args, kwargs)
 
 
