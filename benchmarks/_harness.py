@@ -1,6 +1,7 @@
 """Shared timing harness: best-of-N per-call times, ratios against a baseline
 measured in the same run (machines here are shared and noisy)."""
 import os
+import time
 import timeit
 
 
@@ -16,6 +17,31 @@ def per_call_us(fn, number=None, repeat=9, budget_s=0.05):
 # a user gets with no variables set (eagerc's own defaults, eagerc/runtime/threads.py)
 _SETTING = os.environ.get("BENCH_THREADS", "1")
 THREADS = None if _SETTING == "default" else int(_SETTING)
+
+
+def interleaved_us(fns, repeat=7, budget_s=0.2):
+    """{name: best per-call time in microseconds} of the callables `fns` ({name: fn}), timed in
+    turns -- one repeat of each, then the next round -- so a change of load on a shared machine
+    falls on every column alike instead of on whichever ran last. With one thread (the
+    default) the clock is this thread's CPU time (`time.thread_time`): BLAS, the C kernels and
+    PyTorch all run in the calling thread then, and time other processes take the core from
+    it is not counted (with wall time, torch.compile measured a minute after eagerc moved the
+    GPT step's ratio from 0.81x to 0.93x). With more threads it is wall time (their work is
+    elsewhere than this thread)."""
+    clock = time.thread_time if THREADS == 1 else time.perf_counter
+    numbers, best = {}, {}
+    for name, fn in fns.items():
+        t = timeit.timeit(fn, number=1)
+        numbers[name] = max(1, int(budget_s / max(t, 1e-7)))
+        best[name] = float("inf")
+    for _ in range(repeat):
+        for name, fn in fns.items():
+            n = numbers[name]
+            t0 = clock()
+            for _ in range(n):
+                fn()
+            best[name] = min(best[name], (clock() - t0) / n)
+    return {name: t * 1e6 for name, t in best.items()}
 
 
 def limit_threads():
