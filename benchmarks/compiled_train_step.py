@@ -39,7 +39,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import eagerc  # noqa: E402
 from eagerc.runtime import kernel_cache  # noqa: E402
-from _harness import interleaved_us, matmul_floor, try_torch, table, ratio  # noqa: E402
+from _harness import blas_info, interleaved_us, matmul_floor, try_torch, table, ratio  # noqa: E402
 from train_step import mlp, gpt, load_state  # noqa: E402
 
 
@@ -150,7 +150,8 @@ def main(argv=None):
     rows = [run_case(name, build, x, y, torch, repeat, not args.no_torch_compile)
             for name, build, x, y in cases if args.only in name]
     print(f"training step (forward + backward + Adam), whole step compiled; eager and numpy: (ratio vs "
-          f"torch eager), c: (ratio vs torch.compile); torch threads {torch.get_num_threads() if torch else '-'}")
+          f"torch eager), c: (ratio vs torch.compile); torch threads {torch.get_num_threads() if torch else '-'}; "
+          f"numpy BLAS: {blas_info() or '-'}")
     print(table(rows, ["model", "torch", "torch.compile", "eagerc eager", "compiled numpy", "compiled c",
                        "floor (products)", "c / floor", "first numpy", "first c"]))
 
