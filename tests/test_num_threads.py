@@ -54,6 +54,18 @@ def test_bad_thread_counts_name_the_function(bad):
         eagerc.set_num_interop_threads(bad)
 
 
+def _compiled_run(fn, n, *arrays):
+    """fn compiled on backend c with `n` threads: (its outputs' arrays from the second call --
+    the first traces and returns eager results --, the program)."""
+    eagerc.set_num_threads(n)
+    compiled = eagerc.compile(fn, backend="c")
+    with eagerc.no_grad():
+        compiled(*map(eagerc.tensor, arrays))
+        out = compiled(*map(eagerc.tensor, arrays))
+    (entry,) = compiled.entries.values()
+    return [o.numpy() for o in out], entry.program
+
+
 @needs_cc
 def test_kernels_give_the_same_bits_on_one_and_two_threads(restore_threads):
     rng = np.random.default_rng(0)
@@ -65,18 +77,9 @@ def test_kernels_give_the_same_bits_on_one_and_two_threads(restore_threads):
         e = (a - a.amax(-1, keepdim=True)).exp()
         return gelu, e / e.sum(-1, keepdim=True), b.sum(), b.amax(), (b * b).mean()
 
-    def run(n):
-        eagerc.set_num_threads(n)
-        compiled = eagerc.compile(fn, backend="c")
-        with eagerc.no_grad():
-            compiled(eagerc.tensor(x), eagerc.tensor(v))       # the first call traces (eager results)
-            out = compiled(eagerc.tensor(x), eagerc.tensor(v))
-        (entry,) = compiled.entries.values()
-        return [o.numpy() for o in out], entry.program.c_source
-
-    one, src = run(1)
-    two, _ = run(2)
-    assert "num_threads(eagerc_team(262144, 512))" in src     # the kernels do run parallel loops
+    one, program = _compiled_run(fn, 1, x, v)
+    two, _ = _compiled_run(fn, 2, x, v)
+    assert "num_threads(eagerc_team(262144, 512))" in program.c_source     # the kernels do run parallel loops
     for a, b in zip(one, two):
         np.testing.assert_array_equal(a, b)
     e = np.exp(x - x.max(-1, keepdims=True))
@@ -100,19 +103,11 @@ def test_sums_over_leading_dims_split_columns_between_threads_same_bits(restore_
         g = a * b + 1
         return g, g.sum((0, 1)), g.mean(0)
 
-    def run(n):
-        eagerc.set_num_threads(n)
-        compiled = eagerc.compile(fn, backend="c")
-        with eagerc.no_grad():
-            compiled(eagerc.tensor(c), eagerc.tensor(d))       # the first call traces (eager results)
-            out = compiled(eagerc.tensor(c), eagerc.tensor(d))
-        (entry,) = compiled.entries.values()
-        assert all(k.reduction is not None and k.reduction.axis == "lead" for k in entry.program.kernels)
-        return [o.numpy() for o in out], entry.program.c_source
-
-    one, src = run(1)
-    two, _ = run(2)
-    assert "jb += 64" in src and "#pragma omp parallel for num_threads(eagerc_team(266240, 9))" in src
+    one, program = _compiled_run(fn, 1, c, d)
+    two, _ = _compiled_run(fn, 2, c, d)
+    assert all(k.reduction is not None and k.reduction.axis == "lead" for k in program.kernels)
+    assert "jb += 64" in program.c_source
+    assert "#pragma omp parallel for num_threads(eagerc_team(266240, 9))" in program.c_source
     for a, b in zip(one, two):
         np.testing.assert_array_equal(a, b)
     g = c * d + 1                       # rounded as the kernel rounds it (-ffp-contract=off)
