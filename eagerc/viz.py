@@ -708,35 +708,30 @@ def _time_colours(verts):
     return out
 
 
+_VERTEX_STYLES = {   # kind -> DOT attributes besides label and tooltip ("fillcolor" of op / module: by time)
+    "op": {"fillcolor": "white"},
+    "module": {"shape": "box3d", "style": "filled", "fillcolor": "#e8eef7"},
+    "param": {"shape": "box", "style": "filled", "fillcolor": "#eeeeee", "color": "#bbbbbb", "fontsize": 7,
+              "height": 0.15, "margin": "0.04,0.01"},
+    "arg": {"shape": "ellipse", "style": "filled", "fillcolor": "#cfe8ff"},
+    "output": {"shape": "ellipse", "style": "filled", "fillcolor": "#d4f4d4"},
+    "ref": {"shape": "box", "style": "dashed,rounded", "color": "#999999", "fontcolor": "#666666", "fontsize": 7,
+            "height": 0.15},
+    "mutation": {"shape": "ellipse", "style": "dashed"},
+}
+
+
 def _vertex_style(v, fill, total):
-    kind = v["kind"]
     label = v["label"]
     if fill is not None:
         t = v.get("time", 0.0)
         label += "\n" + _fmt_time(t) + (f" · {t / total:.0%}" if total > 0 else "")
-    if kind == "op":
-        s = {"label": label, "tooltip": v.get("tooltip"), "fillcolor": fill or "white"}
+    s = {"label": label, "tooltip": v.get("tooltip"), **_VERTEX_STYLES[v["kind"]]}
+    if fill is not None and v["kind"] in ("op", "module"):
+        s["fillcolor"] = fill
         if fill in ("#d7301f", "#b30000", "#7f0000"):
             s["fontcolor"] = "white"
-        return s
-    if kind == "module":
-        s = {"label": label, "tooltip": v.get("tooltip"), "shape": "box3d", "style": "filled",
-             "fillcolor": fill or "#e8eef7"}
-        if fill in ("#d7301f", "#b30000", "#7f0000"):
-            s["fontcolor"] = "white"
-        return s
-    if kind == "param":
-        return {"label": label, "tooltip": v.get("tooltip"), "shape": "box", "style": "filled",
-                "fillcolor": "#eeeeee", "color": "#bbbbbb", "fontsize": 7, "height": 0.15, "margin": "0.04,0.01"}
-    if kind == "arg":
-        return {"label": label, "tooltip": v.get("tooltip"), "shape": "ellipse", "style": "filled",
-                "fillcolor": "#cfe8ff"}
-    if kind == "output":
-        return {"label": label, "shape": "ellipse", "style": "filled", "fillcolor": "#d4f4d4"}
-    if kind == "ref":
-        return {"label": label, "tooltip": v.get("tooltip"), "shape": "box", "style": "dashed,rounded",
-                "color": "#999999", "fontcolor": "#666666", "fontsize": 7, "height": 0.15}
-    return {"label": label, "shape": "ellipse", "style": "dashed"}   # mutation
+    return s
 
 
 # ================================================================ timing
