@@ -1048,8 +1048,8 @@ def _two(v):
     return [v, v] if isinstance(v, int) else list(v)
 
 
-@converts("conv2d", "conv3d")
-def _conv2d(b, n, ins):
+@converts("conv2d", "conv3d", "conv_transpose2d", "conv_transpose3d")
+def _conv(b, n, ins):
     x, w, bias = ins
     a = n.attrs
     pad = a.get("padding", 0)
@@ -1063,26 +1063,12 @@ def _conv2d(b, n, ins):
         inputs.append(b.val(bias, dt))
     elif bias is not None and (_is_value(bias) or bias != 0):
         add = bias
-    y = b.op("Conv", inputs, strides=_two(a.get("stride", 1)), pads=begins + ends,
-             dilations=_two(a.get("dilation", 1)), group=int(a.get("groups", 1)))
-    return y if add is None else b.op("Add", [y, b.val(add, dt)])
-
-
-@converts("conv_transpose2d", "conv_transpose3d")
-def _conv_transpose2d(b, n, ins):
-    x, w, bias = ins
-    a = n.attrs
-    begins, ends = _pairs(a.get("padding", 0))
-    dt = n.out.dtype
-    inputs = [b.val(x, dt), b.val(w, dt)]
-    add = None
-    if _is_value(bias) and len(bias.shape) == 1:
-        inputs.append(b.val(bias, dt))
-    elif bias is not None and (_is_value(bias) or bias != 0):
-        add = bias
-    y = b.op("ConvTranspose", inputs, strides=_two(a.get("stride", 1)), pads=begins + ends,
-             output_padding=_two(a.get("output_padding", 0)), dilations=_two(a.get("dilation", 1)),
-             group=int(a.get("groups", 1)))
+    attrs = dict(strides=_two(a.get("stride", 1)), pads=begins + ends, dilations=_two(a.get("dilation", 1)),
+                 group=int(a.get("groups", 1)))
+    if n.op.startswith("conv_transpose"):
+        y = b.op("ConvTranspose", inputs, output_padding=_two(a.get("output_padding", 0)), **attrs)
+    else:
+        y = b.op("Conv", inputs, **attrs)
     return y if add is None else b.op("Add", [y, b.val(add, dt)])
 
 
