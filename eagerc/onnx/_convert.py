@@ -328,8 +328,7 @@ class Builder:
             out = conv(self, n, ins)
             for key in self.node_patches.get(i, {}):
                 if key[0] == "attrs" and key[1] not in self._handled:
-                    raise unsupported(n, f"its attribute {key[1]!r} depends on a dynamic size; make that "
-                                         "dimension static")
+                    self.static_attr(key[1])
             self.names[n.out.name] = out
         self.node, self.index = None, None
         outputs = []
@@ -434,26 +433,24 @@ def _unary(b, n, ins):
     return b.op(_UNARY[n.op], [b.val(ins[0], dt)])
 
 
-@converts("rsqrt", "exp2", "log2", "log1p", "expm1", "square", "trunc")
+_UNARY_COMPOSITE = {   # op -> fn(builder, x, dtype): the op written with ONNX ops
+    "rsqrt": lambda b, x, dt: b.op("Reciprocal", [b.op("Sqrt", [x])]),
+    "exp2": lambda b, x, dt: b.op("Pow", [b.val(2.0, dt), x]),
+    "log2": lambda b, x, dt: b.op("Div", [b.op("Log", [x]), b.val(math.log(2.0), dt)]),
+    "log1p": lambda b, x, dt: b.op("Log", [b.op("Add", [x, b.val(1.0, dt)])]),
+    "expm1": lambda b, x, dt: b.op("Sub", [b.op("Exp", [x]), b.val(1.0, dt)]),
+    "square": lambda b, x, dt: b.op("Mul", [x, x]),
+    "trunc": lambda b, x, dt: b.op("Where", [b.op("Less", [x, b.val(0.0, dt)]), b.op("Ceil", [x]), b.op("Floor", [x])]),
+}
+
+
+@converts(*_UNARY_COMPOSITE)
 def _unary_composite(b, n, ins):
     dt = n.out.dtype
     x = b.val(ins[0], dt)
-    if n.op == "rsqrt":
-        return b.op("Reciprocal", [b.op("Sqrt", [x])])
-    if n.op == "exp2":
-        return b.op("Pow", [b.val(2.0, dt), x])
-    if n.op == "log2":
-        return b.op("Div", [b.op("Log", [x]), b.val(math.log(2.0), dt)])
-    if n.op == "log1p":
-        return b.op("Log", [b.op("Add", [x, b.val(1.0, dt)])])
-    if n.op == "expm1":
-        return b.op("Sub", [b.op("Exp", [x]), b.val(1.0, dt)])
-    if n.op == "square":
-        return b.op("Mul", [x, x])
-    if dt not in _FLOATS:  # trunc
+    if n.op == "trunc" and dt not in _FLOATS:  # integers are whole already
         return b.op("Identity", [x])
-    neg = b.op("Less", [x, b.val(0.0, dt)])
-    return b.op("Where", [neg, b.op("Ceil", [x]), b.op("Floor", [x])])
+    return _UNARY_COMPOSITE[n.op](b, x, dt)
 
 
 @converts("isnan", "isinf", "isfinite", "logical_not")
@@ -777,21 +774,12 @@ def _index(b, n, ins):
     return b.op("Gather", [b.val(x), b.val(tensors[0], "int64")], axis=pos)
 
 
-@converts("index_select")
-def _index_select(b, n, ins):
-    nd = len(ins[0].shape)
-    return b.op("Gather", [b.val(ins[0]), b.val(ins[1], "int64")], axis=n.attrs["dim"] % max(nd, 1))
-
-
-@converts("gather")
+@converts("index_select", "gather", "embedding")
 def _gather(b, n, ins):
-    nd = len(ins[0].shape)
-    return b.op("GatherElements", [b.val(ins[0]), b.val(ins[1], "int64")], axis=n.attrs["dim"] % max(nd, 1))
-
-
-@converts("embedding")
-def _embedding(b, n, ins):
-    return b.op("Gather", [b.val(ins[0]), b.val(ins[1], "int64")], axis=0)
+    """index_select and embedding (a table's rows) are ONNX Gather; gather is GatherElements."""
+    axis = 0 if n.op == "embedding" else n.attrs["dim"] % max(len(ins[0].shape), 1)
+    return b.op("GatherElements" if n.op == "gather" else "Gather", [b.val(ins[0]), b.val(ins[1], "int64")],
+                axis=axis)
 
 
 @converts("cat")
@@ -1072,28 +1060,31 @@ def _conv(b, n, ins):
     return y if add is None else b.op("Add", [y, b.val(add, dt)])
 
 
-@converts("max_pool2d")
-def _max_pool2d(b, n, ins):
-    a = n.attrs
+def _pool_window(a):
+    """(kernel_shape, strides, pads) of a 2-d pooling node's attributes (stride defaults to the kernel)."""
     begins, ends = _pairs(a.get("padding", 0))
     ks = _two(a["kernel_size"])
     stride = a.get("stride")
-    return b.op("MaxPool", [b.val(ins[0])], kernel_shape=ks, strides=_two(stride) if stride else ks,
-                pads=begins + ends, dilations=_two(a.get("dilation", 1)), ceil_mode=int(bool(a.get("ceil_mode"))))
+    return ks, _two(stride) if stride else ks, begins + ends
+
+
+@converts("max_pool2d")
+def _max_pool2d(b, n, ins):
+    a = n.attrs
+    ks, strides, pads = _pool_window(a)
+    return b.op("MaxPool", [b.val(ins[0])], kernel_shape=ks, strides=strides, pads=pads,
+                dilations=_two(a.get("dilation", 1)), ceil_mode=int(bool(a.get("ceil_mode"))))
 
 
 @converts("avg_pool2d")
 def _avg_pool2d(b, n, ins):
     a = n.attrs
-    begins, ends = _pairs(a.get("padding", 0))
-    ks = _two(a["kernel_size"])
-    stride = a.get("stride")
+    ks, strides, pads = _pool_window(a)
     div = a.get("divisor_override")
     ceil = bool(a.get("ceil_mode"))
     if div is not None and ceil:
         raise unsupported(n, "divisor_override with ceil_mode=True")
-    y = b.op("AveragePool", [b.val(ins[0])], kernel_shape=ks, strides=_two(stride) if stride else ks,
-             pads=begins + ends, ceil_mode=int(ceil),
+    y = b.op("AveragePool", [b.val(ins[0])], kernel_shape=ks, strides=strides, pads=pads, ceil_mode=int(ceil),
              count_include_pad=int(bool(a.get("count_include_pad", True)) or div is not None))
     if div is not None:
         y = b.op("Mul", [y, b.val(ks[0] * ks[1] / div, n.out.dtype)])
