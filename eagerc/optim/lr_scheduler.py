@@ -16,6 +16,8 @@ from bisect import bisect_right
 from collections import Counter
 from functools import partial
 
+from .._missing import module_getattr as _module_getattr
+
 __all__ = ["LRScheduler", "StepLR", "MultiStepLR", "ConstantLR", "LinearLR", "ExponentialLR",
            "PolynomialLR", "CosineAnnealingLR", "LambdaLR", "MultiplicativeLR", "OneCycleLR",
            "SequentialLR", "ChainedScheduler", "ReduceLROnPlateau", "CosineAnnealingWarmRestarts",
@@ -693,8 +695,4 @@ def _exp_range_scale(gamma, x):
     return gamma ** x
 
 
-def __getattr__(name):  # a missing name: PyTorch's and not implemented yet, or a typo?
-    if name.startswith("__"):
-        raise AttributeError(name)
-    from .._missing import missing
-    raise missing("eagerc.optim.lr_scheduler", "torch.optim.lr_scheduler", name)
+__getattr__ = _module_getattr("eagerc.optim.lr_scheduler", "torch.optim.lr_scheduler")
