@@ -374,15 +374,13 @@ class Module:
         yield from self._named_members(lambda m: m._parameters.items(), prefix, recurse, remove_duplicate)
 
     def parameters(self, recurse=True):
-        for _, p in self.named_parameters(recurse=recurse):
-            yield p
+        return (p for _, p in self.named_parameters(recurse=recurse))
 
     def named_buffers(self, prefix="", recurse=True, remove_duplicate=True):
         yield from self._named_members(lambda m: m._buffers.items(), prefix, recurse, remove_duplicate)
 
     def buffers(self, recurse=True):
-        for _, b in self.named_buffers(recurse=recurse):
-            yield b
+        return (b for _, b in self.named_buffers(recurse=recurse))
 
     def named_children(self):
         memo = set()
@@ -392,8 +390,7 @@ class Module:
                 yield name, module
 
     def children(self):
-        for _, m in self.named_children():
-            yield m
+        return (m for _, m in self.named_children())
 
     def named_modules(self, memo=None, prefix="", remove_duplicate=True):
         if memo is None:
@@ -409,8 +406,7 @@ class Module:
             yield from module.named_modules(memo, prefix + ("." if prefix else "") + name, remove_duplicate)
 
     def modules(self):
-        for _, m in self.named_modules():
-            yield m
+        return (m for _, m in self.named_modules())
 
     # ------------------------------------------------------------ modes
     def train(self, mode=True):
