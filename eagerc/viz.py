@@ -231,18 +231,15 @@ def _prefix(path, n):
     return ".".join(path.split(".")[:n])
 
 
+def _ancestors(path):
+    """"a.b.c" -> ["a", "a.b", "a.b.c"]: the path and the modules above it (the root "" left out)."""
+    parts = path.split(".") if path else []
+    return [".".join(parts[:k]) for k in range(1, len(parts) + 1)]
+
+
 def _lca(paths):
-    parts = None
-    for p in paths:
-        q = p.split(".") if p else []
-        if parts is None:
-            parts = q
-        else:
-            k = 0
-            while k < min(len(parts), len(q)) and parts[k] == q[k]:
-                k += 1
-            parts = parts[:k]
-    return ".".join(parts or [])
+    """The innermost module holding every path (compared part by part, not by characters)."""
+    return ".".join(os.path.commonprefix([p.split(".") if p else [] for p in paths]))
 
 
 # ================================================================ repeated blocks
@@ -256,9 +253,8 @@ def _find_repeats(graph, mods, param_mod):
     producer = {n.out.name: i for i, n in enumerate(nodes)}
     members = {}                     # module path -> node indices (its whole subtree)
     for i, m in enumerate(mods):
-        parts = m.split(".") if m else []
-        for k in range(1, len(parts) + 1):
-            members.setdefault(".".join(parts[:k]), []).append(i)
+        for a in _ancestors(m):
+            members.setdefault(a, []).append(i)
     children = {}
     for p in members:
         children.setdefault(_parent(p), []).append(p)
@@ -355,10 +351,7 @@ def program_graph(graph, *, depth=None, repeats="auto", times=None, value_shapes
     def strip(m):
         return "" if not m or m == root else m
     mods = [strip(n.module) for n in nodes]
-    known = set()
-    for m in mods:
-        parts = m.split(".") if m else []
-        known.update(".".join(parts[:k]) for k in range(1, len(parts) + 1))
+    known = {a for m in mods for a in _ancestors(m)}
     externals = graph.externals()
     external = {v.name: v for v in externals}
     param_mod = {}
@@ -513,10 +506,8 @@ def program_graph(graph, *, depth=None, repeats="auto", times=None, value_shapes
 def _write_dot(verts, edges, groups, fusion_of, classes, reps, header, colour, total):
     """The DOT text: module clusters nested by path (in program order), fusion groups inside
     their module, then the edges. Returns (text, number of module clusters)."""
-    clusters = set()     # module paths with boxes, and their ancestors
-    for c in {v["cluster"] for v in verts.values()} | {lca for _, lca, _ in groups}:
-        parts = c.split(".") if c else []
-        clusters.update(".".join(parts[:k]) for k in range(1, len(parts) + 1))
+    clusters = {a for c in {v["cluster"] for v in verts.values()} | {lca for _, lca, _ in groups}
+                for a in _ancestors(c)}   # module paths with boxes, and their ancestors
     out = ["digraph eagerc {",
            "  graph [rankdir=TB fontname=Helvetica fontsize=11 newrank=true"
            + (" nslimit=4 mclimit=0.3 searchsize=10" if len(verts) > 500 else "")   # fewer layout passes
@@ -533,9 +524,8 @@ def _write_dot(verts, edges, groups, fusion_of, classes, reps, header, colour, t
         fusion_by_parent.setdefault(lca, []).append((gid, size))
     first = {}           # cluster -> position of its first box: clusters in program order
     for k, v in enumerate(verts.values()):
-        parts = v["cluster"].split(".") if v["cluster"] else []
-        for d in range(1, len(parts) + 1):
-            first.setdefault(".".join(parts[:d]), k)
+        for a in _ancestors(v["cluster"]):
+            first.setdefault(a, k)
     kids = {}
     for c in clusters:
         kids.setdefault(_parent(c), []).append(c)
