@@ -621,20 +621,14 @@ class Module:
         return ""
 
     def __repr__(self):
-        extra_lines = []
         extra = self.extra_repr()
-        if extra:
-            extra_lines = extra.split("\n")
-        child_lines = []
-        for key, module in self._modules.items():
-            child_lines.append("(" + key + "): " + _addindent(repr(module), 2))
-        lines = extra_lines + child_lines
+        extra_lines = extra.split("\n") if extra else []
+        child_lines = ["(" + key + "): " + _addindent(repr(module), 2) for key, module in self._modules.items()]
         main = self._get_name() + "("
-        if lines:
-            if len(extra_lines) == 1 and not child_lines:
-                main += extra_lines[0]
-            else:
-                main += "\n  " + "\n  ".join(lines) + "\n"
+        if len(extra_lines) == 1 and not child_lines:
+            main += extra_lines[0]
+        elif extra_lines or child_lines:
+            main += "\n  " + "\n  ".join(extra_lines + child_lines) + "\n"
         return main + ")"
 
 
