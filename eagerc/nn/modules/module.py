@@ -233,7 +233,7 @@ class Module:
                             "(eagerc Tensor or None required)")
         if isinstance(tensor, Buffer):
             persistent = tensor.persistent
-            tensor = _plain(tensor)
+            tensor = dispatch.wrap(tensor._array, tensor.requires_grad)   # a plain Tensor sharing its memory
         self._buffers[name] = tensor
         if persistent:
             self._non_persistent_buffers_set.discard(name)
@@ -638,17 +638,6 @@ def _quoted(keys):
 
 def _size(shape):
     return f"eagerc.Size([{', '.join(str(s) for s in shape)}])"
-
-
-def _plain(t):
-    """A plain Tensor sharing t's memory (unwraps nn.Buffer)."""
-    out = Tensor.__new__(Tensor)
-    out._array = t._array
-    out.requires_grad = t.requires_grad
-    out.grad = None
-    out.grad_fn = None
-    out._vc = None
-    return out
 
 
 def _check_name(module, name, what, table):
