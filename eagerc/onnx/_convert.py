@@ -390,22 +390,16 @@ def _binary(b, n, ins):
     return b.op(_BINARY[n.op], [b.val(ins[0], dt), b.val(ins[1], dt)])
 
 
-@converts("floor_divide")
-def _floor_divide(b, n, ins):
+@converts("floor_divide", "remainder")
+def _floor_divide_remainder(b, n, ins):
+    """floor(a / b) and a - b * floor(a / b): Python's sign convention (integers: Mod with fmod=0)."""
     dt = n.out.dtype
     a, c = b.val(ins[0], dt), b.val(ins[1], dt)
-    if dt in _FLOATS:
-        return b.op("Floor", [b.op("Div", [a, c])])
-    return b.op("Div", [b.op("Sub", [a, b.op("Mod", [a, c], fmod=0)]), c])
-
-
-@converts("remainder")
-def _remainder(b, n, ins):
-    dt = n.out.dtype
-    a, c = b.val(ins[0], dt), b.val(ins[1], dt)
-    if dt in _FLOATS:  # a - b * floor(a / b): Python's sign convention
-        return b.op("Sub", [a, b.op("Mul", [c, b.op("Floor", [b.op("Div", [a, c])])])])
-    return b.op("Mod", [a, c], fmod=0)
+    if dt not in _FLOATS:
+        mod = b.op("Mod", [a, c], fmod=0)
+        return b.op("Div", [b.op("Sub", [a, mod]), c]) if n.op == "floor_divide" else mod
+    quotient = b.op("Floor", [b.op("Div", [a, c])])
+    return quotient if n.op == "floor_divide" else b.op("Sub", [a, b.op("Mul", [c, quotient])])
 
 
 @converts("logaddexp", "hypot")
