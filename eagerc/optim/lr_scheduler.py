@@ -638,17 +638,11 @@ class CyclicLR(LRScheduler):
         self.base_lrs = base_lrs
 
     def _init_scale_fn(self):
-        if self._scale_fn_custom is not None:
-            return
-        if self.mode == "triangular":
-            self._scale_fn_ref = _triangular_scale
-            self.scale_mode = "cycle"
-        elif self.mode == "triangular2":
-            self._scale_fn_ref = _triangular2_scale
-            self.scale_mode = "cycle"
-        elif self.mode == "exp_range":
-            self._scale_fn_ref = partial(_exp_range_scale, self.gamma)
-            self.scale_mode = "iterations"
+        """The built-in mode's scale function and what it is a function of (a custom scale_fn keeps its own)."""
+        rule = {"triangular": (_triangular_scale, "cycle"), "triangular2": (_triangular2_scale, "cycle"),
+                "exp_range": (partial(_exp_range_scale, self.gamma), "iterations")}.get(self.mode)
+        if self._scale_fn_custom is None and rule is not None:
+            self._scale_fn_ref, self.scale_mode = rule
 
     def scale_fn(self, x):
         return (self._scale_fn_custom or self._scale_fn_ref)(x)
