@@ -491,15 +491,10 @@ def _truthy(b, x):
 
 @converts("bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not")
 def _bitwise(b, n, ins):
+    """BitwiseAnd / Or / Xor / Not; on bool tensors the logical And / Or / Xor / Not."""
     dt = n.out.dtype
-    if dt == "bool":
-        if n.op == "bitwise_not":
-            return b.op("Not", [b.val(ins[0], "bool")])
-        return b.op({"bitwise_and": "And", "bitwise_or": "Or", "bitwise_xor": "Xor"}[n.op],
-                    [b.val(ins[0], "bool"), b.val(ins[1], "bool")])
-    onnx_op = {"bitwise_and": "BitwiseAnd", "bitwise_or": "BitwiseOr", "bitwise_xor": "BitwiseXor",
-               "bitwise_not": "BitwiseNot"}[n.op]
-    return b.op(onnx_op, [b.val(x, dt) for x in ins])
+    kind = n.op.split("_")[1].capitalize()
+    return b.op(kind if dt == "bool" else "Bitwise" + kind, [b.val(x, dt) for x in ins])
 
 
 @converts("where")
