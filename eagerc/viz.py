@@ -472,18 +472,14 @@ def program_graph(graph, *, depth=None, repeats="auto", times=None, value_shapes
             a, b = instance.get(producer.get(x.name, -1)), instance.get(i)
             cross = a is not None and b is not None and a[0] == b[0] and a[1] != b[1]
             edges[key] = {"label": label, "cross": cross, "value": x.name}
-    for k, v in enumerate(graph.outputs):
-        vid = "o" + str(k)
-        verts[vid] = {"kind": "output", "cluster": "", "label": _output_label(graph, k), "pos": len(nodes)}
+    ends = ([("o" + str(k), "output", _output_label(graph, k), v, {}) for k, v in enumerate(graph.outputs)]
+            + [("u" + str(k), "mutation", f"{target} ←", v, {"style": "dashed"})
+               for k, (target, v) in enumerate(graph.mutations)])
+    for vid, kind, label, v, style in ends:     # what the program returns, and what it updates in place
+        verts[vid] = {"kind": kind, "cluster": "", "label": label, "pos": len(nodes)}
         src = source_of(v.name)
         if src is not None:
-            edges[(src, vid, v.name)] = {"label": _vtype(v, value_shapes), "cross": False}
-    for k, (target, v) in enumerate(graph.mutations):
-        vid = "u" + str(k)
-        verts[vid] = {"kind": "mutation", "cluster": "", "label": f"{target} ←", "pos": len(nodes)}
-        src = source_of(v.name)
-        if src is not None:
-            edges[(src, vid, v.name)] = {"label": _vtype(v, value_shapes), "cross": False, "style": "dashed"}
+            edges[(src, vid, v.name)] = {"label": _vtype(v, value_shapes), "cross": False, **style}
 
     edges = _ghost_long_edges(verts, edges)
 
