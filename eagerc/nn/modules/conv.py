@@ -52,23 +52,17 @@ class _ConvNd(Module):
         self.groups = groups
         self.padding_mode = padding_mode
         # F.pad's order: last dim first, (before, after) per dim
-        if isinstance(padding, str):
-            pads = []
-            if padding == "same":
-                for d, k in zip(dilation, kernel_size):
-                    total = d * (k - 1)
-                    pads.append((total // 2, total - total // 2))
-            else:
-                pads = [(0, 0)] * n
+        if padding == "same":
+            totals = [d * (k - 1) for d, k in zip(dilation, kernel_size)]
+            pads = [(t // 2, t - t // 2) for t in totals]
+        elif padding == "valid":
+            pads = [(0, 0)] * n
         else:
             pads = [(p, p) for p in padding]
         self._reversed_padding_repeated_twice = tuple(v for before, after in reversed(pads) for v in (before, after))
         shape = (in_channels, out_channels // groups) if transposed else (out_channels, in_channels // groups)
         self.weight = Parameter(empty(*shape, *kernel_size, device=device, dtype=dtype))
-        if bias:
-            self.bias = Parameter(empty(out_channels, device=device, dtype=dtype))
-        else:
-            self.register_parameter("bias", None)
+        self.register_parameter("bias", Parameter(empty(out_channels, device=device, dtype=dtype)) if bias else None)
         self.reset_parameters()
 
     def reset_parameters(self):

@@ -40,8 +40,7 @@ class LayerNorm(Module):
         self.elementwise_affine = elementwise_affine
         _affine(self, self.normalized_shape, elementwise_affine, bias, device, dtype)
 
-    def reset_parameters(self):
-        _reset_affine(self)
+    reset_parameters = _reset_affine
 
     def forward(self, input):
         return F.layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps)
@@ -64,8 +63,7 @@ class GroupNorm(Module):
         self.affine = affine
         _affine(self, num_channels, affine, bias, device, dtype)
 
-    def reset_parameters(self):
-        _reset_affine(self)
+    reset_parameters = _reset_affine
 
     def forward(self, input):
         return F.group_norm(input, self.num_groups, self.weight, self.bias, self.eps)
