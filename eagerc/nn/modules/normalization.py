@@ -109,14 +109,10 @@ class _BatchNorm(Module):
         self.affine = affine
         self.track_running_stats = track_running_stats
         _affine(self, num_features, affine, bias, device, dtype)
-        if track_running_stats:
-            self.register_buffer("running_mean", zeros(num_features, device=device, dtype=dtype))
-            self.register_buffer("running_var", ones(num_features, device=device, dtype=dtype))
-            self.register_buffer("num_batches_tracked", tensor(0, dtype=int64, device=device))
-        else:
-            self.register_buffer("running_mean", None)
-            self.register_buffer("running_var", None)
-            self.register_buffer("num_batches_tracked", None)
+        track = track_running_stats
+        self.register_buffer("running_mean", zeros(num_features, device=device, dtype=dtype) if track else None)
+        self.register_buffer("running_var", ones(num_features, device=device, dtype=dtype) if track else None)
+        self.register_buffer("num_batches_tracked", tensor(0, dtype=int64, device=device) if track else None)
 
     def reset_running_stats(self):
         if self.track_running_stats:
