@@ -81,14 +81,10 @@ class RMSNorm(Module):
         self.normalized_shape = _shape(normalized_shape)
         self.eps = eps
         self.elementwise_affine = elementwise_affine
-        if elementwise_affine:
-            self.weight = Parameter(ones(self.normalized_shape, device=device, dtype=dtype))
-        else:
-            self.register_parameter("weight", None)
+        self.register_parameter("weight", Parameter(ones(self.normalized_shape, device=device, dtype=dtype))
+                                if elementwise_affine else None)
 
-    def reset_parameters(self):
-        if self.elementwise_affine:
-            init.ones_(self.weight)
+    reset_parameters = _reset_affine
 
     def forward(self, input):
         return F.rms_norm(input, self.normalized_shape, self.weight, self.eps)
