@@ -472,7 +472,8 @@ def program_graph(graph, *, depth=None, repeats="auto", times=None, value_shapes
             a, b = instance.get(producer.get(x.name, -1)), instance.get(i)
             cross = a is not None and b is not None and a[0] == b[0] and a[1] != b[1]
             edges[key] = {"label": label, "cross": cross, "value": x.name}
-    ends = ([("o" + str(k), "output", _output_label(graph, k), v, {}) for k, v in enumerate(graph.outputs)]
+    where = output_paths(graph.out_tree)
+    ends = ([("o" + str(k), "output", where.get(k, f"output {k}"), v, {}) for k, v in enumerate(graph.outputs)]
             + [("u" + str(k), "mutation", f"{target} ←", v, {"style": "dashed"})
                for k, (target, v) in enumerate(graph.mutations)])
     for vid, kind, label, v, style in ends:     # what the program returns, and what it updates in place
@@ -635,10 +636,6 @@ def output_paths(out_tree):
     except (AttributeError, ValueError, TypeError):
         pass
     return paths
-
-
-def _output_label(graph, k):
-    return output_paths(graph.out_tree).get(k, f"output {k}")
 
 
 def _title(title, n, total):
