@@ -90,11 +90,6 @@ class _ConvNd(Module):
             s += ", padding_mode={padding_mode}"
         return s.format(**self.__dict__)
 
-    def _padded(self, input):
-        """Non-zero padding modes pad explicitly (F.pad), then convolve without padding."""
-        mode = "constant" if self.padding_mode == "zeros" else self.padding_mode
-        return F.pad(input, self._reversed_padding_repeated_twice, mode=mode)
-
 
 class _Conv(_ConvNd):
     """Conv1d/2d/3d: one signature; the subclass names its rank `_n`."""
@@ -106,8 +101,9 @@ class _Conv(_ConvNd):
 
     def _conv_forward(self, input, weight, bias):
         conv = getattr(F, f"conv{self._n}d")
-        if self.padding_mode != "zeros":
-            return conv(self._padded(input), weight, bias, self.stride, 0, self.dilation, self.groups)
+        if self.padding_mode != "zeros":  # reflect, replicate, circular: pad explicitly, then convolve unpadded
+            padded = F.pad(input, self._reversed_padding_repeated_twice, mode=self.padding_mode)
+            return conv(padded, weight, bias, self.stride, 0, self.dilation, self.groups)
         return conv(input, weight, bias, self.stride, self.padding, self.dilation, self.groups)
 
     def forward(self, input):
