@@ -668,22 +668,15 @@ def _unsqueeze(b, n, ins):
 @converts("slice")
 def _slice(b, n, ins):
     x = ins[0]
-    nd = len(x.shape)
     a = n.attrs
     step = a.get("step") or 1
-    start = a.get("start")
-    stop = a.get("stop")
-    if start is None:
-        b.handled("start")
-        starts = b.ints([0 if step > 0 else INT64_MAX])
-    else:
-        starts = b.int_scalar("start", start)
-    if stop is None:
-        b.handled("stop")
-        ends = b.ints([INT64_MAX if step > 0 else INT64_MIN])
-    else:
-        ends = b.int_scalar("stop", stop)
-    return b.op("Slice", [b.val(x), starts, ends, b.ints([a["dim"] % nd]), b.ints([step])])
+
+    def bound(attr, default):   # an omitted start / stop: the end of the axis the step starts / stops at
+        b.handled(attr)
+        return b.ints([default]) if a.get(attr) is None else b.int_scalar(attr, a[attr])
+    starts = bound("start", 0 if step > 0 else INT64_MAX)
+    ends = bound("stop", INT64_MAX if step > 0 else INT64_MIN)
+    return b.op("Slice", [b.val(x), starts, ends, b.ints([a["dim"] % len(x.shape)]), b.ints([step])])
 
 
 def _slice_nodes(b, x, shape, index):
