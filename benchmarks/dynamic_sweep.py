@@ -13,7 +13,8 @@ first step included: Adam and RMSprop make their state while the first call is t
 first step (its momentum buffer is a copy of the gradient) runs eagerly, so its row shows 3.
 "training step with loss.item()" checks the loss value in the middle of the step (a graph break:
 the step runs in two compiled pieces, breaks.py); its pieces become symbolic too, so it also
-costs 2 traces (one per size up to max_graphs before, then eager). "training step with
+costs 2 traces (one per size up to max_graphs before, then eager); so does one that returns
+`loss.item()` (its value is read per call, no guard: 4 values, then eager before). "training step with
 GradScaler" scales the loss, steps through the scaler (its inf check reads a value: a break)
 and updates the scale.
 Backend "c" builds
@@ -77,6 +78,17 @@ def checking_loss(model, opt):
     return step
 
 
+def returning_loss(model, opt):
+    """A training step that returns loss.item() (a graph break whose value leaves unread)."""
+    def step(x, y):
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss.item()
+    return step
+
+
 def scaled(model, opt):
     """A training step through a GradScaler (float32 here: the scaler's work without autocast)."""
     scaler = eagerc.amp.GradScaler("cpu")
@@ -113,7 +125,8 @@ def case(name, make, data, backend, takes_y):
             wc, tc, oc = sweep(compiled_fn, data, takes_y)
         except Exception as e:   # (an older tree: a symbolic forward lost its backward)
             return (name, str(counter().traces), f"fails: {type(e).__name__}", "-", f"{te:.2f} s", "-", "-")
-    worst = max(float(np.max(np.abs(a.detach().numpy() - b.detach().numpy()))) for a, b in zip(oe, oc))
+    arr = lambda v: v.detach().numpy() if isinstance(v, eagerc.Tensor) else np.asarray(v)  # noqa: E731 (a float)
+    worst = max(float(np.max(np.abs(arr(a) - arr(b)))) for a, b in zip(oe, oc))
     return (name, str(counter().traces), f"{wc:.2f} s", f"{tc:.2f} s", f"{te:.2f} s", ratio(te, tc), f"{worst:.1e}")
 
 
@@ -154,6 +167,7 @@ def main(argv=None):
         rows.append(case(f"training step ({name})", make_step, data, args.backend, True))
 
     for name, wrap in (("training step with loss.item() (Adam)", checking_loss),
+                       ("training step returning loss.item() (Adam)", returning_loss),
                        ("training step with GradScaler (Adam)", scaled)):
         def make_wrapped(model, backend, wrap=wrap):
             opt = eagerc.optim.Adam(model.parameters(), lr=1e-3)

@@ -257,3 +257,43 @@ def test_dynamic_true_makes_a_split_function_symbolic_from_the_first_call():
     assert c.traces == 2 + 1   # the first call and its synthetic trace; then size 1, specialised
     (e,) = _symbolic(c)
     assert _paths(e) == 1
+
+
+def _step_returning_item(model, opt, x, y):
+    opt.zero_grad()
+    loss = F.cross_entropy(model(x), y)
+    loss.backward()
+    opt.step()
+    return loss.item()   # logging: the value leaves the function unread, any value holds
+
+
+def test_a_training_step_returning_loss_item_sweeps_sizes_in_two_traces():
+    eagerc.manual_seed(0)
+    eager = _Net().double()
+    model = copy.deepcopy(eager)
+    opt_e, opt_c = eagerc.optim.Adam(eager.parameters(), lr=1e-2), eagerc.optim.Adam(model.parameters(), lr=1e-2)
+    c = eagerc.compile(lambda x, y: _step_returning_item(model, opt_c, x, y), backend="numpy")
+    rng = np.random.default_rng(7)
+    for b in SIZES + [4] * 6:   # (a new loss every call: never a new path)
+        x, y = eagerc.tensor(rng.standard_normal((b, 6))), eagerc.tensor(rng.integers(0, 4, b))
+        got, want = _quiet(c, x, y), _step_returning_item(eager, opt_e, x, y)
+        assert type(got) is float and got == want, (b, got, want)
+        for (name, p), q in zip(eager.named_parameters(), model.parameters()):
+            _equal(q, p, f"{name} after batch {b}")
+    assert c.traces == 2
+    (e,) = _symbolic(c)
+    assert _paths(e) == 1
+
+
+def _item_then_more(x):
+    v = x.sum().item()   # stored, then returned: Python could have used it, so it is exact
+    return v
+
+
+def test_an_item_stored_before_it_is_returned_stays_guarded_on_its_value():
+    c = eagerc.compile(_item_then_more, backend="numpy")
+    for v in [1.0, 2.0, 1.0]:
+        x = eagerc.tensor(np.full((2, 2), v))
+        assert _quiet(c, x) == _item_then_more(x) == 4 * v
+    (e,) = [e for e in c.entries.values() if e.split is not None]
+    assert all(b.exact for s in e.split.steps() for b, _ in s.children)

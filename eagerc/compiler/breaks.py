@@ -63,16 +63,19 @@ class Break:
     """One bool() or item() the trace went on past: where the graph is cut (`pos`: nodes
     before it), the value read there (`value`: its name in the graph), and what the
     continuation traced after it assumes of that value."""
-    __slots__ = ("pos", "value", "kind", "what", "location", "traced", "exact", "compares")
+    __slots__ = ("pos", "value", "kind", "what", "location", "traced", "exact", "compares", "returned")
 
     def __init__(self, pos, value, kind, what, location, traced):
         self.pos, self.value, self.kind, self.what, self.location = pos, value, kind, what, location
         self.traced = traced          # the Python value the trace saw
         self.exact = True             # the continuation holds for `traced` only ...
         self.compares = []            # ... else for values with these outcomes: [(operator, other, result)]
+        self.returned = False         # ... or for any value: it is the function's return value, unread
 
     def holds(self, c):
         """Does the continuation traced after this break hold for value `c`?"""
+        if self.returned:
+            return True
         if self.exact:
             t = self.traced
             return type(c) is type(t) and (c == t or (c != c and t != t))  # (nan is nan here)
@@ -83,11 +86,15 @@ class Break:
 
     def same(self, other):
         """Do two traces assume the same of this value (then they share the continuation)?"""
+        if self.returned or other.returned:
+            return self.returned and other.returned
         if self.exact or other.exact:
             return self.exact and other.exact and other.holds(self.traced) and self.holds(other.traced)
         return self.compares == other.compares
 
     def describe(self):
+        if self.returned:
+            return "any value (returned)"
         if self.exact:
             return f"value {self.traced!r}"
         return " and ".join(f"value {_SYMBOL[op]} {other!r} is {result}" for op, other, result in self.compares)
@@ -160,18 +167,19 @@ _LOADS = frozenset({"LOAD_CONST", "LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_GLOBAL",
 _INSTRUCTIONS = {}   # code -> ([offset], [instruction])
 
 
-def _compared_at_once():
-    """Is the item() being taken by user code that compares the result right away
-    (`t.item() > c`, `c <= t.item()`, `t.item() < cfg.limit`)? Read from the caller's bytecode:
-    the call is followed by a comparison, with at most a few plain loads between."""
+def _item_caller():
+    """The user frame that called Tensor.item() (None: eagerc's own code did)."""
     from .._tensor import Tensor
     item = Tensor.item.__code__
-    f = sys._getframe(2)
+    f = sys._getframe(3)
     while f is not None and f.f_code is not item:
         f = f.f_back
     f = f.f_back if f is not None else None
-    if f is None or is_eagerc_file(f.f_code.co_filename):
-        return False
+    return None if f is None or is_eagerc_file(f.f_code.co_filename) else f
+
+
+def _after_call(f):
+    """The next few instructions of frame f after the call it is making (None if it is not in a call)."""
     code = f.f_code
     found = _INSTRUCTIONS.get(code)
     if found is None:
@@ -180,8 +188,36 @@ def _compared_at_once():
     offsets, ins = found
     i = bisect.bisect_right(offsets, f.f_lasti) - 1
     if i < 0 or not ins[i].opname.startswith("CALL"):
+        return None
+    return ins[i + 1:i + 5]
+
+
+def _returned_at_once(tracer):
+    """Is the item() the traced function's return value, unread (`return loss.item()`, also
+    through user functions that return what they call)? Each frame from the caller up to the
+    traced function returns the call's result right away."""
+    f = _item_caller()
+    while f is not None:
+        after = _after_call(f)
+        if not after or after[0].opname != "RETURN_VALUE":
+            return False
+        if f.f_back is tracer.base_frame:
+            return True
+        f = f.f_back
+        if is_eagerc_file(f.f_code.co_filename):
+            return False
+    return False
+
+
+def _compared_at_once():
+    """Is the item() being taken by user code that compares the result right away
+    (`t.item() > c`, `c <= t.item()`, `t.item() < cfg.limit`)? Read from the caller's bytecode:
+    the call is followed by a comparison, with at most a few plain loads between."""
+    f = _item_caller()
+    after = _after_call(f) if f is not None else None
+    if after is None:
         return False
-    for x in ins[i + 1:i + 5]:
+    for x in after:
         if x.opname == "COMPARE_OP":
             return True
         if x.opname not in _LOADS:
@@ -200,6 +236,9 @@ def note(tracer, t, what, value):
         value = forced[len(tracer.breaks)][1]
     brk = Break(len(tracer.nodes), name, kind, what, user_location(), value)
     tracer.breaks.append(brk)
+    if kind == "item" and type(value) in (int, float) and _returned_at_once(tracer):
+        brk.exact, brk.returned = False, True   # (logging a loss: `return loss.item()`)
+        return value
     if kind == "item" and type(value) in (int, float) and _compared_at_once():
         brk.exact = False
         return _Compared(brk, value)
@@ -210,9 +249,9 @@ def note(tracer, t, what, value):
 
 class Leaf:
     """The end of one path: how its outputs are made from the values of the call."""
-    __slots__ = ("outs", "out_tree", "aliases", "mutations", "grads_none", "joint", "inputs")
+    __slots__ = ("outs", "out_tree", "aliases", "mutations", "grads_none", "joint", "inputs", "returned")
 
-    def __init__(self, graph, joint):
+    def __init__(self, graph, joint, brks):
         self.outs = [v.name for v in graph.outputs]
         self.out_tree = graph.out_tree
         self.aliases = tuple(graph.output_aliases.items())
@@ -220,6 +259,7 @@ class Leaf:
         self.grads_none = graph.grads_none
         self.joint = joint            # a training.JointEntry (its forward runs here, in pieces)
         self.inputs = [v.name for _, v in graph.inputs]
+        self.returned = bool(brks) and brks[-1].returned   # the call returns its last break's value
 
 
 class Step:
@@ -421,7 +461,7 @@ def install(cf, key, fwd, joint_split, tracer, owners, result, n_args):
     if joint_split is not None:
         from .training import JointEntry
         joint = JointEntry(joint_split, cf.backend, tracer, n_args, compile_forward=False)
-    leaf = Leaf(fwd, joint)
+    leaf = Leaf(fwd, joint, tracer.breaks)
     pieces = cut(fwd, tracer.breaks)
     sources = _sources(tracer)
     old = cf.entries.get(key)
@@ -441,7 +481,7 @@ def install(cf, key, fwd, joint_split, tracer, owners, result, n_args):
 def _settle(brks):
     """A stand-in nothing compared holds to the value."""
     for b in brks:
-        if not b.exact and not b.compares:
+        if not b.exact and not b.compares and not b.returned:
             b.exact = True
 
 
@@ -486,7 +526,7 @@ def symbolic(cf, g_sym, sym_attrs, symbols, size_guards, tracer, owners, traced,
     training.JointEntry when the call needs autograd."""
     _settle(tracer.breaks)
     pieces = cut(g_sym, tracer.breaks, traced)
-    leaf = Leaf(g_sym, joint)
+    leaf = Leaf(g_sym, joint, tracer.breaks)
     sources = _sources(tracer)
     same = into is not None and into.dynamic.guards == list(size_guards)
     split, externals, merged = _grow(into if same else None, pieces, leaf, sources, tracer)
@@ -568,6 +608,8 @@ def run(entry, leaves, sizes=None, forced=None):
     for name in leaf.grads_none:
         t = leaves[int(name[3:])] if name.startswith("arg") else entry.externals[name]
         t.grad = None
+    if leaf.returned:   # `return loss.item()`: the value this call read
+        return c
     outs = [env[n] for n in leaf.outs]
     if leaf.joint is not None:
         return leaf.joint.outputs(outs, leaves, {n: env[n] for n in leaf.inputs}, sizes)
