@@ -297,3 +297,28 @@ def test_an_item_stored_before_it_is_returned_stays_guarded_on_its_value():
         assert _quiet(c, x) == _item_then_more(x) == 4 * v
     (e,) = [e for e in c.entries.values() if e.split is not None]
     assert all(b.exact for s in e.split.steps() for b, _ in s.children)
+
+
+class _Signed(_Net):
+    def forward(self, x):
+        h = self.a(x).tanh()
+        if x.mean().item() > 0:   # the side depends on the data, at any size
+            h = h * 2
+        return self.b(h)
+
+
+def test_a_model_with_a_break_takes_both_sides_with_its_backward_outside():
+    eagerc.manual_seed(0)
+    eager = _Signed().double()
+    model = copy.deepcopy(eager)
+    c = eagerc.compile(model, backend="numpy")
+    rng = np.random.default_rng(8)
+    for k, b in enumerate(list(range(2, 12)) * 2):
+        x = eagerc.tensor(rng.standard_normal((b, 6)) * 0.1 + (1.0 if k % 3 else -1.0))
+        for fn, m in ((eager, eager), (c, model)):
+            m.zero_grad()
+            _quiet(fn, x).square().sum().backward()
+        for (name, p), q in zip(eager.named_parameters(), model.parameters()):
+            _equal(q.grad, p.grad, f"{name}.grad, call {k}, batch {b}")
+    (e,) = _symbolic(c._compiled)
+    assert _paths(e) == 2 and c._compiled.traces <= 4

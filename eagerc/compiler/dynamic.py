@@ -950,7 +950,7 @@ def make_dynamic(cf, ref, changed, key, leaves, args, kwargs, verify_call=True, 
         try:
             got = run(entry, leaves, env)
             bad = None if got is breaks.MISS else _differs(expected, got) or real.differs(after_e)
-            if bad is None and split is not None:
+            if bad is None and split is not None and got is not breaks.MISS:
                 bad = _grads_differ(expected, got, _grad_targets(leaves, entry))
         except Exception as e:
             bad = f"{type(e).__name__}: {e}"
