@@ -715,3 +715,13 @@ def test_line_nodes_map_each_generated_line_to_its_node():
         code = lines[number - 1].strip()
         assert code.startswith(f"{node} = "), code
         assert ("np." in code) or (f"k_{names[node].op}(" in code), code
+
+
+def test_driver_names_are_python_identifiers_made_from_value_names():
+    """A value name becomes the identifier `re.sub(r"\\W", "_", name)` makes, prefixed where it
+    would start with a digit, be a keyword, or take a generated global's name; unique."""
+    from eagerc.compiler.backends.driver import _Names
+    names = _Names()
+    got = [names.add(n) for n in ("t12", "layers.0.weight", "0x", "lambda", "k_add", "layers_0_weight", "é.b")]
+    assert got == ["t12", "layers_0_weight", "v_0x", "v_lambda", "v_k_add", "v_layers_0_weight", "é_b"]
+    assert all(g.isidentifier() for g in got) and len(set(got)) == len(got)

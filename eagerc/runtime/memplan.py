@@ -119,11 +119,13 @@ def alias_ends(graph):
     return end
 
 
-def memory_plan(graph, writes=None, buffers=True, units=None, takes=None):
+def memory_plan(graph, writes=None, buffers=True, units=None, takes=None, ends=None):
     """The MemoryPlan of `graph`. `writes(node)` is the backend's predicate (OUT, BUFFER, FRESH
     or NONE; default OUT for every node); buffers=False plans in place only (no buffers);
-    `units` and `takes` as in the module docstring."""
-    ends = alias_ends(graph)
+    `units` and `takes` as in the module docstring; `ends`: the graph's alias_ends when the
+    caller computed them already (a backend's driver does)."""
+    if ends is None:
+        ends = alias_ends(graph)
     if units is not None:
         ends = {v: e if e == math.inf else units[e] for v, e in ends.items()}
     root = alias_roots(graph)
