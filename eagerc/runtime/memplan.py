@@ -161,7 +161,8 @@ def memory_plan(graph, writes=None, buffers=True, units=None, takes=None, ends=N
     chains = {id(st): st for st in storage.values() if st.kind == "buffer"}.values()
     plan, sizes = _assign(chains)
     order = [n.out.name for n in graph.nodes]
-    return MemoryPlan({v: plan[v] for v in order if v in plan}, {v: inplace[v] for v in order if v in inplace}, sizes)
+    return MemoryPlan({v: plan[v] for v in order if v in plan}, {v: inplace[v] for v in order if v in inplace}, sizes,
+                      made_for=graph)
 
 
 def _dying_input(n, i, storage, ends, root):
