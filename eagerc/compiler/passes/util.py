@@ -37,8 +37,16 @@ REDUCTIONS = frozenset(n for n, op in OPS.items() if op.kind == "reduction")
 
 
 def is_random(node):
-    op = OPS.get(node.op)
-    return op is None or "random" in op.effects
+    r = _RANDOM.get(node.op)
+    if r is None:
+        op = OPS.get(node.op)
+        if op is None:       # not declared (yet): treated as random, not remembered
+            return True
+        r = _RANDOM[node.op] = "random" in op.effects
+    return r
+
+
+_RANDOM = {}      # declared op name -> is_random (asked per node by cse, fold and fusion)
 
 
 def is_elementwise(node):
@@ -147,9 +155,15 @@ def rewrite(graph, visit):
     changed = 0
     for n in graph.nodes:
         if sub:
-            ins = n.inputs
-            new = [sub.get(x.name, x) if hasattr(x, "name") else x for x in ins]
-            if any(a is not b for a, b in zip(new, ins)):
+            new = None       # the inputs renamed, made only for a node that reads a replaced value
+            for k, x in enumerate(n.inputs):
+                if isinstance(x, Value):
+                    y = sub.get(x.name)
+                    if y is not None and y is not x:
+                        if new is None:
+                            new = list(n.inputs)
+                        new[k] = y
+            if new is not None:
                 n = n.copy_with(inputs=new)
         r = visit(n)
         if r is None or r is n:
