@@ -8,7 +8,7 @@ tests/test_compile_training.py. Cases: the MLP of train_step.py at batch 8, 64, 
 its 2-layer GPT block stack (128 wide, 4 heads, sequence 64, batch 8). Before timing, the
 compiled models' parameters after 3 steps are checked against eager (rtol 1e-4), so a
 wrong program's speed is never reported. 'first' = the first two compiled calls (the
-optimizer's first step runs eagerly, the second traces and compiles); for backend c it
+first traces and compiles, Adam making its state while traced); for backend c it
 says how many C sources were compiled (cc) or found in the kernel cache (hit).
 
 'floor' is the time of the compiled c step's matrix products alone, same shapes, back to back

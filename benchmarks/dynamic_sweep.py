@@ -2,13 +2,16 @@
 
     python benchmarks/dynamic_sweep.py [--backend numpy|interpreter|c] [--max-batch 64]
 
-Sweeps the batch size 1..max over the MLP of train_step.py (256 wide) three ways: inference
-(no_grad), a compiled model whose outputs need a backward (the loss and backward() outside),
-and a whole training step (forward, cross-entropy, backward, Adam step in one compiled
-function). Each row: traces the compiled function made (`traces`: the optimizer's eager first
-step counts as one), the CPU time of the whole compiled sweep (tracing and compiling
-included) and of the same sweep run eagerly. Target (issue 15 section 3): at most 2 traces
-per sweep (one static, one symbolic), the optimizer's first step aside. Backend "c" builds
+Sweeps the batch size 1..max over the MLP of train_step.py (256 wide): inference (no_grad),
+a compiled model whose outputs need a backward (the loss and backward() outside), and a whole
+training step (forward, cross-entropy, backward, optimizer step in one compiled function)
+with Adam, RMSprop and SGD with momentum. Each row: traces the compiled function made
+(`traces`, an eager first step that asked for a retrace included), the CPU time of the whole
+compiled sweep (tracing and compiling included) and of the same sweep run eagerly. Target
+(issue 15 section 3): at most 2 traces per sweep (one static, one symbolic), the optimizer's
+first step included: Adam and RMSprop make their state while the first call is traced; SGD's
+first step (its momentum buffer is a copy of the gradient) runs eagerly, so its row shows 3.
+Backend "c" builds
 kernels per new size (its kernels are static-shaped): the wall time shows the compiler runs,
 the first time (an empty kernel cache: EAGERC_CACHE_DIR=$(mktemp -d)) and from the cache.
 """
@@ -106,13 +109,17 @@ def main(argv=None):
 
     rows.append(case("forward + backward outside", make_backward, data, args.backend, True))
 
-    def make_step(model, backend):
-        opt = eagerc.optim.Adam(model.parameters(), lr=1e-3)
-        if backend is None:
-            return training_step(model, opt), None
-        c = eagerc.compile(training_step(model, opt), backend=backend)
-        return c, lambda: c
-    rows.append(case("training step (Adam)", make_step, data, args.backend, True))
+    optimizers = {"Adam": lambda ps: eagerc.optim.Adam(ps, lr=1e-3),
+                  "RMSprop": lambda ps: eagerc.optim.RMSprop(ps, lr=1e-3),
+                  "SGD momentum": lambda ps: eagerc.optim.SGD(ps, lr=1e-2, momentum=0.9)}
+    for name, make_opt in optimizers.items():
+        def make_step(model, backend, make_opt=make_opt):
+            opt = make_opt(model.parameters())
+            if backend is None:
+                return training_step(model, opt), None
+            c = eagerc.compile(training_step(model, opt), backend=backend)
+            return c, lambda: c
+        rows.append(case(f"training step ({name})", make_step, data, args.backend, True))
     print(f"batch sizes 1..{args.max_batch}, backend {args.backend}: time of the whole sweep")
     print(table(rows, ["sweep", "traces", "compiled wall", "compiled CPU", "eager CPU", "CPU speedup",
                        "max |diff|"]))

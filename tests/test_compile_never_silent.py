@@ -131,7 +131,7 @@ def adam_cosine_scheduler(w):
     sched = eagerc.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=5)
     c, obs = _train(w, m, opt, 7, lambda i: sched.step())
     if w.is_compiled:
-        assert w.traces(c) == 2, w.log(c)
+        assert w.traces(c) == 1, w.log(c)  # the first step makes Adam's state while traced
     return obs
 
 
@@ -155,7 +155,7 @@ def adam_betas_change(w):
     opt = eagerc.optim.Adam(m.parameters(), lr=0.02)
     c, obs = _train(w, m, opt, 6, lambda i: opt.param_groups[0].__setitem__("betas", (0.8 - 0.1 * i, 0.99)))
     if w.is_compiled:
-        assert w.traces(c) == 2, w.log(c)
+        assert w.traces(c) == 1, w.log(c)
     return obs
 
 
@@ -334,7 +334,7 @@ def rmsprop_with_a_schedule(w):
     sched = eagerc.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
     c, obs = _train(w, m, opt, 6, lambda i: sched.step())
     if w.is_compiled:
-        assert w.traces(c) == 2, w.log(c)  # no graph break: the rule is traced like Adam's
+        assert w.traces(c) == 1, w.log(c)  # no graph break, its state made while traced, like Adam's
     return obs
 
 
@@ -1341,7 +1341,7 @@ def training_step_with_dropout_and_lr_schedule(w):
     eagerc.manual_seed(3)
     c, obs = _train(w, m, opt, 6, lambda i: sched.step())
     if w.is_compiled:
-        assert w.traces(c) == 2, w.log(c)
+        assert w.traces(c) == 1, w.log(c)
     return obs
 
 

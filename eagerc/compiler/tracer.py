@@ -362,6 +362,15 @@ class Tracer:
             self.retryable = True
         dispatch.set_tracer(None)
 
+    def made_outside(self, tensors):
+        """Tensors made while tracing around fresh arrays, not by a recorded op (an optimizer's
+        state at its first step): external inputs read by reference at every call, like state
+        made before the trace -- never a traced intermediate (their arrays may take the id of
+        one the trace saw and that was freed since: `by_array` forgets it) nor a constant."""
+        for t in tensors:
+            if isinstance(t, Tensor) and id(t) not in self.values:
+                self.by_array.pop(id(t._array), None)
+
     def side_effect(self, what, deferred=False, where=None, why=None):
         """The traced function did something a compiled call would not do again (set a module
         attribute, assign a global, print...) or read a value it could not replay (the clock,

@@ -141,8 +141,10 @@ class Optimizer:
 
     # ------------------------------------------------------------ the update
     # A subclass names its rule (optim/rules.py: written once, run eagerly on raw arrays and
-    # traced as Tensor ops), the state it creates before a first step, and the state a
-    # traced step needs (a first step that creates it runs eagerly: `tracer.retry`).
+    # traced as Tensor ops), the state it creates before a first step (`_init_state`), and the
+    # state a traced step needs. A traced first step creates that state the same way and is
+    # traced; one whose rule itself makes state at a first step (SGD's momentum buffer) runs
+    # eagerly and the next call is traced (`tracer.retry`): see _traced_step.
     _bump = "add_"      # the in-place op a step counts as, for version counters
     _scratch_buffers = 2  # work arrays per parameter shape the eager rule writes into
     _state_shaped_like_params = True  # load_state_dict checks state tensors' shapes (not LBFGS)
@@ -151,7 +153,7 @@ class Optimizer:
         raise NotImplementedError(f"{type(self).__name__} has no update rule: override step() or _rule()")
 
     def _init_state(self, p, group):
-        """Create the zero-initialised state the rule reads (at a first step, eagerly)."""
+        """Create the zero-initialised state the rule reads (at a first step, eager or traced)."""
 
     def _traced_state(self, group):
         """The state keys a traced step of this group needs."""
@@ -209,13 +211,34 @@ class Optimizer:
                                    "cpu; leave capturable=False")
 
     def _traced_step(self, tracer):
-        """The step as recorded Tensor ops (False, after asking the tracer to trace the next
-        call again, when some state does not exist yet: this step then runs eagerly)."""
+        """The step as recorded Tensor ops, or False when this step runs eagerly.
+
+        A first step (a parameter with a gradient and no state yet) creates its state here as
+        the eager first step does, before the rule (`_init_state`: zeros, Rprop's
+        step sizes and ASGD's eta = lr...), and the rule is then the general one:
+        the tracer reads the new tensors by reference from this call on, exactly like state
+        made before the trace, so the first call is already a traced call whose graph holds
+        for every later one. That is right only where the eager first step is `_init_state`
+        followed by the general rule -- every optimizer here but SGD with momentum, whose rule
+        makes its buffer at the first step as a copy of the gradient (not momentum * 0 +
+        (1 - dampening) * g). When `_init_state` leaves a key the traced rule needs missing,
+        the tracer is asked to trace the next call again (`tracer.retry`) and this step runs
+        eagerly, making that state."""
+        state = self.state
         for group in self.param_groups:
             keys = self._traced_state(group)
-            if keys and any(p._grad is not None and k not in self.state[p] for p in group["params"] for k in keys):
-                tracer.retry(f"{type(self).__name__}.step creates its state on the first step")
-                return False
+            if not keys:
+                continue
+            for p in group["params"]:
+                if p._grad is None:
+                    continue
+                s = state[p]
+                if not s:  # as ArrayOps.each does before the rule, eagerly
+                    self._init_state(p, group)
+                    tracer.made_outside(s.values())
+                if any(k not in s for k in keys):
+                    tracer.retry(f"{type(self).__name__}.step creates its state on the first step")
+                    return False
         tracer.stepped(self)
         ops = TensorOps(tracer, self)
         with no_grad():

@@ -10,7 +10,9 @@ class SGD(Optimizer):
     """PyTorch's SGD (rules.sgd). State per parameter: momentum_buffer (momentum != 0), the
     first step's gradient. `foreach` and `fused` are kept in the param groups and choose
     nothing (eagerc has one implementation); `differentiable=True` makes the step part of
-    the autograd graph."""
+    the autograd graph. With momentum, the first step of a compiled training step runs
+    eagerly and the next call is traced (Optimizer._traced_step: that step sets the buffer to
+    the gradient, which the general rule on a zero buffer does not give with dampening)."""
 
     def __init__(self, params, lr=1e-3, momentum=0, dampening=0, weight_decay=0, nesterov=False, *,
                  maximize=False, foreach=None, differentiable=False, fused=None):
