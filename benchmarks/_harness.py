@@ -1,6 +1,7 @@
 """Shared timing harness: best-of-N per-call times, ratios against a baseline
 measured in the same run (machines here are shared and noisy)."""
 import os
+import time
 import timeit
 
 
@@ -16,6 +17,31 @@ def per_call_us(fn, number=None, repeat=9, budget_s=0.05):
 # a user gets with no variables set (eagerc's own defaults, eagerc/runtime/threads.py)
 _SETTING = os.environ.get("BENCH_THREADS", "1")
 THREADS = None if _SETTING == "default" else int(_SETTING)
+
+
+def interleaved_us(fns, repeat=7, budget_s=0.2):
+    """{name: best per-call time in microseconds} of the callables `fns` ({name: fn}), timed in
+    turns -- one repeat of each, then the next round -- so a change of load on a shared machine
+    falls on every column alike instead of on whichever ran last. With one thread (the
+    default) the clock is this thread's CPU time (`time.thread_time`): BLAS, the C kernels and
+    PyTorch all run in the calling thread then, and time other processes take the core from
+    it is not counted (with wall time, torch.compile measured a minute after eagerc moved the
+    GPT step's ratio from 0.81x to 0.93x). With more threads it is wall time (their work is
+    elsewhere than this thread)."""
+    clock = time.thread_time if THREADS == 1 else time.perf_counter
+    numbers, best = {}, {}
+    for name, fn in fns.items():
+        t = timeit.timeit(fn, number=1)
+        numbers[name] = max(1, int(budget_s / max(t, 1e-7)))
+        best[name] = float("inf")
+    for _ in range(repeat):
+        for name, fn in fns.items():
+            n = numbers[name]
+            t0 = clock()
+            for _ in range(n):
+                fn()
+            best[name] = min(best[name], (clock() - t0) / n)
+    return {name: t * 1e6 for name, t in best.items()}
 
 
 def limit_threads():
@@ -86,3 +112,18 @@ def matmul_floor(graphs):
             np.matmul(a, b, out=o)
     run.count, run.products = len(products), products
     return run
+
+
+def blas_info():
+    """One line naming numpy's BLAS and the kernels it chose ("openblas 0.3.31, Haswell
+    kernels"), or "" without threadpoolctl. A BLAS-bound benchmark (a training step, its
+    floor) is only as fast as that choice: numpy's OpenBLAS 0.3.31 takes its AVX2 (Haswell)
+    kernels on this AMD Zen 5 host, which has AVX-512; OPENBLAS_CORETYPE=SkylakeX makes its
+    sgemm ~1.75x faster here (docs/fused_kernels.md)."""
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return ""
+    out = [f"{i.get('internal_api')} {i.get('version')}" + (f", {i['architecture']} kernels" if i.get("architecture") else "")
+           for i in threadpool_info() if i.get("user_api") == "blas"]
+    return "; ".join(out)

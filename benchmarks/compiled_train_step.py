@@ -15,6 +15,11 @@ says how many C sources were compiled (cc) or found in the kernel cache (hit).
 through the same BLAS (_harness.matmul_floor): what the step would take if everything else
 were free; 'c / floor' is how close the compiled step comes to it. torch.compile's column is
 its steady state (its compile, tens of seconds, is not timed); ratios are against it.
+
+Timing: every column of a row is timed in turns (_harness.interleaved_us), best of 7 (3 with
+--quick), in this thread's CPU time with one thread (the default), wall time with more: on a
+shared machine a wall clock read a minute apart for eagerc and for torch.compile measured
+the load, not the step.
 """
 import argparse
 import copy
@@ -34,7 +39,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import eagerc  # noqa: E402
 from eagerc.runtime import kernel_cache  # noqa: E402
-from _harness import matmul_floor, per_call_us, try_torch, table, ratio  # noqa: E402
+from _harness import blas_info, interleaved_us, matmul_floor, try_torch, table, ratio  # noqa: E402
 from train_step import mlp, gpt, load_state  # noqa: E402
 
 
@@ -108,21 +113,22 @@ def run_case(name, build, x, y, torch, repeat, torch_compile=True):
                                 f" {kernel_cache.stats['hits'] - before['hits']} hit)")
     floor = matmul_floor(_graphs(steps["c"]))
     steps["floor"] = floor
-    ms = {k: per_call_us(lambda s=s: s(xe, ye), repeat=repeat, budget_s=0.2) / 1000 for k, s in steps.items()}
-    t = tc = None
+    calls = {k: (lambda s=s: s(xe, ye)) for k, s in steps.items()}
     if torch is not None:
         tm = build(torch)
         load_state(torch, tm, em)
         t_step = training_step(torch, tm)
         xt, yt = torch.from_numpy(x), torch.from_numpy(y)
-        t = per_call_us(lambda: t_step(xt, yt), repeat=repeat, budget_s=0.2) / 1000
+        calls["torch"] = lambda: t_step(xt, yt)
         if torch_compile:
             tcm = build(torch)
             load_state(torch, tcm, em)
             tc_step = torch.compile(training_step(torch, tcm))
             for _ in range(3):       # compiles (forward, backward, optimizer), then steady
                 tc_step(xt, yt)
-            tc = per_call_us(lambda: tc_step(xt, yt), repeat=repeat, budget_s=0.2) / 1000
+            calls["torch.compile"] = lambda: tc_step(xt, yt)
+    ms = {k: us / 1000 for k, us in interleaved_us(calls, repeat=repeat, budget_s=0.2).items()}
+    t, tc = ms.get("torch"), ms.get("torch.compile")
     return (name, "-" if t is None else f"{t:.2f} ms", "-" if tc is None else f"{tc:.2f} ms",
             *(f"{ms[k]:.2f} ms ({ratio(ms[k], t)})" for k in ("eager", "numpy")),
             f"{ms['c']:.2f} ms ({ratio(ms['c'], tc)})", f"{ms['floor']:.2f} ms ({floor.count})",
@@ -144,7 +150,8 @@ def main(argv=None):
     rows = [run_case(name, build, x, y, torch, repeat, not args.no_torch_compile)
             for name, build, x, y in cases if args.only in name]
     print(f"training step (forward + backward + Adam), whole step compiled; eager and numpy: (ratio vs "
-          f"torch eager), c: (ratio vs torch.compile); torch threads {torch.get_num_threads() if torch else '-'}")
+          f"torch eager), c: (ratio vs torch.compile); torch threads {torch.get_num_threads() if torch else '-'}; "
+          f"numpy BLAS: {blas_info() or '-'}")
     print(table(rows, ["model", "torch", "torch.compile", "eagerc eager", "compiled numpy", "compiled c",
                        "floor (products)", "c / floor", "first numpy", "first c"]))
 

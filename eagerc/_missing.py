@@ -7,7 +7,7 @@ tools/api_coverage.py from torch 2.13); nothing here imports torch.
 import json
 import os
 
-__all__ = ["missing", "mark_missing_methods"]
+__all__ = ["missing", "module_getattr", "mark_missing_methods"]
 
 _NAMES = None
 DOC = "docs/pytorch_compat.md"
@@ -32,6 +32,16 @@ def missing(eagerc_ns, torch_ns, name):
     else:
         msg = f"{eagerc_ns} has no attribute {name!r} (PyTorch's {torch_ns} has no {name!r} either)"
     return AttributeError(msg)
+
+
+def module_getattr(eagerc_ns, torch_ns):
+    """A module's `__getattr__` (PEP 562) for names it lacks: `missing`'s error, whether the name
+    is PyTorch's and not implemented yet or a typo (dunder lookups get a plain AttributeError)."""
+    def __getattr__(name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise missing(eagerc_ns, torch_ns, name)
+    return __getattr__
 
 
 class _NotImplementedYet:

@@ -43,11 +43,7 @@ def trace(func, example_inputs=None, optimize=None, check_trace=True, check_inpu
 
 def trace_module(mod, inputs, **kwargs):
     """torch.jit.trace_module(mod, {"forward": example}): the compiled module."""
-    compiled = trace(mod)
-    example = inputs.get("forward") if isinstance(inputs, dict) else None
-    if example is not None:
-        compiled(*(example if isinstance(example, tuple) else (example,)))
-    return compiled
+    return trace(mod, inputs.get("forward") if isinstance(inputs, dict) else None)
 
 
 def _passthrough(fn=None, **kwargs):

@@ -106,13 +106,6 @@ class Event:
         """Time in nanoseconds not spent in a child event."""
         return self.duration - sum(c.duration for c in self.children)
 
-    @property
-    def depth(self):
-        d, p = 0, self.parent
-        while p is not None:
-            d, p = d + 1, p.parent
-        return d
-
     def __repr__(self):
         return f"<Event {self.category}:{self.name} {_fmt_ns(self.duration)}>"
 

@@ -231,18 +231,15 @@ def _prefix(path, n):
     return ".".join(path.split(".")[:n])
 
 
+def _ancestors(path):
+    """"a.b.c" -> ["a", "a.b", "a.b.c"]: the path and the modules above it (the root "" left out)."""
+    parts = path.split(".") if path else []
+    return [".".join(parts[:k]) for k in range(1, len(parts) + 1)]
+
+
 def _lca(paths):
-    parts = None
-    for p in paths:
-        q = p.split(".") if p else []
-        if parts is None:
-            parts = q
-        else:
-            k = 0
-            while k < min(len(parts), len(q)) and parts[k] == q[k]:
-                k += 1
-            parts = parts[:k]
-    return ".".join(parts or [])
+    """The innermost module holding every path (compared part by part, not by characters)."""
+    return ".".join(os.path.commonprefix([p.split(".") if p else [] for p in paths]))
 
 
 # ================================================================ repeated blocks
@@ -256,9 +253,8 @@ def _find_repeats(graph, mods, param_mod):
     producer = {n.out.name: i for i, n in enumerate(nodes)}
     members = {}                     # module path -> node indices (its whole subtree)
     for i, m in enumerate(mods):
-        parts = m.split(".") if m else []
-        for k in range(1, len(parts) + 1):
-            members.setdefault(".".join(parts[:k]), []).append(i)
+        for a in _ancestors(m):
+            members.setdefault(a, []).append(i)
     children = {}
     for p in members:
         children.setdefault(_parent(p), []).append(p)
@@ -355,10 +351,7 @@ def program_graph(graph, *, depth=None, repeats="auto", times=None, value_shapes
     def strip(m):
         return "" if not m or m == root else m
     mods = [strip(n.module) for n in nodes]
-    known = set()
-    for m in mods:
-        parts = m.split(".") if m else []
-        known.update(".".join(parts[:k]) for k in range(1, len(parts) + 1))
+    known = {a for m in mods for a in _ancestors(m)}
     externals = graph.externals()
     external = {v.name: v for v in externals}
     param_mod = {}
@@ -479,18 +472,15 @@ def program_graph(graph, *, depth=None, repeats="auto", times=None, value_shapes
             a, b = instance.get(producer.get(x.name, -1)), instance.get(i)
             cross = a is not None and b is not None and a[0] == b[0] and a[1] != b[1]
             edges[key] = {"label": label, "cross": cross, "value": x.name}
-    for k, v in enumerate(graph.outputs):
-        vid = "o" + str(k)
-        verts[vid] = {"kind": "output", "cluster": "", "label": _output_label(graph, k), "pos": len(nodes)}
+    where = output_paths(graph.out_tree)
+    ends = ([("o" + str(k), "output", where.get(k, f"output {k}"), v, {}) for k, v in enumerate(graph.outputs)]
+            + [("u" + str(k), "mutation", f"{target} ←", v, {"style": "dashed"})
+               for k, (target, v) in enumerate(graph.mutations)])
+    for vid, kind, label, v, style in ends:     # what the program returns, and what it updates in place
+        verts[vid] = {"kind": kind, "cluster": "", "label": label, "pos": len(nodes)}
         src = source_of(v.name)
         if src is not None:
-            edges[(src, vid, v.name)] = {"label": _vtype(v, value_shapes), "cross": False}
-    for k, (target, v) in enumerate(graph.mutations):
-        vid = "u" + str(k)
-        verts[vid] = {"kind": "mutation", "cluster": "", "label": f"{target} ←", "pos": len(nodes)}
-        src = source_of(v.name)
-        if src is not None:
-            edges[(src, vid, v.name)] = {"label": _vtype(v, value_shapes), "cross": False, "style": "dashed"}
+            edges[(src, vid, v.name)] = {"label": _vtype(v, value_shapes), "cross": False, **style}
 
     edges = _ghost_long_edges(verts, edges)
 
@@ -513,10 +503,8 @@ def program_graph(graph, *, depth=None, repeats="auto", times=None, value_shapes
 def _write_dot(verts, edges, groups, fusion_of, classes, reps, header, colour, total):
     """The DOT text: module clusters nested by path (in program order), fusion groups inside
     their module, then the edges. Returns (text, number of module clusters)."""
-    clusters = set()     # module paths with boxes, and their ancestors
-    for c in {v["cluster"] for v in verts.values()} | {lca for _, lca, _ in groups}:
-        parts = c.split(".") if c else []
-        clusters.update(".".join(parts[:k]) for k in range(1, len(parts) + 1))
+    clusters = {a for c in {v["cluster"] for v in verts.values()} | {lca for _, lca, _ in groups}
+                for a in _ancestors(c)}   # module paths with boxes, and their ancestors
     out = ["digraph eagerc {",
            "  graph [rankdir=TB fontname=Helvetica fontsize=11 newrank=true"
            + (" nslimit=4 mclimit=0.3 searchsize=10" if len(verts) > 500 else "")   # fewer layout passes
@@ -533,9 +521,8 @@ def _write_dot(verts, edges, groups, fusion_of, classes, reps, header, colour, t
         fusion_by_parent.setdefault(lca, []).append((gid, size))
     first = {}           # cluster -> position of its first box: clusters in program order
     for k, v in enumerate(verts.values()):
-        parts = v["cluster"].split(".") if v["cluster"] else []
-        for d in range(1, len(parts) + 1):
-            first.setdefault(".".join(parts[:d]), k)
+        for a in _ancestors(v["cluster"]):
+            first.setdefault(a, k)
     kids = {}
     for c in clusters:
         kids.setdefault(_parent(c), []).append(c)
@@ -651,10 +638,6 @@ def output_paths(out_tree):
     return paths
 
 
-def _output_label(graph, k):
-    return output_paths(graph.out_tree).get(k, f"output {k}")
-
-
 def _title(title, n, total):
     parts = [title] if title else []
     parts.append(f"{n} ops")
@@ -708,35 +691,30 @@ def _time_colours(verts):
     return out
 
 
+_VERTEX_STYLES = {   # kind -> DOT attributes besides label and tooltip ("fillcolor" of op / module: by time)
+    "op": {"fillcolor": "white"},
+    "module": {"shape": "box3d", "style": "filled", "fillcolor": "#e8eef7"},
+    "param": {"shape": "box", "style": "filled", "fillcolor": "#eeeeee", "color": "#bbbbbb", "fontsize": 7,
+              "height": 0.15, "margin": "0.04,0.01"},
+    "arg": {"shape": "ellipse", "style": "filled", "fillcolor": "#cfe8ff"},
+    "output": {"shape": "ellipse", "style": "filled", "fillcolor": "#d4f4d4"},
+    "ref": {"shape": "box", "style": "dashed,rounded", "color": "#999999", "fontcolor": "#666666", "fontsize": 7,
+            "height": 0.15},
+    "mutation": {"shape": "ellipse", "style": "dashed"},
+}
+
+
 def _vertex_style(v, fill, total):
-    kind = v["kind"]
     label = v["label"]
     if fill is not None:
         t = v.get("time", 0.0)
         label += "\n" + _fmt_time(t) + (f" · {t / total:.0%}" if total > 0 else "")
-    if kind == "op":
-        s = {"label": label, "tooltip": v.get("tooltip"), "fillcolor": fill or "white"}
+    s = {"label": label, "tooltip": v.get("tooltip"), **_VERTEX_STYLES[v["kind"]]}
+    if fill is not None and v["kind"] in ("op", "module"):
+        s["fillcolor"] = fill
         if fill in ("#d7301f", "#b30000", "#7f0000"):
             s["fontcolor"] = "white"
-        return s
-    if kind == "module":
-        s = {"label": label, "tooltip": v.get("tooltip"), "shape": "box3d", "style": "filled",
-             "fillcolor": fill or "#e8eef7"}
-        if fill in ("#d7301f", "#b30000", "#7f0000"):
-            s["fontcolor"] = "white"
-        return s
-    if kind == "param":
-        return {"label": label, "tooltip": v.get("tooltip"), "shape": "box", "style": "filled",
-                "fillcolor": "#eeeeee", "color": "#bbbbbb", "fontsize": 7, "height": 0.15, "margin": "0.04,0.01"}
-    if kind == "arg":
-        return {"label": label, "tooltip": v.get("tooltip"), "shape": "ellipse", "style": "filled",
-                "fillcolor": "#cfe8ff"}
-    if kind == "output":
-        return {"label": label, "shape": "ellipse", "style": "filled", "fillcolor": "#d4f4d4"}
-    if kind == "ref":
-        return {"label": label, "tooltip": v.get("tooltip"), "shape": "box", "style": "dashed,rounded",
-                "color": "#999999", "fontcolor": "#666666", "fontsize": 7, "height": 0.15}
-    return {"label": label, "shape": "ellipse", "style": "dashed"}   # mutation
+    return s
 
 
 # ================================================================ timing

@@ -173,3 +173,20 @@ def test_attention_training_step_on_backend_c_matches_numpy(kernel_cache_dir):
     gw = gqkv.reshape(-1, 3 * C).T @ x.reshape(-1, C)
     for a, b in zip(got, ((logits * logits).sum(), gw, ge)):
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-10)
+
+
+def test_cat_returns_c_order_so_the_reshape_after_it_is_a_view():
+    """cat's kernel returns C order whatever its inputs' strides (as torch.cat does): numpy's
+    concatenate kept the head-major order of permuted pieces, and the reshape this pass puts
+    after the cat copied everything a second time."""
+    from eagerc.runtime.ops import OPS
+    rng = np.random.default_rng(5)
+    q, k, v = (rng.standard_normal((2, 3, 4, 5)).transpose(0, 2, 1, 3) for _ in range(3))
+    for dim in (2, -2, 0):
+        out = OPS["cat"].cpu(q, k, v, dim=dim)
+        assert out.flags.c_contiguous
+        np.testing.assert_array_equal(out, np.concatenate([q, k, v], axis=dim))
+    joined = OPS["cat"].cpu(q, k, v, dim=2)
+    assert np.shares_memory(joined.reshape(2, 4, 45), joined)
+    t = eagerc.cat([eagerc.tensor(q), eagerc.tensor(k)], dim=1)
+    assert t.is_contiguous() and np.array_equal(t.numpy(), np.concatenate([q, k], axis=1))

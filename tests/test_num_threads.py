@@ -54,6 +54,18 @@ def test_bad_thread_counts_name_the_function(bad):
         eagerc.set_num_interop_threads(bad)
 
 
+def _compiled_run(fn, n, *arrays):
+    """fn compiled on backend c with `n` threads: (its outputs' arrays from the second call --
+    the first traces and returns eager results --, the program)."""
+    eagerc.set_num_threads(n)
+    compiled = eagerc.compile(fn, backend="c")
+    with eagerc.no_grad():
+        compiled(*map(eagerc.tensor, arrays))
+        out = compiled(*map(eagerc.tensor, arrays))
+    (entry,) = compiled.entries.values()
+    return [o.numpy() for o in out], entry.program
+
+
 @needs_cc
 def test_kernels_give_the_same_bits_on_one_and_two_threads(restore_threads):
     rng = np.random.default_rng(0)
@@ -65,17 +77,9 @@ def test_kernels_give_the_same_bits_on_one_and_two_threads(restore_threads):
         e = (a - a.amax(-1, keepdim=True)).exp()
         return gelu, e / e.sum(-1, keepdim=True), b.sum(), b.amax(), (b * b).mean()
 
-    def run(n):
-        eagerc.set_num_threads(n)
-        compiled = eagerc.compile(fn, backend="c")
-        with eagerc.no_grad():
-            out = compiled(eagerc.tensor(x), eagerc.tensor(v))
-        (entry,) = compiled.entries.values()
-        return [o.numpy() for o in out], entry.program.c_source
-
-    one, src = run(1)
-    two, _ = run(2)
-    assert "num_threads(eagerc_team(262144, 512))" in src     # the kernels do run parallel loops
+    one, program = _compiled_run(fn, 1, x, v)
+    two, _ = _compiled_run(fn, 2, x, v)
+    assert "num_threads(eagerc_team(262144, 512))" in program.c_source     # the kernels do run parallel loops
     for a, b in zip(one, two):
         np.testing.assert_array_equal(a, b)
     e = np.exp(x - x.max(-1, keepdims=True))
@@ -83,6 +87,36 @@ def test_kernels_give_the_same_bits_on_one_and_two_threads(restore_threads):
             v.sum(), v.max(), (v * v).mean()]
     for a, w in zip(one, want):
         np.testing.assert_allclose(a, w, rtol=1e-12, atol=1e-12)
+
+
+@needs_cc
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_sums_over_leading_dims_split_columns_between_threads_same_bits(restore_threads, dtype):
+    # a GELU backward with its bias-gradient sum: the elementwise gradient and its sum over the
+    # leading dims in one kernel; from PARALLEL_MIN elements threads take blocks of columns, each
+    # adding its columns' rows in order -- the bits of one thread's row walk
+    rng = np.random.default_rng(1)
+    c = rng.standard_normal((8, 64, 520)).astype(dtype)     # 520 = 8 blocks of 64 and 8 columns
+    d = rng.standard_normal((8, 64, 520)).astype(dtype)
+
+    def fn(a, b):
+        g = a * b + 1
+        return g, g.sum((0, 1)), g.mean(0)
+
+    one, program = _compiled_run(fn, 1, c, d)
+    two, _ = _compiled_run(fn, 2, c, d)
+    assert all(k.reduction is not None and k.reduction.axis == "lead" for k in program.kernels)
+    assert "jb += 64" in program.c_source
+    assert "#pragma omp parallel for num_threads(eagerc_team(266240, 9))" in program.c_source
+    for a, b in zip(one, two):
+        np.testing.assert_array_equal(a, b)
+    g = c * d + 1                       # rounded as the kernel rounds it (-ffp-contract=off)
+    np.testing.assert_array_equal(one[0], g)
+    g64 = np.abs(g.astype(np.float64))
+    eps = np.finfo(dtype).eps           # a sum's error bound: a few eps of the sum of magnitudes
+    for a, w, bound in zip(one[1:], [g.astype(np.float64).sum((0, 1)), g.astype(np.float64).mean(0)],
+                           [g64.sum((0, 1)), g64.mean(0)]):
+        assert np.all(np.abs(a - w) <= eps * bound)
 
 
 @needs_cc

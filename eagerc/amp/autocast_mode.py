@@ -220,7 +220,6 @@ def autocast_op(name):
             if state is None or not state.enabled:
                 return fn(*args, **kwargs)
             return state.run(name, fn, args, kwargs)
-        wrapper.autocast_name = name
         return wrapper
     return deco
 

@@ -167,10 +167,7 @@ class GradScaler:
                          for f in s["found_inf_per_device"].values()]
                 if not found:
                     raise RuntimeError("No inf checks were recorded prior to update.")
-                combined = found[0]
-                for f in found[1:]:
-                    combined = combined + f
-                self._update_scale_(scale, tracker, combined)
+                self._update_scale_(scale, tracker, sum(found[1:], found[0]))
         self._per_optimizer_states = defaultdict(_refresh_per_optimizer_state)
 
     def _update_scale_(self, scale, tracker, found_inf):

@@ -59,16 +59,12 @@ def main(argv=None):
     prog = f"eagerc {args.command}"
     try:
         return args.func(args, PrintableStream(sys.stdout)) or 0
-    except UsageError as e:
+    except (UsageError, CommandError) as e:
         if args.debug:
             traceback.print_exc()
-        print(f"{prog}: error: {printable(e)} (see {prog} --help)", file=sys.stderr)
-        return 2
-    except CommandError as e:
-        if args.debug:
-            traceback.print_exc()
-        print(f"{prog}: error: {printable(e)}", file=sys.stderr)
-        return 1
+        usage = isinstance(e, UsageError)
+        print(f"{prog}: error: {printable(e)}" + (f" (see {prog} --help)" if usage else ""), file=sys.stderr)
+        return 2 if usage else 1
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130

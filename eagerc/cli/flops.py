@@ -17,15 +17,11 @@ RULES = {"matmul-like": "2 x multiply-accumulates", "elementwise": "numel of the
          "pooling": "numel of the output x window", "data movement": "0"}
 
 
-def category(op):
-    return flops_of(op).category
-
-
 def flops_by_op(graph):
     """{op name: {"count", "flops", "category"}} in descending FLOPs, and the total."""
     table = {}
     for n in graph.nodes:
-        row = table.setdefault(n.op, {"count": 0, "flops": 0, "category": category(n.op)})
+        row = table.setdefault(n.op, {"count": 0, "flops": 0, "category": flops_of(n.op).category})
         row["count"] += 1
         row["flops"] += node_flops(n)
     ordered = dict(sorted(table.items(), key=lambda kv: (-kv[1]["flops"], -kv[1]["count"], kv[0])))

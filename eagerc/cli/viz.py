@@ -113,11 +113,9 @@ def run(args, out):
         return 0
     try:
         dot.render(output, timeout=args.timeout)
-    except viz.GraphvizNotFound as e:
-        raise CommandError(str(e)) from None
     except OSError as e:
         raise CommandError(f"cannot write {e.filename or output}: {e.strerror or e}") from None
-    except RuntimeError as e:
+    except RuntimeError as e:   # viz.GraphvizNotFound, or dot failing: the message says which
         raise CommandError(str(e)) from None
     s = dot.stats
     extra = []

@@ -328,8 +328,7 @@ class Builder:
             out = conv(self, n, ins)
             for key in self.node_patches.get(i, {}):
                 if key[0] == "attrs" and key[1] not in self._handled:
-                    raise unsupported(n, f"its attribute {key[1]!r} depends on a dynamic size; make that "
-                                         "dimension static")
+                    self.static_attr(key[1])
             self.names[n.out.name] = out
         self.node, self.index = None, None
         outputs = []
@@ -391,22 +390,16 @@ def _binary(b, n, ins):
     return b.op(_BINARY[n.op], [b.val(ins[0], dt), b.val(ins[1], dt)])
 
 
-@converts("floor_divide")
-def _floor_divide(b, n, ins):
+@converts("floor_divide", "remainder")
+def _floor_divide_remainder(b, n, ins):
+    """floor(a / b) and a - b * floor(a / b): Python's sign convention (integers: Mod with fmod=0)."""
     dt = n.out.dtype
     a, c = b.val(ins[0], dt), b.val(ins[1], dt)
-    if dt in _FLOATS:
-        return b.op("Floor", [b.op("Div", [a, c])])
-    return b.op("Div", [b.op("Sub", [a, b.op("Mod", [a, c], fmod=0)]), c])
-
-
-@converts("remainder")
-def _remainder(b, n, ins):
-    dt = n.out.dtype
-    a, c = b.val(ins[0], dt), b.val(ins[1], dt)
-    if dt in _FLOATS:  # a - b * floor(a / b): Python's sign convention
-        return b.op("Sub", [a, b.op("Mul", [c, b.op("Floor", [b.op("Div", [a, c])])])])
-    return b.op("Mod", [a, c], fmod=0)
+    if dt not in _FLOATS:
+        mod = b.op("Mod", [a, c], fmod=0)
+        return b.op("Div", [b.op("Sub", [a, mod]), c]) if n.op == "floor_divide" else mod
+    quotient = b.op("Floor", [b.op("Div", [a, c])])
+    return quotient if n.op == "floor_divide" else b.op("Sub", [a, b.op("Mul", [c, quotient])])
 
 
 @converts("logaddexp", "hypot")
@@ -434,26 +427,24 @@ def _unary(b, n, ins):
     return b.op(_UNARY[n.op], [b.val(ins[0], dt)])
 
 
-@converts("rsqrt", "exp2", "log2", "log1p", "expm1", "square", "trunc")
+_UNARY_COMPOSITE = {   # op -> fn(builder, x, dtype): the op written with ONNX ops
+    "rsqrt": lambda b, x, dt: b.op("Reciprocal", [b.op("Sqrt", [x])]),
+    "exp2": lambda b, x, dt: b.op("Pow", [b.val(2.0, dt), x]),
+    "log2": lambda b, x, dt: b.op("Div", [b.op("Log", [x]), b.val(math.log(2.0), dt)]),
+    "log1p": lambda b, x, dt: b.op("Log", [b.op("Add", [x, b.val(1.0, dt)])]),
+    "expm1": lambda b, x, dt: b.op("Sub", [b.op("Exp", [x]), b.val(1.0, dt)]),
+    "square": lambda b, x, dt: b.op("Mul", [x, x]),
+    "trunc": lambda b, x, dt: b.op("Where", [b.op("Less", [x, b.val(0.0, dt)]), b.op("Ceil", [x]), b.op("Floor", [x])]),
+}
+
+
+@converts(*_UNARY_COMPOSITE)
 def _unary_composite(b, n, ins):
     dt = n.out.dtype
     x = b.val(ins[0], dt)
-    if n.op == "rsqrt":
-        return b.op("Reciprocal", [b.op("Sqrt", [x])])
-    if n.op == "exp2":
-        return b.op("Pow", [b.val(2.0, dt), x])
-    if n.op == "log2":
-        return b.op("Div", [b.op("Log", [x]), b.val(math.log(2.0), dt)])
-    if n.op == "log1p":
-        return b.op("Log", [b.op("Add", [x, b.val(1.0, dt)])])
-    if n.op == "expm1":
-        return b.op("Sub", [b.op("Exp", [x]), b.val(1.0, dt)])
-    if n.op == "square":
-        return b.op("Mul", [x, x])
-    if dt not in _FLOATS:  # trunc
+    if n.op == "trunc" and dt not in _FLOATS:  # integers are whole already
         return b.op("Identity", [x])
-    neg = b.op("Less", [x, b.val(0.0, dt)])
-    return b.op("Where", [neg, b.op("Ceil", [x]), b.op("Floor", [x])])
+    return _UNARY_COMPOSITE[n.op](b, x, dt)
 
 
 @converts("isnan", "isinf", "isfinite", "logical_not")
@@ -500,15 +491,10 @@ def _truthy(b, x):
 
 @converts("bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not")
 def _bitwise(b, n, ins):
+    """BitwiseAnd / Or / Xor / Not; on bool tensors the logical And / Or / Xor / Not."""
     dt = n.out.dtype
-    if dt == "bool":
-        if n.op == "bitwise_not":
-            return b.op("Not", [b.val(ins[0], "bool")])
-        return b.op({"bitwise_and": "And", "bitwise_or": "Or", "bitwise_xor": "Xor"}[n.op],
-                    [b.val(ins[0], "bool"), b.val(ins[1], "bool")])
-    onnx_op = {"bitwise_and": "BitwiseAnd", "bitwise_or": "BitwiseOr", "bitwise_xor": "BitwiseXor",
-               "bitwise_not": "BitwiseNot"}[n.op]
-    return b.op(onnx_op, [b.val(x, dt) for x in ins])
+    kind = n.op.split("_")[1].capitalize()
+    return b.op(kind if dt == "bool" else "Bitwise" + kind, [b.val(x, dt) for x in ins])
 
 
 @converts("where")
@@ -682,22 +668,15 @@ def _unsqueeze(b, n, ins):
 @converts("slice")
 def _slice(b, n, ins):
     x = ins[0]
-    nd = len(x.shape)
     a = n.attrs
     step = a.get("step") or 1
-    start = a.get("start")
-    stop = a.get("stop")
-    if start is None:
-        b.handled("start")
-        starts = b.ints([0 if step > 0 else INT64_MAX])
-    else:
-        starts = b.int_scalar("start", start)
-    if stop is None:
-        b.handled("stop")
-        ends = b.ints([INT64_MAX if step > 0 else INT64_MIN])
-    else:
-        ends = b.int_scalar("stop", stop)
-    return b.op("Slice", [b.val(x), starts, ends, b.ints([a["dim"] % nd]), b.ints([step])])
+
+    def bound(attr, default):   # an omitted start / stop: the end of the axis the step starts / stops at
+        b.handled(attr)
+        return b.ints([default]) if a.get(attr) is None else b.int_scalar(attr, a[attr])
+    starts = bound("start", 0 if step > 0 else INT64_MAX)
+    ends = bound("stop", INT64_MAX if step > 0 else INT64_MIN)
+    return b.op("Slice", [b.val(x), starts, ends, b.ints([a["dim"] % len(x.shape)]), b.ints([step])])
 
 
 def _slice_nodes(b, x, shape, index):
@@ -777,21 +756,12 @@ def _index(b, n, ins):
     return b.op("Gather", [b.val(x), b.val(tensors[0], "int64")], axis=pos)
 
 
-@converts("index_select")
-def _index_select(b, n, ins):
-    nd = len(ins[0].shape)
-    return b.op("Gather", [b.val(ins[0]), b.val(ins[1], "int64")], axis=n.attrs["dim"] % max(nd, 1))
-
-
-@converts("gather")
+@converts("index_select", "gather", "embedding")
 def _gather(b, n, ins):
-    nd = len(ins[0].shape)
-    return b.op("GatherElements", [b.val(ins[0]), b.val(ins[1], "int64")], axis=n.attrs["dim"] % max(nd, 1))
-
-
-@converts("embedding")
-def _embedding(b, n, ins):
-    return b.op("Gather", [b.val(ins[0]), b.val(ins[1], "int64")], axis=0)
+    """index_select and embedding (a table's rows) are ONNX Gather; gather is GatherElements."""
+    axis = 0 if n.op == "embedding" else n.attrs["dim"] % max(len(ins[0].shape), 1)
+    return b.op("GatherElements" if n.op == "gather" else "Gather", [b.val(ins[0]), b.val(ins[1], "int64")],
+                axis=axis)
 
 
 @converts("cat")
@@ -1048,8 +1018,8 @@ def _two(v):
     return [v, v] if isinstance(v, int) else list(v)
 
 
-@converts("conv2d", "conv3d")
-def _conv2d(b, n, ins):
+@converts("conv2d", "conv3d", "conv_transpose2d", "conv_transpose3d")
+def _conv(b, n, ins):
     x, w, bias = ins
     a = n.attrs
     pad = a.get("padding", 0)
@@ -1063,51 +1033,40 @@ def _conv2d(b, n, ins):
         inputs.append(b.val(bias, dt))
     elif bias is not None and (_is_value(bias) or bias != 0):
         add = bias
-    y = b.op("Conv", inputs, strides=_two(a.get("stride", 1)), pads=begins + ends,
-             dilations=_two(a.get("dilation", 1)), group=int(a.get("groups", 1)))
+    attrs = dict(strides=_two(a.get("stride", 1)), pads=begins + ends, dilations=_two(a.get("dilation", 1)),
+                 group=int(a.get("groups", 1)))
+    if n.op.startswith("conv_transpose"):
+        y = b.op("ConvTranspose", inputs, output_padding=_two(a.get("output_padding", 0)), **attrs)
+    else:
+        y = b.op("Conv", inputs, **attrs)
     return y if add is None else b.op("Add", [y, b.val(add, dt)])
 
 
-@converts("conv_transpose2d", "conv_transpose3d")
-def _conv_transpose2d(b, n, ins):
-    x, w, bias = ins
-    a = n.attrs
+def _pool_window(a):
+    """(kernel_shape, strides, pads) of a 2-d pooling node's attributes (stride defaults to the kernel)."""
     begins, ends = _pairs(a.get("padding", 0))
-    dt = n.out.dtype
-    inputs = [b.val(x, dt), b.val(w, dt)]
-    add = None
-    if _is_value(bias) and len(bias.shape) == 1:
-        inputs.append(b.val(bias, dt))
-    elif bias is not None and (_is_value(bias) or bias != 0):
-        add = bias
-    y = b.op("ConvTranspose", inputs, strides=_two(a.get("stride", 1)), pads=begins + ends,
-             output_padding=_two(a.get("output_padding", 0)), dilations=_two(a.get("dilation", 1)),
-             group=int(a.get("groups", 1)))
-    return y if add is None else b.op("Add", [y, b.val(add, dt)])
+    ks = _two(a["kernel_size"])
+    stride = a.get("stride")
+    return ks, _two(stride) if stride else ks, begins + ends
 
 
 @converts("max_pool2d")
 def _max_pool2d(b, n, ins):
     a = n.attrs
-    begins, ends = _pairs(a.get("padding", 0))
-    ks = _two(a["kernel_size"])
-    stride = a.get("stride")
-    return b.op("MaxPool", [b.val(ins[0])], kernel_shape=ks, strides=_two(stride) if stride else ks,
-                pads=begins + ends, dilations=_two(a.get("dilation", 1)), ceil_mode=int(bool(a.get("ceil_mode"))))
+    ks, strides, pads = _pool_window(a)
+    return b.op("MaxPool", [b.val(ins[0])], kernel_shape=ks, strides=strides, pads=pads,
+                dilations=_two(a.get("dilation", 1)), ceil_mode=int(bool(a.get("ceil_mode"))))
 
 
 @converts("avg_pool2d")
 def _avg_pool2d(b, n, ins):
     a = n.attrs
-    begins, ends = _pairs(a.get("padding", 0))
-    ks = _two(a["kernel_size"])
-    stride = a.get("stride")
+    ks, strides, pads = _pool_window(a)
     div = a.get("divisor_override")
     ceil = bool(a.get("ceil_mode"))
     if div is not None and ceil:
         raise unsupported(n, "divisor_override with ceil_mode=True")
-    y = b.op("AveragePool", [b.val(ins[0])], kernel_shape=ks, strides=_two(stride) if stride else ks,
-             pads=begins + ends, ceil_mode=int(ceil),
+    y = b.op("AveragePool", [b.val(ins[0])], kernel_shape=ks, strides=strides, pads=pads, ceil_mode=int(ceil),
              count_include_pad=int(bool(a.get("count_include_pad", True)) or div is not None))
     if div is not None:
         y = b.op("Mul", [y, b.val(ks[0] * ks[1] / div, n.out.dtype)])

@@ -1,5 +1,6 @@
 """eagerc.optim: optimizers and learning-rate schedulers, with PyTorch's API."""
 from .optimizer import Optimizer  # noqa: F401
+from .._missing import module_getattr as _module_getattr
 from .sgd import SGD  # noqa: F401
 from .adam import Adam, AdamW  # noqa: F401
 from .rmsprop import RMSprop  # noqa: F401
@@ -17,8 +18,4 @@ __all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Adadelta"
            "ASGD", "Rprop", "LBFGS", "lr_scheduler"]
 
 
-def __getattr__(name):  # a missing name: PyTorch's and not implemented yet, or a typo?
-    if name.startswith("__"):
-        raise AttributeError(name)
-    from .._missing import missing
-    raise missing("eagerc.optim", "torch.optim", name)
+__getattr__ = _module_getattr("eagerc.optim", "torch.optim")

@@ -20,8 +20,7 @@ class Adadelta(Optimizer):
         super().__init__(params, dict(lr=lr, rho=rho, eps=eps, weight_decay=weight_decay, maximize=maximize,
                                       capturable=capturable, foreach=foreach, differentiable=differentiable))
 
-    def _rule(self, ops, o, params):
-        rules.adadelta(ops, o, params)
+    _rule = staticmethod(rules.adadelta)
 
     def _init_state(self, p, group):
         self._new_state(p, "square_avg", "acc_delta")

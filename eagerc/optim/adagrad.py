@@ -39,8 +39,7 @@ class Adagrad(Optimizer):
             state["step"] = new_step()
             state["sum"] = wrap(array_module(p._array).full_like(p._array, init))
 
-    def _rule(self, ops, o, params):
-        rules.adagrad(ops, o, params)
+    _rule = staticmethod(rules.adagrad)
 
     def _traced_state(self, group):
         return ("step", "sum")

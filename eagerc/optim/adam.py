@@ -24,8 +24,7 @@ class Adam(Optimizer):
                                       differentiable=differentiable, fused=fused,
                                       decoupled_weight_decay=decoupled_weight_decay))
 
-    def _rule(self, ops, o, params):
-        rules.adam(ops, o, params)
+    _rule = staticmethod(rules.adam)
 
     def _init_state(self, p, group):
         self._new_state(p, "exp_avg", "exp_avg_sq", *(("max_exp_avg_sq",) if group["amsgrad"] else ()))

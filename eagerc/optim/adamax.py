@@ -19,8 +19,7 @@ class Adamax(Optimizer):
                                       foreach=foreach, maximize=maximize, differentiable=differentiable,
                                       capturable=capturable))
 
-    def _rule(self, ops, o, params):
-        rules.adamax(ops, o, params)
+    _rule = staticmethod(rules.adamax)
 
     def _init_state(self, p, group):
         self._new_state(p, "exp_avg", "exp_inf")

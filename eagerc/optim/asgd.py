@@ -22,8 +22,7 @@ class ASGD(Optimizer):
                                       foreach=foreach, maximize=maximize, differentiable=differentiable,
                                       capturable=capturable))
 
-    def _rule(self, ops, o, params):
-        rules.asgd(ops, o, params)
+    _rule = staticmethod(rules.asgd)
 
     def _init_state(self, p, group):
         state = self._new_state(p, "ax")

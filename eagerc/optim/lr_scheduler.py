@@ -16,6 +16,8 @@ from bisect import bisect_right
 from collections import Counter
 from functools import partial
 
+from .._missing import module_getattr as _module_getattr
+
 __all__ = ["LRScheduler", "StepLR", "MultiStepLR", "ConstantLR", "LinearLR", "ExponentialLR",
            "PolynomialLR", "CosineAnnealingLR", "LambdaLR", "MultiplicativeLR", "OneCycleLR",
            "SequentialLR", "ChainedScheduler", "ReduceLROnPlateau", "CosineAnnealingWarmRestarts",
@@ -266,10 +268,17 @@ class LambdaLR(LRScheduler):
         return [base * f(self.last_epoch) for f, base in zip(self.lr_lambdas, self.base_lrs)]
 
     def state_dict(self):
-        return _lambda_state(self)
+        state = {k: v for k, v in self.__dict__.items() if k not in ("optimizer", "lr_lambdas")}
+        state["lr_lambdas"] = [_fn_state(f) for f in self.lr_lambdas]
+        return state
 
     def load_state_dict(self, state_dict):
-        _load_lambda_state(self, state_dict)
+        state_dict = dict(state_dict)
+        lambdas = state_dict.pop("lr_lambdas", [])
+        self.__dict__.update(state_dict)
+        for i, fn_state in enumerate(lambdas):
+            if fn_state is not None:
+                self.lr_lambdas[i].__dict__.update(fn_state)
 
 
 class MultiplicativeLR(LRScheduler):
@@ -296,23 +305,11 @@ def _lambdas(optimizer, lr_lambda):
     return list(lr_lambda)
 
 
-def _lambda_state(sched):
-    """Functions are not state: only callable objects' attributes are kept (as in PyTorch)."""
-    state = {k: v for k, v in sched.__dict__.items() if k not in ("optimizer", "lr_lambdas")}
-    state["lr_lambdas"] = [None] * len(sched.lr_lambdas)
-    for i, f in enumerate(sched.lr_lambdas):
-        if not isinstance(f, types.FunctionType) and hasattr(f, "__dict__"):
-            state["lr_lambdas"][i] = dict(f.__dict__)
-    return state
-
-
-def _load_lambda_state(sched, state_dict):
-    state_dict = dict(state_dict)
-    lambdas = state_dict.pop("lr_lambdas", [])
-    sched.__dict__.update(state_dict)
-    for i, fn_state in enumerate(lambdas):
-        if fn_state is not None:
-            sched.lr_lambdas[i].__dict__.update(fn_state)
+def _fn_state(f):
+    """A function is not state; a callable object's attributes are (as in PyTorch). None for no state."""
+    if f is not None and not isinstance(f, types.FunctionType) and hasattr(f, "__dict__"):
+        return dict(f.__dict__)
+    return None
 
 
 def _cycled_momentum(optimizer, base_momentum, max_momentum, last_epoch):
@@ -641,17 +638,11 @@ class CyclicLR(LRScheduler):
         self.base_lrs = base_lrs
 
     def _init_scale_fn(self):
-        if self._scale_fn_custom is not None:
-            return
-        if self.mode == "triangular":
-            self._scale_fn_ref = _triangular_scale
-            self.scale_mode = "cycle"
-        elif self.mode == "triangular2":
-            self._scale_fn_ref = _triangular2_scale
-            self.scale_mode = "cycle"
-        elif self.mode == "exp_range":
-            self._scale_fn_ref = partial(_exp_range_scale, self.gamma)
-            self.scale_mode = "iterations"
+        """The built-in mode's scale function and what it is a function of (a custom scale_fn keeps its own)."""
+        rule = {"triangular": (_triangular_scale, "cycle"), "triangular2": (_triangular2_scale, "cycle"),
+                "exp_range": (partial(_exp_range_scale, self.gamma), "iterations")}.get(self.mode)
+        if self._scale_fn_custom is None and rule is not None:
+            self._scale_fn_ref, self.scale_mode = rule
 
     def scale_fn(self, x):
         return (self._scale_fn_custom or self._scale_fn_ref)(x)
@@ -674,10 +665,7 @@ class CyclicLR(LRScheduler):
         """Everything but the optimizer and the scale functions (a callable object's
         attributes are kept, as in PyTorch; a plain function is not state)."""
         state = {k: v for k, v in self.__dict__.items() if k not in ("optimizer", "_scale_fn_ref", "_scale_fn_custom")}
-        fn = self._scale_fn_custom
-        state["_scale_fn_custom"] = None
-        if fn is not None and not isinstance(fn, types.FunctionType) and hasattr(fn, "__dict__"):
-            state["_scale_fn_custom"] = dict(fn.__dict__)
+        state["_scale_fn_custom"] = _fn_state(self._scale_fn_custom)
         return state
 
     def load_state_dict(self, state_dict):
@@ -701,8 +689,4 @@ def _exp_range_scale(gamma, x):
     return gamma ** x
 
 
-def __getattr__(name):  # a missing name: PyTorch's and not implemented yet, or a typo?
-    if name.startswith("__"):
-        raise AttributeError(name)
-    from .._missing import missing
-    raise missing("eagerc.optim.lr_scheduler", "torch.optim.lr_scheduler", name)
+__getattr__ = _module_getattr("eagerc.optim.lr_scheduler", "torch.optim.lr_scheduler")

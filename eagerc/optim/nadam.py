@@ -27,8 +27,7 @@ class NAdam(Optimizer):
                                       maximize=maximize, foreach=foreach, capturable=capturable,
                                       differentiable=differentiable))
 
-    def _rule(self, ops, o, params):
-        rules.nadam(ops, o, params)
+    _rule = staticmethod(rules.nadam)
 
     def _init_state(self, p, group):
         self._new_state(p, "exp_avg", "exp_avg_sq")["mu_product"] = wrap(np.ones((), np.float32))

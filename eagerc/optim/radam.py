@@ -21,8 +21,7 @@ class RAdam(Optimizer):
                                       decoupled_weight_decay=decoupled_weight_decay,
                                       differentiable=differentiable))
 
-    def _rule(self, ops, o, params):
-        rules.radam(ops, o, params)
+    _rule = staticmethod(rules.radam)
 
     def _init_state(self, p, group):
         self._new_state(p, "exp_avg", "exp_avg_sq")

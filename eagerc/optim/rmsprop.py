@@ -18,8 +18,7 @@ class RMSprop(Optimizer):
                                       weight_decay=weight_decay, capturable=capturable, foreach=foreach,
                                       maximize=maximize, differentiable=differentiable))
 
-    def _rule(self, ops, o, params):
-        rules.rmsprop(ops, o, params)
+    _rule = staticmethod(rules.rmsprop)
 
     def _init_state(self, p, group):
         self._new_state(p, *self._traced_state(group)[1:])

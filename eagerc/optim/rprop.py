@@ -23,8 +23,7 @@ class Rprop(Optimizer):
         super().__init__(params, dict(lr=lr, etas=tuple(etas), step_sizes=tuple(step_sizes), foreach=foreach,
                                       maximize=maximize, differentiable=differentiable, capturable=capturable))
 
-    def _rule(self, ops, o, params):
-        rules.rprop(ops, o, params)
+    _rule = staticmethod(rules.rprop)
 
     def _init_state(self, p, group):
         self._new_state(p, "prev")["step_size"] = wrap(array_module(p._array).full_like(p._array, group["lr"]))

@@ -24,8 +24,7 @@ class SGD(Optimizer):
                                       weight_decay=weight_decay, nesterov=nesterov, maximize=maximize,
                                       foreach=foreach, differentiable=differentiable, fused=fused))
 
-    def _rule(self, ops, o, params):
-        rules.sgd(ops, o, params)
+    _rule = staticmethod(rules.sgd)
 
     def _traced_state(self, group):
         return ("momentum_buffer",) if group["momentum"] else ()

@@ -8,47 +8,46 @@ __all__ = ["ReLU", "ReLU6", "LeakyReLU", "GELU", "SiLU", "Mish", "ELU", "SELU", 
 
 
 class _Inplace(Module):
+    """An activation whose only argument is `inplace`: `_fn(input, inplace)`."""
+    _fn = None
+
     def __init__(self, inplace=False):
         super().__init__()
         self.inplace = inplace
+
+    def forward(self, input):
+        return type(self)._fn(input, self.inplace)
 
     def extra_repr(self):
         return "inplace=True" if self.inplace else ""
 
 
 class ReLU(_Inplace):
-    def forward(self, input):
-        return F.relu(input, self.inplace)
+    _fn = staticmethod(F.relu)
 
 
 class ReLU6(_Inplace):
-    def forward(self, input):
-        return F.relu6(input, self.inplace)
+    _fn = staticmethod(F.relu6)
 
 
 class SiLU(_Inplace):
-    def forward(self, input):
-        return F.silu(input, self.inplace)
+    _fn = staticmethod(F.silu)
 
 
 class Mish(_Inplace):
-    def forward(self, input):
-        return F.mish(input, self.inplace)
+    _fn = staticmethod(F.mish)
 
 
 class SELU(_Inplace):
-    def forward(self, input):
-        return F.selu(input, self.inplace)
+    _fn = staticmethod(F.selu)
 
 
 class Hardsigmoid(_Inplace):
-    def forward(self, input):
-        return F.hardsigmoid(input, self.inplace)
+    _fn = staticmethod(F.hardsigmoid)
 
 
 class Hardswish(_Inplace):
-    def forward(self, input):
-        return F.hardswish(input, self.inplace)
+    _fn = staticmethod(F.hardswish)
 
 
 class LeakyReLU(Module):
@@ -159,31 +158,31 @@ class _DimModule(Module):
         return f"dim={self.dim}"
 
 
-class Softmax(_DimModule):
+class _SoftmaxLike(_DimModule):
+    _fn = None
+
     def forward(self, input):
-        return F.softmax(input, self.dim, _stacklevel=5)
+        return type(self)._fn(input, self.dim, _stacklevel=5)
 
 
-class Softmin(_DimModule):
-    def forward(self, input):
-        return F.softmin(input, self.dim, _stacklevel=5)
+class Softmax(_SoftmaxLike):
+    _fn = staticmethod(F.softmax)
 
 
-class LogSoftmax(_DimModule):
-    def forward(self, input):
-        return F.log_softmax(input, self.dim, _stacklevel=5)
+class Softmin(_SoftmaxLike):
+    _fn = staticmethod(F.softmin)
 
 
-class GLU(Module):
+class LogSoftmax(_SoftmaxLike):
+    _fn = staticmethod(F.log_softmax)
+
+
+class GLU(_DimModule):
     def __init__(self, dim=-1):
-        super().__init__()
-        self.dim = dim
+        super().__init__(dim)
 
     def forward(self, input):
         return F.glu(input, self.dim)
-
-    def extra_repr(self):
-        return f"dim={self.dim}"
 
 
 def __getattr__(name):  # MultiheadAttention lives in attention.py (torch exposes it from activation)

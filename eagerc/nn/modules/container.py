@@ -17,7 +17,32 @@ def _index(idx, n, what):
     return idx % n
 
 
-class Sequential(Module):
+class _ModuleSequence(Module):
+    """What Sequential and ModuleList share: modules registered under "0", "1", ... in order."""
+
+    def __len__(self):
+        return len(self._modules)
+
+    def __iter__(self):
+        return iter(self._modules.values())
+
+    def append(self, module):
+        self.add_module(str(len(self)), module)
+        return self
+
+    def pop(self, key):
+        v = self[key]
+        del self[key]
+        return v
+
+    def _renumber(self, modules):
+        """Register `modules` as "0", "1", ...: the numbering stays contiguous, like PyTorch's."""
+        self._modules.clear()
+        for i, m in enumerate(modules):
+            self._modules[str(i)] = m
+
+
+class Sequential(_ModuleSequence):
     """Modules run one after another: Sequential(a, b, c)(x) == c(b(a(x))).
 
     Takes modules positionally (named "0", "1", ...) or one OrderedDict of names to
@@ -53,17 +78,7 @@ class Sequential(Module):
                 delattr(self, key)
         else:
             delattr(self, list(self._modules.keys())[_index(idx, len(self), "Sequential")])
-        # keep the numbering contiguous, like PyTorch
-        items = list(self._modules.items())
-        self._modules.clear()
-        for i, (_, m) in enumerate(items):
-            self._modules[str(i)] = m
-
-    def __len__(self):
-        return len(self._modules)
-
-    def __iter__(self):
-        return iter(self._modules.values())
+        self._renumber(list(self._modules.values()))
 
     def __add__(self, other):
         if not isinstance(other, Sequential):
@@ -87,10 +102,6 @@ class Sequential(Module):
                 out.append(m)
         return out
 
-    def append(self, module):
-        self.add_module(str(len(self)), module)
-        return self
-
     def extend(self, sequential):
         for m in sequential:
             self.append(m)
@@ -106,18 +117,11 @@ class Sequential(Module):
             index += n
         mods = list(self._modules.values())
         mods.insert(index, module)
-        self._modules.clear()
-        for i, m in enumerate(mods):
-            self._modules[str(i)] = m
+        self._renumber(mods)
         return self
 
-    def pop(self, key):
-        v = self[key]
-        del self[key]
-        return v
 
-
-class ModuleList(Module):
+class ModuleList(_ModuleSequence):
     """A list of modules, registered so that parameters(), to(), state_dict() see them."""
 
     def __init__(self, modules=None):
@@ -139,16 +143,7 @@ class ModuleList(Module):
                 delattr(self, str(k))
         else:
             delattr(self, str(_index(idx, len(self), "ModuleList")))
-        mods = list(self._modules.values())
-        self._modules.clear()
-        for i, m in enumerate(mods):
-            self._modules[str(i)] = m
-
-    def __len__(self):
-        return len(self._modules)
-
-    def __iter__(self):
-        return iter(self._modules.values())
+        self._renumber(list(self._modules.values()))
 
     def __iadd__(self, modules):
         return self.extend(modules)
@@ -161,10 +156,6 @@ class ModuleList(Module):
 
     def __dir__(self):
         return [k for k in super().__dir__() if not k.isdigit()]
-
-    def append(self, module):
-        self.add_module(str(len(self)), module)
-        return self
 
     def extend(self, modules):
         if not isinstance(modules, abc.Iterable):
@@ -179,11 +170,6 @@ class ModuleList(Module):
         self._modules.clear()
         for i, m in enumerate(mods):
             self.add_module(str(i), m)
-
-    def pop(self, key):
-        v = self[key]
-        del self[key]
-        return v
 
     def __repr__(self):
         """Runs of identical-looking modules are folded: (0-2): 3 x Linear(...), like PyTorch."""
@@ -235,10 +221,7 @@ class ModuleDict(Module):
     def clear(self):
         self._modules.clear()
 
-    def pop(self, key):
-        v = self[key]
-        del self[key]
-        return v
+    pop = _ModuleSequence.pop
 
     def keys(self):
         return self._modules.keys()
@@ -369,10 +352,7 @@ class ParameterDict(Module):
     def get(self, key, default=None):
         return self[key] if key in self else default
 
-    def pop(self, key):
-        v = self[key]
-        del self[key]
-        return v
+    pop = _ModuleSequence.pop
 
     def clear(self):
         for k in list(self._keys):

@@ -52,23 +52,17 @@ class _ConvNd(Module):
         self.groups = groups
         self.padding_mode = padding_mode
         # F.pad's order: last dim first, (before, after) per dim
-        if isinstance(padding, str):
-            pads = []
-            if padding == "same":
-                for d, k in zip(dilation, kernel_size):
-                    total = d * (k - 1)
-                    pads.append((total // 2, total - total // 2))
-            else:
-                pads = [(0, 0)] * n
+        if padding == "same":
+            totals = [d * (k - 1) for d, k in zip(dilation, kernel_size)]
+            pads = [(t // 2, t - t // 2) for t in totals]
+        elif padding == "valid":
+            pads = [(0, 0)] * n
         else:
             pads = [(p, p) for p in padding]
         self._reversed_padding_repeated_twice = tuple(v for before, after in reversed(pads) for v in (before, after))
         shape = (in_channels, out_channels // groups) if transposed else (out_channels, in_channels // groups)
         self.weight = Parameter(empty(*shape, *kernel_size, device=device, dtype=dtype))
-        if bias:
-            self.bias = Parameter(empty(out_channels, device=device, dtype=dtype))
-        else:
-            self.register_parameter("bias", None)
+        self.register_parameter("bias", Parameter(empty(out_channels, device=device, dtype=dtype)) if bias else None)
         self.reset_parameters()
 
     def reset_parameters(self):
@@ -96,72 +90,57 @@ class _ConvNd(Module):
             s += ", padding_mode={padding_mode}"
         return s.format(**self.__dict__)
 
-    def _padded(self, input):
-        """Non-zero padding modes pad explicitly (F.pad), then convolve without padding."""
-        mode = "constant" if self.padding_mode == "zeros" else self.padding_mode
-        return F.pad(input, self._reversed_padding_repeated_twice, mode=mode)
 
-
-class Conv2d(_ConvNd):
-    """2-d convolution over (N, C_in, H, W): weight (C_out, C_in/groups, kH, kW)."""
+class _Conv(_ConvNd):
+    """Conv1d/2d/3d: one signature; the subclass names its rank `_n`."""
 
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, groups=1,
                  bias=True, padding_mode="zeros", device=None, dtype=None):
         super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, False, 0, groups,
-                         bias, padding_mode, device, dtype, n=2)
+                         bias, padding_mode, device, dtype, n=self._n)
 
     def _conv_forward(self, input, weight, bias):
-        if self.padding_mode != "zeros":
-            return F.conv2d(self._padded(input), weight, bias, self.stride, 0, self.dilation, self.groups)
-        return F.conv2d(input, weight, bias, self.stride, self.padding, self.dilation, self.groups)
+        conv = getattr(F, f"conv{self._n}d")
+        if self.padding_mode != "zeros":  # reflect, replicate, circular: pad explicitly, then convolve unpadded
+            padded = F.pad(input, self._reversed_padding_repeated_twice, mode=self.padding_mode)
+            return conv(padded, weight, bias, self.stride, 0, self.dilation, self.groups)
+        return conv(input, weight, bias, self.stride, self.padding, self.dilation, self.groups)
 
     def forward(self, input):
         return self._conv_forward(input, self.weight, self.bias)
 
 
-class Conv3d(_ConvNd):
-    """3-d convolution over (N, C_in, D, H, W): weight (C_out, C_in/groups, kD, kH, kW)."""
-
-    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, groups=1,
-                 bias=True, padding_mode="zeros", device=None, dtype=None):
-        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, False, 0, groups,
-                         bias, padding_mode, device, dtype, n=3)
-
-    def _conv_forward(self, input, weight, bias):
-        if self.padding_mode != "zeros":
-            return F.conv3d(self._padded(input), weight, bias, self.stride, 0, self.dilation, self.groups)
-        return F.conv3d(input, weight, bias, self.stride, self.padding, self.dilation, self.groups)
-
-    def forward(self, input):
-        return self._conv_forward(input, self.weight, self.bias)
-
-
-class Conv1d(_ConvNd):
+class Conv1d(_Conv):
     """1-d convolution over (N, C_in, L): weight (C_out, C_in/groups, k)."""
+    _n = 1
 
-    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, groups=1,
-                 bias=True, padding_mode="zeros", device=None, dtype=None):
-        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, False, 0, groups,
-                         bias, padding_mode, device, dtype, n=1)
 
-    def _conv_forward(self, input, weight, bias):
-        if self.padding_mode != "zeros":
-            return F.conv1d(self._padded(input), weight, bias, self.stride, 0, self.dilation, self.groups)
-        return F.conv1d(input, weight, bias, self.stride, self.padding, self.dilation, self.groups)
+class Conv2d(_Conv):
+    """2-d convolution over (N, C_in, H, W): weight (C_out, C_in/groups, kH, kW)."""
+    _n = 2
 
-    def forward(self, input):
-        return self._conv_forward(input, self.weight, self.bias)
+
+class Conv3d(_Conv):
+    """3-d convolution over (N, C_in, D, H, W): weight (C_out, C_in/groups, kD, kH, kW)."""
+    _n = 3
 
 
 class _ConvTransposeNd(_ConvNd):
-    def __init__(self, in_channels, out_channels, kernel_size, stride, padding, output_padding, groups, bias,
-                 dilation, padding_mode, device, dtype, n):
+    """ConvTranspose1d/2d/3d: one signature; the subclass names its rank `_n`."""
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, output_padding=0, groups=1,
+                 bias=True, dilation=1, padding_mode="zeros", device=None, dtype=None):
         if padding_mode != "zeros":
             raise ValueError(f'Only "zeros" padding mode is supported for {type(self).__name__}')
         if isinstance(padding, str):
             raise ValueError(f"{type(self).__name__}: padding must be an int or a tuple of ints")
         super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, True, output_padding,
-                         groups, bias, padding_mode, device, dtype, n=n)
+                         groups, bias, padding_mode, device, dtype, n=self._n)
+
+    def forward(self, input, output_size=None):
+        op = self._output_padding(input, output_size, self._n)
+        return getattr(F, f"conv_transpose{self._n}d")(input, self.weight, self.bias, self.stride, self.padding,
+                                                        op, self.groups, self.dilation)
 
     def _output_padding(self, input, output_size, n):
         """The output_padding that gives `output_size` (PyTorch's forward(input, output_size))."""
@@ -184,44 +163,17 @@ class _ConvTransposeNd(_ConvNd):
         return tuple(result)
 
 
+class ConvTranspose1d(_ConvTransposeNd):
+    """Transposed 1-d convolution: weight (C_in, C_out/groups, k)."""
+    _n = 1
+
+
 class ConvTranspose2d(_ConvTransposeNd):
     """Transposed 2-d convolution: weight (C_in, C_out/groups, kH, kW); output
     H = (H_in-1)*stride - 2*padding + dilation*(kH-1) + output_padding + 1."""
-
-    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, output_padding=0, groups=1,
-                 bias=True, dilation=1, padding_mode="zeros", device=None, dtype=None):
-        super().__init__(in_channels, out_channels, kernel_size, stride, padding, output_padding, groups, bias,
-                         dilation, padding_mode, device, dtype, n=2)
-
-    def forward(self, input, output_size=None):
-        op = self._output_padding(input, output_size, 2)
-        return F.conv_transpose2d(input, self.weight, self.bias, self.stride, self.padding, op, self.groups,
-                                  self.dilation)
-
-
-class ConvTranspose1d(_ConvTransposeNd):
-    """Transposed 1-d convolution: weight (C_in, C_out/groups, k)."""
-
-    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, output_padding=0, groups=1,
-                 bias=True, dilation=1, padding_mode="zeros", device=None, dtype=None):
-        super().__init__(in_channels, out_channels, kernel_size, stride, padding, output_padding, groups, bias,
-                         dilation, padding_mode, device, dtype, n=1)
-
-    def forward(self, input, output_size=None):
-        op = self._output_padding(input, output_size, 1)
-        return F.conv_transpose1d(input, self.weight, self.bias, self.stride, self.padding, op, self.groups,
-                                  self.dilation)
+    _n = 2
 
 
 class ConvTranspose3d(_ConvTransposeNd):
     """Transposed 3-d convolution: weight (C_in, C_out/groups, kD, kH, kW)."""
-
-    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, output_padding=0, groups=1,
-                 bias=True, dilation=1, padding_mode="zeros", device=None, dtype=None):
-        super().__init__(in_channels, out_channels, kernel_size, stride, padding, output_padding, groups, bias,
-                         dilation, padding_mode, device, dtype, n=3)
-
-    def forward(self, input, output_size=None):
-        op = self._output_padding(input, output_size, 3)
-        return F.conv_transpose3d(input, self.weight, self.bias, self.stride, self.padding, op, self.groups,
-                                  self.dilation)
+    _n = 3

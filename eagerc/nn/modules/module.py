@@ -233,7 +233,7 @@ class Module:
                             "(eagerc Tensor or None required)")
         if isinstance(tensor, Buffer):
             persistent = tensor.persistent
-            tensor = _plain(tensor)
+            tensor = dispatch.wrap(tensor._array, tensor.requires_grad)   # a plain Tensor sharing its memory
         self._buffers[name] = tensor
         if persistent:
             self._non_persistent_buffers_set.discard(name)
@@ -374,15 +374,13 @@ class Module:
         yield from self._named_members(lambda m: m._parameters.items(), prefix, recurse, remove_duplicate)
 
     def parameters(self, recurse=True):
-        for _, p in self.named_parameters(recurse=recurse):
-            yield p
+        return (p for _, p in self.named_parameters(recurse=recurse))
 
     def named_buffers(self, prefix="", recurse=True, remove_duplicate=True):
         yield from self._named_members(lambda m: m._buffers.items(), prefix, recurse, remove_duplicate)
 
     def buffers(self, recurse=True):
-        for _, b in self.named_buffers(recurse=recurse):
-            yield b
+        return (b for _, b in self.named_buffers(recurse=recurse))
 
     def named_children(self):
         memo = set()
@@ -392,8 +390,7 @@ class Module:
                 yield name, module
 
     def children(self):
-        for _, m in self.named_children():
-            yield m
+        return (m for _, m in self.named_children())
 
     def named_modules(self, memo=None, prefix="", remove_duplicate=True):
         if memo is None:
@@ -409,8 +406,7 @@ class Module:
             yield from module.named_modules(memo, prefix + ("." if prefix else "") + name, remove_duplicate)
 
     def modules(self):
-        for _, m in self.named_modules():
-            yield m
+        return (m for _, m in self.named_modules())
 
     # ------------------------------------------------------------ modes
     def train(self, mode=True):
@@ -625,20 +621,14 @@ class Module:
         return ""
 
     def __repr__(self):
-        extra_lines = []
         extra = self.extra_repr()
-        if extra:
-            extra_lines = extra.split("\n")
-        child_lines = []
-        for key, module in self._modules.items():
-            child_lines.append("(" + key + "): " + _addindent(repr(module), 2))
-        lines = extra_lines + child_lines
+        extra_lines = extra.split("\n") if extra else []
+        child_lines = ["(" + key + "): " + _addindent(repr(module), 2) for key, module in self._modules.items()]
         main = self._get_name() + "("
-        if lines:
-            if len(extra_lines) == 1 and not child_lines:
-                main += extra_lines[0]
-            else:
-                main += "\n  " + "\n  ".join(lines) + "\n"
+        if len(extra_lines) == 1 and not child_lines:
+            main += extra_lines[0]
+        elif extra_lines or child_lines:
+            main += "\n  " + "\n  ".join(extra_lines + child_lines) + "\n"
         return main + ")"
 
 
@@ -648,17 +638,6 @@ def _quoted(keys):
 
 def _size(shape):
     return f"eagerc.Size([{', '.join(str(s) for s in shape)}])"
-
-
-def _plain(t):
-    """A plain Tensor sharing t's memory (unwraps nn.Buffer)."""
-    out = Tensor.__new__(Tensor)
-    out._array = t._array
-    out.requires_grad = t.requires_grad
-    out.grad = None
-    out.grad_fn = None
-    out._vc = None
-    return out
 
 
 def _check_name(module, name, what, table):

@@ -40,8 +40,7 @@ class LayerNorm(Module):
         self.elementwise_affine = elementwise_affine
         _affine(self, self.normalized_shape, elementwise_affine, bias, device, dtype)
 
-    def reset_parameters(self):
-        _reset_affine(self)
+    reset_parameters = _reset_affine
 
     def forward(self, input):
         return F.layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps)
@@ -64,8 +63,7 @@ class GroupNorm(Module):
         self.affine = affine
         _affine(self, num_channels, affine, bias, device, dtype)
 
-    def reset_parameters(self):
-        _reset_affine(self)
+    reset_parameters = _reset_affine
 
     def forward(self, input):
         return F.group_norm(input, self.num_groups, self.weight, self.bias, self.eps)
@@ -83,14 +81,10 @@ class RMSNorm(Module):
         self.normalized_shape = _shape(normalized_shape)
         self.eps = eps
         self.elementwise_affine = elementwise_affine
-        if elementwise_affine:
-            self.weight = Parameter(ones(self.normalized_shape, device=device, dtype=dtype))
-        else:
-            self.register_parameter("weight", None)
+        self.register_parameter("weight", Parameter(ones(self.normalized_shape, device=device, dtype=dtype))
+                                if elementwise_affine else None)
 
-    def reset_parameters(self):
-        if self.elementwise_affine:
-            init.ones_(self.weight)
+    reset_parameters = _reset_affine
 
     def forward(self, input):
         return F.rms_norm(input, self.normalized_shape, self.weight, self.eps)
@@ -111,14 +105,10 @@ class _BatchNorm(Module):
         self.affine = affine
         self.track_running_stats = track_running_stats
         _affine(self, num_features, affine, bias, device, dtype)
-        if track_running_stats:
-            self.register_buffer("running_mean", zeros(num_features, device=device, dtype=dtype))
-            self.register_buffer("running_var", ones(num_features, device=device, dtype=dtype))
-            self.register_buffer("num_batches_tracked", tensor(0, dtype=int64, device=device))
-        else:
-            self.register_buffer("running_mean", None)
-            self.register_buffer("running_var", None)
-            self.register_buffer("num_batches_tracked", None)
+        track = track_running_stats
+        self.register_buffer("running_mean", zeros(num_features, device=device, dtype=dtype) if track else None)
+        self.register_buffer("running_var", ones(num_features, device=device, dtype=dtype) if track else None)
+        self.register_buffer("num_batches_tracked", tensor(0, dtype=int64, device=device) if track else None)
 
     def reset_running_stats(self):
         if self.track_running_stats:

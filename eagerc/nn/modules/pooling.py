@@ -10,6 +10,9 @@ __all__ = ["MaxPool1d", "MaxPool2d", "MaxPool3d", "AvgPool1d", "AvgPool2d", "Avg
 
 
 class _MaxPoolNd(Module):
+    """MaxPool1d/2d/3d: `_fn` is the functional of the subclass's rank."""
+    _fn = None
+
     def __init__(self, kernel_size, stride=None, padding=0, dilation=1, return_indices=False, ceil_mode=False):
         super().__init__()
         self.kernel_size = kernel_size
@@ -19,6 +22,10 @@ class _MaxPoolNd(Module):
         self.return_indices = return_indices
         self.ceil_mode = ceil_mode
 
+    def forward(self, input):
+        return type(self)._fn(input, self.kernel_size, self.stride, self.padding, self.dilation,
+                              ceil_mode=self.ceil_mode, return_indices=self.return_indices)
+
     def extra_repr(self):
         return (f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}, "
                 f"dilation={self.dilation}, ceil_mode={self.ceil_mode}")
@@ -26,26 +33,17 @@ class _MaxPoolNd(Module):
 
 class MaxPool1d(_MaxPoolNd):
     """Max over windows of (N, C, L); stride defaults to kernel_size."""
-
-    def forward(self, input):
-        return F.max_pool1d(input, self.kernel_size, self.stride, self.padding, self.dilation,
-                            ceil_mode=self.ceil_mode, return_indices=self.return_indices)
+    _fn = staticmethod(F.max_pool1d)
 
 
 class MaxPool2d(_MaxPoolNd):
     """Max over kH x kW windows of (N, C, H, W); stride defaults to kernel_size."""
-
-    def forward(self, input):
-        return F.max_pool2d(input, self.kernel_size, self.stride, self.padding, self.dilation,
-                            ceil_mode=self.ceil_mode, return_indices=self.return_indices)
+    _fn = staticmethod(F.max_pool2d)
 
 
 class MaxPool3d(_MaxPoolNd):
     """Max over kD x kH x kW windows of (N, C, D, H, W); stride defaults to kernel_size."""
-
-    def forward(self, input):
-        return F.max_pool3d(input, self.kernel_size, self.stride, self.padding, self.dilation,
-                            ceil_mode=self.ceil_mode, return_indices=self.return_indices)
+    _fn = staticmethod(F.max_pool3d)
 
 
 class AvgPool1d(Module):
@@ -94,62 +92,54 @@ class AvgPool3d(AvgPool2d):
                             self.count_include_pad, self.divisor_override)
 
 
-class AdaptiveAvgPool1d(Module):
+class _AdaptivePoolNd(Module):
+    """Adaptive pooling of any rank: `_fn(input, output_size)` (max pools add return_indices)."""
+    _fn = None
+
     def __init__(self, output_size):
         super().__init__()
         self.output_size = output_size
 
     def forward(self, input):
-        return F.adaptive_avg_pool1d(input, self.output_size)
+        return type(self)._fn(input, self.output_size)
 
     def extra_repr(self):
         return f"output_size={self.output_size}"
 
 
-class AdaptiveAvgPool2d(Module):
+class AdaptiveAvgPool1d(_AdaptivePoolNd):
+    _fn = staticmethod(F.adaptive_avg_pool1d)
+
+
+class AdaptiveAvgPool2d(_AdaptivePoolNd):
     """Mean over adaptive windows giving `output_size` (int, pair, None keeps that size)."""
-
-    def __init__(self, output_size):
-        super().__init__()
-        self.output_size = output_size
-
-    def forward(self, input):
-        return F.adaptive_avg_pool2d(input, self.output_size)
-
-    def extra_repr(self):
-        return f"output_size={self.output_size}"
+    _fn = staticmethod(F.adaptive_avg_pool2d)
 
 
-class AdaptiveAvgPool3d(AdaptiveAvgPool2d):
-    def forward(self, input):
-        return F.adaptive_avg_pool3d(input, self.output_size)
+class AdaptiveAvgPool3d(_AdaptivePoolNd):
+    _fn = staticmethod(F.adaptive_avg_pool3d)
 
 
-class _AdaptiveMaxPoolNd(Module):
+class _AdaptiveMaxPoolNd(_AdaptivePoolNd):
     def __init__(self, output_size, return_indices=False):
-        super().__init__()
-        self.output_size = output_size
+        super().__init__(output_size)
         self.return_indices = return_indices
 
-    def extra_repr(self):
-        return f"output_size={self.output_size}"
+    def forward(self, input):
+        return type(self)._fn(input, self.output_size, self.return_indices)
 
 
 class AdaptiveMaxPool1d(_AdaptiveMaxPoolNd):
-    def forward(self, input):
-        return F.adaptive_max_pool1d(input, self.output_size, self.return_indices)
+    _fn = staticmethod(F.adaptive_max_pool1d)
 
 
 class AdaptiveMaxPool2d(_AdaptiveMaxPoolNd):
     """Max over adaptive windows giving `output_size`; return_indices also gives their flat indices."""
-
-    def forward(self, input):
-        return F.adaptive_max_pool2d(input, self.output_size, self.return_indices)
+    _fn = staticmethod(F.adaptive_max_pool2d)
 
 
 class AdaptiveMaxPool3d(_AdaptiveMaxPoolNd):
-    def forward(self, input):
-        return F.adaptive_max_pool3d(input, self.output_size, self.return_indices)
+    _fn = staticmethod(F.adaptive_max_pool3d)
 
 
 class Upsample(Module):

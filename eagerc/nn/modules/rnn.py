@@ -166,20 +166,17 @@ class RNNBase(Module):
         if input.ndim not in (2, 3):
             raise ValueError(f"{name}: Expected input to be 2D or 3D, got {input.ndim}D instead")
         batched = input.ndim == 3
+        if hx is not None:
+            hs = hx if self.mode == "LSTM" else (hx,)
+            if any(h.ndim != input.ndim for h in hs):
+                raise RuntimeError(f"For {'batched' if batched else 'unbatched'} {input.ndim}-D input, hx should also "
+                                   f"be {input.ndim}-D but got {hs[0].ndim}-D tensor")
         if not batched:
             input = input.unsqueeze(1)
             if hx is not None:
-                hs = hx if self.mode == "LSTM" else (hx,)
-                if any(h.ndim != 2 for h in hs):
-                    raise RuntimeError(f"For unbatched 2-D input, hx should also be 2-D but got "
-                                       f"{hs[0].ndim}-D tensor")
                 hx = tuple(h.unsqueeze(1) for h in hs) if self.mode == "LSTM" else hx.unsqueeze(1)
         elif self.batch_first:
             input = input.transpose(0, 1)
-        if hx is not None and batched:
-            hs = hx if self.mode == "LSTM" else (hx,)
-            if any(h.ndim != 3 for h in hs):
-                raise RuntimeError(f"For batched 3-D input, hx should also be 3-D but got {hs[0].ndim}-D tensor")
         if input.shape[-1] != self.input_size:
             raise RuntimeError(f"input.size(-1) must be equal to input_size. Expected {self.input_size}, "
                                f"got {input.shape[-1]}")
@@ -250,12 +247,9 @@ class RNNCellBase(Module):
         self.bias = bias
         self.weight_ih = Parameter(empty(num_chunks * hidden_size, input_size, device=device, dtype=dtype))
         self.weight_hh = Parameter(empty(num_chunks * hidden_size, hidden_size, device=device, dtype=dtype))
-        if bias:
-            self.bias_ih = Parameter(empty(num_chunks * hidden_size, device=device, dtype=dtype))
-            self.bias_hh = Parameter(empty(num_chunks * hidden_size, device=device, dtype=dtype))
-        else:
-            self.register_parameter("bias_ih", None)
-            self.register_parameter("bias_hh", None)
+        for name in ("bias_ih", "bias_hh"):
+            self.register_parameter(name, Parameter(empty(num_chunks * hidden_size, device=device, dtype=dtype))
+                                    if bias else None)
         self.reset_parameters()
 
     reset_parameters = RNNBase.reset_parameters

@@ -18,6 +18,18 @@ def _padding_index(padding_idx, num_embeddings, name):
     return padding_idx % num_embeddings
 
 
+def _table(module, _weight, device, dtype, requires_grad=True):
+    """module.weight: the given `_weight` (checked against the sizes) or a new table, initialised."""
+    if _weight is None:
+        module.weight = Parameter(empty(module.num_embeddings, module.embedding_dim, device=device, dtype=dtype),
+                                  requires_grad=requires_grad)
+        module.reset_parameters()
+    elif list(_weight.shape) != [module.num_embeddings, module.embedding_dim]:
+        raise AssertionError("Shape of weight does not match num_embeddings and embedding_dim")
+    else:
+        module.weight = Parameter(_weight, requires_grad=requires_grad)
+
+
 class Embedding(Module):
     """weight[indices]; weight ~ N(0, 1), and the padding_idx row is zero and gets no gradient."""
 
@@ -31,14 +43,7 @@ class Embedding(Module):
         self.norm_type = norm_type
         self.scale_grad_by_freq = scale_grad_by_freq
         self.sparse = sparse
-        if _weight is None:
-            self.weight = Parameter(empty(num_embeddings, embedding_dim, device=device, dtype=dtype),
-                                    requires_grad=not _freeze)
-            self.reset_parameters()
-        else:
-            if list(_weight.shape) != [num_embeddings, embedding_dim]:
-                raise AssertionError("Shape of weight does not match num_embeddings and embedding_dim")
-            self.weight = Parameter(_weight, requires_grad=not _freeze)
+        _table(self, _weight, device, dtype, requires_grad=not _freeze)
 
     def reset_parameters(self):
         init.normal_(self.weight)
@@ -95,13 +100,7 @@ class EmbeddingBag(Module):
         self.norm_type = norm_type
         self.scale_grad_by_freq = scale_grad_by_freq
         self.padding_idx = _padding_index(padding_idx, num_embeddings, "padding_idx")
-        if _weight is None:
-            self.weight = Parameter(empty(num_embeddings, embedding_dim, device=device, dtype=dtype))
-            self.reset_parameters()
-        else:
-            if list(_weight.shape) != [num_embeddings, embedding_dim]:
-                raise AssertionError("Shape of weight does not match num_embeddings and embedding_dim")
-            self.weight = Parameter(_weight)
+        _table(self, _weight, device, dtype)
         self.mode = mode
         self.sparse = sparse
         self.include_last_offset = include_last_offset

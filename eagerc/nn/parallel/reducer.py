@@ -24,6 +24,7 @@ import numpy as np
 
 from ... import dispatch
 from ..._tensor import Tensor
+from ...distributed.engines import DONE
 from ...ops.inplace import bump_version
 from ...runtime.device import xp_of
 from ...runtime.pytree import flatten
@@ -178,7 +179,7 @@ class Reducer:
 
     def _globally_used(self):
         flags = np.array(self.used, np.int32)
-        self.group.wait(self.group.host.allreduce(flags, "max") if self.group.host is not None else _DONE,
+        self.group.wait(self.group.host.allreduce(flags, "max") if self.group.host is not None else DONE,
                         "DistributedDataParallel used-parameter all_reduce")
         return flags.astype(bool)
 
@@ -186,14 +187,6 @@ class Reducer:
         for h in self.handles:
             h.remove()
         self.handles = []
-
-
-class _Done:
-    def test(self):
-        return True
-
-
-_DONE = _Done()
 
 
 def _reachable_leaves(outputs):

@@ -21,12 +21,17 @@ def _xp(a):
     return np if type(a) is np.ndarray else xp_of(a)
 
 
-def _own(g):
-    """g's array, made writable first if backward left a read-only (broadcast) view."""
-    d = g._array
-    if type(d) is np.ndarray and not d.flags.writeable:
-        d = g._array = d.copy()
-    return d
+def _own_grads(parameters):
+    """(gradient, its array) of each parameter that has one, the array made writable first if
+    backward left a read-only (broadcast) view."""
+    for p in _params(parameters):
+        g = p.grad
+        if g is None:
+            continue
+        d = g._array
+        if type(d) is np.ndarray and not d.flags.writeable:
+            d = g._array = d.copy()
+        yield g, d
 
 
 def _norm(a, p):
@@ -93,11 +98,7 @@ def clip_grads_with_norm_(parameters, max_norm, total_norm, foreach=None):
     coef = float(max_norm) / (total + 1e-6)
     if coef >= 1.0:  # scaling by exactly 1 would change nothing
         return
-    for p in _params(parameters):
-        g = p.grad
-        if g is None:
-            continue
-        gd = _own(g)
+    for g, gd in _own_grads(parameters):
         with np.errstate(invalid="ignore"):  # inf * 0 is nan, as in PyTorch
             gd *= coef
         bump_version(g, "mul_")
@@ -122,10 +123,6 @@ def clip_grad_norm(parameters, max_norm, norm_type=2.0, error_if_nonfinite=False
 def clip_grad_value_(parameters, clip_value, foreach=None):
     """Clamp every gradient element to [-clip_value, clip_value], in place."""
     v = float(clip_value)
-    for p in _params(parameters):
-        g = p.grad
-        if g is None:
-            continue
-        gd = _own(g)
+    for g, gd in _own_grads(parameters):
         _xp(gd).clip(gd, -v, v, out=gd)
         bump_version(g, "clamp_")

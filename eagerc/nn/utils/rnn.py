@@ -37,9 +37,6 @@ class PackedSequence(namedtuple("PackedSequence_", ["data", "batch_sizes", "sort
             unsorted_indices = invert_permutation(sorted_indices)
         return super().__new__(cls, data, batch_sizes, sorted_indices, unsorted_indices)
 
-    def _with_data(self, data):
-        return type(self)(data, self.batch_sizes, self.sorted_indices, self.unsorted_indices)
-
     def to(self, *args, **kwargs):
         """The data moved or cast like Tensor.to; the indices follow the data's device."""
         data = self.data.to(*args, **kwargs)

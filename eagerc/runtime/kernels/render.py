@@ -33,6 +33,7 @@ PARALLEL_MIN = 2 * PARALLEL_GRAIN
 SCRATCH_BYTES = 1 << 15
 SUM_BLOCK = 256   # float32 row sums: float partial sums over this many elements, then double
 ROW_THREADS_MIN = 8   # fewer rows than this (and enough elements): threads split each row
+LEAD_BLOCK = 64   # columns per thread's share of a sum over leading dims (lead_kernel)
 
 
 def _call(name):
@@ -396,21 +397,37 @@ class CRenderer:
 
     def lead_kernel(self, k):
         """A sum/mean over leading dimensions: one double accumulator per result, rows walked
-        in order (each row's loop is unit-stride and vectorised). One thread: these are
-        bias gradients, small next to the matmuls around them."""
+        in order (each row's loop is unit-stride and vectorised). From PARALLEL_MIN elements
+        (a GELU backward with its bias-gradient sum), when more than one thread would run,
+        threads share out blocks of LEAD_BLOCK columns instead, each walking every row in
+        order over its own columns: each accumulator adds the same values in the same order
+        whatever the thread count (the same bits), and the elementwise work the kernel also
+        does is not left on one thread. One thread keeps the row walk."""
         sizes, strides, split = k.loop_shape()
         rows, cols = k.rows_cols()
         red = k.reduction
         ind = "    "
+        base, offs, _ = self.row_loads(k, sizes, strides, split, "r", "j")
+        body = [ind * 2 + x for x in self.body(k, offs, f"r * {cols} + j")]
+
+        def walk(lo, hi):       # every row in order, columns lo..hi
+            return ([ind + f"for (int64_t r = 0; r < {rows}; r++) {{"] + [ind * 2 + x for x in base]
+                    + [ind * 2 + "#pragma omp simd", ind * 2 + f"for (int64_t j = {lo}; j < {hi}; j++) {{"]
+                    + [ind + x for x in body] + [ind * 3 + f"acc[j] += v{red.src};", ind * 2 + "}", ind + "}"])
         out = [self.header(k), self.signature(k), "{",
                ind + f"double *acc = (double *)calloc({max(cols, 1)}, sizeof(double));",
-               ind + "if (!acc) return;",
-               ind + f"for (int64_t r = 0; r < {rows}; r++) {{"]
-        base, offs, _ = self.row_loads(k, sizes, strides, split, "r", "j")
-        out += [ind * 2 + x for x in base]
-        out += [ind * 2 + "#pragma omp simd", ind * 2 + f"for (int64_t j = 0; j < {cols}; j++) {{"]
-        out += [ind * 3 + x for x in self.body(k, offs, f"r * {cols} + j")]
-        out += [ind * 3 + f"acc[j] += v{red.src};", ind * 2 + "}", ind + "}"]
+               ind + "if (!acc) return;"]
+        blocks = -(-cols // LEAD_BLOCK)
+        if k.numel() >= PARALLEL_MIN and blocks > 1:
+            team = _team(k.numel(), blocks)[len("num_threads("):-1]
+            out += [ind + f"if ({team} > 1) {{",
+                    ind * 2 + f"#pragma omp parallel for num_threads({team})",
+                    ind * 2 + f"for (int64_t jb = 0; jb < {cols}; jb += {LEAD_BLOCK}) {{",
+                    ind * 3 + f"const int64_t je = jb + {LEAD_BLOCK} < {cols} ? jb + {LEAD_BLOCK} : {cols};"]
+            out += [ind * 2 + x for x in walk("jb", "je")]
+            out += [ind * 2 + "}", ind + "} else {"] + [ind + x for x in walk("0", str(cols))] + [ind + "}"]
+        else:
+            out += walk("0", str(cols))
         scale = "" if red.kind == "sum" else f" / (double){rows}"
         value = self.store(red.dtype, self.to_dtype(red.dtype, f"acc[j]{scale}"))
         out += [ind + f"for (int64_t j = 0; j < {cols}; j++) out{red.out}[j] = {value};",

@@ -7,6 +7,7 @@ from ._collate import default_collate, default_convert  # noqa: F401
 from ._worker import get_worker_info, WorkerInfo  # noqa: F401
 from .dataloader import DataLoader  # noqa: F401
 from .distributed import DistributedSampler  # noqa: F401
+from ..._missing import module_getattr as _module_getattr
 
 __all__ = ["Dataset", "IterableDataset", "TensorDataset", "StackDataset", "Subset", "ConcatDataset", "ChainDataset",
            "random_split", "Sampler", "SequentialSampler", "RandomSampler", "SubsetRandomSampler",
@@ -14,8 +15,4 @@ __all__ = ["Dataset", "IterableDataset", "TensorDataset", "StackDataset", "Subse
            "WorkerInfo", "DataLoader", "DistributedSampler"]
 
 
-def __getattr__(name):  # a missing name: PyTorch's and not implemented yet, or a typo?
-    if name.startswith("__"):
-        raise AttributeError(name)
-    from ..._missing import missing
-    raise missing("eagerc.utils.data", "torch.utils.data", name)
+__getattr__ = _module_getattr("eagerc.utils.data", "torch.utils.data")

@@ -44,6 +44,31 @@ def _numeric_array(a):
     return a
 
 
+def _like_mapping(elem, items):
+    """`items` (a dict) in `elem`'s mapping type where that type can be rebuilt, else the dict."""
+    try:
+        if isinstance(elem, abc.MutableMapping):
+            clone = copy.copy(elem)
+            clone.update(items)
+            return clone
+        return type(elem)(items)
+    except TypeError:
+        return items
+
+
+def _like_sequence(elem, items):
+    """`items` (a list) in `elem`'s sequence type where that type can be rebuilt, else the list."""
+    try:
+        if isinstance(elem, abc.MutableSequence):
+            clone = copy.copy(elem)
+            for i, v in enumerate(items):
+                clone[i] = v
+            return clone
+        return type(elem)(items)
+    except TypeError:
+        return items
+
+
 def default_collate(batch):
     """Collate a list of samples into a batch (see the module docstring for the rules)."""
     elem = batch[0]
@@ -67,15 +92,7 @@ def default_collate(batch):
     if isinstance(elem, (str, bytes)):
         return batch
     if isinstance(elem, abc.Mapping):
-        collated = {key: default_collate([d[key] for d in batch]) for key in elem}
-        try:
-            if isinstance(elem, abc.MutableMapping):
-                clone = copy.copy(elem)
-                clone.update(collated)
-                return clone
-            return type(elem)(collated)
-        except TypeError:
-            return collated
+        return _like_mapping(elem, {key: default_collate([d[key] for d in batch]) for key in elem})
     if isinstance(elem, tuple) and hasattr(elem, "_fields"):  # namedtuple
         return type(elem)(*(default_collate(list(s)) for s in zip(*batch)))
     if isinstance(elem, abc.Sequence):
@@ -85,15 +102,7 @@ def default_collate(batch):
         transposed = [default_collate(list(s)) for s in zip(*batch)]
         if isinstance(elem, tuple):
             return transposed  # a list, as in PyTorch
-        try:
-            if isinstance(elem, abc.MutableSequence):
-                clone = copy.copy(elem)
-                for i, v in enumerate(transposed):
-                    clone[i] = v
-                return clone
-            return type(elem)(transposed)
-        except TypeError:
-            return transposed
+        return _like_sequence(elem, transposed)
     raise TypeError(_ERR.format(type(elem)))
 
 
@@ -109,27 +118,11 @@ def default_convert(data):
     if isinstance(data, (str, bytes)):
         return data
     if isinstance(data, abc.Mapping):
-        converted = {k: default_convert(v) for k, v in data.items()}
-        try:
-            if isinstance(data, abc.MutableMapping):
-                clone = copy.copy(data)
-                clone.update(converted)
-                return clone
-            return type(data)(converted)
-        except TypeError:
-            return converted
+        return _like_mapping(data, {k: default_convert(v) for k, v in data.items()})
     if isinstance(data, tuple) and hasattr(data, "_fields"):
         return type(data)(*(default_convert(d) for d in data))
     if isinstance(data, tuple):
         return [default_convert(d) for d in data]
     if isinstance(data, abc.Sequence):
-        try:
-            if isinstance(data, abc.MutableSequence):
-                clone = copy.copy(data)
-                for i, d in enumerate(data):
-                    clone[i] = default_convert(d)
-                return clone
-            return type(data)([default_convert(d) for d in data])
-        except TypeError:
-            return [default_convert(d) for d in data]
+        return _like_sequence(data, [default_convert(d) for d in data])
     return data
