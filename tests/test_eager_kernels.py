@@ -288,6 +288,37 @@ def test_embedding_backward_c_kernel_is_add_at_bit_for_bit(dtype, padding_idx):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_copy4d_c_kernel_copies_strided_views(dtype):
+    """The conv ops' padding and row-wrapped runs copy through copy4d: numpy's assignment exactly,
+    for contiguous, transposed, reversed and broadcast sources into strided destinations."""
+    from eagerc.runtime.ops.conv import _assign
+    rng = np.random.default_rng(3)
+    base = rng.standard_normal((6, 5, 40, 64)).astype(dtype)
+    swapped = np.ascontiguousarray(base.transpose(1, 0, 2, 3)).transpose(1, 0, 2, 3)
+    sources = [base[:, :, :30, :30], swapped[:, :, 3:33, 2:32], base[::-1, :, ::-1][:, :, 5:35, 1:31],
+               np.broadcast_to(base[:1, :1, :30, :30], (6, 5, 30, 30)), base[:, :, 10:40, :60:2]]
+    for src in sources:
+        for dst_full, view in ((np.zeros((6, 5, 32, 33), dtype), lambda d: d[:, :, 1:31, 2:32]),
+                               (np.zeros((5, 6, 31, 30), dtype), lambda d: d.transpose(1, 0, 2, 3)[:, :, 1:])):
+            want = dst_full.copy()
+            view(want)[...] = src
+            _assign(np, view(dst_full), src)
+            assert np.array_equal(dst_full, want)
+    # through the conv kernels: the same bits as with the C kernels off (numpy's assignment)
+    x = rng.standard_normal((8, 6, 24, 24)).astype(dtype).transpose(0, 1, 3, 2)
+    w = rng.standard_normal((4, 6, 3, 3)).astype(dtype)
+    gy = rng.standard_normal((8, 4, 24, 24)).astype(dtype)   # over copy4d's MIN_ELEMENTS
+    pads = ((1, 1), (1, 1))
+    for op, args, attrs in (("conv2d", (x, w, None), dict(stride=(1, 1), padding=pads, dilation=(1, 1), groups=1)),
+                            ("conv2d_weight", (x, gy), dict(kernel_size=(3, 3), stride=(1, 1), padding=pads,
+                                                            dilation=(1, 1), groups=1)),
+                            ("conv_transpose2d", (gy, w, None), dict(stride=(1, 1), padding=pads, output_padding=(0, 0),
+                                                                     dilation=(1, 1), groups=1))):
+        got, want = _both(op, *args, **attrs)
+        assert np.array_equal(got, want), op
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_lstm_layer_c_step_kernels(dtype):
     """The layer's forward and backward with the per-step C gate math vs the numpy kernels (the
     same operations in the same order: measured bit for bit; allowed: ULPS of each value's scale,
