@@ -79,6 +79,40 @@ def test_c_kernels_match_numpy_kernels(dtype, shape):
         _close_rows(got, want, dtype, terms)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_masked_rows_run_the_twin_kernel(dtype):
+    """Rows starting or ending with -inf (causal / padding masks) take softmax's and log_softmax's
+    masked twin (exp kept in its fast range): numpy's values, masked lanes exactly 0 (-inf in
+    log_softmax), NaN rows NaN, scores far below the row's max 0 instead of a subnormal."""
+    rng = np.random.default_rng(5)
+    L = 64
+    x = rng.standard_normal((6, L, L)).astype(dtype) * 4
+    x[:, np.triu_indices(L, 1)[0], np.triu_indices(L, 1)[1]] = -np.inf      # causal: ends with -inf
+    x[0, :, :3] = -np.inf                                                    # left padding: starts with -inf
+    x[0, :3, -1] = 1.0                                                       # ...and the first rows end finite
+    x[1, 5, 0] = np.nan                                                      # a NaN row
+    x[2, 10, :4] = (0.0, -95.0, -720.0, 3.0)        # far below the max: subnormal in numpy, 0 in the twin
+    for op in ("softmax", "log_softmax"):
+        got, want = OPS[op].cpu(x, dim=-1), _numpy(op, x, dim=-1)
+        assert any(key[:3] == (op, dtype, L) and k is not None for key, k in c_rows._kernels.items())
+        assert np.array_equal(np.isnan(got), np.isnan(want)) and np.isnan(got[1, 5]).all()
+        masked = np.isneginf(x) & ~np.isnan(want)
+        if op == "softmax":
+            assert np.all(got[masked] == 0)
+            far = 1 if dtype == "float32" else 2           # its exp is below the fast range: the twin ran
+            assert got[2, 10, far] == 0 and want[2, 10, far] > 0
+            np.testing.assert_allclose(got, want, rtol=0, atol=ULPS * np.finfo(dtype).eps)
+        else:
+            assert np.all(np.isneginf(got[masked]))
+            fin = np.isfinite(want)
+            np.testing.assert_allclose(got[fin], want[fin], rtol=ULPS * np.finfo(dtype).eps, atol=1e-5)
+    # against the formula in float64 (a row of the causal block: its first k + 1 scores)
+    p = OPS["softmax"].cpu(x, dim=-1)[3, 20]
+    e = np.exp(x[3, 20, :21].astype(np.float64) - x[3, 20, :21].max())
+    np.testing.assert_allclose(p[:21], e / e.sum(), rtol=1e-5)
+    assert np.all(p[21:] == 0)
+
+
 def test_c_kernels_against_formulas():
     """Independent references in float64 for float32 inputs: softmax, layer_norm and their derivatives."""
     rng = np.random.default_rng(1)
