@@ -135,18 +135,3 @@ def matmul_floor(graphs):
             np.matmul(a, b, out=o)
     run.count, run.products = len(products), products
     return run
-
-
-def blas_info():
-    """One line naming numpy's BLAS and the kernels it chose ("openblas 0.3.31, Haswell
-    kernels"), or "" without threadpoolctl. A BLAS-bound benchmark (a training step, its
-    floor) is only as fast as that choice: numpy's OpenBLAS 0.3.31 takes its AVX2 (Haswell)
-    kernels on this AMD Zen 5 host, which has AVX-512; OPENBLAS_CORETYPE=SkylakeX makes its
-    sgemm ~1.75x faster here (docs/fused_kernels.md)."""
-    try:
-        from threadpoolctl import threadpool_info
-    except ImportError:
-        return ""
-    out = [f"{i.get('internal_api')} {i.get('version')}" + (f", {i['architecture']} kernels" if i.get("architecture") else "")
-           for i in threadpool_info() if i.get("user_api") == "blas"]
-    return "; ".join(out)
