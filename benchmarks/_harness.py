@@ -56,6 +56,29 @@ def limit_threads():
         pass
 
 
+def blas_info():
+    """numpy's BLAS as it runs in this process: library, version and the kernel family it picked.
+
+    Printed with the timings because the family decides most of a step's time: a DYNAMIC_ARCH
+    OpenBLAS (numpy's wheels) picks kernels from the CPU when it loads, and OPENBLAS_CORETYPE
+    overrides it. On an AVX-512 CPU pinned to "Haswell" (AVX2) kernels, sgemm runs at about half
+    speed (the conv GEMM of train_step.py's CNN, 32x144 @ 144x14208 on one thread: 1.8 ms against
+    1.1 ms with SkylakeX), while PyTorch's own BLAS and oneDNN are unaffected."""
+    core = os.environ.get("OPENBLAS_CORETYPE")
+    pinned = f" (OPENBLAS_CORETYPE={core})" if core else ""
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return "numpy BLAS: ? (threadpoolctl not installed)" + pinned
+    import numpy  # noqa: F401  (its BLAS is loaded, so threadpoolctl sees it)
+    libs = [i for i in threadpool_info() if i.get("user_api") == "blas" and "numpy" in i.get("filepath", "")]
+    libs = libs or [i for i in threadpool_info() if i.get("user_api") == "blas"]
+    if not libs:
+        return "numpy BLAS: ?" + pinned
+    i = libs[0]
+    return f"numpy BLAS: {i.get('internal_api')} {i.get('version')}, {i.get('architecture')} kernels{pinned}"
+
+
 def try_torch():
     limit_threads()
     try:
@@ -112,18 +135,3 @@ def matmul_floor(graphs):
             np.matmul(a, b, out=o)
     run.count, run.products = len(products), products
     return run
-
-
-def blas_info():
-    """One line naming numpy's BLAS and the kernels it chose ("openblas 0.3.31, Haswell
-    kernels"), or "" without threadpoolctl. A BLAS-bound benchmark (a training step, its
-    floor) is only as fast as that choice: numpy's OpenBLAS 0.3.31 takes its AVX2 (Haswell)
-    kernels on this AMD Zen 5 host, which has AVX-512; OPENBLAS_CORETYPE=SkylakeX makes its
-    sgemm ~1.75x faster here (docs/fused_kernels.md)."""
-    try:
-        from threadpoolctl import threadpool_info
-    except ImportError:
-        return ""
-    out = [f"{i.get('internal_api')} {i.get('version')}" + (f", {i['architecture']} kernels" if i.get("architecture") else "")
-           for i in threadpool_info() if i.get("user_api") == "blas"]
-    return "; ".join(out)

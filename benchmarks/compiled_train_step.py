@@ -151,7 +151,7 @@ def main(argv=None):
             for name, build, x, y in cases if args.only in name]
     print(f"training step (forward + backward + Adam), whole step compiled; eager and numpy: (ratio vs "
           f"torch eager), c: (ratio vs torch.compile); torch threads {torch.get_num_threads() if torch else '-'}; "
-          f"numpy BLAS: {blas_info() or '-'}")
+          f"{blas_info()}")
     print(table(rows, ["model", "torch", "torch.compile", "eagerc eager", "compiled numpy", "compiled c",
                        "floor (products)", "c / floor", "first numpy", "first c"]))
 

@@ -5,6 +5,11 @@
 MLP (3 Linear, 256 wide, ReLU, Adam, cross-entropy) at batch 8, 64, 512; a small CNN
 at batch 64; a 2-layer GPT block stack (128 wide, 4 heads, sequence 64, batch 8).
 Targets (issue 3): <= 1.5x PyTorch on the MLP steps, <= 2x on CNN and GPT.
+
+eagerc's products (linear, matmul, the convolutions' GEMMs) run on numpy's BLAS, PyTorch's on
+its own: the header names the kernel family numpy's OpenBLAS runs, which decides most of the
+CNN and GPT rows (OPENBLAS_CORETYPE=Haswell on an AVX-512 CPU halves sgemm's speed: README,
+"Performance").
 """
 import argparse
 import math
@@ -22,7 +27,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import eagerc  # noqa: E402
-from _harness import per_call_us, try_torch, table, ratio  # noqa: E402
+from _harness import blas_info, per_call_us, try_torch, table, ratio  # noqa: E402
 
 
 def mlp(lib, d_in=256, width=256, classes=10):
@@ -121,6 +126,7 @@ def main(argv=None):
         rows.append((name, "-" if t is None else f"{t:.2f} ms", f"{e:.2f} ms", ratio(e, t)))
     print(f"training step (forward + backward + Adam), torch threads "
           f"{torch.get_num_threads() if torch else '-'}")
+    print(blas_info())
     print(table(rows, ["model", "torch", "eagerc", "eagerc/torch"]))
 
 

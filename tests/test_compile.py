@@ -65,6 +65,40 @@ def test_cached_call_does_not_retrace(backend):
     assert c.traces == 1 and c.log == cf.log and c.graphs and c.code()  # the module wrapper shows them
 
 
+def test_garbage_collector_pauses_while_tracing_and_compiling():
+    """A trace and its compile make many objects; the collector waits, then runs as before."""
+    import gc
+    runs = []
+
+    def count(phase, info):
+        if phase == "start":
+            runs.append(info["generation"])
+
+    def f(x):
+        junk = [[] for _ in range(5000)]    # containers enough to set off a collection
+        for j in junk:
+            j.append(j)
+        return (x * 2).sum()
+
+    x = eagerc.randn(4, 3)
+    gc.callbacks.append(count)
+    try:
+        f(x)
+        assert runs, "the eager call collects"
+        runs.clear()
+        c = eagerc.compile(f)
+        np.testing.assert_allclose(c(x).numpy(), (x.numpy() * 2).sum(), rtol=1e-6)
+        assert runs == [] and gc.isenabled()            # traced and compiled without a collection
+        gc.disable()
+        try:                                            # a caller's own pause stays as it was
+            eagerc.compile(f)(x)
+            assert not gc.isenabled()
+        finally:
+            gc.enable()
+    finally:
+        gc.callbacks.remove(count)
+
+
 def _retrace_log(caplog, fn, calls, **opts):
     c = eagerc.compile(fn, dynamic=False, **opts)
     with caplog.at_level(logging.INFO, logger="eagerc.compile"):

@@ -79,6 +79,40 @@ def test_c_kernels_match_numpy_kernels(dtype, shape):
         _close_rows(got, want, dtype, terms)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_masked_rows_run_the_twin_kernel(dtype):
+    """Rows starting or ending with -inf (causal / padding masks) take softmax's and log_softmax's
+    masked twin (exp kept in its fast range): numpy's values, masked lanes exactly 0 (-inf in
+    log_softmax), NaN rows NaN, scores far below the row's max 0 instead of a subnormal."""
+    rng = np.random.default_rng(5)
+    L = 64
+    x = rng.standard_normal((6, L, L)).astype(dtype) * 4
+    x[:, np.triu_indices(L, 1)[0], np.triu_indices(L, 1)[1]] = -np.inf      # causal: ends with -inf
+    x[0, :, :3] = -np.inf                                                    # left padding: starts with -inf
+    x[0, :3, -1] = 1.0                                                       # ...and the first rows end finite
+    x[1, 5, 0] = np.nan                                                      # a NaN row
+    x[2, 10, :4] = (0.0, -95.0, -720.0, 3.0)        # far below the max: subnormal in numpy, 0 in the twin
+    for op in ("softmax", "log_softmax"):
+        got, want = OPS[op].cpu(x, dim=-1), _numpy(op, x, dim=-1)
+        assert any(key[:3] == (op, dtype, L) and k is not None for key, k in c_rows._kernels.items())
+        assert np.array_equal(np.isnan(got), np.isnan(want)) and np.isnan(got[1, 5]).all()
+        masked = np.isneginf(x) & ~np.isnan(want)
+        if op == "softmax":
+            assert np.all(got[masked] == 0)
+            far = 1 if dtype == "float32" else 2           # its exp is below the fast range: the twin ran
+            assert got[2, 10, far] == 0 and want[2, 10, far] > 0
+            np.testing.assert_allclose(got, want, rtol=0, atol=ULPS * np.finfo(dtype).eps)
+        else:
+            assert np.all(np.isneginf(got[masked]))
+            fin = np.isfinite(want)
+            np.testing.assert_allclose(got[fin], want[fin], rtol=ULPS * np.finfo(dtype).eps, atol=1e-5)
+    # against the formula in float64 (a row of the causal block: its first k + 1 scores)
+    p = OPS["softmax"].cpu(x, dim=-1)[3, 20]
+    e = np.exp(x[3, 20, :21].astype(np.float64) - x[3, 20, :21].max())
+    np.testing.assert_allclose(p[:21], e / e.sum(), rtol=1e-5)
+    assert np.all(p[21:] == 0)
+
+
 def test_c_kernels_against_formulas():
     """Independent references in float64 for float32 inputs: softmax, layer_norm and their derivatives."""
     rng = np.random.default_rng(1)
@@ -285,6 +319,37 @@ def test_embedding_backward_c_kernel_is_add_at_bit_for_bit(dtype, padding_idx):
         if row != padding_idx:
             ref[row] += g.reshape(-1, 16)[i]
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_copy4d_c_kernel_copies_strided_views(dtype):
+    """The conv ops' padding and row-wrapped runs copy through copy4d: numpy's assignment exactly,
+    for contiguous, transposed, reversed and broadcast sources into strided destinations."""
+    from eagerc.runtime.ops.conv import _assign
+    rng = np.random.default_rng(3)
+    base = rng.standard_normal((6, 5, 40, 64)).astype(dtype)
+    swapped = np.ascontiguousarray(base.transpose(1, 0, 2, 3)).transpose(1, 0, 2, 3)
+    sources = [base[:, :, :30, :30], swapped[:, :, 3:33, 2:32], base[::-1, :, ::-1][:, :, 5:35, 1:31],
+               np.broadcast_to(base[:1, :1, :30, :30], (6, 5, 30, 30)), base[:, :, 10:40, :60:2]]
+    for src in sources:
+        for dst_full, view in ((np.zeros((6, 5, 32, 33), dtype), lambda d: d[:, :, 1:31, 2:32]),
+                               (np.zeros((5, 6, 31, 30), dtype), lambda d: d.transpose(1, 0, 2, 3)[:, :, 1:])):
+            want = dst_full.copy()
+            view(want)[...] = src
+            _assign(np, view(dst_full), src)
+            assert np.array_equal(dst_full, want)
+    # through the conv kernels: the same bits as with the C kernels off (numpy's assignment)
+    x = rng.standard_normal((8, 6, 24, 24)).astype(dtype).transpose(0, 1, 3, 2)
+    w = rng.standard_normal((4, 6, 3, 3)).astype(dtype)
+    gy = rng.standard_normal((8, 4, 24, 24)).astype(dtype)   # over copy4d's MIN_ELEMENTS
+    pads = ((1, 1), (1, 1))
+    for op, args, attrs in (("conv2d", (x, w, None), dict(stride=(1, 1), padding=pads, dilation=(1, 1), groups=1)),
+                            ("conv2d_weight", (x, gy), dict(kernel_size=(3, 3), stride=(1, 1), padding=pads,
+                                                            dilation=(1, 1), groups=1)),
+                            ("conv_transpose2d", (gy, w, None), dict(stride=(1, 1), padding=pads, output_padding=(0, 0),
+                                                                     dilation=(1, 1), groups=1))):
+        got, want = _both(op, *args, **attrs)
+        assert np.array_equal(got, want), op
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])

@@ -467,6 +467,32 @@ def test_works_with_and_without_a_memory_plan():
         build_program(returned)
 
 
+def test_the_planners_own_plan_is_followed_unchecked_any_other_is_checked(monkeypatch):
+    """check_memory_plan walks the whole graph: it is skipped for the plan the planner just made
+    for this very graph, and runs for a plan from a file, built by hand or carried to other nodes."""
+    from eagerc.compiler.backends import numpy_backend
+    graph, _, env = _buffered_graph()
+    ref, _ = run_graph(graph, env)
+    planned = _planned(graph)
+    loaded = Graph.loads(planned.dumps())
+    assert planned.memory_plan.made_for(planned) and planned.memory_plan.made_for(planned.copy())
+    assert loaded.memory_plan == planned.memory_plan and not loaded.memory_plan.made_for(loaded)
+    moved = graph.copy(memory_plan=planned.memory_plan)          # same names, other node objects
+    assert not planned.memory_plan.made_for(moved) and not planned.memory_plan.made_for(graph)
+    checked = []
+    real = numpy_backend.check_memory_plan
+    monkeypatch.setattr(numpy_backend, "check_memory_plan", lambda g: checked.append(g) or real(g))
+    for g, check in ((planned, False), (loaded, True)):
+        program = build_program(g)
+        assert (checked[-1:] == [g]) == check
+        for o, r in zip(program(env)[0], ref):
+            np.testing.assert_allclose(o, r, rtol=1e-6)
+    hand = MemoryPlan(dict(planned.memory_plan.buffer), dict(planned.memory_plan.inplace),
+                      planned.memory_plan.buffers)
+    build_program(planned.copy(memory_plan=hand))
+    assert checked[-1].memory_plan is hand
+
+
 def test_plan_from_the_passes():
     passes = pytest.importorskip("eagerc.compiler.passes")
     graph, _, env = _buffered_graph()
@@ -715,3 +741,13 @@ def test_line_nodes_map_each_generated_line_to_its_node():
         code = lines[number - 1].strip()
         assert code.startswith(f"{node} = "), code
         assert ("np." in code) or (f"k_{names[node].op}(" in code), code
+
+
+def test_driver_names_are_python_identifiers_made_from_value_names():
+    """A value name becomes the identifier `re.sub(r"\\W", "_", name)` makes, prefixed where it
+    would start with a digit, be a keyword, or take a generated global's name; unique."""
+    from eagerc.compiler.backends.driver import _Names
+    names = _Names()
+    got = [names.add(n) for n in ("t12", "layers.0.weight", "0x", "lambda", "k_add", "layers_0_weight", "é.b")]
+    assert got == ["t12", "layers_0_weight", "v_0x", "v_lambda", "v_k_add", "v_layers_0_weight", "é_b"]
+    assert all(g.isidentifier() for g in got) and len(set(got)) == len(got)

@@ -18,7 +18,7 @@ import eagerc.nn.functional as F
 from eagerc.compiler.passes import (PIPELINE, check_memory_plan, cse, dce, decompose, fold, fusion, memplan,
                                     optimize, peak_bytes, schedule, simplify)
 from eagerc.compiler.passes.memplan import BUFFER, FRESH, NONE, OUT
-from eagerc.compiler.passes.util import alias_roots, last_reads, schedule_peak
+from eagerc.compiler.passes.util import alias_roots, last_reads, own_bytes, schedule_peak
 from eagerc.compiler.tracer import trace
 from eagerc.runtime import dtypes
 from eagerc.runtime.executor import run_graph
@@ -718,6 +718,10 @@ def test_schedule_keeps_a_good_order_and_views_alive():
     assert schedule(g) is g
     root, last, _ = last_reads(g)
     assert root[r.name] == e.name and last[e.name] == 2
+    # exp's 1 KiB lives until the sum (through the view, 0 bytes of its own) adds its 4 bytes;
+    # the same with the roots and sizes a scheduler computes once for the orders it compares
+    assert own_bytes(g) == {e.name: 16 * 16 * 4, r.name: 0, s.name: 4}
+    assert schedule_peak(g) == schedule_peak(g, root=root, size=own_bytes(g)) == 16 * 16 * 4 + 4
 
 
 def test_schedule_traced_function_where_it_matters():

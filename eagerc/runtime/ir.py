@@ -286,13 +286,25 @@ class MemoryPlan:
     inplace: {value name: name of the input whose memory it takes over}: written into that
              input's array (a value dying at this node, or a mutation target the graph updates)
     buffers: ((dtype, numel), ...) indexed by buffer id
-    A value in neither map gets a fresh array (kernel calls; values the user receives)."""
-    __slots__ = ("buffer", "inplace", "buffers")
+    A value in neither map gets a fresh array (kernel calls; values the user receives).
 
-    def __init__(self, buffer=None, inplace=None, buffers=()):
+    made_for: the graph the planner (runtime/memplan.py) made this plan for, when it did: a
+    backend follows such a plan on that graph without checking it again (check_memory_plan
+    walks the whole graph); any other plan -- read from a file, built by hand, or met on a
+    graph whose nodes, inputs, outputs or mutations are not the planned ones -- is checked.
+    Not part of the plan's value (equality, JSON)."""
+    __slots__ = ("buffer", "inplace", "buffers", "_made_for")
+
+    def __init__(self, buffer=None, inplace=None, buffers=(), made_for=None):
         object.__setattr__(self, "buffer", MappingProxyType(dict(buffer or {})))
         object.__setattr__(self, "inplace", MappingProxyType(dict(inplace or {})))
         object.__setattr__(self, "buffers", tuple((str(d), int(n)) for d, n in buffers))
+        object.__setattr__(self, "_made_for", None if made_for is None else _plan_key(made_for))
+
+    def made_for(self, graph):
+        """Did the planner make this plan for `graph` (the same node, input, output and mutation
+        objects, in the same order)?"""
+        return self._made_for is not None and self._made_for == _plan_key(graph)
 
     def __setattr__(self, name, value):
         raise AttributeError("MemoryPlan is frozen: make a new one")
@@ -312,6 +324,11 @@ class MemoryPlan:
     @classmethod
     def from_json(cls, d):
         return cls(d["buffer"], d["inplace"], d["buffers"])
+
+
+def _plan_key(graph):
+    """What a memory plan depends on, compared by identity of its nodes and values."""
+    return tuple(graph.inputs), tuple(graph.nodes), tuple(graph.outputs), tuple(graph.mutations)
 
 
 def spec_of(value):

@@ -119,11 +119,13 @@ def alias_ends(graph):
     return end
 
 
-def memory_plan(graph, writes=None, buffers=True, units=None, takes=None):
+def memory_plan(graph, writes=None, buffers=True, units=None, takes=None, ends=None):
     """The MemoryPlan of `graph`. `writes(node)` is the backend's predicate (OUT, BUFFER, FRESH
     or NONE; default OUT for every node); buffers=False plans in place only (no buffers);
-    `units` and `takes` as in the module docstring."""
-    ends = alias_ends(graph)
+    `units` and `takes` as in the module docstring; `ends`: the graph's alias_ends when the
+    caller computed them already (a backend's driver does)."""
+    if ends is None:
+        ends = alias_ends(graph)
     if units is not None:
         ends = {v: e if e == math.inf else units[e] for v, e in ends.items()}
     root = alias_roots(graph)
@@ -159,7 +161,8 @@ def memory_plan(graph, writes=None, buffers=True, units=None, takes=None):
     chains = {id(st): st for st in storage.values() if st.kind == "buffer"}.values()
     plan, sizes = _assign(chains)
     order = [n.out.name for n in graph.nodes]
-    return MemoryPlan({v: plan[v] for v in order if v in plan}, {v: inplace[v] for v in order if v in inplace}, sizes)
+    return MemoryPlan({v: plan[v] for v in order if v in plan}, {v: inplace[v] for v in order if v in inplace}, sizes,
+                      made_for=graph)
 
 
 def _dying_input(n, i, storage, ends, root):

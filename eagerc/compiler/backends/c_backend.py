@@ -10,9 +10,10 @@ backend "cuda"); this module only binds them to the CPU:
    (`functions`: `k_<hash of its text>`, so identical layers share functions, and so do
    graphs and processes); runtime/kernel_cache.py finds each function in its disk cache
    (keyed by source + compiler version + flags) or compiles the missing ones together, a
-   few translation units side by side, and loads them with ctypes; the driver
-   (fused.driver) calls them with data pointers as `K_<kernel>`, and the other nodes' numpy
-   kernels (matmul and convolution stay on BLAS through numpy).
+   few translation units side by side, and loads them with ctypes -- while Python renders and
+   compiles the driver (fused.driver), which calls them with data pointers as `K_<kernel>`
+   (bound once they are loaded), and the other nodes' numpy kernels (matmul and convolution
+   stay on BLAS through numpy).
 
 Without a working C compiler (none on PATH, $EAGERC_CC missing, or failing) the graph goes
 to the numpy backend, with a one-line RuntimeWarning. A graph with nothing to fuse does too.
@@ -23,6 +24,7 @@ translation unit), `.kernels` (Kernel IR), `.functions` ({kernel: C function}) a
 import ctypes
 import dataclasses
 import hashlib
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -108,23 +110,27 @@ class CBackend:
         kernels = [k for _, _, k in plan]
         drv = driver(graph, plan, C, "C")      # decides which outputs are written in place
         name_of, units = functions(kernels)
-        try:
-            libs = kernel_cache.load_functions(units, _assemble, chunk=CHUNK)
-        except kernel_cache.CompileError as e:
-            # a compiler without OpenMP (Apple clang), an unknown flag: the program still
-            # runs, on numpy, and says why in one line
-            first = next((line.strip() for line in str(e).splitlines()[1:] if "error" in line),
-                         str(e).splitlines()[0])
-            kernel_cache.notice("backend 'c'", f"the C compiler failed ({first[:200]})", "the numpy backend")
-            return NumpyBackend().compile(graph)
+        drv.notes.append(f"# {len(units)} distinct C function{'s' if len(units) != 1 else ''}: K_<kernel> "
+                         "is the function named in `functions` (C source: .c_source)")
+        # the C compiler runs (in its own processes, waited for on a thread) while Python renders
+        # and compiles the driver, which reads its K_<kernel> globals only when it runs
+        with ThreadPoolExecutor(1) as pool:
+            building = pool.submit(kernel_cache.load_functions, units, _assemble, chunk=CHUNK)
+            program = drv.load("c-")
+            try:
+                libs = building.result()
+            except kernel_cache.CompileError as e:
+                # a compiler without OpenMP (Apple clang), an unknown flag: the program still
+                # runs, on numpy, and says why in one line
+                first = next((line.strip() for line in str(e).splitlines()[1:] if "error" in line),
+                             str(e).splitlines()[0])
+                kernel_cache.notice("backend 'c'", f"the C compiler failed ({first[:200]})", "the numpy backend")
+                return NumpyBackend().compile(graph)
         for k in kernels:
             f = getattr(libs[name_of[k.name]], name_of[k.name])
             f.argtypes = [ctypes.c_void_p] * (len(k.inputs) + len(k.outputs)) + [ctypes.c_uint64] * len(k.params)
             f.restype = None
-            drv.globs["K_" + k.name] = f
-        drv.notes.append(f"# {len(units)} distinct C function{'s' if len(units) != 1 else ''}: K_<kernel> "
-                         "is the function named in `functions` (C source: .c_source)")
-        program = drv.load("c-")
+            program.__globals__["K_" + k.name] = f
         program.c_source = _assemble([u for _, u in units])
         program.kernels = kernels
         program.functions = name_of

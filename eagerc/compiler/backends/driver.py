@@ -182,7 +182,8 @@ class _Names:
         return self.map[name]
 
     def add(self, name):
-        ident = re.sub(r"\W", "_", name)
+        # an ASCII identifier is already what the substitution makes (the usual case: t12, x)
+        ident = name if name.isascii() and name.isidentifier() else re.sub(r"\W", "_", name)
         if not ident or ident[0].isdigit():
             ident = "v_" + ident
         if keyword.iskeyword(ident) or ident in self.used or ident.startswith(("k_", "K_", "buf", "raw", "A_")):

@@ -219,7 +219,7 @@ def driver(graph, plan, binding, language, inplace=True):
             unit_of[i] = count
             count += 1
     memory = memplan(graph, _writes(plan, fused), units=unit_of, takes={
-        k.outputs[o].name: k.inputs[s].name for _, _, k in plan for o, s in k.inplace.items()}).memory_plan
+        k.outputs[o].name: k.inputs[s].name for _, _, k in plan for o, s in k.inplace.items()}, ends=ends).memory_plan
     view_of = drv.use_buffers(memory)
     contiguous = set()       # values made by kernels: contiguous, recorded dtype
     # each array's pointer is taken once per call (ptr() is the costliest part of a kernel line:

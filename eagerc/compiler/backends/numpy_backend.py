@@ -20,7 +20,8 @@ How a node is rendered
       `shared_or_readonly`, falls back to updating copies when another input is a view
       of a target or a target is read-only);
     * else into a fresh array.
-  A plan on the graph is checked (check_memory_plan) and followed; a graph without one gets
+  A plan on the graph is checked (check_memory_plan; unless the planner made it for this very
+  graph: MemoryPlan.made_for) and followed; a graph without one gets
   memplan's in-place plan, without buffers. Each call takes a buffer set from a pool and puts
   it back at the end, so concurrent or re-entrant calls never share one.
 - Any other node calls its op's kernel, bound once as a global (`k_linear =
@@ -186,7 +187,8 @@ class _Plan:
         index = {n.out.name: i for i, n in enumerate(graph.nodes)}
         plan = graph.memory_plan
         if plan is not None and not replan:
-            check_memory_plan(graph)   # never follow an unsafe plan; a plan made for another backend's
+            if not plan.made_for(graph):   # never follow an unsafe plan (the planner's own for
+                check_memory_plan(graph)   # this graph is safe); a plan made for another backend's
             if all(self.writes(graph.nodes[index[v]], index[v]) == OUT for v in (*plan.buffer, *plan.inplace)) \
                     and all(x not in index or self.writes(graph.nodes[index[x]], index[x]) != NONE
                             for x in plan.inplace.values()):   # predicate is made again with ours

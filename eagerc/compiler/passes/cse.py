@@ -18,6 +18,7 @@ the same way, `return x.exp(), x.exp()`) would hand back one array twice where e
 mode gave two; such merges are skipped unless the op is a view (eager's results
 already shared memory then).
 """
+from ...runtime.ir import Value
 from .util import Escape, attrs_key, const_key, is_random, may_alias, rewrite
 
 
@@ -28,8 +29,9 @@ def cse(graph):
     def visit(n):
         if is_random(n):
             return None
-        ins = tuple(x.name if hasattr(x, "name") else const_key(x) for x in n.inputs)
-        key = (n.op, ins, attrs_key(n.attrs), n.out.shape, n.out.dtype)
+        ins = tuple([x.name if isinstance(x, Value) else const_key(x) for x in n.inputs])
+        out = n.out
+        key = (n.op, ins, attrs_key(n.attrs) if n.attrs else "", out.shape, out.dtype)
         first = seen.get(key)
         if first is None:
             seen[key] = n.out

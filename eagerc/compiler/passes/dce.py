@@ -6,6 +6,7 @@ Graphs have no hidden effects: in-place updates of external tensors are explicit
 so an unused draw can go; keeping the generator in step with eager mode for every
 draw the eager run made is the caller's job (compile.Entry.rng).
 """
+from ...runtime.ir import Value
 from .util import drop_analysis
 
 
@@ -15,7 +16,9 @@ def dce(graph):
     for n in reversed(graph.nodes):
         if n.out.name in live:
             kept.append(n)
-            live.update(v.name for v in n.input_values())
+            for x in n.inputs:
+                if isinstance(x, Value):
+                    live.add(x.name)
     if len(kept) == len(graph.nodes):
         return graph
     kept.reverse()

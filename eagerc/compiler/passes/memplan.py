@@ -9,7 +9,7 @@ __all__ = ["memplan", "peak_bytes", "check_memory_plan", "alias_ends", "returned
            "OUT", "BUFFER", "FRESH", "NONE"]
 
 
-def memplan(graph, writes=None, buffers=True, units=None, takes=None):
+def memplan(graph, writes=None, buffers=True, units=None, takes=None, ends=None):
     """`graph` with its MemoryPlan (runtime/memplan.memory_plan: `writes` is the backend's
     predicate, default OUT for every node; buffers=False plans in place only)."""
-    return graph.copy(memory_plan=memory_plan(graph, writes, buffers, units, takes))
+    return graph.copy(memory_plan=memory_plan(graph, writes, buffers, units, takes, ends))

@@ -11,7 +11,8 @@ their (seed, offset) attributes, and mutations are applied after the run.
 """
 import heapq
 
-from .util import drop_analysis, last_reads, may_alias, nbytes, schedule_peak
+from ...runtime.ir import Value
+from .util import alias_roots, drop_analysis, last_reads, own_bytes, schedule_peak
 
 __all__ = ["schedule"]
 
@@ -20,20 +21,22 @@ def schedule(graph):
     nodes = graph.nodes
     if len(nodes) < 3:
         return graph
-    root, _, pinned = last_reads(graph)
+    root = alias_roots(graph)          # computed once: the two peaks below compare orders of one graph
+    _, _, pinned = last_reads(graph, root=root)
     producer = {n.out.name: i for i, n in enumerate(nodes)}
-    size = [0 if may_alias(n) else nbytes(n.out, 1) for n in nodes]
-    root_size = {n.out.name: size[i] for i, n in enumerate(nodes)}
+    root_size = own_bytes(graph)       # value name -> bytes its node allocates (0 for a view)
+    size = [root_size[n.out.name] for n in nodes]
     in_roots = []                      # node -> its distinct input roots
     readers = {}                       # root -> nodes reading it (or a view of it)
     deps = []                          # node -> number of distinct producers not yet run
     users = [[] for _ in nodes]
     for i, n in enumerate(nodes):
-        rs = {root[v.name] for v in n.input_values()}
+        names = [x.name for x in n.inputs if isinstance(x, Value)]
+        rs = {root[v] for v in names}
         in_roots.append(rs)
         for r in rs:
             readers.setdefault(r, []).append(i)
-        ps = {producer[v.name] for v in n.input_values() if v.name in producer}
+        ps = {producer[v] for v in names if v in producer}
         deps.append(len(ps))
         for p in ps:
             users[p].append(i)
@@ -82,6 +85,6 @@ def schedule(graph):
                 push(u)
     if len(order) != len(nodes):   # not a DAG in order: leave it to the verifier to explain
         return graph
-    if schedule_peak(graph, order) >= schedule_peak(graph):
+    if schedule_peak(graph, order, root=root, size=root_size) >= schedule_peak(graph, root=root, size=root_size):
         return graph
     return drop_analysis(graph.copy(nodes=order))

@@ -23,12 +23,13 @@ check `Escape.allows` before such a replacement.
 import json
 
 from ...runtime import dtypes
+from ...runtime.ir import Value
 from ...runtime.memplan import alias_roots, may_alias, numel   # the planner's: one definition
 from ...runtime.ops import OPS, load_all
 
 __all__ = ["is_random", "may_alias", "ELEMENTWISE", "REDUCTIONS", "is_elementwise", "numel", "nbytes", "fresh_names",
            "alias_roots", "Escape", "rewrite", "attrs_key", "const_key",
-           "last_reads", "peak_bytes", "schedule_peak", "successors", "drop_analysis"]
+           "last_reads", "own_bytes", "peak_bytes", "schedule_peak", "successors", "drop_analysis"]
 
 load_all()
 ELEMENTWISE = frozenset(n for n, op in OPS.items() if op.pointwise)
@@ -36,8 +37,16 @@ REDUCTIONS = frozenset(n for n, op in OPS.items() if op.kind == "reduction")
 
 
 def is_random(node):
-    op = OPS.get(node.op)
-    return op is None or "random" in op.effects
+    r = _RANDOM.get(node.op)
+    if r is None:
+        op = OPS.get(node.op)
+        if op is None:       # not declared (yet): treated as random, not remembered
+            return True
+        r = _RANDOM[node.op] = "random" in op.effects
+    return r
+
+
+_RANDOM = {}      # declared op name -> is_random (asked per node by cse, fold and fusion)
 
 
 def is_elementwise(node):
@@ -49,7 +58,13 @@ def nbytes(value, symbolic=None):
     n = numel(value.shape)
     if n is None:
         return symbolic
-    return n * dtypes.as_dtype(value.dtype).itemsize
+    size = _ITEMSIZE.get(value.dtype)
+    if size is None:
+        size = _ITEMSIZE[value.dtype] = dtypes.as_dtype(value.dtype).itemsize
+    return n * size
+
+
+_ITEMSIZE = {}    # dtype name -> bytes per element (nbytes runs per node in several passes)
 
 
 def fresh_names(graph):
@@ -140,9 +155,15 @@ def rewrite(graph, visit):
     changed = 0
     for n in graph.nodes:
         if sub:
-            ins = n.inputs
-            new = [sub.get(x.name, x) if hasattr(x, "name") else x for x in ins]
-            if any(a is not b for a, b in zip(new, ins)):
+            new = None       # the inputs renamed, made only for a node that reads a replaced value
+            for k, x in enumerate(n.inputs):
+                if isinstance(x, Value):
+                    y = sub.get(x.name)
+                    if y is not None and y is not x:
+                        if new is None:
+                            new = list(n.inputs)
+                        new[k] = y
+            if new is not None:
                 n = n.copy_with(inputs=new)
         r = visit(n)
         if r is None or r is n:
@@ -187,41 +208,49 @@ def successors(graph):
 
 # ---------------------------------------------------------------- liveness
 
-def last_reads(graph, order=None):
+def last_reads(graph, order=None, root=None):
     """(root, last, pinned): alias root of every value, root -> index of the last node that reads
     any of its aliases (its definition index if none does), and the pinned roots (graph inputs,
-    outputs, mutation values: their memory outlives the run or is not the graph's to free)."""
+    outputs, mutation values: their memory outlives the run or is not the graph's to free).
+    `root`: the graph's alias_roots when the caller has them (they do not depend on the order)."""
     nodes = graph.nodes if order is None else order
-    root = alias_roots(graph)
+    if root is None:
+        root = alias_roots(graph)
     last = {}
     for i, n in enumerate(nodes):
         last.setdefault(root[n.out.name], i)
-        for v in n.input_values():
-            last[root[v.name]] = i
+        for v in n.inputs:
+            if isinstance(v, Value):
+                last[root[v.name]] = i
     pinned = {v.name for _, v in graph.inputs}
     pinned.update(root[v.name] for v in graph.outputs)
     pinned.update(root[v.name] for _, v in graph.mutations)
     return root, last, pinned
 
 
-def schedule_peak(graph, order=None, symbolic=1):
+def own_bytes(graph, symbolic=1):
+    """value name -> bytes a node's output allocates: its size, 0 for a view (it shares memory)."""
+    return {n.out.name: 0 if may_alias(n) else nbytes(n.out, symbolic) for n in graph.nodes}
+
+
+def schedule_peak(graph, order=None, symbolic=1, root=None, size=None):
     """Peak bytes of intermediate values alive at once when `order` (default: graph.nodes) runs
     and each value is freed after its last read (views keep their base alive). Graph inputs are
-    not counted; outputs and mutation values stay alive to the end."""
+    not counted; outputs and mutation values stay alive to the end. `root` (alias_roots) and
+    `size` (own_bytes) when the caller has them: a scheduler compares orders of one graph."""
     nodes = graph.nodes if order is None else order
-    root, last, pinned = last_reads(graph, nodes)
+    root, last, pinned = last_reads(graph, nodes, root)
+    if size is None:
+        size = own_bytes(graph, symbolic)
     frees = {}
     for r, i in last.items():
         if r not in pinned:
             frees.setdefault(i, []).append(r)
-    size = {}
     live = peak = 0
     for i, n in enumerate(nodes):
-        if not may_alias(n):
-            b = nbytes(n.out, symbolic)
-            size[n.out.name] = b
-            live += b
-        peak = max(peak, live)
+        live += size[n.out.name]
+        if live > peak:
+            peak = live
         for r in frees.get(i, ()):
             live -= size.get(r, 0)
     return peak

@@ -2,7 +2,8 @@
 a per-row class index (cross_entropy and its backward), a leading-dim sum of a normalised
 product (layer_norm's and rms_norm's weight gradients), a scatter-add by index (embedding's
 backward), an LSTM step's gate math (forward and backward, on the layer's strided reserve) and
-uniform draws a Philox block at a time (rand, dropout's mask).
+uniform draws a Philox block at a time (rand, dropout's mask), and a 4-d strided copy of short rows
+(a convolution's padded input and its gradient's row-wrapped runs).
 
 Why: in a GPT training step these were numpy's multi-pass kernels -- cross_entropy forward and
 backward ~4x PyTorch's, the layer_norm weight gradient twice the cost of the whole input
@@ -199,6 +200,26 @@ void {name}(const T *dhw, const T *gh, const T *gc, const T *f_next, const T *c,
     }
 }
 """,
+    # dst[a, b, r, c] = src[a, b, r, c] for 4-d views (element strides): a convolution's padded input
+    # and its gradient's row-wrapped runs (runtime/ops/conv.py), whose rows are a few dozen elements --
+    # numpy's strided copy pays a loop call per row (~10 ns), 3-4x the copy itself
+    "copy4d": """
+void {name}(const T *src, T *dst, int64_t A, int64_t B, int64_t R, int64_t C, int64_t sa, int64_t sb, int64_t sr,
+            int64_t sc, int64_t da, int64_t db, int64_t dr, int64_t dc)
+{
+    for (int64_t a = 0; a < A; a++)
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t r = 0; r < R; r++) {
+                const T *s = src + a * sa + b * sb + r * sr;
+                T *d = dst + a * da + b * db + r * dr;
+                if (sc == 1 && dc == 1) {
+                    __builtin_memcpy(d, s, C * sizeof(T));
+                } else {
+                    for (int64_t c = 0; c < C; c++) d[c * dc] = s[c * sc];
+                }
+            }
+}
+""",
     # uniform floats in [0, 1): element i from word offset + i of the Philox stream (random.py), a
     # whole block of 4 words at a time (numpy's generator also computes each block once; the
     # kernels' eagerc_philox_word computes one per element); the unaligned ends word by word
@@ -226,7 +247,8 @@ void {name}(T *out, int64_t n, uint64_t seed, uint64_t offset)
 # argument types after the pointers: the int64 sizes and the dtype's scalars
 _ARGS = {"cross_entropy": "ppp" "ii" "ff", "cross_entropy_backward": "pppp" "iii" "ff",
          "norm_weight_backward": "ppp" "iii" "f", "embedding_backward": "ppp" "iii",
-         "lstm_step": "pppppp" "iii", "lstm_step_backward": "ppppppppppp" "iii", "uniform": "p" "i" "uu"}
+         "lstm_step": "pppppp" "iii", "lstm_step_backward": "ppppppppppp" "iii", "uniform": "p" "i" "uu",
+         "copy4d": "pp" + "i" * 12}
 
 _kernels = {}
 
