@@ -11,6 +11,12 @@ compiled sweep (tracing and compiling included) and of the same sweep run eagerl
 (issue 15 section 3): at most 2 traces per sweep (one static, one symbolic), the optimizer's
 first step included: Adam and RMSprop make their state while the first call is traced; SGD's
 first step (its momentum buffer is a copy of the gradient) runs eagerly, so its row shows 3.
+"training step with loss.item()" checks the loss value in the middle of the step (a graph break:
+the step runs in two compiled pieces, breaks.py); its pieces become symbolic too, so it also
+costs 2 traces (one per size up to max_graphs before, then eager); so does one that returns
+`loss.item()` (its value is read per call, no guard: 4 values, then eager before). "training step with
+GradScaler" scales the loss, steps through the scaler (its inf check reads a value: a break)
+and updates the scale.
 Backend "c" builds
 kernels per new size (its kernels are static-shaped): the wall time shows the compiler runs,
 the first time (an empty kernel cache: EAGERC_CACHE_DIR=$(mktemp -d)) and from the cache.
@@ -59,6 +65,36 @@ def with_backward(model):
     return f
 
 
+def reading_loss(model, opt, returns=False):
+    """A training step that reads its loss (a graph break), as logging code does: it checks the
+    value in the middle of the step, or (`returns`) returns loss.item()."""
+    def step(x, y):
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        if not returns and loss.item() > 1e4:
+            raise FloatingPointError("the loss diverged")
+        loss.backward()
+        opt.step()
+        if returns:
+            return loss.item()
+        return loss.detach()
+    return step
+
+
+def scaled(model, opt):
+    """A training step through a GradScaler (float32 here: the scaler's work without autocast)."""
+    scaler = eagerc.amp.GradScaler("cpu")
+
+    def step(x, y):
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        return loss.detach()
+    return step
+
+
 def sweep(fn, data, takes_y):
     """(wall seconds, CPU seconds of this process, outputs); wall counts kernel builds by the C
     compiler (child processes), CPU is steadier on a loaded machine."""
@@ -81,7 +117,8 @@ def case(name, make, data, backend, takes_y):
             wc, tc, oc = sweep(compiled_fn, data, takes_y)
         except Exception as e:   # (an older tree: a symbolic forward lost its backward)
             return (name, str(counter().traces), f"fails: {type(e).__name__}", "-", f"{te:.2f} s", "-", "-")
-    worst = max(float(np.max(np.abs(a.detach().numpy() - b.detach().numpy()))) for a, b in zip(oe, oc))
+    arr = lambda v: v.detach().numpy() if isinstance(v, eagerc.Tensor) else np.asarray(v)  # noqa: E731 (a float)
+    worst = max(float(np.max(np.abs(arr(a) - arr(b)))) for a, b in zip(oe, oc))
     return (name, str(counter().traces), f"{wc:.2f} s", f"{tc:.2f} s", f"{te:.2f} s", ratio(te, tc), f"{worst:.1e}")
 
 
@@ -120,6 +157,17 @@ def main(argv=None):
             c = eagerc.compile(training_step(model, opt), backend=backend)
             return c, lambda: c
         rows.append(case(f"training step ({name})", make_step, data, args.backend, True))
+
+    for name, wrap in (("training step with loss.item() (Adam)", reading_loss),
+                       ("training step returning loss.item() (Adam)", lambda m, o: reading_loss(m, o, returns=True)),
+                       ("training step with GradScaler (Adam)", scaled)):
+        def make_wrapped(model, backend, wrap=wrap):
+            opt = eagerc.optim.Adam(model.parameters(), lr=1e-3)
+            if backend is None:
+                return wrap(model, opt), None
+            c = eagerc.compile(wrap(model, opt), backend=backend)
+            return c, lambda: c
+        rows.append(case(name, make_wrapped, data, args.backend, True))
     print(f"batch sizes 1..{args.max_batch}, backend {args.backend}: time of the whole sweep")
     print(table(rows, ["sweep", "traces", "compiled wall", "compiled CPU", "eager CPU", "CPU speedup",
                        "max |diff|"]))

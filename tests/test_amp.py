@@ -433,3 +433,43 @@ def test_cuda_lists_on_a_gpu():
     s.step(opt)
     s.update()
     assert s.get_scale() == 4.0 and wg.grad.dtype is f32
+
+
+def scaled_step(model, opt, **scaler_options):
+    """(a training step through a new GradScaler, the scaler): scale(loss).backward(), step, update."""
+    scaler = GradScaler("cpu", **scaler_options)
+
+    def step(x, y):
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        return loss.detach()
+    return step, scaler
+
+
+def test_a_compiled_step_updates_the_scale_its_first_call_made():
+    """GradScaler makes its scale on the first scale(): inside a compiled step that call is traced,
+    and later compiled calls must read and update that very tensor (not a constant of the graph)."""
+    import copy
+    import warnings
+    eagerc.manual_seed(0)
+    eager = eagerc.nn.Linear(6, 4)
+    model = copy.deepcopy(eager)
+
+    def make(m):   # the scale doubles every clean step
+        return scaled_step(m, eagerc.optim.SGD(m.parameters(), lr=1e-2), init_scale=4.0, growth_interval=1)
+    (step_e, scaler_e), (step_c, scaler_c) = make(eager), make(model)
+    c = eagerc.compile(step_c, backend="numpy")
+    rng = np.random.default_rng(0)
+    for i in range(5):
+        x, y = eagerc.tensor(rng.standard_normal((3, 6)).astype(np.float32)), eagerc.tensor(rng.integers(0, 4, 3))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")   # (the inf check's item() splits the graph)
+            got = c(x, y)
+        np.testing.assert_array_equal(got.numpy(), step_e(x, y).numpy())
+        assert scaler_c.get_scale() == scaler_e.get_scale() == 4.0 * 2 ** (i + 1)
+        for p, q in zip(eager.parameters(), model.parameters()):
+            np.testing.assert_array_equal(q.detach().numpy(), p.detach().numpy())
+    assert c.traces == 1

@@ -104,6 +104,30 @@ def test_twenty_compiled_training_steps_match_eager(make_opt):
     assert cf.traces == (2 if isinstance(opt_c, eagerc.optim.SGD) else 1), cf.log
 
 
+def test_gradients_changed_in_place_after_backward_are_the_grad_a_compiled_step_leaves():
+    """Scaling .grad in place after backward() (as GradScaler.unscale_ does): the compiled step's
+    .grad is the changed gradient, as eager's (the parameters read it either way)."""
+    eager = _mlp(eagerc.float64)
+    comp_model = copy.deepcopy(eager)
+    opt_e, opt_c = eagerc.optim.SGD(eager.parameters(), lr=0.1), eagerc.optim.SGD(comp_model.parameters(), lr=0.1)
+
+    def step(model, opt, x, y):
+        opt.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        for p in model.parameters():
+            p.grad.mul_(0.5)
+        opt.step()
+    compiled_step = eagerc.compile(lambda x, y: step(comp_model, opt_c, x, y), backend="numpy")
+    for i in range(3):
+        x, y = _data(eagerc.float64, seed=i)
+        step(eager, opt_e, x, y)
+        compiled_step(x, y)
+        for (n, p), q in zip(eager.named_parameters(), comp_model.parameters()):
+            np.testing.assert_allclose(q.grad.numpy(), p.grad.numpy(), rtol=1e-12, atol=1e-15, err_msg=n)
+            np.testing.assert_allclose(q.numpy(force=True), p.numpy(force=True), rtol=1e-12, atol=1e-15, err_msg=n)
+    assert compiled_step.traces == 1 and not any(e.eager for e in compiled_step.entries.values())
+
+
 def test_dropout_in_compiled_training_uses_the_eager_random_stream():
     def build():
         eagerc.manual_seed(3)

@@ -62,10 +62,22 @@ class GradScaler:
         self._per_optimizer_states = defaultdict(_refresh_per_optimizer_state)
 
     def _lazy_init_scale_growth_tracker(self, device):
+        """Made on the first scale(). Inside a compiled call (eagerc.compile) they are made
+        outside the trace, as an optimizer's first-step state is: tensors the graph reads and
+        updates by reference at every call, not constants a compiled call would make afresh."""
+        from .. import dispatch
         from ..ops.creation import full
         from ..runtime import dtypes
-        self._scale = full((), self._init_scale, dtype=dtypes.float32, device=device)
-        self._growth_tracker = full((), self._init_growth_tracker, dtype=dtypes.int32, device=device)
+        tracer = dispatch.active_tracer()
+        if tracer is not None:
+            dispatch.set_tracer(None)
+        try:
+            self._scale = full((), self._init_scale, dtype=dtypes.float32, device=device)
+            self._growth_tracker = full((), self._init_growth_tracker, dtype=dtypes.int32, device=device)
+        finally:
+            if tracer is not None:
+                dispatch.set_tracer(tracer)
+                tracer.made_outside([self._scale, self._growth_tracker])
 
     def _check_scale_growth_tracker(self, funcname):
         fix = "This may indicate your script did not use scaler.scale(loss or outputs) earlier in the iteration."

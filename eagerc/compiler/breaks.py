@@ -23,6 +23,11 @@ call does is committed before its last piece: mutation outputs are written back 
 so a miss runs the function again from a clean start. Graphs with random ops are not split
 (a miss would advance their generators twice): such a break still runs the call eagerly.
 
+Sizes: a split key becomes symbolic like an unsplit graph (dynamic.make_dynamic), one path
+at a time -- the trace on synthetic sizes reads the real call's break values (note), each
+piece becomes an entries.Dynamic, and a new path at any size costs one real and one
+synthetic trace (dynamic.add_path); the continuations keep their value guards.
+
 Values crossing a break are outputs of one piece and inputs of the next, by their traced
 names. A call that needs autograd keeps one backward program per path (training.py's
 JointEntry, the forward run here in pieces), so training through a break runs compiled too.
@@ -40,11 +45,12 @@ import warnings
 from ..runtime.ir import Graph, format_node
 from ..runtime.ownership import is_eagerc_file
 from ..runtime.pytree import unflatten
-from . import entries, guards
-from .entries import Entry
+from . import dynamic, entries, guards
+from .entries import Dynamic, Entry
 from .tracer import GraphBreak, user_frame_info, user_location
 
-__all__ = ["Break", "SplitEntry", "note", "install", "run", "missed", "MISS", "MAX_PATHS", "MAX_VALUES"]
+__all__ = ["Break", "SplitEntry", "SplitSizes", "note", "cut", "install", "symbolic", "run", "missed", "MISS",
+           "MAX_PATHS", "MAX_VALUES"]
 
 MAX_PATHS = 8      # continuations (paths through the breaks) per key before the key runs eagerly
 MAX_VALUES = 4     # ... or exact values seen at one break (a loss.item() changes every call)
@@ -57,16 +63,19 @@ class Break:
     """One bool() or item() the trace went on past: where the graph is cut (`pos`: nodes
     before it), the value read there (`value`: its name in the graph), and what the
     continuation traced after it assumes of that value."""
-    __slots__ = ("pos", "value", "kind", "what", "location", "traced", "exact", "compares")
+    __slots__ = ("pos", "value", "kind", "what", "location", "traced", "exact", "compares", "returned")
 
     def __init__(self, pos, value, kind, what, location, traced):
         self.pos, self.value, self.kind, self.what, self.location = pos, value, kind, what, location
         self.traced = traced          # the Python value the trace saw
         self.exact = True             # the continuation holds for `traced` only ...
         self.compares = []            # ... else for values with these outcomes: [(operator, other, result)]
+        self.returned = False         # ... or for any value: it is the function's return value, unread
 
     def holds(self, c):
         """Does the continuation traced after this break hold for value `c`?"""
+        if self.returned:
+            return True
         if self.exact:
             t = self.traced
             return type(c) is type(t) and (c == t or (c != c and t != t))  # (nan is nan here)
@@ -77,11 +86,15 @@ class Break:
 
     def same(self, other):
         """Do two traces assume the same of this value (then they share the continuation)?"""
+        if self.returned or other.returned:
+            return self.returned and other.returned
         if self.exact or other.exact:
             return self.exact and other.exact and other.holds(self.traced) and self.holds(other.traced)
         return self.compares == other.compares
 
     def describe(self):
+        if self.returned:
+            return "any value (returned)"
         if self.exact:
             return f"value {self.traced!r}"
         return " and ".join(f"value {_SYMBOL[op]} {other!r} is {result}" for op, other, result in self.compares)
@@ -154,18 +167,19 @@ _LOADS = frozenset({"LOAD_CONST", "LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_GLOBAL",
 _INSTRUCTIONS = {}   # code -> ([offset], [instruction])
 
 
-def _compared_at_once():
-    """Is the item() being taken by user code that compares the result right away
-    (`t.item() > c`, `c <= t.item()`, `t.item() < cfg.limit`)? Read from the caller's bytecode:
-    the call is followed by a comparison, with at most a few plain loads between."""
+def _item_caller():
+    """The user frame that called Tensor.item() (None: eagerc's own code did)."""
     from .._tensor import Tensor
     item = Tensor.item.__code__
-    f = sys._getframe(2)
+    f = sys._getframe(3)
     while f is not None and f.f_code is not item:
         f = f.f_back
     f = f.f_back if f is not None else None
-    if f is None or is_eagerc_file(f.f_code.co_filename):
-        return False
+    return None if f is None or is_eagerc_file(f.f_code.co_filename) else f
+
+
+def _after_call(f):
+    """The next few instructions of frame f after the call it is making (None if it is not in a call)."""
     code = f.f_code
     found = _INSTRUCTIONS.get(code)
     if found is None:
@@ -174,8 +188,36 @@ def _compared_at_once():
     offsets, ins = found
     i = bisect.bisect_right(offsets, f.f_lasti) - 1
     if i < 0 or not ins[i].opname.startswith("CALL"):
+        return None
+    return ins[i + 1:i + 5]
+
+
+def _returned_at_once(tracer):
+    """Is the item() the traced function's return value, unread (`return loss.item()`, also
+    through user functions that return what they call)? Each frame from the caller up to the
+    traced function returns the call's result right away."""
+    f = _item_caller()
+    while f is not None:
+        after = _after_call(f)
+        if not after or after[0].opname != "RETURN_VALUE":
+            return False
+        if f.f_back is tracer.base_frame:
+            return True
+        f = f.f_back
+        if is_eagerc_file(f.f_code.co_filename):
+            return False
+    return False
+
+
+def _compared_at_once():
+    """Is the item() being taken by user code that compares the result right away
+    (`t.item() > c`, `c <= t.item()`, `t.item() < cfg.limit`)? Read from the caller's bytecode:
+    the call is followed by a comparison, with at most a few plain loads between."""
+    f = _item_caller()
+    after = _after_call(f) if f is not None else None
+    if after is None:
         return False
-    for x in ins[i + 1:i + 5]:
+    for x in after:
         if x.opname == "COMPARE_OP":
             return True
         if x.opname not in _LOADS:
@@ -187,8 +229,16 @@ def note(tracer, t, what, value):
     """Tracer.concretize for a splittable break: note it, hand on the value (or a _Compared)."""
     name = tracer.value_of(t).name   # (may record a node: a view re-derived after a write)
     kind = "bool" if what.startswith("bool") else "item"
+    forced = tracer.symbolic.forced if tracer.symbolic is not None else None
+    if forced is not None and len(tracer.breaks) < len(forced) and forced[len(tracer.breaks)][0] == kind:
+        # a symbolic path (dynamic.py): Python sees the value the real call read here, so the trace
+        # on synthetic sizes takes that call's path and its continuation is guarded on that value
+        value = forced[len(tracer.breaks)][1]
     brk = Break(len(tracer.nodes), name, kind, what, user_location(), value)
     tracer.breaks.append(brk)
+    if kind == "item" and type(value) in (int, float) and _returned_at_once(tracer):
+        brk.exact, brk.returned = False, True   # (logging a loss: `return loss.item()`)
+        return value
     if kind == "item" and type(value) in (int, float) and _compared_at_once():
         brk.exact = False
         return _Compared(brk, value)
@@ -199,9 +249,9 @@ def note(tracer, t, what, value):
 
 class Leaf:
     """The end of one path: how its outputs are made from the values of the call."""
-    __slots__ = ("outs", "out_tree", "aliases", "mutations", "grads_none", "joint", "inputs")
+    __slots__ = ("outs", "out_tree", "aliases", "mutations", "grads_none", "joint", "inputs", "returned")
 
-    def __init__(self, graph, joint):
+    def __init__(self, graph, joint, brks):
         self.outs = [v.name for v in graph.outputs]
         self.out_tree = graph.out_tree
         self.aliases = tuple(graph.output_aliases.items())
@@ -209,11 +259,13 @@ class Leaf:
         self.grads_none = graph.grads_none
         self.joint = joint            # a training.JointEntry (its forward runs here, in pieces)
         self.inputs = [v.name for _, v in graph.inputs]
+        self.returned = bool(brks) and brks[-1].returned   # the call returns its last break's value
 
 
 class Step:
     """One piece of the graph, the break that ends it (None: a path's end, `leaf`) and the
-    continuations after it: [(Break as traced on that path, Step)]."""
+    continuations after it: [(Break as traced on that path, Step)]. `run` holds the piece's
+    program, or for a symbolic key an entries.Dynamic giving the program for the call's sizes."""
     __slots__ = ("keys", "nodes", "brk", "children", "leaf", "run", "graph")
 
     def __init__(self, nodes, brk):
@@ -223,6 +275,23 @@ class Step:
         self.leaf = None
         self.run = (None, (), ())   # (program or None, names it reads, names it writes)
         self.graph = None           # the optimised piece
+
+
+def cut(graph, breaks, traced=None):
+    """The pieces [(nodes, Break or None)] of `graph` at `breaks` (Break.pos counts the nodes of
+    `traced`, the graph as traced; default `graph` itself). A graph generalised from it
+    (dynamic.generalize) holds size nodes of its own: each goes with the node after it, its user."""
+    traced = traced or graph
+    piece, k = {}, 0
+    for i, n in enumerate(traced.nodes):
+        while k < len(breaks) and breaks[k].pos <= i:
+            k += 1
+        piece[n.out.name] = k
+    groups, k = [[] for _ in range(len(breaks) + 1)], len(breaks)
+    for n in reversed(graph.nodes):
+        k = piece.get(n.out.name, k)
+        groups[k].append(n)
+    return [(g[::-1], b) for g, b in zip(groups, list(breaks) + [None])]
 
 
 def _chain(pieces, leaf):
@@ -260,17 +329,18 @@ def _paths(step):
     return (1 if step.leaf is not None else 0) + sum(_paths(c) for _, c in step.children)
 
 
-def _compile(step, kinds, backend):
+def _compile(step, kinds, backend, sym=None):
     """(Re)compile every step whose outputs changed: a piece outputs the values it defines that
     a later piece, break, output or mutation of any path through it reads. Returns the names
-    read after `step`'s own nodes."""
+    read after `step`'s own nodes. `sym`: (symbols, dynamic.SymbolicAttrs) of a symbolic path,
+    whose pieces become entries.Dynamic (one program per size binding, or a generic one)."""
     from .backends import pipeline
     from .passes import optimize
     later = set()
     if step.brk is not None:
         later.add(step.brk.value)
     for _, child in step.children:
-        later |= _compile(child, kinds, backend)
+        later |= _compile(child, kinds, backend, sym)
     if step.leaf is not None:
         later.update(step.leaf.outs)
         later.update(name for _, name in step.leaf.mutations)
@@ -285,8 +355,17 @@ def _compile(step, kinds, backend):
                     ins.append((kinds.get(v.name, "arg"), v))
         if outs:
             g = Graph(ins, step.nodes, outs, {"tuple": [{"t": i} for i in range(len(outs))]})
-            step.graph = optimize(g, pipeline(backend))
-            step.run = (backend.compile(step.graph), tuple(v.name for _, v in ins), tuple(v.name for v in outs))
+            if sym is None:
+                step.graph = optimize(g, pipeline(backend))
+                program = backend.compile(step.graph)
+            else:
+                symbols, attrs = sym
+                mine = defined.__contains__
+                program = Dynamic(g, dynamic.SymbolicAttrs({k: v for k, v in attrs.table.items() if mine(k)},
+                                                           {k: v for k, v in attrs.scalars.items() if mine(k)}),
+                                          symbols, backend, {})
+                step.graph = g
+            step.run = (program, tuple(v.name for _, v in ins), tuple(v.name for v in outs))
         else:
             step.graph, step.run = None, (None, (), ())
     reads = later - defined
@@ -302,6 +381,14 @@ class Split:
         self.root = root
         self.sources = sources   # input name -> what it reads (a tensor, an array, an optimizer option)
         self.missed = None       # (Step, value) of the last call no continuation held for
+        self.forced = None       # [(kind, value)] the last traced path read: a symbolic trace takes it
+        self.backward = None     # ... and its backward graph as traced, when the call needs autograd
+
+    def last(self, tracer, joint):
+        """Note what the path just traced (`tracer`, its training.Joint or None) read, for
+        dynamic.make_dynamic."""
+        self.forced = [(b.kind, b.traced) for b in tracer.breaks]
+        self.backward = joint.backward if joint is not None else None
 
     def steps(self):
         todo = [self.root]
@@ -325,8 +412,18 @@ class Split:
 
 
 class SplitEntry(Entry):
-    """A key whose calls run in pieces (`split`, a Split) -- never the base of a dynamic graph."""
+    """A key whose calls run in pieces (`split`, a Split); symbolic when `dynamic` is a SplitSizes."""
     __slots__ = ()
+
+
+class SplitSizes:
+    """`Entry.dynamic` of a symbolic split key (dynamic.make_dynamic): the size comparisons its
+    paths made (checked per call before any piece runs, like a symbolic graph's; a path joins
+    the tree only with the same ones), its symbols, and the entry for sizes where they fail."""
+    __slots__ = ("guards", "symbols", "next")
+
+    def __init__(self, guards, symbols):
+        self.guards, self.symbols, self.next = list(guards), symbols, None
 
 
 def _sources(tracer):
@@ -359,42 +456,56 @@ def install(cf, key, fwd, joint_split, tracer, owners, result, n_args):
         tracer.broken = GraphBreak(first.what, first.location, "a graph that draws random numbers is not split at "
                                    "a break (a miss would draw them twice)", cf.fullgraph)
         return cf._after_break(key, tracer, result)
-    for b in tracer.breaks:
-        if not b.exact and not b.compares:  # (a stand-in nothing compared: hold to the value)
-            b.exact = True
+    _settle(tracer.breaks)
     joint = None
     if joint_split is not None:
         from .training import JointEntry
         joint = JointEntry(joint_split, cf.backend, tracer, n_args, compile_forward=False)
-    leaf = Leaf(fwd, joint)
-    pieces, start = [], 0
-    for b in tracer.breaks:
-        pieces.append((fwd.nodes[start:b.pos], b))
-        start = b.pos
-    pieces.append((fwd.nodes[start:], None))
+    leaf = Leaf(fwd, joint, tracer.breaks)
+    pieces = cut(fwd, tracer.breaks)
     sources = _sources(tracer)
     old = cf.entries.get(key)
-    merged = type(old) is SplitEntry and _same_sources(old.split.sources, sources) and \
-        _merge(old.split.root, pieces, leaf)
-    if merged:
-        split = old.split
-        split.sources.update(sources)
-        externals = {**old.externals, **tracer.externals}
-    else:
-        split = Split(_chain(pieces, leaf), sources)
-        externals = dict(tracer.externals)
+    split, externals, merged = _grow(old if type(old) is SplitEntry else None, pieces, leaf, sources, tracer)
     _compile(split.root, {v.name: k for k, v in fwd.inputs}, cf.backend)
+    split.last(tracer, joint_split)
     entry = SplitEntry(key, externals=externals, traced=fwd)
     cf._guard_entry(entry, tracer, owners)
     if merged:
-        entry.calls = old.calls
-        entry.guards = guards.union(old.guards, entry.guards)
-        names = {name for name, _ in entry.readers}
-        entry.readers = list(entry.readers) + [r for r in old.readers if r[0] not in names]
-        made = {name for name, _ in entry.readers}
-        entry.ext_items = [(n, t) for n, t in entry.ext_items if n not in made]
+        _join(entry, old)
     entry.split = split
     cf.entries[key] = entry
+    _warn(cf, tracer)
+    return result
+
+
+def _settle(brks):
+    """A stand-in nothing compared holds to the value."""
+    for b in brks:
+        if not b.exact and not b.compares and not b.returned:
+            b.exact = True
+
+
+def _grow(old, pieces, leaf, sources, tracer):
+    """(Split, externals, joined?): the path joined to the tree of `old` (a SplitEntry or None)
+    when it starts like it and reads the same inputs, else a tree of its own."""
+    if old is not None and _same_sources(old.split.sources, sources) and _merge(old.split.root, pieces, leaf):
+        old.split.sources.update(sources)
+        return old.split, {**old.externals, **tracer.externals}, True
+    return Split(_chain(pieces, leaf), sources), dict(tracer.externals), False
+
+
+def _join(entry, old):
+    """entry (a new path's) also checks what the paths of `old` read."""
+    entry.calls = old.calls
+    entry.guards = guards.union(old.guards, entry.guards)
+    names = {name for name, _ in entry.readers}
+    entry.readers = list(entry.readers) + [r for r in old.readers if r[0] not in names]
+    made = {name for name, _ in entry.readers}
+    entry.ext_items = [(n, t) for n, t in entry.ext_items if n not in made]
+
+
+def _warn(cf, tracer):
+    """Warn once per break location."""
     warned = cf.__dict__.setdefault("_breaks_warned", set())
     file, line, level = user_frame_info()
     for b in tracer.breaks:
@@ -404,7 +515,36 @@ def install(cf, key, fwd, joint_split, tracer, owners, result, n_args):
             warnings.warn(f"eagerc.compile: graph break in {cf.__name__}: {b.what} at {b.location}: the graph is "
                           "split there -- the code before and after it runs compiled, and the value is read "
                           "between them", stacklevel=level)
-    return result
+
+
+def symbolic(cf, g_sym, sym_attrs, symbols, size_guards, tracer, owners, traced, joint=None, into=None):
+    """The path a trace on synthetic sizes took (tracer.breaks, read as the real call's values:
+    Symbolic.forced) as a symbolic split key: its pieces cut from the generalised graph
+    `g_sym` (`traced`: as traced) and compiled as entries.Dynamic. With `into` (a symbolic
+    SplitEntry) the path joins its tree instead -- when it made the same size comparisons,
+    else it replaces the tree -- and `into` is returned. `joint`: the path's symbolic
+    training.JointEntry when the call needs autograd."""
+    _settle(tracer.breaks)
+    pieces = cut(g_sym, tracer.breaks, traced)
+    leaf = Leaf(g_sym, joint, tracer.breaks)
+    sources = _sources(tracer)
+    same = into is not None and into.dynamic.guards == list(size_guards)
+    split, externals, merged = _grow(into if same else None, pieces, leaf, sources, tracer)
+    _compile(split.root, {v.name: k for k, v in g_sym.inputs}, cf.backend, (symbols, sym_attrs))
+    split.last(tracer, None)
+    entry = SplitEntry(None, externals=externals, traced=g_sym)
+    cf._guard_entry(entry, tracer, owners)
+    entry.split = split
+    entry.dynamic = SplitSizes(size_guards, symbols)
+    if into is None:
+        return entry
+    if merged:
+        _join(entry, into)
+    for name in Entry.__slots__:  # (the entry other entries' `dynamic.next` may point to stays)
+        if name not in ("key", "dynamic", "calls"):
+            setattr(into, name, getattr(entry, name))
+    into.dynamic.guards = entry.dynamic.guards
+    return into
 
 
 def missed(cf, entry, key, leaves, args, kwargs):
@@ -421,29 +561,40 @@ def missed(cf, entry, key, leaves, args, kwargs):
             f"(last: {brk.what} at {brk.location} gave {value!r}); it runs eagerly for them from now on "
             "(compare an item() where it is taken, or keep the value a tensor)"))
     cf.log.append(f"new path after the graph break at {brk.location}: {brk.what} gave {value!r}")
+    if entry.dynamic is not None:
+        return dynamic.add_path(cf, entry, key, leaves, args, kwargs)
     return cf._trace(leaves, args, kwargs)
 
 
 # ---------------------------------------------------------------- a call
 
-def run(entry, leaves):
+def run(entry, leaves, sizes=None, forced=None):
     """One call of a split key: the pieces of the path its break values choose, then the
-    path's outputs (mutations written back only now). MISS when no continuation holds."""
+    path's outputs (mutations written back only now). MISS when no continuation holds.
+    `sizes`: the symbols' binding of a symbolic key; `forced`: [(kind, value)] taken instead
+    of the values read (dynamic.py checks a symbolic path on the data it was traced with)."""
     env = entries.inputs(entry, leaves)
     split = entry.split
     step = split.root
     call = entries.call
+    k = 0
     while True:
         program, ins, outs = step.run
         if program is not None:
-            res = call(program, {n: env[n] for n in ins}, None, False)[0]
+            overrides = None
+            if type(program) is Dynamic:
+                program, overrides = program.program_for(sizes)
+            res = call(program, {n: env[n] for n in ins}, overrides, False)[0]
             for n, a in zip(outs, res):
                 env[n] = a
         brk = step.brk
         if brk is None:
             break
-        a = env[brk.value].reshape(())
-        c = bool(a) if brk.kind == "bool" else a.item()
+        if forced is not None:
+            c, k = forced[k][1], k + 1
+        else:
+            a = env[brk.value].reshape(())
+            c = bool(a) if brk.kind == "bool" else a.item()
         for b, child in step.children:
             if b.holds(c):
                 step = child
@@ -457,9 +608,11 @@ def run(entry, leaves):
     for name in leaf.grads_none:
         t = leaves[int(name[3:])] if name.startswith("arg") else entry.externals[name]
         t.grad = None
+    if leaf.returned:   # `return loss.item()`: the value this call read
+        return c
     outs = [env[n] for n in leaf.outs]
     if leaf.joint is not None:
-        return leaf.joint.outputs(outs, leaves, {n: env[n] for n in leaf.inputs})
+        return leaf.joint.outputs(outs, leaves, {n: env[n] for n in leaf.inputs}, sizes)
     tensors = [entries.tensor_of(a) for a in outs]
     for i, name in leaf.aliases:
         tensors[i] = leaves[int(name[3:])] if name.startswith("arg") else entry.externals[name]

@@ -42,6 +42,7 @@ __all__ = ["compile", "CompiledFunction", "CompiledModule", "explain", "ExplainO
 
 MAX_GRAPHS = 8
 MAX_GUARD_RETRACES = 8  # retraces of one key because a guard failed, before it runs eagerly
+_STATIC = (Entry, breaks.SplitEntry)  # what a size-only retrace generalises from (dynamic.make_dynamic)
 
 
 def _roots_of(fn):
@@ -128,7 +129,7 @@ class CompiledFunction:
                     return self._guard_failed(key, leaves, env, args, kwargs, why)
             entry.calls += 1
             if entry.split is not None:
-                return self._run_split(entry, key, leaves, args, kwargs)
+                return self._run_split(entry, key, leaves, env, args, kwargs)
             return self._run(entry, leaves, env)
         # one thread at a time traces and installs entries; the garbage collector pauses meanwhile:
         # a trace and its compile build ~10 objects per graph node, and the collections they set
@@ -148,10 +149,10 @@ class CompiledFunction:
         self.entries[key] = Entry(key, eager=True, reason=msg)
         return self.fn(*args, **kwargs)
 
-    def _run_split(self, entry, key, leaves, args, kwargs):
-        """A key that runs in pieces (breaks.py); a break value no continuation holds for traces
-        the call again (nothing was committed yet)."""
-        out = breaks.run(entry, leaves)
+    def _run_split(self, entry, key, leaves, env, args, kwargs):
+        """A key that runs in pieces (breaks.py; `env`: its sizes when symbolic); a break value no
+        continuation holds for traces the call again (nothing was committed yet)."""
+        out = breaks.run(entry, leaves, env)
         if out is not breaks.MISS:
             return out
         with self._lock:
@@ -203,7 +204,7 @@ class CompiledFunction:
             reason = f"a size guard of the symbolic graph fails: {dyn.check_guards(guard_miss.dynamic.guards, env_)}"
             # a specialisation on this side of the guard to generalise from, if there is one
             masked = keys.masks_to(key, k.dyn)
-            ref = next((e for kk, e in self.entries.items() if type(e) is Entry and e.dynamic is None
+            ref = next((e for kk, e in self.entries.items() if type(e) in _STATIC and e.dynamic is None
                         and not e.eager and kk != key and keys.masks_to(kk, k.dyn) == masked), None)
         else:
             ref = k.closest(self.entries, key)
@@ -224,7 +225,7 @@ class CompiledFunction:
             line_ = f"first call at {where}"
         self.log.append(line_)
         self._choose_backend(leaves)
-        if type(ref) is Entry and self.dynamic is not False and self.dyn_failed is None:
+        if type(ref) in _STATIC and self.dynamic is not False and self.dyn_failed is None:
             dims = k.size_change(ref.key, key)
             if dims:
                 result = dyn.make_dynamic(self, ref, dims, key, leaves, args, kwargs)
@@ -318,13 +319,14 @@ class CompiledFunction:
         names, owners = self._external_index()
         self.traces += 1
         watch = self._watch(args)
+        cut = symbolic is None or symbolic.forced is not None  # (forced: a symbolic path of a split key)
         if joint:
             from .training import trace_joint
             fwd, split, result, tracer = trace_joint(self.fn, args, kwargs, names, self._module_paths(),
-                                                     fullgraph, watch, symbolic, split=symbolic is None)
+                                                     fullgraph, watch, symbolic, split=cut)
         else:
             fwd, result, tracer = trace(self.fn, args, kwargs, names, self._module_paths(), fullgraph, watch,
-                                        symbolic, split=symbolic is None)
+                                        symbolic, split=cut)
             split = None
         tracer.watch = watch
         return fwd, split, result, tracer, owners
@@ -362,7 +364,11 @@ class CompiledFunction:
             self.entries[key] = Entry(key, graph=fwd, eager=True, reason=reason, traced=fwd)
             return result
         if tracer.breaks:  # bool()/item() went on: the graph runs in pieces
-            return breaks.install(self, key, fwd, split, tracer, owners, result, len(leaves))
+            result = breaks.install(self, key, fwd, split, tracer, owners, result, len(leaves))
+            entry = self.entries.get(key)
+            if type(entry) is breaks.SplitEntry:
+                self._dynamic_from_start(entry, leaves, args, kwargs)
+            return result
         if split is not None:
             from .training import JointEntry
             joint = JointEntry(split, self.backend, tracer, len(leaves))

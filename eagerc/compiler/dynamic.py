@@ -18,6 +18,10 @@ How a dynamic graph is made (see docs/compile.md):
    expressions are evaluated by the runtime's `SizeExpr` (runtime/sizes.py) -- sums of
    products of integers and symbols, never `eval`.
 
+A key split at graph breaks (breaks.py) is made symbolic one path at a time: the synthetic
+trace reads the real call's values at the breaks (`Symbolic.forced`), so it takes that path;
+a new path costs a trace at its real sizes and one at synthetic sizes (`add_path`).
+
 Training is made dynamic the same way: a call that needs autograd gets a symbolic forward
 and a symbolic backward graph (training.JointEntry with two `Dynamic`s); a whole training
 step is an ordinary graph whose mutation outputs (parameters, .grad, optimizer state) keep
@@ -626,11 +630,12 @@ class Symbolic:
     """While a synthetic trace runs: the primes its symbols were traced at and the log its
     SymInts write to. Every tensor the trace records then reports SymInts for the sizes
     that are expressions of those primes (`shape_of`)."""
-    __slots__ = ("primes", "log", "tensor_class")
+    __slots__ = ("primes", "log", "tensor_class", "forced")
 
-    def __init__(self, primes, log):
+    def __init__(self, primes, log, forced=None):
         self.primes = dict(primes)
         self.log = log
+        self.forced = forced   # [(kind, value)]: the break values a split path was traced with (breaks.note)
         from .._tensor import Size, Tensor
         self.tensor_class = _sym_tensor_class(Tensor, Size)
 
@@ -734,7 +739,7 @@ def from_start(cf, entry, leaves, args, kwargs):
             break
 
 
-def make_dynamic(cf, ref, changed, key, leaves, args, kwargs, verify_call=True, keep_small=False):
+def make_dynamic(cf, ref, changed, key, leaves, args, kwargs, verify_call=True, keep_small=False, into=None):
     """Build a symbolic graph for the sizes in `changed` ({(leaf, dim): (ref size, new size)}).
 
     ref is the specialisation the call differs from only in those sizes: an ordinary graph
@@ -742,8 +747,13 @@ def make_dynamic(cf, ref, changed, key, leaves, args, kwargs, verify_call=True, 
     and .grad) or a call that needs autograd (ref.joint: forward and backward programs, both
     made symbolic). Tensors the function updates keep their static shapes; what the trace on
     synthetic inputs and the checks update is put back as it was (`Saved`). Returns the result
-    of this call (None with verify_call=False), or FAILED: the function then stays static."""
-    from . import entries, keys
+    of this call (None with verify_call=False), or FAILED: the function then stays static.
+
+    A key split at graph breaks (ref.split, breaks.py) is made symbolic one path at a time: the
+    synthetic trace reads, at each break, the value the reference's last path read (so Python
+    takes that path; its continuations stay guarded on those values), and its pieces become
+    symbolic (breaks.symbolic). `into`: a symbolic split key the path joins (add_path)."""
+    from . import breaks, entries, keys
 
     def fail(why):
         cf.dyn_failed = why
@@ -771,6 +781,10 @@ def make_dynamic(cf, ref, changed, key, leaves, args, kwargs, verify_call=True, 
     if not dims:
         return fail("no size of this call can be symbolic")
     symbols = sorted(set(dims.values()), key=lambda s: int(s[1:]))
+    forced = ref.split.forced if ref.split is not None else None
+    # the backward graph as traced, of a call that needs autograd (a split key's: its last path's)
+    ref_backward = ref.joint.traced_backward if ref.joint is not None else \
+        ref.split.backward if ref.split is not None else None
     if ref.eager:
         # a graph break runs eagerly anyway: one eager entry serves every size instead of a
         # retrace per size
@@ -781,12 +795,14 @@ def make_dynamic(cf, ref, changed, key, leaves, args, kwargs, verify_call=True, 
                         f"{cf.keys.fmt_dims(dims)}")
         return cf.fn(*args, **kwargs)
     traced = ref.traced
-    joint = ref.joint
     ints = graph_ints(traced)
-    if joint is not None:
-        ints |= graph_ints(joint.traced_backward)
+    if ref_backward is not None:
+        ints |= graph_ints(ref_backward)
     for i, t in enumerate(leaves):
         ints.update(n for d, n in enumerate(t._array.shape) if (i, d) not in dims)
+    for _, v in forced or ():   # a break value the continuations use is no size
+        if type(v) in (int, float) and v == v and abs(v) != math.inf and v != 0:
+            ints.add(abs(v) if type(v) is int else v)
     seen = {}
     for (i, d), sym in dims.items():
         sizes = [leaves[i]._array.shape[d]] + [x for x in changed.get((i, d), ()) if x is not None]
@@ -818,7 +834,8 @@ def make_dynamic(cf, ref, changed, key, leaves, args, kwargs, verify_call=True, 
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 graph_p, split_p, result_p, tracer_p, owners = cf._do_trace(
-                    syn_args, syn_kwargs, False, symbolic=Symbolic(primes, size_log), joint=joint is not None)
+                    syn_args, syn_kwargs, False, symbolic=Symbolic(primes, size_log, forced),
+                    joint=ref_backward is not None)
             after_p = state.take()  # what the eager run at the synthetic sizes updated
         except Exception as e:  # e.g. a size that must match a parameter
             errors.append(f"tracing {where} failed: {type(e).__name__}: {e}")
@@ -830,7 +847,10 @@ def make_dynamic(cf, ref, changed, key, leaves, args, kwargs, verify_call=True, 
         if graph_p is None:
             errors.append(f"graph break {where}: {tracer_p.broken}")
             continue
-        if (joint is None) != (split_p is None):
+        if forced is not None and not _same_values([(b.kind, b.traced) for b in tracer_p.breaks], forced):
+            errors.append(f"the trace {where} took other graph breaks than at the real sizes")
+            continue
+        if (ref_backward is None) != (split_p is None):
             errors.append(f"the call {'no longer' if split_p is None else 'now'} needs autograd {where}")
             continue
         lost = state.missing(graph_p, tracer_p, syn)
@@ -855,7 +875,7 @@ def make_dynamic(cf, ref, changed, key, leaves, args, kwargs, verify_call=True, 
         if ref_env:
             diff = check_guards(guards, ref_env) or same_program(traced, g_sym, sym_attrs, ref_env)
             if diff is None and split_p is not None:
-                diff = same_program(joint.traced_backward, g_bwd, bwd_attrs, ref_env)
+                diff = same_program(ref_backward, g_bwd, bwd_attrs, ref_env)
                 diff = diff and f"its backward: {diff}"
             if diff:
                 errors.append(f"Python takes another path {where} than at {ref_env}: {diff}")
@@ -872,24 +892,29 @@ def make_dynamic(cf, ref, changed, key, leaves, args, kwargs, verify_call=True, 
         node = next(n for n in g_sym.nodes if n.out.name == name)
         numel = math.prod(producers[name].out.shape)
         rng_info[name] = (words // numel if numel else 0, node.out.shape)
-    try:
-        d = entries.Dynamic(g_sym, sym_attrs, symbols, cf.backend, rng_info, guards)
+    try:   # (a split key: its forward runs in symbolic pieces, breaks.symbolic)
+        d = None if forced is not None else entries.Dynamic(g_sym, sym_attrs, symbols, cf.backend, rng_info, guards)
+        jentry = None
         if split is not None:
             from .training import JointEntry
             split_p, g_bwd, bwd_attrs = split
             bwd = entries.Dynamic(g_bwd, bwd_attrs, symbols, cf.backend, {})
             jentry = JointEntry(split_p, cf.backend, tracer_p, len(syn), dynamic=(d, bwd))
+        if forced is not None:
+            entry = breaks.symbolic(cf, g_sym, sym_attrs, symbols, guards, tracer_p, owners, graph_p, jentry)
     except Exception as e:
         return fail(f"the backend cannot compile the symbolic graph: {type(e).__name__}: {e}")
-    entry = entries.Entry(None, g_sym, None, tracer_p.externals, rng=tracer_p.rng_draws(), traced=g_sym)
-    entry.dynamic = d
-    if split is not None:
-        entry.joint = jentry
-    cf._guard_entry(entry, tracer_p, owners)
+    if forced is None:
+        entry = entries.Entry(None, g_sym, None, tracer_p.externals, rng=tracer_p.rng_draws(), traced=g_sym)
+        entry.dynamic = d
+        if split is not None:
+            entry.joint = jentry
+        cf._guard_entry(entry, tracer_p, owners)
+    run = (lambda e, ts, sizes, path=None: cf._run(e, ts, sizes)) if forced is None else breaks.run
     # 1. the program at the synthetic sizes reproduces the synthetic eager run: its outputs,
     #    the gradients its backward gives, and every tensor it updates
     try:
-        got = cf._run(entry, syn, dict(primes))
+        got = run(entry, syn, dict(primes), forced)
         bad = _differs(result_p, got) or state.differs(after_p)
         if bad is None and split is not None:
             bad = _grads_differ(result_p, got, _grad_targets(syn, entry))
@@ -921,20 +946,26 @@ def make_dynamic(cf, ref, changed, key, leaves, args, kwargs, verify_call=True, 
         real.put()
         for g, s in zip(gens, before):
             g.set_state(s)
+        got = None
         try:
-            got = cf._run(entry, leaves, env)
-            bad = _differs(expected, got) or real.differs(after_e)
-            if bad is None and split is not None:
+            got = run(entry, leaves, env)
+            bad = None if got is breaks.MISS else _differs(expected, got) or real.differs(after_e)
+            if bad is None and split is not None and got is not breaks.MISS:
                 bad = _grads_differ(expected, got, _grad_targets(leaves, entry))
         except Exception as e:
             bad = f"{type(e).__name__}: {e}"
-        real.put(after_e)
-        for g, s in zip(gens, after):
-            g.set_state(s)
+        call_missed = got is breaks.MISS  # another path: the state stays as before the call, traced below
+        if not call_missed:
+            real.put(after_e)
+            for g, s in zip(gens, after):
+                g.set_state(s)
         if bad:
             fail(f"the symbolic graph disagrees with eager on this call: {bad}")
             return expected
         result = expected
+    if into is not None:   # a path of a symbolic split key (the caller's trace made the result)
+        breaks.symbolic(cf, g_sym, sym_attrs, symbols, guards, tracer_p, owners, graph_p, jentry, into)
+        return result
     # install: the dims become symbols in every key; drop the specialisations the new mask
     # makes unreachable (older symbolic entries) or that the symbolic graph covers
     old_dims = cf.keys.dyn_dims
@@ -958,7 +989,41 @@ def make_dynamic(cf, ref, changed, key, leaves, args, kwargs, verify_call=True, 
     cf.log.append(f"dynamic shapes: {cf.__name__} now treats {cf.keys.fmt_dims(dims)} as symbolic"
                     + (f" where {', '.join(fmt_guard(g) for g in guards)}" if guards else ""))
     log.info("eagerc.compile: %s", cf.log[-1])
+    if verify_call and call_missed:
+        return breaks.missed(cf, entry, nkey, leaves, args, kwargs)
     return result
+
+
+def add_path(cf, entry, key, leaves, args, kwargs):
+    """A call of a symbolic split key (breaks.py) read a value no continuation holds for: trace
+    it at its real sizes (its result, and the values its breaks read), then at synthetic sizes
+    reading those values, and join that symbolic path to the key's tree -- two traces per
+    path, whatever sizes come later. A path that cannot be made symbolic runs the key eagerly."""
+    from . import breaks, entries
+    fwd, joint, result, tracer, owners = cf._do_trace(args, kwargs, cf.fullgraph, joint=cf._wants_autograd(leaves))
+    cf._learn_modules(tracer)
+    if fwd is None:
+        return cf._after_break(key, tracer, result)
+    why = "it draws random numbers" if tracer.rng else None
+    if why is None:
+        ref = breaks.SplitEntry(cf.keys.of(args, kwargs, masked=False)[0], externals=tracer.externals, traced=fwd)
+        ref.split = breaks.Split(None, {})
+        ref.split.last(tracer, joint)
+        if make_dynamic(cf, ref, {}, key, leaves, args, kwargs, verify_call=False, into=entry) is not FAILED:
+            return result
+        why = cf.dyn_failed
+        cf.dyn_failed = None
+    msg = f"eagerc.compile: {cf.__name__} runs eagerly for {cf.keys.fmt_dims(cf.keys.dyn_dims)} from now on: " \
+          f"a new path through its graph breaks cannot be symbolic ({why})"
+    cf.log.append(msg)
+    cf.entries[key] = entries.Entry(key, eager=True, reason=msg)
+    return result
+
+
+def _same_values(a, b):
+    """Do two lists of (kind, value) read at graph breaks agree (nan agreeing with nan)?"""
+    return len(a) == len(b) and all(k == q and type(v) is type(w) and (v == w or (v != v and w != w))
+                                    for (k, v), (q, w) in zip(a, b))
 
 
 # ---------------------------------------------------------------- what a trace on synthetic inputs updates

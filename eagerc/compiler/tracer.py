@@ -154,7 +154,7 @@ class Tracer:
         self.view_ver = {}    # id(view tensor) -> version of its root when its value was made
         self.root_ver = {}    # id(root tensor) -> number of in-place updates so far
         self.buffers = None   # id(memory) -> [tensors]: built at the first in-place update
-        self.grads = {}       # input name -> Value or None: .grad written (autograd, zero_grad)
+        self.grads = {}       # input name -> Tensor or None: .grad written (autograd, zero_grad)
         self.retryable = False  # the break asks for the next call to be traced again
         self.made_modules = set()  # ids of Modules constructed while tracing (theirs to set up)
         self.user_codes = {}   # code -> globals of every user function seen running (guards.py)
@@ -352,7 +352,9 @@ class Tracer:
         self.value_of(t)
         name = self.input_of.get(id(t))
         if name is not None:
-            self.grads[name] = None if g is None else self.value_of(g)
+            if g is not None:
+                self.value_of(g)
+            self.grads[name] = g   # (its value is read at the end: grad clipping, unscale_ update it in place)
 
     def retry(self, why):
         """A break after which the next call should be traced again (e.g. an optimizer creating
@@ -449,7 +451,8 @@ class Tracer:
             self._break(f"a data-dependent size ({api}: its output shape depends on tensor values)",
                         "graph shapes are fixed when tracing")
             return value
-        if value is not None and self.split and not self.fullgraph and self.symbolic is None:
+        if value is not None and self.split and not self.fullgraph and \
+                (self.symbolic is None or self.symbolic.forced is not None):
             from .breaks import note
             return note(self, t, f"{what} on a traced tensor", value)
         self._break(f"{what} on a traced tensor")
@@ -475,11 +478,11 @@ class Tracer:
         leaves, tree = flatten(result, lambda x: isinstance(x, Tensor))
         outputs = [self.value_of(t) for t in leaves]
         mutations = [(name, v) for name, v in self.mutations.items()]
-        mutations += [(name + ".grad", v) for name, v in self.grads.items() if v is not None]
+        mutations += [(name + ".grad", self.value_of(g)) for name, g in self.grads.items() if g is not None]
         # outputs that are an argument or external tensor itself (e.g. `return x` after x.add_(1)):
         # the compiled call returns that very tensor, like eager mode
         return Graph(self.inputs, self.nodes, outputs, tree, mutations,
-                     grads_none=[name for name, v in self.grads.items() if v is None],
+                     grads_none=[name for name, g in self.grads.items() if g is None],
                      output_aliases={i: self.input_of[id(t)] for i, t in enumerate(leaves) if id(t) in self.input_of})
 
 

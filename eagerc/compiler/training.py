@@ -240,8 +240,10 @@ class JointEntry:
             self.fwd_program = backend.compile(self.forward) if compile_forward else None
             self.bwd_program = backend.compile(self.backward)
         else:   # symbolic graphs; programs per binding (or one generic program) from the Dynamics
-            self.forward, self.backward = dynamic[0].graph, dynamic[1].graph
-            self.fwd_program, self.bwd_program = dynamic[0].generic, dynamic[1].generic
+            fwd = dynamic[0]   # (None: a symbolic forward run in pieces, breaks.py)
+            self.forward = fwd.graph if fwd is not None else joint.forward
+            self.backward = dynamic[1].graph
+            self.fwd_program, self.bwd_program = fwd and fwd.generic, dynamic[1].generic
         self.externals = dict(tracer.externals)
         self.n_user, self.saved_names, self.grad_slots, self.n_diff = \
             joint.n_user, joint.saved, joint.grad_slots, joint.n_diff
