@@ -42,7 +42,7 @@ from ..runtime.ops.meta import fmt_shape, normalize_dim
 from .._tensor import Tensor
 from . import creation
 from .elementwise import cast, where
-from .inplace import bump_version, check_inplace, commit
+from .inplace import bump_version, check_inplace, commit, inplace_method as _inplace
 
 __all__ = ["index_select", "index_add", "index_fill", "index_put", "gather", "scatter", "scatter_add",
            "masked_fill", "masked_select", "take", "take_along_dim", "nonzero", "argwhere", "isin"]
@@ -476,11 +476,6 @@ def _fit_value(gv, vshape):
     return sum_to(gv, vshape)
 
 
-def _select(g, items, tensors):
-    """g[items]: the same subscript, applied to a gradient."""
-    return _getitem(g, items, tensors)
-
-
 def _index_grad(node, g):
     n = len(node.next) - 1
     tensors = [_saved_input(node, 1 + i) for i in range(n)]
@@ -499,7 +494,7 @@ def _index_put_grad(node, g):
         # accumulate: x passes through; otherwise the written region no longer depends on x
         gx = g if node.attrs["accumulate"] else _put(g, 0, tensors, items, False)
     if node.next[1] is not None:
-        gv = _fit_value(_select(g, items, tensors), node.shapes[1])
+        gv = _fit_value(_getitem(g, items, tensors), node.shapes[1])   # g[items]
     return [gx, gv] + [None] * n
 
 
@@ -530,14 +525,6 @@ defgrad("scatter_add", lambda g: g, None,
 
 
 # ---------------------------------------------------------------- Tensor methods
-
-def _inplace(fn, name):
-    def method(self, *args, **kwargs):
-        check_inplace(self, name)
-        return commit(self, fn(self, *args, **kwargs), name)
-    method.__name__ = name
-    return method
-
 
 def _index_fill_(self, dim, index, value):
     index = _vec(_check_index("index_fill_", index, self))

@@ -10,9 +10,10 @@ import numpy as np
 
 from ..runtime.dtypes import FLOATING_KINDS
 from .. import dispatch
+from ..runtime.ops.meta import inverse_permutation
 from .._tensor import Tensor
 
-__all__ = ["commit", "check_inplace", "bump_version", "drop_history"]
+__all__ = ["commit", "check_inplace", "bump_version", "drop_history", "inplace_method"]
 
 
 def bump_version(t, opname):
@@ -39,6 +40,16 @@ def check_inplace(t, opname):
         raise RuntimeError(f"{opname}: a leaf Variable that requires grad is being used in an in-place "
                            "operation. Wrap the update in `with eagerc.no_grad():` (as optimizers do) "
                            "or operate on a clone.")
+
+
+def inplace_method(fn, name):
+    """The Tensor method `name` (add_, tril_, scatter_...): `fn(self, ...)` computed out of place,
+    then committed into self."""
+    def method(self, *args, **kwargs):
+        check_inplace(self, name)
+        return commit(self, fn(self, *args, **kwargs), name)
+    method.__name__ = name
+    return method
 
 
 def commit(t, result, opname):
@@ -89,11 +100,7 @@ def scatter_spec(op, attrs, base_shape):
     if op in ("reshape", "squeeze", "unsqueeze"):
         return "reshape", False, {"shape": tuple(base_shape)}
     if op == "permute":
-        dims = attrs["dims"]
-        inv = [0] * len(dims)
-        for i, d in enumerate(dims):
-            inv[d % len(dims)] = i
-        return "permute", False, {"dims": tuple(inv)}
+        return "permute", False, {"dims": tuple(inverse_permutation(attrs["dims"]))}
     if op == "getitem":
         return "index_put", True, {"index": attrs["index"], "accumulate": False}
     if op == "slice":

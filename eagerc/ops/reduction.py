@@ -14,7 +14,7 @@ from ..runtime.dtypes import FLOATING_KINDS
 from ..autograd.formulas import defgrad
 from ..dispatch import apply, grad_enabled
 from ..runtime.ops import OPS
-from ..runtime.ops.meta import normalize_dims
+from ..runtime.ops.meta import inverse_permutation, normalize_dims
 from .._tensor import Tensor
 from .elementwise import cast, logical_and, logical_or, where
 from ..amp.autocast_mode import autocast_op
@@ -329,15 +329,8 @@ def _prod_grad(g, x, dim, keepdim):
     order = rest + axes
     flat = x.permute(*order).reshape(tuple(shape[i] for i in rest) + (-1,))
     others = _exclusive_cumprod(flat) * _exclusive_cumprod(flat.flip(-1)).flip(-1)
-    others = others.reshape(tuple(shape[i] for i in order)).permute(*_inverse(order))
+    others = others.reshape(tuple(shape[i] for i in order)).permute(*inverse_permutation(order))
     return unreduce(g, shape, dim, keepdim) * others
-
-
-def _inverse(order):
-    inv = [0] * len(order)
-    for i, d in enumerate(order):
-        inv[d] = i
-    return inv
 
 
 def _logcumsumexp_grad(g, x, out, dim):
