@@ -5,6 +5,7 @@ Operations are attached by the op families in `eagerc/ops/` (each registers its
 functions as methods), so this file stays readable and every op still goes through
 `eagerc.dispatch.apply`.
 """
+import math
 import warnings
 
 import numpy as np
@@ -294,10 +295,7 @@ class Size(tuple):
     """A shape, like torch.Size: a tuple with numel()."""
 
     def numel(self):
-        n = 1
-        for s in self:
-            n *= s
-        return n
+        return math.prod(self)
 
     def __repr__(self):
         return f"eagerc.Size([{', '.join(str(s) for s in self)}])"

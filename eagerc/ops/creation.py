@@ -1,4 +1,5 @@
 """Tensor creation: tensor, zeros, ones, full, arange, rand, randn, ... and *_like."""
+import math
 import numbers
 
 import numpy as np
@@ -284,9 +285,7 @@ def eye(n, m=None, *, dtype=None, device=None, requires_grad=False):
 
 def _draw(name, shape, dtype, device, generator, words, **extra):
     gen = generator or default_generator
-    n = 1
-    for s in shape:
-        n *= s
+    n = math.prod(shape)
     offset = gen.next_offset(words(n))
     tracer = dispatch.active_tracer()
     if tracer is not None:  # a compiled graph must draw fresh offsets each call

@@ -117,10 +117,7 @@ def any(input, dim=None, keepdim=False):
 
 def _count(input, dim):
     axes = normalize_dims("reduce", _dim(dim), input._array.ndim) if input._array.ndim else ()
-    n = 1
-    for a in axes:
-        n *= input._array.shape[a]
-    return n
+    return math.prod(input._array.shape[a] for a in axes)
 
 
 def var(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
@@ -255,9 +252,7 @@ def unreduce(g, x_shape, dim, keepdim):
 
 
 def _mean_grad(g, x_shape, dim, keepdim):
-    n = 1
-    for a in (normalize_dims("mean", dim, len(x_shape)) if x_shape else ()):
-        n *= x_shape[a]
+    n = math.prod(x_shape[a] for a in (normalize_dims("mean", dim, len(x_shape)) if x_shape else ()))
     return unreduce(g, x_shape, dim, keepdim) / _builtin_max(n, 1)
 
 

@@ -6,6 +6,8 @@ Every function normalises its arguments (non-negative dims, clamped slice bounds
 tuples) before calling `apply`, so recorded attributes are canonical and JSON-plain.
 Derivatives are Tensor ops, so gradients of any order work.
 """
+import math
+
 import numpy as np
 
 from ..dispatch import apply  # first: importing autograd before dispatch re-enters eagerc/__init__
@@ -49,10 +51,7 @@ def _infer(op, shape, numel):
         return shape
     if shape.count(-1) > 1:
         raise RuntimeError(f"{op}: only one dimension can be inferred, got shape {list(shape)}")
-    known = 1
-    for s in shape:
-        if s != -1:
-            known *= s
+    known = math.prod(s for s in shape if s != -1)
     if known == 0 or numel % known:
         raise RuntimeError(f"{op}: shape {list(shape)} is invalid for input of size {numel}")
     return tuple(numel // known if s == -1 else s for s in shape)
@@ -174,10 +173,7 @@ def flatten(input, start_dim=0, end_dim=-1):
                            f"(shape {fmt_shape(shape)})")
     if s == e:
         return input
-    n = 1
-    for k in shape[s:e + 1]:
-        n *= k
-    return reshape(input, shape[:s] + (n,) + shape[e + 1:])
+    return reshape(input, shape[:s] + (math.prod(shape[s:e + 1]),) + shape[e + 1:])
 
 
 def ravel(input):
@@ -196,10 +192,7 @@ def unflatten(input, dim, sizes):
         raise RuntimeError("unflatten: sizes must be non-empty")
     if sizes.count(-1) > 1:
         raise RuntimeError(f"unflatten: only one dimension can be inferred, got sizes {sizes}")
-    known = 1
-    for k in sizes:
-        if k != -1:
-            known *= k
+    known = math.prod(k for k in sizes if k != -1)
     if -1 in sizes:
         if known == 0 or n % known:
             raise RuntimeError(f"unflatten: sizes {sizes} can't be inferred for dimension {d} of size {n} "
