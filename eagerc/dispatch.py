@@ -344,10 +344,11 @@ class CustomOp:
         self.name, self.grads, self.grad_params, self.user_code = name, grads, None, user_code
 
 
-def custom_node(op, attrs, edges, out_dtype, saved=None, versions=None, created_at=None):
-    """A Node whose derivative is not a registered op's (autograd.Function, a compiled backward):
-    `op` is a CustomOp, `attrs` whatever its `grads` reads."""
-    node = _new(Node)
+def custom_node(op, attrs, edges, out_dtype, saved=None, versions=None, created_at=None, cls=Node):
+    """A Node (of class `cls`: a Gather, engine.py) whose derivative is not a registered op's
+    (autograd.Function, a compiled backward, a split's join): `op` is a CustomOp, `attrs`
+    whatever its `grads` reads."""
+    node = _new(cls)
     node.op, node.attrs, node.next, node.saved, node.versions = op, attrs, edges, saved, versions
     node.shapes = node.out = node.out_vc = node.hooks = node.retained = None
     node.out_dtype, node.created_at = out_dtype, created_at
