@@ -32,7 +32,7 @@ from .runtime.dtypes import FLOATING_KINDS
 from .runtime.ops.meta import Spec
 from .runtime import dtypes
 from .runtime.device import CPU, xp_for
-from ._tensor import Tensor
+from ._tensor import Tensor, wrap  # noqa: F401  (wrap: dispatch.wrap, for the layers above)
 from .runtime.ownership import NUMERIC_WARNING_MESSAGE, user_stack
 
 _ndarray = np.ndarray
@@ -353,18 +353,6 @@ def custom_node(op, attrs, edges, out_dtype, saved=None, versions=None, created_
     node.shapes = node.out = node.out_vc = node.hooks = node.retained = None
     node.out_dtype, node.created_at = out_dtype, created_at
     return node
-
-
-def wrap(data, requires_grad=False):
-    """A fresh leaf Tensor around an array (no copy)."""
-    t = _new(Tensor)
-    t._array = data
-    t._grad = None
-    t._vc = None
-    t._requires_grad = requires_grad
-    t.grad_fn = None
-    return t
-
 
 
 def create(op, attrs, dev):

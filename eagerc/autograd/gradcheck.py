@@ -1,7 +1,7 @@
 """Finite-difference checks of analytical gradients (float64 inputs recommended)."""
 import numpy as np
 
-from .._tensor import Tensor
+from .._tensor import Tensor, wrap
 
 __all__ = ["gradcheck", "gradgradcheck", "numerical_jacobian", "analytical_jacobian"]
 
@@ -62,13 +62,7 @@ def _contiguous_inputs(inputs):
     out = []
     for x in inputs:
         if isinstance(x, Tensor) and x.requires_grad:
-            y = Tensor.__new__(Tensor)
-            y._array = np.array(x._array, order="C", copy=True)  # keeps 0-d inputs 0-d
-            y.requires_grad = True
-            y.grad = None
-            y.grad_fn = None
-            y._vc = None
-            out.append(y)
+            out.append(wrap(np.array(x._array, order="C", copy=True), True))  # keeps 0-d inputs 0-d
         else:
             out.append(x)
     return out

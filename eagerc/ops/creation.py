@@ -283,15 +283,21 @@ def eye(n, m=None, *, dtype=None, device=None, requires_grad=False):
     return _finish(t, requires_grad)
 
 
-def _draw(name, attrs, numel, kind, device, generator, **extra):
-    """Op `name` drawing `numel` values of distribution `kind` (random.words_used) from the
-    generator's next words: their offset joins the attributes."""
+def reserve_words(generator, words):
+    """(generator, offset): the next `words` words of the stream of `generator` (None: the
+    default one), for a random op's seed and offset attributes."""
     gen = generator or default_generator
-    words = rng.words_used(kind, numel)
     offset = gen.next_offset(words)
     tracer = dispatch.active_tracer()
     if tracer is not None:  # a compiled graph must draw fresh offsets each call
         tracer.rng_source = (gen, words)
+    return gen, offset
+
+
+def _draw(name, attrs, numel, kind, device, generator, **extra):
+    """Op `name` drawing `numel` values of distribution `kind` (random.words_used) from the
+    generator's next words: their offset joins the attributes."""
+    gen, offset = reserve_words(generator, rng.words_used(kind, numel))
     return create(OPS[name], {**attrs, "seed": gen.initial_seed(), "offset": offset, **extra}, _dev(device))
 
 

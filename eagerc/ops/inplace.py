@@ -11,7 +11,7 @@ import numpy as np
 from ..runtime.dtypes import FLOATING_KINDS
 from .. import dispatch
 from ..runtime.ops.meta import inverse_permutation
-from .._tensor import Tensor
+from .._tensor import wrap
 
 __all__ = ["commit", "check_inplace", "bump_version", "drop_history", "inplace_method"]
 
@@ -151,11 +151,7 @@ def _snapshot_saved_self(node, t):
         return
     for i, s in enumerate(saved):
         if s is t:
-            old = Tensor.__new__(Tensor)
-            old._array = t._array.copy()
-            old._requires_grad = t._requires_grad
-            old._grad = None
+            old = wrap(t._array.copy(), t._requires_grad)
             old.grad_fn = t.grad_fn
-            old._vc = None
             saved[i] = old
             node.versions[i] = 0
