@@ -73,10 +73,6 @@ def _as_int(v, what):
         raise TypeError(f"slice indices must be integers or None, got {what} {type(v).__name__}") from None
 
 
-def _slice_item(s):
-    return ("slice", _as_int(s.start, "start"), _as_int(s.stop, "stop"), _as_int(s.step, "step"))
-
-
 def count_true(t):
     """The number of nonzero entries of `t`, as a Python int.
 
@@ -143,7 +139,7 @@ def parse_index(x, key):
         if tk is int:
             items.append(("int", k))
         elif tk is slice:
-            items.append(_slice_item(k))
+            items.append(("slice", _as_int(k.start, "start"), _as_int(k.stop, "stop"), _as_int(k.step, "step")))
         elif k is None:
             items.append(_NONE)
         elif k is Ellipsis:

@@ -136,8 +136,6 @@ def var(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
 
 
 def std(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
-    if isinstance(dim, bool):
-        dim, unbiased = None, dim
     return var(input, dim, unbiased, keepdim, correction=correction).sqrt()
 
 
@@ -216,15 +214,11 @@ def norm(input, p="fro", dim=None, keepdim=False, dtype=None):
 
 
 def cumsum(input, dim, *, dtype=None):
-    if dtype is not None:
-        input = cast(input, dtype)
-    return apply(OPS["cumsum"], (input,), {"dim": int(dim)})
+    return apply(OPS["cumsum"], (input if dtype is None else cast(input, dtype),), {"dim": int(dim)})
 
 
 def cumprod(input, dim, *, dtype=None):
-    if dtype is not None:
-        input = cast(input, dtype)
-    return apply(OPS["cumprod"], (input,), {"dim": int(dim)})
+    return apply(OPS["cumprod"], (input if dtype is None else cast(input, dtype),), {"dim": int(dim)})
 
 
 def logcumsumexp(input, dim):

@@ -11,6 +11,7 @@ import math
 import numpy as np
 
 from ..dispatch import apply  # first: importing autograd before dispatch re-enters eagerc/__init__
+from ..autograd.engine import sum_to
 from ..autograd.formulas import defgrad
 from ..runtime.ops import OPS
 from ..runtime.ops.meta import fmt_shape, inverse_permutation, normalize_dim, normalize_dims
@@ -527,7 +528,7 @@ def _repeat_grad(g, x_shape, sizes):
 
 
 defgrad("reshape", lambda g, x_shape: g.reshape(x_shape))
-defgrad("expand", lambda g, x_shape: _sum_to(g, x_shape))
+defgrad("expand", lambda g, x_shape: sum_to(g, tuple(x_shape)))
 defgrad("permute", lambda g, dims: g.permute(*inverse_permutation(dims)))
 defgrad("squeeze", lambda g, x_shape: g.reshape(x_shape))
 defgrad("unsqueeze", lambda g, x_shape: g.reshape(x_shape))
@@ -553,11 +554,6 @@ defgrad("flip", lambda g, dims: apply(_FLIP, (g,), {"dims": dims}))
 defgrad("roll", lambda g, shifts, dims: apply(_ROLL, (g,), {
     "shifts": -shifts if dims is None else tuple(-s for s in shifts), "dims": dims}))
 defgrad("repeat", _repeat_grad)
-
-
-def _sum_to(g, shape):
-    from ..autograd.engine import sum_to
-    return sum_to(g, tuple(shape))
 
 
 _METHODS = {"reshape": reshape, "view": view, "expand": expand, "expand_as": expand_as,

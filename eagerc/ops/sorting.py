@@ -290,10 +290,6 @@ def unique_consecutive(input, return_inverse=False, return_counts=False, dim=Non
 
 # ---------------------------------------------------------------- searching, counting
 
-def _as_tensor(v, like):
-    return v if isinstance(v, Tensor) else creation.tensor(v, dtype=like.dtype, device=like.device)
-
-
 def searchsorted(sorted_sequence, input, *, out_int32=False, right=False, side=None, sorter=None):
     if side is not None:
         if side not in ("left", "right"):
@@ -308,7 +304,9 @@ def searchsorted(sorted_sequence, input, *, out_int32=False, right=False, side=N
                            "and input value's dim(0) numel(1)")
     if sorter is not None:
         sorted_sequence = gather(sorted_sequence, -1, sorter)
-    return apply(_SEARCHSORTED, (sorted_sequence.detach(), _as_tensor(input, sorted_sequence).detach()),
+    if not isinstance(input, Tensor):
+        input = creation.tensor(input, dtype=sorted_sequence.dtype, device=sorted_sequence.device)
+    return apply(_SEARCHSORTED, (sorted_sequence.detach(), input.detach()),
                  {"right": bool(right), "out_int32": bool(out_int32)})
 
 

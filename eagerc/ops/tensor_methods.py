@@ -263,7 +263,7 @@ def _false():
 
 def _random_fill(self, draw, name):
     check_inplace(self, name)
-    with dispatch_no_grad():
+    with autograd.no_grad():
         r = draw()
     if dispatch.active_tracer() is not None:
         return commit(self, r, name)
@@ -271,11 +271,6 @@ def _random_fill(self, draw, name):
     bump_version(self, name)
     drop_history(self)
     return self
-
-
-def dispatch_no_grad():
-    from ..autograd.grad_mode import no_grad
-    return no_grad()
 
 
 def normal_(self, mean=0.0, std=1.0, *, generator=None):
