@@ -261,11 +261,7 @@ def _vec(index):
 
 def index_select(input, dim, index):
     """The entries of `input` at positions `index` (a vector) along `dim`."""
-    index = _vec(_check_index("index_select", index, input))
-    if input._array.ndim == 0:
-        normalize_dim("index_select", dim, 1)
-        return apply(_INDEX_SELECT, (input.reshape(1), index), {"dim": 0}).reshape(())
-    return apply(_INDEX_SELECT, (input, index), {"dim": normalize_dim("index_select", dim, input._array.ndim)})
+    return _dimwise(_INDEX_SELECT, "index_select", input, dim, _vec(_check_index("index_select", index, input)))
 
 
 def index_add(input, dim, index, source, *, alpha=1):

@@ -61,13 +61,7 @@ def register_hook(self, hook):
     if not self.requires_grad:
         raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
     if self.grad_fn is None:  # a leaf's hooks: counted, like post-accumulate hooks (the engine
-        hooks = getattr(self, "_hooks", None)  # reads a leaf's _hooks slot only while some exist)
-        if hooks is None:
-            hooks = self._hooks = []
-            weakref.finalize(self, _forget_hooks, hooks, engine.LEAF_HOOKS)
-        hooks.append(hook)
-        engine.LEAF_HOOKS[0] += 1
-        return _RemovableHandle(hooks, hook, engine.LEAF_HOOKS)
+        return _counted_hook(self, "_hooks", engine.LEAF_HOOKS, hook)  # reads _hooks only while some exist)
     hooks = self.grad_fn.hooks
     if hooks is None:
         hooks = self.grad_fn.hooks = []
@@ -84,13 +78,20 @@ def register_post_accumulate_grad_hook(self, hook):
         raise RuntimeError("post accumulate grad hooks cannot be registered on non-leaf tensors")
     if not self.requires_grad:
         raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
-    hooks = getattr(self, "_post_hooks", None)
+    return _counted_hook(self, "_post_hooks", engine.POST_ACCUMULATE_HOOKS, hook)
+
+
+def _counted_hook(t, slot, live, hook):
+    """Add `hook` to the list in t's `slot`, counted in `live` (one of the engine's counters)
+    while it and t live."""
+    hooks = getattr(t, slot, None)
     if hooks is None:
-        hooks = self._post_hooks = []
-        weakref.finalize(self, _forget_hooks, hooks, engine.POST_ACCUMULATE_HOOKS)
+        hooks = []
+        setattr(t, slot, hooks)
+        weakref.finalize(t, _forget_hooks, hooks, live)
     hooks.append(hook)
-    engine.POST_ACCUMULATE_HOOKS[0] += 1
-    return _RemovableHandle(hooks, hook, engine.POST_ACCUMULATE_HOOKS)
+    live[0] += 1
+    return _RemovableHandle(hooks, hook, live)
 
 
 def _forget_hooks(hooks, live):
