@@ -59,13 +59,9 @@ def analytical_jacobian(fn, inputs):
 
 
 def _contiguous_inputs(inputs):
-    out = []
-    for x in inputs:
-        if isinstance(x, Tensor) and x.requires_grad:
-            out.append(wrap(np.array(x._array, order="C", copy=True), True))  # keeps 0-d inputs 0-d
-        else:
-            out.append(x)
-    return out
+    """Fresh contiguous leaves for the inputs that require grad (0-d ones stay 0-d)."""
+    return [wrap(np.array(x._array, order="C", copy=True), True) if isinstance(x, Tensor) and x.requires_grad
+            else x for x in inputs]
 
 
 def gradcheck(fn, inputs, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=True, **_):
