@@ -177,10 +177,7 @@ def _getitem(x, items, tensors):
 def __getitem__(self, key):
     if type(key) is int:  # the common case, kept short
         return apply(_GETITEM, (self,), {"index": (("int", key),)})
-    items, tensors = parse_index(self, key)
-    if not tensors:
-        return apply(_GETITEM, (self,), {"index": items})
-    return _drop_saved(apply(_INDEX, (self, *tensors), {"index": items}), 1)
+    return _getitem(self, *parse_index(self, key))
 
 
 def _put(x, values, tensors, items, accumulate):

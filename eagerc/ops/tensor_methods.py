@@ -262,10 +262,11 @@ def _false():
     return _FALSE
 
 
-def _random_fill(self, draw, name):
+def _random_fill(self, name, draw):
+    """Overwrite self, in place, with draw(shape, device): a random tensor of its shape."""
     check_inplace(self, name)
     with autograd.no_grad():
-        r = draw()
+        r = draw(tuple(self._array.shape), self.device)
     if dispatch.active_tracer() is not None:
         return commit(self, r, name)
     self._array[...] = r._array
@@ -275,29 +276,25 @@ def _random_fill(self, draw, name):
 
 
 def normal_(self, mean=0.0, std=1.0, *, generator=None):
-    return _random_fill(self, lambda: creation.randn(tuple(self._array.shape), dtype=self.dtype,
-                                                     device=self.device, generator=generator) * std + mean,
-                        "normal_")
+    return _random_fill(self, "normal_", lambda shape, device: creation.randn(
+        shape, dtype=self.dtype, device=device, generator=generator) * std + mean)
 
 
 def uniform_(self, a=0.0, b=1.0, *, generator=None):
-    return _random_fill(self, lambda: creation.rand(tuple(self._array.shape), dtype=self.dtype,
-                                                    device=self.device, generator=generator) * (b - a) + a,
-                        "uniform_")
+    return _random_fill(self, "uniform_", lambda shape, device: creation.rand(
+        shape, dtype=self.dtype, device=device, generator=generator) * (b - a) + a)
 
 
 def bernoulli_(self, p=0.5, *, generator=None):
-    return _random_fill(self, lambda: creation.rand(tuple(self._array.shape), dtype=dtypes.float32,
-                                                    device=self.device, generator=generator) < p,
-                        "bernoulli_")
+    return _random_fill(self, "bernoulli_", lambda shape, device: creation.rand(
+        shape, dtype=dtypes.float32, device=device, generator=generator) < p)
 
 
 def random_(self, low=0, high=None, *, generator=None):
     if high is None:
         low, high = 0, low
-    return _random_fill(self, lambda: creation.randint(low, high, tuple(self._array.shape),
-                                                       device=self.device, generator=generator),
-                        "random_")
+    return _random_fill(self, "random_", lambda shape, device: creation.randint(
+        low, high, shape, device=device, generator=generator))
 
 
 def _new(factory):
