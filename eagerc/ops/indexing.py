@@ -540,14 +540,10 @@ def _masked_fill_(self, mask, value):
 Tensor.__getitem__ = __getitem__
 Tensor.__setitem__ = __setitem__
 
-_METHODS = {
-    "index_select": index_select, "index_add": index_add, "index_fill": index_fill, "index_put": index_put,
-    "gather": gather, "scatter": scatter, "scatter_add": scatter_add, "masked_fill": masked_fill,
-    "masked_select": masked_select, "take": take, "take_along_dim": take_along_dim, "nonzero": nonzero,
-    "argwhere": argwhere, "index_put_": index_put_, "index_fill_": _index_fill_, "masked_fill_": _masked_fill_,
-    "index_add_": _inplace(index_add, "index_add_"), "scatter_": _inplace(scatter, "scatter_"),
-    "scatter_add_": _inplace(scatter_add, "scatter_add_"),
-}
+_METHODS = {n: globals()[n] for n in __all__ if n != "isin"}   # every function is a method (isin: below)
+_METHODS.update(index_put_=index_put_, index_fill_=_index_fill_, masked_fill_=_masked_fill_,
+                index_add_=_inplace(index_add, "index_add_"), scatter_=_inplace(scatter, "scatter_"),
+                scatter_add_=_inplace(scatter_add, "scatter_add_"))
 for _n, _f in _METHODS.items():
     setattr(Tensor, _n, _f)
 

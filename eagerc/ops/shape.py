@@ -556,16 +556,10 @@ defgrad("roll", lambda g, shifts, dims: apply(_ROLL, (g,), {
 defgrad("repeat", _repeat_grad)
 
 
-_METHODS = {"reshape": reshape, "view": view, "expand": expand, "expand_as": expand_as,
-            "broadcast_to": broadcast_to, "permute": permute, "transpose": transpose,
-            "swapaxes": swapaxes, "swapdims": swapdims, "t": t, "squeeze": squeeze,
-            "unsqueeze": unsqueeze, "flatten": flatten, "unflatten": unflatten, "ravel": ravel,
-            "contiguous": contiguous, "movedim": movedim, "moveaxis": moveaxis, "narrow": narrow,
-            "diagonal": diagonal, "tril": tril, "triu": triu, "tril_": inplace_method(tril, "tril_"), "triu_": inplace_method(triu, "triu_"),
-            "flip": flip, "fliplr": fliplr, "flipud": flipud, "roll": roll, "repeat": repeat,
-            "tile": tile, "rot90": rot90, "diag": diag, "diag_embed": diag_embed,
-            "repeat_interleave": repeat_interleave, "slice_scatter": slice_scatter, "diagonal_scatter": diagonal_scatter,
-            "view_as": lambda self, other: reshape(self, tuple(other._array.shape)),
-            "reshape_as": lambda self, other: reshape(self, tuple(other._array.shape))}
+# every function above is a Tensor method too, but meshgrid
+_METHODS = {n: globals()[n] for n in __all__ if n != "meshgrid"}
+_METHODS.update(view=view, repeat=repeat, tril_=inplace_method(tril, "tril_"), triu_=inplace_method(triu, "triu_"),
+                view_as=lambda self, other: reshape(self, tuple(other._array.shape)),
+                reshape_as=lambda self, other: reshape(self, tuple(other._array.shape)))
 for _n, _f in _METHODS.items():
     setattr(Tensor, _n, _f)
