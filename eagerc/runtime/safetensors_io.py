@@ -222,10 +222,6 @@ def _clip(x, n=80):
 
 # ---------------------------------------------------------------- reading
 
-def _is_int(x):
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
 def _prefix(key):
     """The bytes a sealed file's header starts with, up to the digest."""
     return b'{"__metadata__":{' + json.dumps(key).encode() + b':"' + ALGORITHM.encode() + b":"
