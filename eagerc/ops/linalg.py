@@ -371,7 +371,6 @@ def _linalg_norm(A, ord=None, dim=None, keepdim=False, *, dtype=None):
                        f"given, got shape {tuple(A._array.shape)}")
 
 
-
 # ---------------------------------------------------------------- Tensor methods and operators
 
 Tensor.__matmul__ = matmul

@@ -146,9 +146,8 @@ def var_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
 
 
 def std_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
-    if isinstance(dim, bool):
-        dim, unbiased = None, dim
-    return std(input, dim, unbiased, keepdim, correction=correction), mean(input, dim, keepdim)
+    v, m = var_mean(input, dim, unbiased, keepdim, correction=correction)
+    return v.sqrt(), m
 
 
 _builtin_max = builtins.max  # this module defines its own max, min, sum, all and any
