@@ -151,7 +151,8 @@ def where(condition, input=None, other=None):
         from .indexing import nonzero
         return nonzero(condition, as_tuple=True)
     if not isinstance(condition, Tensor):
-        condition = _tensor(condition)
+        from .creation import tensor
+        condition = tensor(condition)
     if condition._array.dtype.kind != "b":  # PyTorch: bool, or uint8 with a deprecation warning; never a cast
         if condition._array.dtype != _np.uint8:
             raise RuntimeError(f"where expected condition to be a boolean tensor, but got a tensor with dtype "
@@ -165,11 +166,6 @@ def where(condition, input=None, other=None):
         from .creation import tensor
         a = tensor(a, dtype=result_dtype(a, b), device=condition.device)
     return apply(OPS["where"], (condition, a, b))
-
-
-def _tensor(x):
-    from .creation import tensor
-    return tensor(x)
 
 
 def clamp(input, min=None, max=None):
