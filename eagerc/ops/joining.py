@@ -259,10 +259,8 @@ def _stack_grad(node, g):
 defgrad_node("cat", _cat_grad)
 defgrad_node("stack", _stack_grad)
 
-_METHODS = {"split": split, "split_with_sizes": split_with_sizes, "chunk": chunk,
-            "tensor_split": tensor_split, "unbind": unbind}
-for _n, _f in _METHODS.items():
-    setattr(Tensor, _n, _f)
+for _n in ("split", "split_with_sizes", "chunk", "tensor_split", "unbind"):
+    setattr(Tensor, _n, globals()[_n])
 
 
 # ---------------------------------------------------------------- the pieces' backward

@@ -345,9 +345,6 @@ defgrad("cumsum", _cumsum_grad)
 defgrad("cumprod", _cumprod_grad)
 defgrad("logcumsumexp", _logcumsumexp_grad)
 
-_METHODS = {"sum": sum, "mean": mean, "prod": prod, "amax": amax, "amin": amin, "argmax": argmax,
-            "argmin": argmin, "max": max, "min": min, "all": all, "any": any, "var": var, "std": std,
-            "logsumexp": logsumexp, "norm": norm, "cumsum": cumsum, "cumprod": cumprod,
-            "count_nonzero": count_nonzero, "logcumsumexp": logcumsumexp}
-for _n, _f in _METHODS.items():
-    setattr(Tensor, _n, _f)
+for _n in ("sum", "mean", "prod", "amax", "amin", "argmax", "argmin", "max", "min", "all", "any", "var", "std",
+           "logsumexp", "norm", "cumsum", "cumprod", "count_nonzero", "logcumsumexp"):
+    setattr(Tensor, _n, globals()[_n])
