@@ -51,11 +51,10 @@ def is_floating_point(input):
     return input.is_floating_point()
 
 
-def _result_type(a, b):
+def result_type(a, b):
     return result_dtype(a, b)
 
 
-result_type = _result_type
 long, int, float, double, half, short = int64, int32, float32, float64, float16, int16  # noqa: A001
 float16, bool_ = float16, bool
 

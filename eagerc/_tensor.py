@@ -5,6 +5,7 @@ Operations are attached by the op families in `eagerc/ops/` (each registers its
 functions as methods), so this file stays readable and every op still goes through
 `eagerc.dispatch.apply`.
 """
+import math
 import warnings
 
 import numpy as np
@@ -13,7 +14,7 @@ from .runtime.dtypes import FLOATING_KINDS
 from .runtime import dtypes
 from .runtime.device import CPU, device_of_array
 
-__all__ = ["Tensor"]
+__all__ = ["Tensor", "wrap"]
 
 _new = object.__new__
 
@@ -95,13 +96,7 @@ class Tensor:
         """A new Tensor sharing this one's memory, detached from autograd and from this
         tensor's version counter (PyTorch's `.data`: `p.data.add_(...)` updates p unseen by
         autograd). While traced, ops on it are recorded like ops on any tensor."""
-        t = _new(Tensor)
-        t._array = self._array
-        t._requires_grad = False
-        t._grad = None
-        t.grad_fn = None
-        t._vc = None
-        return t
+        return wrap(self._array)
 
     @data.setter
     def data(self, value):
@@ -275,15 +270,11 @@ class Tensor:
     def __reduce_ex__(self, protocol):
         # Needed so DataLoader workers can send tensors between processes; the user
         # never loads pickles (checkpoints use safetensors).
-        return (_rebuild, (_host(self._array), self.requires_grad))
+        return (wrap, (_host(self._array), self.requires_grad))
 
     def __deepcopy__(self, memo):
-        t = Tensor.__new__(Tensor)
-        t._array = self._array.copy()
-        t._requires_grad = self._requires_grad
+        t = wrap(self._array.copy(), self._requires_grad)
         t._grad = None if self._grad is None else self._grad.__deepcopy__(memo)
-        t.grad_fn = None
-        t._vc = None
         memo[id(self)] = t
         if type(self) is not Tensor:  # Parameter and friends keep their class
             t = type(self)(t, requires_grad=self._requires_grad)
@@ -294,10 +285,7 @@ class Size(tuple):
     """A shape, like torch.Size: a tuple with numel()."""
 
     def numel(self):
-        n = 1
-        for s in self:
-            n *= s
-        return n
+        return math.prod(self)
 
     def __repr__(self):
         return f"eagerc.Size([{', '.join(str(s) for s in self)}])"
@@ -350,13 +338,14 @@ def set_requires_grad(t, first_word):
     t._requires_grad = True
 
 
-def _rebuild(array, requires_grad):
-    t = Tensor.__new__(Tensor)
-    t._array = array
-    t._requires_grad = requires_grad
+def wrap(data, requires_grad=False):
+    """A fresh leaf Tensor around an array (no copy)."""
+    t = _new(Tensor)
+    t._array = data
     t._grad = None
-    t.grad_fn = None
     t._vc = None
+    t._requires_grad = requires_grad
+    t.grad_fn = None
     return t
 
 

@@ -32,7 +32,7 @@ from .runtime.dtypes import FLOATING_KINDS
 from .runtime.ops.meta import Spec
 from .runtime import dtypes
 from .runtime.device import CPU, xp_for
-from ._tensor import Tensor
+from ._tensor import Tensor, wrap  # noqa: F401  (wrap: dispatch.wrap, for the layers above)
 from .runtime.ownership import NUMERIC_WARNING_MESSAGE, user_stack
 
 _ndarray = np.ndarray
@@ -344,26 +344,15 @@ class CustomOp:
         self.name, self.grads, self.grad_params, self.user_code = name, grads, None, user_code
 
 
-def custom_node(op, attrs, edges, out_dtype, saved=None, versions=None, created_at=None):
-    """A Node whose derivative is not a registered op's (autograd.Function, a compiled backward):
-    `op` is a CustomOp, `attrs` whatever its `grads` reads."""
-    node = _new(Node)
+def custom_node(op, attrs, edges, out_dtype, saved=None, versions=None, created_at=None, cls=Node):
+    """A Node (of class `cls`: a Gather, engine.py) whose derivative is not a registered op's
+    (autograd.Function, a compiled backward, a split's join): `op` is a CustomOp, `attrs`
+    whatever its `grads` reads."""
+    node = _new(cls)
     node.op, node.attrs, node.next, node.saved, node.versions = op, attrs, edges, saved, versions
     node.shapes = node.out = node.out_vc = node.hooks = node.retained = None
     node.out_dtype, node.created_at = out_dtype, created_at
     return node
-
-
-def wrap(data, requires_grad=False):
-    """A fresh leaf Tensor around an array (no copy)."""
-    t = _new(Tensor)
-    t._array = data
-    t._grad = None
-    t._vc = None
-    t._requires_grad = requires_grad
-    t.grad_fn = None
-    return t
-
 
 
 def create(op, attrs, dev):

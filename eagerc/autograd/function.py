@@ -110,11 +110,6 @@ def _zeros(shape, dtype):
     return zeros(shape, dtype=dtype)
 
 
-def _user_site():
-    """Where the user called Function.apply (for detect_anomaly), without eagerc's frames."""
-    return user_stack()
-
-
 class Function:
     """Subclass with static forward(ctx, *args) and backward(ctx, *grads); call .apply."""
 
@@ -157,7 +152,7 @@ class Function:
         saved = list(ctx.to_save) if ctx.to_save else None
         versions = list(ctx.saved_versions) if ctx.to_save else None
         ctx.to_save = ()
-        created = _user_site() if dispatch.anomaly_enabled() else None
+        created = user_stack() if dispatch.anomaly_enabled() else None   # where the user called apply
         result = list(outs)
         for i in diff:
             o = outs[i]

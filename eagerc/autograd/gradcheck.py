@@ -1,7 +1,7 @@
 """Finite-difference checks of analytical gradients (float64 inputs recommended)."""
 import numpy as np
 
-from .._tensor import Tensor
+from .._tensor import Tensor, wrap
 
 __all__ = ["gradcheck", "gradgradcheck", "numerical_jacobian", "analytical_jacobian"]
 
@@ -59,19 +59,9 @@ def analytical_jacobian(fn, inputs):
 
 
 def _contiguous_inputs(inputs):
-    out = []
-    for x in inputs:
-        if isinstance(x, Tensor) and x.requires_grad:
-            y = Tensor.__new__(Tensor)
-            y._array = np.array(x._array, order="C", copy=True)  # keeps 0-d inputs 0-d
-            y.requires_grad = True
-            y.grad = None
-            y.grad_fn = None
-            y._vc = None
-            out.append(y)
-        else:
-            out.append(x)
-    return out
+    """Fresh contiguous leaves for the inputs that require grad (0-d ones stay 0-d)."""
+    return [wrap(np.array(x._array, order="C", copy=True), True) if isinstance(x, Tensor) and x.requires_grad
+            else x for x in inputs]
 
 
 def gradcheck(fn, inputs, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=True, **_):

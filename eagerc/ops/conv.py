@@ -88,20 +88,16 @@ for _nd in (2, 3):
 
 # ---------------------------------------------------------------- pooling derivatives
 
-defgrad("max_pool2d",
-        lambda g, x, kernel_size, stride, padding, dilation, ceil_mode: apply(
-            _MAX_POOL_BWD, (g, x), {"kernel_size": kernel_size, "stride": stride, "padding": padding,
-                                    "dilation": dilation, "ceil_mode": ceil_mode}))
-defgrad("max_pool2d_backward",
-        lambda g, x, kernel_size, stride, padding, dilation, ceil_mode: apply(
-            _MAX_POOL_SEL, (g, x), {"kernel_size": kernel_size, "stride": stride, "padding": padding,
-                                    "dilation": dilation, "ceil_mode": ceil_mode}),
-        None)  # piecewise constant in x
-defgrad("max_pool2d_select",
-        lambda g, x, kernel_size, stride, padding, dilation, ceil_mode: apply(
-            _MAX_POOL_BWD, (g, x), {"kernel_size": kernel_size, "stride": stride, "padding": padding,
-                                    "dilation": dilation, "ceil_mode": ceil_mode}),
-        None)
+def _max_pool_formula(op):
+    """g routed through `op` over the windows of x, with the same window attributes."""
+    return lambda g, x, kernel_size, stride, padding, dilation, ceil_mode: apply(
+        op, (g, x), {"kernel_size": kernel_size, "stride": stride, "padding": padding, "dilation": dilation,
+                     "ceil_mode": ceil_mode})
+
+
+defgrad("max_pool2d", _max_pool_formula(_MAX_POOL_BWD))
+defgrad("max_pool2d_backward", _max_pool_formula(_MAX_POOL_SEL), None)  # piecewise constant in x
+defgrad("max_pool2d_select", _max_pool_formula(_MAX_POOL_BWD), None)
 defgrad("avg_pool2d",
         lambda g, x_shape, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override: apply(
             _AVG_POOL_BWD, (g,), {"input_size": tuple(x_shape[2:]), "kernel_size": kernel_size, "stride": stride,

@@ -1,4 +1,5 @@
 """Tensor creation: tensor, zeros, ones, full, arange, rand, randn, ... and *_like."""
+import math
 import numbers
 
 import numpy as np
@@ -282,18 +283,26 @@ def eye(n, m=None, *, dtype=None, device=None, requires_grad=False):
     return _finish(t, requires_grad)
 
 
-def _draw(name, shape, dtype, device, generator, words, **extra):
+def reserve_words(generator, words):
+    """(generator, offset): the next `words` words of the stream of `generator` (None: the
+    default one), for a random op's seed and offset attributes."""
     gen = generator or default_generator
-    n = 1
-    for s in shape:
-        n *= s
-    offset = gen.next_offset(words(n))
+    offset = gen.next_offset(words)
     tracer = dispatch.active_tracer()
     if tracer is not None:  # a compiled graph must draw fresh offsets each call
-        tracer.rng_source = (gen, words(n))
-    attrs = {"shape": shape, "dtype": dtype.name, "seed": gen.initial_seed(), "offset": offset}
-    attrs.update(extra)
-    return create(OPS[name], attrs, _dev(device))
+        tracer.rng_source = (gen, words)
+    return gen, offset
+
+
+def _draw(name, attrs, numel, kind, device, generator, **extra):
+    """Op `name` drawing `numel` values of distribution `kind` (random.words_used) from the
+    generator's next words: their offset joins the attributes."""
+    gen, offset = reserve_words(generator, rng.words_used(kind, numel))
+    return create(OPS[name], {**attrs, "seed": gen.initial_seed(), "offset": offset, **extra}, _dev(device))
+
+
+def _draw_shape(name, shape, dtype, kind, device, generator, **extra):
+    return _draw(name, {"shape": shape, "dtype": dtype.name}, math.prod(shape), kind, device, generator, **extra)
 
 
 def _float_dtype(dtype, fn):
@@ -305,14 +314,12 @@ def _float_dtype(dtype, fn):
 
 def rand(*size, generator=None, dtype=None, device=None, requires_grad=False):
     """Uniform [0, 1) from the counter-based stream (see docs/random.md)."""
-    t = _draw("uniform", _shape(size, "rand"), _float_dtype(dtype, "rand"), device, generator,
-              lambda n: rng.words_used("uniform", n))
+    t = _draw_shape("uniform", _shape(size, "rand"), _float_dtype(dtype, "rand"), "uniform", device, generator)
     return _finish(t, requires_grad)
 
 
 def randn(*size, generator=None, dtype=None, device=None, requires_grad=False):
-    t = _draw("normal", _shape(size, "randn"), _float_dtype(dtype, "randn"), device, generator,
-              lambda n: rng.words_used("normal", n))
+    t = _draw_shape("normal", _shape(size, "randn"), _float_dtype(dtype, "randn"), "normal", device, generator)
     return _finish(t, requires_grad)
 
 
@@ -324,17 +331,11 @@ def randint(low, high=None, size=None, *, generator=None, dtype=None, device=Non
     if high <= low:
         raise RuntimeError(f"randint: expected low < high, got low={low}, high={high}")
     dtype = dtypes.as_dtype(dtype) or dtypes.int64
-    return _draw("randint", _shape((size,) if isinstance(size, int) else size, "randint"), dtype, device, generator,
-                 lambda n: rng.words_used("integers", n), low=int(low), high=int(high))
+    return _draw_shape("randint", _shape((size,) if isinstance(size, int) else size, "randint"), dtype, "integers",
+                       device, generator, low=int(low), high=int(high))
 
 
 def randperm(n, *, generator=None, dtype=None, device=None):
-    gen = generator or default_generator
     dtype = dtypes.as_dtype(dtype) or dtypes.int64
     n = check_count("randperm", "n", n)
-    offset = gen.next_offset(rng.words_used("permutation", n))
-    tracer = dispatch.active_tracer()
-    if tracer is not None:
-        tracer.rng_source = (gen, rng.words_used("permutation", n))
-    return create(OPS["randperm"], {"n": n, "dtype": dtype.name, "seed": gen.initial_seed(),
-                                    "offset": offset}, _dev(device))
+    return _draw("randperm", {"n": n, "dtype": dtype.name}, n, "permutation", device, generator)

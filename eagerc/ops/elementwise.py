@@ -15,7 +15,7 @@ from ..autograd.formulas import defgrad
 from ..runtime import dtypes
 from ..runtime.ops import OPS
 from .._tensor import Tensor
-from .inplace import check_inplace, commit
+from .inplace import inplace_method as _inplace
 
 _LN2 = math.log(2.0)
 _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
@@ -151,7 +151,8 @@ def where(condition, input=None, other=None):
         from .indexing import nonzero
         return nonzero(condition, as_tuple=True)
     if not isinstance(condition, Tensor):
-        condition = _tensor(condition)
+        from .creation import tensor
+        condition = tensor(condition)
     if condition._array.dtype.kind != "b":  # PyTorch: bool, or uint8 with a deprecation warning; never a cast
         if condition._array.dtype != _np.uint8:
             raise RuntimeError(f"where expected condition to be a boolean tensor, but got a tensor with dtype "
@@ -165,11 +166,6 @@ def where(condition, input=None, other=None):
         from .creation import tensor
         a = tensor(a, dtype=result_dtype(a, b), device=condition.device)
     return apply(OPS["where"], (condition, a, b))
-
-
-def _tensor(x):
-    from .creation import tensor
-    return tensor(x)
 
 
 def clamp(input, min=None, max=None):
@@ -381,14 +377,6 @@ def _rev(fn):
     return lambda self, other: fn(other, self)
 
 
-def _inplace(fn, name):
-    def method(self, *args, **kwargs):
-        check_inplace(self, name)
-        return commit(self, fn(self, *args, **kwargs), name)
-    method.__name__ = name
-    return method
-
-
 _ADD, _SUB, _MUL, _DIV = OPS["add"], OPS["sub"], OPS["mul"], OPS["div"]
 
 
@@ -437,15 +425,9 @@ def _is_bool(a, b):
     return a._array.dtype.kind == "b" and bd
 
 
-_METHODS = {
-    "where": lambda self, cond, other: where(cond, self, other),
-    "fmod": lambda self, other: self - div(self, other, rounding_mode="trunc") * other,
-}
-for _n in _GENERATED + ("add", "sub", "div", "true_divide", "divide", "multiply", "subtract", "pow", "clamp", "clip",
-                        "clamp_min", "clamp_max", "lerp", "nan_to_num", "clone", "round", "negative", "absolute",
-                        "fix", "greater", "greater_equal", "less", "less_equal", "not_equal", "arctan2",
-                        "addcmul", "addcdiv", "isclose", "allclose", "equal"):
-    _METHODS[_n] = globals()[_n]
+_METHODS = {_n: globals()[_n] for _n in __all__ if _n != "result_dtype"}
+_METHODS.update(where=lambda self, cond, other: where(cond, self, other),
+                fmod=lambda self, other: self - div(self, other, rounding_mode="trunc") * other)
 
 for _n, _f in _METHODS.items():
     setattr(Tensor, _n, _f)

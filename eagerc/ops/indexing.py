@@ -42,7 +42,7 @@ from ..runtime.ops.meta import fmt_shape, normalize_dim
 from .._tensor import Tensor
 from . import creation
 from .elementwise import cast, where
-from .inplace import bump_version, check_inplace, commit
+from .inplace import bump_version, check_inplace, commit, inplace_method as _inplace
 
 __all__ = ["index_select", "index_add", "index_fill", "index_put", "gather", "scatter", "scatter_add",
            "masked_fill", "masked_select", "take", "take_along_dim", "nonzero", "argwhere", "isin"]
@@ -71,10 +71,6 @@ def _as_int(v, what):
         return operator.index(v)
     except TypeError:
         raise TypeError(f"slice indices must be integers or None, got {what} {type(v).__name__}") from None
-
-
-def _slice_item(s):
-    return ("slice", _as_int(s.start, "start"), _as_int(s.stop, "stop"), _as_int(s.step, "step"))
 
 
 def count_true(t):
@@ -143,7 +139,7 @@ def parse_index(x, key):
         if tk is int:
             items.append(("int", k))
         elif tk is slice:
-            items.append(_slice_item(k))
+            items.append(("slice", _as_int(k.start, "start"), _as_int(k.stop, "stop"), _as_int(k.step, "step")))
         elif k is None:
             items.append(_NONE)
         elif k is Ellipsis:
@@ -181,10 +177,7 @@ def _getitem(x, items, tensors):
 def __getitem__(self, key):
     if type(key) is int:  # the common case, kept short
         return apply(_GETITEM, (self,), {"index": (("int", key),)})
-    items, tensors = parse_index(self, key)
-    if not tensors:
-        return apply(_GETITEM, (self,), {"index": items})
-    return _drop_saved(apply(_INDEX, (self, *tensors), {"index": items}), 1)
+    return _getitem(self, *parse_index(self, key))
 
 
 def _put(x, values, tensors, items, accumulate):
@@ -265,11 +258,7 @@ def _vec(index):
 
 def index_select(input, dim, index):
     """The entries of `input` at positions `index` (a vector) along `dim`."""
-    index = _vec(_check_index("index_select", index, input))
-    if input._array.ndim == 0:
-        normalize_dim("index_select", dim, 1)
-        return apply(_INDEX_SELECT, (input.reshape(1), index), {"dim": 0}).reshape(())
-    return apply(_INDEX_SELECT, (input, index), {"dim": normalize_dim("index_select", dim, input._array.ndim)})
+    return _dimwise(_INDEX_SELECT, "index_select", input, dim, _vec(_check_index("index_select", index, input)))
 
 
 def index_add(input, dim, index, source, *, alpha=1):
@@ -476,11 +465,6 @@ def _fit_value(gv, vshape):
     return sum_to(gv, vshape)
 
 
-def _select(g, items, tensors):
-    """g[items]: the same subscript, applied to a gradient."""
-    return _getitem(g, items, tensors)
-
-
 def _index_grad(node, g):
     n = len(node.next) - 1
     tensors = [_saved_input(node, 1 + i) for i in range(n)]
@@ -499,7 +483,7 @@ def _index_put_grad(node, g):
         # accumulate: x passes through; otherwise the written region no longer depends on x
         gx = g if node.attrs["accumulate"] else _put(g, 0, tensors, items, False)
     if node.next[1] is not None:
-        gv = _fit_value(_select(g, items, tensors), node.shapes[1])
+        gv = _fit_value(_getitem(g, items, tensors), node.shapes[1])   # g[items]
     return [gx, gv] + [None] * n
 
 
@@ -531,14 +515,6 @@ defgrad("scatter_add", lambda g: g, None,
 
 # ---------------------------------------------------------------- Tensor methods
 
-def _inplace(fn, name):
-    def method(self, *args, **kwargs):
-        check_inplace(self, name)
-        return commit(self, fn(self, *args, **kwargs), name)
-    method.__name__ = name
-    return method
-
-
 def _index_fill_(self, dim, index, value):
     index = _vec(_check_index("index_fill_", index, self))
     value = _fill_value("index_fill_", self, value)
@@ -564,14 +540,10 @@ def _masked_fill_(self, mask, value):
 Tensor.__getitem__ = __getitem__
 Tensor.__setitem__ = __setitem__
 
-_METHODS = {
-    "index_select": index_select, "index_add": index_add, "index_fill": index_fill, "index_put": index_put,
-    "gather": gather, "scatter": scatter, "scatter_add": scatter_add, "masked_fill": masked_fill,
-    "masked_select": masked_select, "take": take, "take_along_dim": take_along_dim, "nonzero": nonzero,
-    "argwhere": argwhere, "index_put_": index_put_, "index_fill_": _index_fill_, "masked_fill_": _masked_fill_,
-    "index_add_": _inplace(index_add, "index_add_"), "scatter_": _inplace(scatter, "scatter_"),
-    "scatter_add_": _inplace(scatter_add, "scatter_add_"),
-}
+_METHODS = {n: globals()[n] for n in __all__ if n != "isin"}   # every function is a method (isin: below)
+_METHODS.update(index_put_=index_put_, index_fill_=_index_fill_, masked_fill_=_masked_fill_,
+                index_add_=_inplace(index_add, "index_add_"), scatter_=_inplace(scatter, "scatter_"),
+                scatter_add_=_inplace(scatter_add, "scatter_add_"))
 for _n, _f in _METHODS.items():
     setattr(Tensor, _n, _f)
 

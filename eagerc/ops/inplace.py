@@ -10,9 +10,10 @@ import numpy as np
 
 from ..runtime.dtypes import FLOATING_KINDS
 from .. import dispatch
-from .._tensor import Tensor
+from ..runtime.ops.meta import inverse_permutation
+from .._tensor import wrap
 
-__all__ = ["commit", "check_inplace", "bump_version", "drop_history"]
+__all__ = ["commit", "check_inplace", "bump_version", "drop_history", "inplace_method"]
 
 
 def bump_version(t, opname):
@@ -41,6 +42,16 @@ def check_inplace(t, opname):
                            "or operate on a clone.")
 
 
+def inplace_method(fn, name):
+    """The Tensor method `name` (add_, tril_, scatter_...): `fn(self, ...)` computed out of place,
+    then committed into self."""
+    def method(self, *args, **kwargs):
+        check_inplace(self, name)
+        return commit(self, fn(self, *args, **kwargs), name)
+    method.__name__ = name
+    return method
+
+
 def commit(t, result, opname):
     """Make `t` hold `result` (a Tensor computed out of place); returns t."""
     data = t._array
@@ -57,8 +68,7 @@ def commit(t, result, opname):
         try:
             rd = np.broadcast_to(rd, data.shape) if type(rd) is np.ndarray else rd
         except ValueError:
-            raise RuntimeError(f"{opname}: output with shape {tuple(data.shape)} doesn't match the "
-                               f"broadcast shape {tuple(rd.shape)}") from None
+            pass
         if rd.shape != data.shape:
             raise RuntimeError(f"{opname}: output with shape {tuple(data.shape)} doesn't match the "
                                f"broadcast shape {tuple(rd.shape)}")
@@ -89,11 +99,7 @@ def scatter_spec(op, attrs, base_shape):
     if op in ("reshape", "squeeze", "unsqueeze"):
         return "reshape", False, {"shape": tuple(base_shape)}
     if op == "permute":
-        dims = attrs["dims"]
-        inv = [0] * len(dims)
-        for i, d in enumerate(dims):
-            inv[d % len(dims)] = i
-        return "permute", False, {"dims": tuple(inv)}
+        return "permute", False, {"dims": tuple(inverse_permutation(attrs["dims"]))}
     if op == "getitem":
         return "index_put", True, {"index": attrs["index"], "accumulate": False}
     if op == "slice":
@@ -144,11 +150,7 @@ def _snapshot_saved_self(node, t):
         return
     for i, s in enumerate(saved):
         if s is t:
-            old = Tensor.__new__(Tensor)
-            old._array = t._array.copy()
-            old._requires_grad = t._requires_grad
-            old._grad = None
+            old = wrap(t._array.copy(), t._requires_grad)
             old.grad_fn = t.grad_fn
-            old._vc = None
             saved[i] = old
             node.versions[i] = 0

@@ -9,7 +9,9 @@ drop the dimension), so there are no multi-output ops. For autograd the pieces' 
 pass their gradients to one `Gather` node that joins them with one cat (stack for
 unbind), so backward stays linear in the number of pieces.
 """
-from ..dispatch import apply  # first: importing autograd before dispatch re-enters eagerc/__init__
+import itertools
+
+from ..dispatch import CustomOp, apply, custom_node  # first: importing autograd before dispatch re-enters eagerc/__init__
 from ..autograd.engine import Gather
 from ..autograd.formulas import defgrad_node
 from ..runtime import dtypes
@@ -19,7 +21,6 @@ from .._tensor import Tensor
 from .elementwise import cast
 from .shape import _wrap
 
-_new = object.__new__
 __all__ = ["cat", "concat", "concatenate", "stack", "hstack", "vstack", "dstack", "atleast_1d",
            "atleast_2d", "atleast_3d", "split", "chunk", "tensor_split", "unbind"]
 
@@ -179,11 +180,8 @@ def split(tensor, split_size_or_sections, dim=0):
     if any(k < 0 for k in sizes) or sum(sizes) != n:
         raise RuntimeError(f"split: split sizes {sizes} must be non-negative and sum exactly to {n}, the size "
                            f"of dimension {d} (shape {fmt_shape(tensor._array.shape)})")
-    bounds, a = [], 0
-    for k in sizes:
-        bounds.append((a, a + k))
-        a += k
-    return _pieces(tensor, d, bounds, "split")
+    ends = list(itertools.accumulate(sizes))
+    return _pieces(tensor, d, list(zip([0] + ends, ends)), "split")
 
 
 def split_with_sizes(tensor, split_sizes, dim=0):
@@ -211,12 +209,8 @@ def tensor_split(input, indices_or_sections, dim=0):
         if sections <= 0:
             raise RuntimeError(f"tensor_split: number of sections must be greater than 0, got {sections}")
         q, r = divmod(n, sections)
-        bounds, a = [], 0
-        for i in range(sections):
-            b = a + q + (1 if i < r else 0)
-            bounds.append((a, b))
-            a = b
-        return _pieces(input, d, bounds, "split")
+        ends = [(i + 1) * q + min(i + 1, r) for i in range(sections)]   # the first r pieces one longer
+        return _pieces(input, d, list(zip([0] + ends, ends)), "split")
     idx = [int(i) for i in (s.tolist() if isinstance(s, Tensor) else s)]
     bounds, a = [], 0
     for i in idx + [n]:  # like PyTorch (and numpy): piece k is input[idx[k-1]:idx[k]], maybe empty
@@ -265,22 +259,11 @@ def _stack_grad(node, g):
 defgrad_node("cat", _cat_grad)
 defgrad_node("stack", _stack_grad)
 
-_METHODS = {"split": split, "split_with_sizes": split_with_sizes, "chunk": chunk,
-            "tensor_split": tensor_split, "unbind": unbind}
-for _n, _f in _METHODS.items():
-    setattr(Tensor, _n, _f)
+for _n in ("split", "split_with_sizes", "chunk", "tensor_split", "unbind"):
+    setattr(Tensor, _n, globals()[_n])
 
 
 # ---------------------------------------------------------------- the pieces' backward
-
-class _BackwardStep:
-    """What the engine reads of an op, for the backward-only steps of a split: the pieces'
-    nodes (each passes its gradient on, as is) and the Gather that joins them."""
-    __slots__ = ("name", "grads", "grad_params", "broadcasts")
-
-    def __init__(self, name, grads):
-        self.name, self.grads, self.grad_params, self.broadcasts = name, grads, None, False
-
 
 def _pass_on(node, g):
     return [g]
@@ -303,7 +286,9 @@ def _join(node, parts):
     return [stack(grads, a["dim"]) if a["stacked"] else cat(grads, a["dim"])]
 
 
-_STEPS = {name: (_BackwardStep(name, _pass_on), _BackwardStep(name, _join)) for name in ("split", "unbind")}
+# the backward-only steps of a split: the pieces' nodes (each passes its gradient on, as is)
+# and the Gather that joins them
+_STEPS = {name: (CustomOp(name, _pass_on), CustomOp(name, _join)) for name in ("split", "unbind")}
 
 
 def _gather(name, x, pieces, sliced, d, sizes, stacked=False):
@@ -313,13 +298,8 @@ def _gather(name, x, pieces, sliced, d, sizes, stacked=False):
         return pieces
     first = pieces[0].grad_fn
     piece_step, join_step = _STEPS[name]
-    gather = _new(Gather)
-    gather.op, gather.next = join_step, [sliced.next[0]]
-    gather.attrs = {"dim": d, "shape": tuple(x._array.shape), "sizes": sizes, "stacked": stacked}
-    gather.saved = gather.versions = gather.shapes = gather.out = gather.out_vc = None
-    gather.out_dtype = x._array.dtype
-    gather.hooks = gather.retained = None
-    gather.created_at = first.created_at
+    gather = custom_node(join_step, {"dim": d, "shape": tuple(x._array.shape), "sizes": sizes, "stacked": stacked},
+                         [sliced.next[0]], x._array.dtype, created_at=first.created_at, cls=Gather)
     for i, p in enumerate(pieces):
         node = p.grad_fn
         node.op, node.next, node.attrs = piece_step, [gather], {"piece": i}

@@ -20,6 +20,7 @@ from ..runtime import dtypes
 from .._tensor import Tensor
 from .elementwise import result_dtype, cast
 from . import reduction
+from .inplace import inplace_method
 from ..amp.autocast_mode import autocast_op
 
 __all__ = ["matmul", "mm", "bmm", "mv", "dot", "inner", "outer", "ger", "einsum", "kron", "addmm", "cross",
@@ -130,12 +131,6 @@ def addmm(input, mat1, mat2, *, beta=1, alpha=1):
     if beta == 0:
         return product.expand(tuple(np.broadcast_shapes(input._array.shape, product._array.shape)))
     return (input if beta == 1 else input * beta) + product
-
-
-def _addmm_(self, mat1, mat2, *, beta=1, alpha=1):
-    from .inplace import check_inplace, commit
-    check_inplace(self, "addmm_")
-    return commit(self, addmm(self, mat1, mat2, beta=beta, alpha=alpha), "addmm_")
 
 
 def linalg_cross(input, other, *, dim=-1):
@@ -376,11 +371,10 @@ def _linalg_norm(A, ord=None, dim=None, keepdim=False, *, dtype=None):
                        f"given, got shape {tuple(A._array.shape)}")
 
 
-
 # ---------------------------------------------------------------- Tensor methods and operators
 
 Tensor.__matmul__ = matmul
 Tensor.__rmatmul__ = lambda self, other: matmul(other, self)
 for _n in ("matmul", "mm", "bmm", "mv", "dot", "inner", "outer", "ger", "kron", "addmm", "cross"):
     setattr(Tensor, _n, globals()[_n])
-Tensor.addmm_ = _addmm_
+Tensor.addmm_ = inplace_method(addmm, "addmm_")

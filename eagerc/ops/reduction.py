@@ -14,7 +14,7 @@ from ..runtime.dtypes import FLOATING_KINDS
 from ..autograd.formulas import defgrad
 from ..dispatch import apply, grad_enabled
 from ..runtime.ops import OPS
-from ..runtime.ops.meta import normalize_dims
+from ..runtime.ops.meta import inverse_permutation, normalize_dims
 from .._tensor import Tensor
 from .elementwise import cast, logical_and, logical_or, where
 from ..amp.autocast_mode import autocast_op
@@ -117,10 +117,7 @@ def any(input, dim=None, keepdim=False):
 
 def _count(input, dim):
     axes = normalize_dims("reduce", _dim(dim), input._array.ndim) if input._array.ndim else ()
-    n = 1
-    for a in axes:
-        n *= input._array.shape[a]
-    return n
+    return math.prod(input._array.shape[a] for a in axes)
 
 
 def var(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
@@ -139,8 +136,6 @@ def var(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
 
 
 def std(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
-    if isinstance(dim, bool):
-        dim, unbiased = None, dim
     return var(input, dim, unbiased, keepdim, correction=correction).sqrt()
 
 
@@ -151,9 +146,8 @@ def var_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
 
 
 def std_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
-    if isinstance(dim, bool):
-        dim, unbiased = None, dim
-    return std(input, dim, unbiased, keepdim, correction=correction), mean(input, dim, keepdim)
+    v, m = var_mean(input, dim, unbiased, keepdim, correction=correction)
+    return v.sqrt(), m
 
 
 _builtin_max = builtins.max  # this module defines its own max, min, sum, all and any
@@ -219,15 +213,11 @@ def norm(input, p="fro", dim=None, keepdim=False, dtype=None):
 
 
 def cumsum(input, dim, *, dtype=None):
-    if dtype is not None:
-        input = cast(input, dtype)
-    return apply(OPS["cumsum"], (input,), {"dim": int(dim)})
+    return apply(OPS["cumsum"], (input if dtype is None else cast(input, dtype),), {"dim": int(dim)})
 
 
 def cumprod(input, dim, *, dtype=None):
-    if dtype is not None:
-        input = cast(input, dtype)
-    return apply(OPS["cumprod"], (input,), {"dim": int(dim)})
+    return apply(OPS["cumprod"], (input if dtype is None else cast(input, dtype),), {"dim": int(dim)})
 
 
 def logcumsumexp(input, dim):
@@ -255,9 +245,7 @@ def unreduce(g, x_shape, dim, keepdim):
 
 
 def _mean_grad(g, x_shape, dim, keepdim):
-    n = 1
-    for a in (normalize_dims("mean", dim, len(x_shape)) if x_shape else ()):
-        n *= x_shape[a]
+    n = math.prod(x_shape[a] for a in (normalize_dims("mean", dim, len(x_shape)) if x_shape else ()))
     return unreduce(g, x_shape, dim, keepdim) / _builtin_max(n, 1)
 
 
@@ -329,15 +317,8 @@ def _prod_grad(g, x, dim, keepdim):
     order = rest + axes
     flat = x.permute(*order).reshape(tuple(shape[i] for i in rest) + (-1,))
     others = _exclusive_cumprod(flat) * _exclusive_cumprod(flat.flip(-1)).flip(-1)
-    others = others.reshape(tuple(shape[i] for i in order)).permute(*_inverse(order))
+    others = others.reshape(tuple(shape[i] for i in order)).permute(*inverse_permutation(order))
     return unreduce(g, shape, dim, keepdim) * others
-
-
-def _inverse(order):
-    inv = [0] * len(order)
-    for i, d in enumerate(order):
-        inv[d] = i
-    return inv
 
 
 def _logcumsumexp_grad(g, x, out, dim):
@@ -364,9 +345,6 @@ defgrad("cumsum", _cumsum_grad)
 defgrad("cumprod", _cumprod_grad)
 defgrad("logcumsumexp", _logcumsumexp_grad)
 
-_METHODS = {"sum": sum, "mean": mean, "prod": prod, "amax": amax, "amin": amin, "argmax": argmax,
-            "argmin": argmin, "max": max, "min": min, "all": all, "any": any, "var": var, "std": std,
-            "logsumexp": logsumexp, "norm": norm, "cumsum": cumsum, "cumprod": cumprod,
-            "count_nonzero": count_nonzero, "logcumsumexp": logcumsumexp}
-for _n, _f in _METHODS.items():
-    setattr(Tensor, _n, _f)
+for _n in ("sum", "mean", "prod", "amax", "amin", "argmax", "argmin", "max", "min", "all", "any", "var", "std",
+           "logsumexp", "norm", "cumsum", "cumprod", "count_nonzero", "logcumsumexp"):
+    setattr(Tensor, _n, globals()[_n])

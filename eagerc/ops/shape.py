@@ -6,13 +6,17 @@ Every function normalises its arguments (non-negative dims, clamped slice bounds
 tuples) before calling `apply`, so recorded attributes are canonical and JSON-plain.
 Derivatives are Tensor ops, so gradients of any order work.
 """
+import math
+
 import numpy as np
 
 from ..dispatch import apply  # first: importing autograd before dispatch re-enters eagerc/__init__
+from ..autograd.engine import sum_to
 from ..autograd.formulas import defgrad
 from ..runtime.ops import OPS
-from ..runtime.ops.meta import fmt_shape, normalize_dim, normalize_dims
+from ..runtime.ops.meta import fmt_shape, inverse_permutation, normalize_dim, normalize_dims
 from .._tensor import Tensor
+from .inplace import inplace_method
 
 __all__ = ["reshape", "expand", "expand_as", "broadcast_to", "permute", "transpose", "swapaxes",
            "swapdims", "t", "squeeze", "unsqueeze", "flatten", "unflatten", "ravel", "contiguous",
@@ -48,10 +52,7 @@ def _infer(op, shape, numel):
         return shape
     if shape.count(-1) > 1:
         raise RuntimeError(f"{op}: only one dimension can be inferred, got shape {list(shape)}")
-    known = 1
-    for s in shape:
-        if s != -1:
-            known *= s
+    known = math.prod(s for s in shape if s != -1)
     if known == 0 or numel % known:
         raise RuntimeError(f"{op}: shape {list(shape)} is invalid for input of size {numel}")
     return tuple(numel // known if s == -1 else s for s in shape)
@@ -173,10 +174,7 @@ def flatten(input, start_dim=0, end_dim=-1):
                            f"(shape {fmt_shape(shape)})")
     if s == e:
         return input
-    n = 1
-    for k in shape[s:e + 1]:
-        n *= k
-    return reshape(input, shape[:s] + (n,) + shape[e + 1:])
+    return reshape(input, shape[:s] + (math.prod(shape[s:e + 1]),) + shape[e + 1:])
 
 
 def ravel(input):
@@ -195,10 +193,7 @@ def unflatten(input, dim, sizes):
         raise RuntimeError("unflatten: sizes must be non-empty")
     if sizes.count(-1) > 1:
         raise RuntimeError(f"unflatten: only one dimension can be inferred, got sizes {sizes}")
-    known = 1
-    for k in sizes:
-        if k != -1:
-            known *= k
+    known = math.prod(k for k in sizes if k != -1)
     if -1 in sizes:
         if known == 0 or n % known:
             raise RuntimeError(f"unflatten: sizes {sizes} can't be inferred for dimension {d} of size {n} "
@@ -245,23 +240,22 @@ def movedim(input, source, destination):
 moveaxis = movedim
 
 
-def slice_dim(input, dim, start=None, stop=None, step=1):
-    """input[..., start:stop:step] along `dim` (Python slice rules, step > 0): one `slice` view.
-
-    The attributes are normalised (0 <= start <= stop <= size), so recorded graphs
-    are canonical."""
-    shape = input._array.shape
+def _slice_attrs(op, shape, dim, start, stop, step):
+    """The attributes of [start:stop:step] along `dim` (Python slice rules, step > 0), normalised
+    (0 <= start <= stop <= size), so recorded graphs are canonical."""
     if not shape:
-        raise IndexError("slice: cannot slice a 0-dim tensor")
-    d = _wrap("slice", dim, len(shape))
-    if step is None:
-        step = 1
-    if step <= 0:
-        raise ValueError(f"slice: step must be positive, got {step}")
+        raise IndexError(f"{op}: cannot slice a 0-dim tensor")
+    d = _wrap(op, dim, len(shape))
+    if step is None or step <= 0:
+        raise ValueError(f"{op}: step must be positive, got {step}")
     start, stop, step = slice(start, stop, step).indices(shape[d])
-    if stop < start:
-        stop = start
-    return apply(_SLICE, (input,), {"dim": d, "start": start, "stop": stop, "step": step})
+    return {"dim": d, "start": start, "stop": max(start, stop), "step": step}
+
+
+def slice_dim(input, dim, start=None, stop=None, step=1):
+    """input[..., start:stop:step] along `dim`: one `slice` view."""
+    return apply(_SLICE, (input,), _slice_attrs("slice", input._array.shape, dim, start, stop,
+                                                 1 if step is None else step))
 
 
 def narrow(input, dim, start, length):
@@ -286,16 +280,8 @@ def narrow(input, dim, start, length):
 
 def slice_scatter(input, src, dim=0, start=None, end=None, step=1):
     """A copy of `input` whose slice [start:end:step] along `dim` is `src`."""
-    shape = input._array.shape
-    if not shape:
-        raise IndexError("slice_scatter: cannot slice a 0-dim tensor")
-    d = _wrap("slice_scatter", dim, len(shape))
-    if step is None or step <= 0:
-        raise ValueError(f"slice_scatter: step must be positive, got {step}")
-    start, stop, step = slice(start, end, step).indices(shape[d])
-    if stop < start:
-        stop = start
-    return apply(_SLICE_SCATTER, (input, _like(src, input)), {"dim": d, "start": start, "stop": stop, "step": step})
+    attrs = _slice_attrs("slice_scatter", input._array.shape, dim, start, end, step)
+    return apply(_SLICE_SCATTER, (input, _like(src, input)), attrs)
 
 
 def _like(src, input):
@@ -335,18 +321,6 @@ def tril(input, diagonal=0):
 
 def triu(input, diagonal=0):
     return apply(_TRIU, (input,), {"diagonal": int(diagonal)})
-
-
-def _tril_(self, diagonal=0):
-    from .inplace import check_inplace, commit
-    check_inplace(self, "tril_")
-    return commit(self, tril(self, diagonal), "tril_")
-
-
-def _triu_(self, diagonal=0):
-    from .inplace import check_inplace, commit
-    check_inplace(self, "triu_")
-    return commit(self, triu(self, diagonal), "triu_")
 
 
 def flip(input, *args, dims=None):
@@ -554,8 +528,8 @@ def _repeat_grad(g, x_shape, sizes):
 
 
 defgrad("reshape", lambda g, x_shape: g.reshape(x_shape))
-defgrad("expand", lambda g, x_shape: _sum_to(g, x_shape))
-defgrad("permute", lambda g, dims: g.permute(*_inverse(dims)))
+defgrad("expand", lambda g, x_shape: sum_to(g, tuple(x_shape)))
+defgrad("permute", lambda g, dims: g.permute(*inverse_permutation(dims)))
 defgrad("squeeze", lambda g, x_shape: g.reshape(x_shape))
 defgrad("unsqueeze", lambda g, x_shape: g.reshape(x_shape))
 defgrad("contiguous", lambda g: g)
@@ -582,28 +556,10 @@ defgrad("roll", lambda g, shifts, dims: apply(_ROLL, (g,), {
 defgrad("repeat", _repeat_grad)
 
 
-def _sum_to(g, shape):
-    from ..autograd.engine import sum_to
-    return sum_to(g, tuple(shape))
-
-
-def _inverse(dims):
-    inv = [0] * len(dims)
-    for i, d in enumerate(dims):
-        inv[d] = i
-    return inv
-
-
-_METHODS = {"reshape": reshape, "view": view, "expand": expand, "expand_as": expand_as,
-            "broadcast_to": broadcast_to, "permute": permute, "transpose": transpose,
-            "swapaxes": swapaxes, "swapdims": swapdims, "t": t, "squeeze": squeeze,
-            "unsqueeze": unsqueeze, "flatten": flatten, "unflatten": unflatten, "ravel": ravel,
-            "contiguous": contiguous, "movedim": movedim, "moveaxis": moveaxis, "narrow": narrow,
-            "diagonal": diagonal, "tril": tril, "triu": triu, "tril_": _tril_, "triu_": _triu_,
-            "flip": flip, "fliplr": fliplr, "flipud": flipud, "roll": roll, "repeat": repeat,
-            "tile": tile, "rot90": rot90, "diag": diag, "diag_embed": diag_embed,
-            "repeat_interleave": repeat_interleave, "slice_scatter": slice_scatter, "diagonal_scatter": diagonal_scatter,
-            "view_as": lambda self, other: reshape(self, tuple(other._array.shape)),
-            "reshape_as": lambda self, other: reshape(self, tuple(other._array.shape))}
+# every function above is a Tensor method too, but meshgrid
+_METHODS = {n: globals()[n] for n in __all__ if n != "meshgrid"}
+_METHODS.update(view=view, repeat=repeat, tril_=inplace_method(tril, "tril_"), triu_=inplace_method(triu, "triu_"),
+                view_as=lambda self, other: reshape(self, tuple(other._array.shape)),
+                reshape_as=lambda self, other: reshape(self, tuple(other._array.shape)))
 for _n, _f in _METHODS.items():
     setattr(Tensor, _n, _f)

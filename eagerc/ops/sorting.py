@@ -16,13 +16,11 @@ import collections
 import math
 
 from ..runtime.dtypes import FLOATING_KINDS
-from .. import dispatch
 from ..dispatch import apply
 from ..runtime import dtypes
 from ..runtime.ops import OPS
 from ..runtime.ops.meta import normalize_dim
 from ..runtime.ops.sorting import check_histc, check_multinomial
-from ..runtime.random import default_generator
 from .._tensor import Tensor
 from . import creation
 from .elementwise import isnan, lerp, where
@@ -292,10 +290,6 @@ def unique_consecutive(input, return_inverse=False, return_counts=False, dim=Non
 
 # ---------------------------------------------------------------- searching, counting
 
-def _as_tensor(v, like):
-    return v if isinstance(v, Tensor) else creation.tensor(v, dtype=like.dtype, device=like.device)
-
-
 def searchsorted(sorted_sequence, input, *, out_int32=False, right=False, side=None, sorter=None):
     if side is not None:
         if side not in ("left", "right"):
@@ -310,7 +304,9 @@ def searchsorted(sorted_sequence, input, *, out_int32=False, right=False, side=N
                            "and input value's dim(0) numel(1)")
     if sorter is not None:
         sorted_sequence = gather(sorted_sequence, -1, sorter)
-    return apply(_SEARCHSORTED, (sorted_sequence.detach(), _as_tensor(input, sorted_sequence).detach()),
+    if not isinstance(input, Tensor):
+        input = creation.tensor(input, dtype=sorted_sequence.dtype, device=sorted_sequence.device)
+    return apply(_SEARCHSORTED, (sorted_sequence.detach(), input.detach()),
                  {"right": bool(right), "out_int32": bool(out_int32)})
 
 
@@ -358,12 +354,8 @@ def multinomial(input, num_samples, replacement=False, *, generator=None):
     """num_samples category indices per row of `input` (weights, not necessarily normalised),
     drawn from the counter-based stream: one uniform word per sample (docs/random.md)."""
     check_multinomial(input, num_samples, replacement)
-    gen = generator or default_generator
     words = num_samples * (input._array.shape[0] if input._array.ndim == 2 else 1)
-    offset = gen.next_offset(words)
-    tracer = dispatch.active_tracer()
-    if tracer is not None:  # a compiled graph draws fresh offsets each call
-        tracer.rng_source = (gen, words)
+    gen, offset = creation.reserve_words(generator, words)
     return apply(OPS["multinomial"], (input.detach(),), {"num_samples": num_samples, "replacement": bool(replacement),
                                                          "seed": gen.initial_seed(), "offset": offset})
 

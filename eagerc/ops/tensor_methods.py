@@ -61,13 +61,7 @@ def register_hook(self, hook):
     if not self.requires_grad:
         raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
     if self.grad_fn is None:  # a leaf's hooks: counted, like post-accumulate hooks (the engine
-        hooks = getattr(self, "_hooks", None)  # reads a leaf's _hooks slot only while some exist)
-        if hooks is None:
-            hooks = self._hooks = []
-            weakref.finalize(self, _forget_hooks, hooks, engine.LEAF_HOOKS)
-        hooks.append(hook)
-        engine.LEAF_HOOKS[0] += 1
-        return _RemovableHandle(hooks, hook, engine.LEAF_HOOKS)
+        return _counted_hook(self, "_hooks", engine.LEAF_HOOKS, hook)  # reads _hooks only while some exist)
     hooks = self.grad_fn.hooks
     if hooks is None:
         hooks = self.grad_fn.hooks = []
@@ -84,13 +78,20 @@ def register_post_accumulate_grad_hook(self, hook):
         raise RuntimeError("post accumulate grad hooks cannot be registered on non-leaf tensors")
     if not self.requires_grad:
         raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
-    hooks = getattr(self, "_post_hooks", None)
+    return _counted_hook(self, "_post_hooks", engine.POST_ACCUMULATE_HOOKS, hook)
+
+
+def _counted_hook(t, slot, live, hook):
+    """Add `hook` to the list in t's `slot`, counted in `live` (one of the engine's counters)
+    while it and t live."""
+    hooks = getattr(t, slot, None)
     if hooks is None:
-        hooks = self._post_hooks = []
-        weakref.finalize(self, _forget_hooks, hooks, engine.POST_ACCUMULATE_HOOKS)
+        hooks = []
+        setattr(t, slot, hooks)
+        weakref.finalize(t, _forget_hooks, hooks, live)
     hooks.append(hook)
-    engine.POST_ACCUMULATE_HOOKS[0] += 1
-    return _RemovableHandle(hooks, hook, engine.POST_ACCUMULATE_HOOKS)
+    live[0] += 1
+    return _RemovableHandle(hooks, hook, live)
 
 
 def _forget_hooks(hooks, live):
@@ -261,10 +262,11 @@ def _false():
     return _FALSE
 
 
-def _random_fill(self, draw, name):
+def _random_fill(self, name, draw):
+    """Overwrite self, in place, with draw(shape, device): a random tensor of its shape."""
     check_inplace(self, name)
-    with dispatch_no_grad():
-        r = draw()
+    with autograd.no_grad():
+        r = draw(tuple(self._array.shape), self.device)
     if dispatch.active_tracer() is not None:
         return commit(self, r, name)
     self._array[...] = r._array
@@ -273,35 +275,26 @@ def _random_fill(self, draw, name):
     return self
 
 
-def dispatch_no_grad():
-    from ..autograd.grad_mode import no_grad
-    return no_grad()
-
-
 def normal_(self, mean=0.0, std=1.0, *, generator=None):
-    return _random_fill(self, lambda: creation.randn(tuple(self._array.shape), dtype=self.dtype,
-                                                     device=self.device, generator=generator) * std + mean,
-                        "normal_")
+    return _random_fill(self, "normal_", lambda shape, device: creation.randn(
+        shape, dtype=self.dtype, device=device, generator=generator) * std + mean)
 
 
 def uniform_(self, a=0.0, b=1.0, *, generator=None):
-    return _random_fill(self, lambda: creation.rand(tuple(self._array.shape), dtype=self.dtype,
-                                                    device=self.device, generator=generator) * (b - a) + a,
-                        "uniform_")
+    return _random_fill(self, "uniform_", lambda shape, device: creation.rand(
+        shape, dtype=self.dtype, device=device, generator=generator) * (b - a) + a)
 
 
 def bernoulli_(self, p=0.5, *, generator=None):
-    return _random_fill(self, lambda: creation.rand(tuple(self._array.shape), dtype=dtypes.float32,
-                                                    device=self.device, generator=generator) < p,
-                        "bernoulli_")
+    return _random_fill(self, "bernoulli_", lambda shape, device: creation.rand(
+        shape, dtype=dtypes.float32, device=device, generator=generator) < p)
 
 
 def random_(self, low=0, high=None, *, generator=None):
     if high is None:
         low, high = 0, low
-    return _random_fill(self, lambda: creation.randint(low, high, tuple(self._array.shape),
-                                                       device=self.device, generator=generator),
-                        "random_")
+    return _random_fill(self, "random_", lambda shape, device: creation.randint(
+        low, high, shape, device=device, generator=generator))
 
 
 def _new(factory):

@@ -162,10 +162,6 @@ def scalar_category(x):
     return 2
 
 
-def _category_default(cat):
-    return (bool, int64, _default_float)[cat]
-
-
 def result_type(dims, zerodims, scalars):
     """Result dtype of an op whose operands are dimensioned tensors (`dims`, dtypes),
     0-d tensors (`zerodims`, dtypes) and Python scalars (`scalars`, values).
@@ -183,5 +179,5 @@ def result_type(dims, zerodims, scalars):
     if scalars:
         cat = max(scalar_category(s) for s in scalars)
         if out is None or cat > out.category:
-            out = _category_default(cat)
+            out = (bool, int64, _default_float)[cat]   # a scalar's dtype: its category's default
     return out

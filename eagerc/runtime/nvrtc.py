@@ -15,13 +15,12 @@ import os
 import sys
 import threading
 
-__all__ = ["available", "version", "compile_ptx", "library_path", "NvrtcError", "NvrtcNotFound",
+__all__ = ["available", "version", "compile_ptx", "NvrtcError", "NvrtcNotFound",
            "DEFAULT_ARCH"]
 
 DEFAULT_ARCH = "compute_90"
 _lock = threading.Lock()
 _lib = None
-_path = None
 _error = None
 
 
@@ -60,7 +59,7 @@ def _candidates():
 
 
 def _load():
-    global _lib, _path, _error
+    global _lib, _error
     with _lock:
         if _lib is not None or _error is not None:
             return _lib
@@ -73,7 +72,7 @@ def _load():
                 tried.append(f"{p}: {e}")
                 continue
             _declare(lib)
-            _lib, _path = lib, p
+            _lib = lib
             return lib
         _error = ("NVRTC not found (pip install nvidia-cuda-nvrtc-cu12, or set $EAGERC_NVRTC to "
                   "libnvrtc.so); tried: " + "; ".join(tried))
@@ -100,10 +99,6 @@ def _declare(lib):
 
 def available():
     return _load() is not None
-
-
-def library_path():
-    return _path if _load() is not None else None
 
 
 def _lib_or_raise():

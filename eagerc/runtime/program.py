@@ -33,6 +33,7 @@ neither the frontend nor the compiler.
 """
 import io
 import json
+import math
 import os
 
 import numpy as np
@@ -191,10 +192,6 @@ def from_parts(tensors, metadata, *, where="<program>", max_value_bytes=MAX_VALU
     except _Invalid as e:
         raise ProgramLoadError(f"{where}: {e}") from None
     arrays = {k: np.array(a, copy=True, order="C") for k, a in tensors.items()}
-    return _finish(spec, arrays, where, max_value_bytes, self_check)
-
-
-def _finish(spec, arrays, where, max_value_bytes, self_check):
     prog = LoadedProgram(spec, arrays, where, max_value_bytes)
     if self_check:
         prog.self_check()
@@ -291,7 +288,7 @@ def _read_graph(gj, max_value_bytes):
             more, c = _json_counts(v)
             keys, colons = keys + more, colons + c
     for item in gj["inputs"]:
-        _check_input_size(item["name"], item["shape"], item["dtype"], max_value_bytes)
+        _check_size(f"input {item['name']}", item["shape"], item["dtype"], max_value_bytes)
     reader = _NodeReader(max_value_bytes)
     try:
         graph = Graph.from_json(gj, node=reader.node)
@@ -336,18 +333,10 @@ def _parse_json(text, what):
         _fail(str(e))
 
 
-
-
-def _nbytes(shape, dtype):
-    n = _NP[dtype].itemsize
-    for s in shape:
-        n *= s
-    return n
-
-
-def _check_input_size(name, shape, dtype, max_value_bytes):
-    if _nbytes(shape, dtype) > max_value_bytes:
-        _fail(f"graph: input {name} ({dtype}{list(shape)}) is larger than the limit of "
+def _check_size(what, shape, dtype, max_value_bytes):
+    """Value `what` ("input x", "relu -> y") of `shape` and `dtype` fits max_value_bytes."""
+    if _NP[dtype].itemsize * math.prod(shape) > max_value_bytes:
+        _fail(f"graph: {what} ({dtype}{list(shape)}) is larger than the limit of "
               f"{max_value_bytes} bytes (load(..., max_value_bytes=) raises it)")
 
 
@@ -495,8 +484,6 @@ def _check_tree(tree, n_outputs):
             _fail(f"graph: unknown out_tree kind {_short(kind)}")
 
 
-
-
 _NODE_KEYS = frozenset(("op", "inputs", "attrs", "out", "loc", "module"))
 _INPUT_KEYS = frozenset(("kind", "name", "shape", "dtype", "device"))
 
@@ -536,8 +523,7 @@ def _check_graph_json(g):
 def _check_node(node):
     """One node's JSON, slowly: _NodeReader's fast path found it malformed and this says how (a
     message relative to the node: the caller names it)."""
-    if type(node) is not dict or node.keys() != _NODE_KEYS:
-        _check_keys(node, _NODE_KEYS, "node")
+    _check_keys(node, _NODE_KEYS, "node")
     op = node["op"]
     if type(op) is not str or op not in OPS:
         _fail(f"unknown op {_short(op)}")
@@ -549,9 +535,8 @@ def _check_node(node):
         if type(x) is dict and len(x) == 1:
             v = x.get("value")
             if v is not None:
-                if type(v) is str and 0 < len(v) <= MAX_NAME:
-                    continue
                 _check_name(v, f"input {j}")
+                continue
             if "const" in x:
                 c = x["const"]
                 if c is None or type(c) in (bool, float) or (type(c) is int and -MAX_INT <= c < MAX_INT):
@@ -571,11 +556,8 @@ def _check_node(node):
             if k not in declared:
                 _fail(f"unknown attributes {sorted(set(attrs) - set(declared))[:5]} (op takes {list(declared)})")
         _check_plain(attrs, "attrs")
-    loc, module = node["loc"], node["module"]
-    if not (loc is None or (type(loc) is str and len(loc) <= MAX_STR)):
-        _check_str(loc, "loc")
-    if not (module is None or (type(module) is str and len(module) <= MAX_STR)):
-        _check_str(module, "module")
+    _check_str(node["loc"], "loc")
+    _check_str(node["module"], "module")
 
 
 class _NodeReader:
@@ -830,7 +812,7 @@ def _specialise(graph, edits, binding, max_value_bytes, build=True):
         mine = edits["inputs"].get(i)
         if mine is not None:
             v = _resized(v, [(rest, values[id(e)]) for rest, e in mine], resized)
-            _check_input_size(v.name, v.shape, v.dtype, max_value_bytes)
+            _check_size(f"input {v.name}", v.shape, v.dtype, max_value_bytes)
         inputs.append((kind, v))
     defined = {v.name: v for _, v in inputs}
     rules = Rules()
@@ -879,9 +861,7 @@ def _specialise(graph, edits, binding, max_value_bytes, build=True):
         checked.add(key)
         n = n.copy_with(inputs=ins, attrs=attrs, out=out)
         nodes.append(n)
-        if _nbytes(out.shape, out.dtype) > max_value_bytes:
-            _fail(f"graph: {n.op} -> {out.name} ({out.dtype}{list(out.shape)}) is larger than the limit of "
-                  f"{max_value_bytes} bytes (load(..., max_value_bytes=) raises it)")
+        _check_size(f"{n.op} -> {out.name}", out.shape, out.dtype, max_value_bytes)
         _check_node_types(rules, i, n, OPS[n.op], types, max_value_bytes)
     if not build:   # (check_ends reads the nodes' names alone: the same)
         nodes = graph.nodes
@@ -1167,15 +1147,11 @@ class LoadedProgram:
     def _weights_on(self, xp, arrays):
         if xp is np:
             return self.weights
-        dev = None
-        for a in arrays:
-            dev = a.device.id
-            break
-        key = dev
-        w = self._device_weights.get(key)
+        dev = arrays[0].device.id if arrays else None
+        w = self._device_weights.get(dev)
         if w is None:
             with xp.cuda.Device(dev or 0):
-                w = self._device_weights[key] = {k: xp.asarray(v) for k, v in self.weights.items()}
+                w = self._device_weights[dev] = {k: xp.asarray(v) for k, v in self.weights.items()}
         return w
 
     def _mutate(self, target, arr, xp):

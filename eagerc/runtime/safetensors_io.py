@@ -60,7 +60,6 @@ _CODES = {d: code for code, d in DTYPES.items()}
 _OTHER_CODES = frozenset(("F8_E4M3", "F8_E5M2", "F8_E8M0", "F6_E2M3", "F6_E3M2", "F4", "C64"))
 
 
-
 def register_bfloat16():
     """Add "BF16" to DTYPES on its first use and return its numpy dtype: bfloat16 is ml_dtypes'
     type, imported only by files and programs that hold it. None without ml_dtypes."""
@@ -221,10 +220,6 @@ def _clip(x, n=80):
 
 
 # ---------------------------------------------------------------- reading
-
-def _is_int(x):
-    return isinstance(x, int) and not isinstance(x, bool)
-
 
 def _prefix(key):
     """The bytes a sealed file's header starts with, up to the digest."""

@@ -187,15 +187,6 @@ def _checked_int_division(xp, name, ufunc):
     return division
 
 
-def _checked_floor_divide(xp):
-    return _checked_int_division(xp, "floor_divide", xp.floor_divide)
-
-
-def _checked_remainder(xp):
-    # Python/PyTorch semantics: the result has the sign of the divisor
-    return _checked_int_division(xp, "remainder", xp.remainder)
-
-
 # ---------------------------------------------------------------- declarations
 
 NONDIFF = dict(differentiable=False)
@@ -243,8 +234,10 @@ _binary("div", "float", ufunc="divide", neutral=(1, "right"))
 _binary("pow", "same", _pow, ufunc="power", neutral=(1, "right"))    # the result has the tensor's dtype
 _binary("maximum", "same", ufunc="maximum")
 _binary("minimum", "same", ufunc="minimum")
-_binary("floor_divide", "same", _checked_floor_divide, ufunc="floor_divide", **NONDIFF)
-_binary("remainder", "same", _checked_remainder, ufunc="remainder")
+_binary("floor_divide", "same", lambda xp: _checked_int_division(xp, "floor_divide", xp.floor_divide),
+        ufunc="floor_divide", **NONDIFF)
+# Python/PyTorch semantics: the result has the sign of the divisor
+_binary("remainder", "same", lambda xp: _checked_int_division(xp, "remainder", xp.remainder), ufunc="remainder")
 for _name, _uf in (("eq", "equal"), ("ne", "not_equal"), ("lt", "less"), ("le", "less_equal"),
                    ("gt", "greater"), ("ge", "greater_equal"), ("logical_and", "logical_and"),
                    ("logical_or", "logical_or"), ("logical_xor", "logical_xor")):

@@ -37,6 +37,8 @@ its size. numpy checks bounds while it indexes, so on the CPU the detailed check
 runs to explain a failure; other array modules (cupy wraps out-of-range indices
 silently) check before indexing.
 """
+import math
+
 import numpy as np
 
 from ...runtime import dtypes
@@ -421,10 +423,7 @@ def _tensor_specs(op, specs, index):
             s = specs[it[1]]
             if s.dtype is not dtypes.bool:
                 raise IndexError(f"{op}: mask index tensor {it[1]} must be bool, got {s.dtype.name}")
-            numel = 1
-            for n in s.shape:
-                numel *= n
-            if it[2] > numel:
+            if it[2] > math.prod(s.shape):
                 raise ValueError(f"{op}: mask index tensor {it[1]} of shape {fmt_shape(s.shape)} cannot "
                                  f"hold {it[2]} True entries")
     return [tuple(s.shape) for s in specs]
@@ -634,9 +633,7 @@ def _nonzero(xp):
 
 
 def _nonzero_rule(x, count):
-    numel = 1
-    for n in x.shape:
-        numel *= n
+    numel = math.prod(x.shape)
     if type(count) is not int or not 0 <= count <= numel:
         raise ValueError(f"nonzero: count must be an int in [0, {numel}] for input of shape "
                          f"{fmt_shape(x.shape)}, got {count!r}")
@@ -653,10 +650,7 @@ declare("scatter_add", ("x", "index", "src"), _scatter(True), _scatter_rule("sca
         kind="indexing")
 def _nonzero_scratch(x, count):
     """argwhere's result before the count is checked: up to every element's coordinates."""
-    numel = 1
-    for n in x.shape:
-        numel *= n
-    return 8 * numel * len(x.shape)
+    return 8 * math.prod(x.shape) * len(x.shape)
 
 
 # coordinates of the nonzero entries, shape (count, ndim); count is counted by the frontend so

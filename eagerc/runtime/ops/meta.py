@@ -72,6 +72,14 @@ def normalize_dim(op, dim, ndim):
     return normalize_dims(op, int(dim), ndim)[0]
 
 
+def inverse_permutation(dims):
+    """The permutation that undoes permute(dims) (dims non-negative, or negative counted from the end)."""
+    inv = [0] * len(dims)
+    for i, d in enumerate(dims):
+        inv[d % len(dims)] = i
+    return inv
+
+
 def reduced_shape(shape, axes, keepdim):
     if keepdim:
         return tuple(1 if i in axes else n for i, n in enumerate(shape))

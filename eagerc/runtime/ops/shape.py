@@ -1,22 +1,17 @@
 """Shape and movement primitives. Outputs are views of the input where numpy gives
 views (`view=True`: they share the input's version counter). flip, roll, tril/triu and
 repeat copy (as in PyTorch, even where numpy's own flip is a view)."""
+import math
+
 import numpy as np
 
 from . import declare
 from .meta import Spec, fail, fmt_shape, normalize_dim, normalize_dims
 
 
-def _numel(shape):
-    n = 1
-    for s in shape:
-        n *= s
-    return n
-
-
 def _reshape_rule(x, shape):
-    if _numel(shape) != _numel(x.shape) or any(s < 0 for s in shape):
-        fail("reshape", (x,), f"shape {fmt_shape(shape)} is invalid for input of size {_numel(x.shape)}")
+    if math.prod(shape) != math.prod(x.shape) or any(s < 0 for s in shape):
+        fail("reshape", (x,), f"shape {fmt_shape(shape)} is invalid for input of size {math.prod(x.shape)}")
     return Spec(tuple(shape), x.dtype)
 
 
