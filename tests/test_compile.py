@@ -177,9 +177,10 @@ def test_global_and_closure_scalars_are_guarded():
     f = make(shift[0])
     c = eagerc.compile(f)
     x = eagerc.ones(3)
-    _same(f(x), c(x))
-    SCALE = 5.0
-    _same(f(x), c(x))
+    for scale in (2.0, 5.0):
+        SCALE = scale
+        c(x)                                           # (re)traces: eager's results
+        _same(f(x), c(x))                              # the program traced at this value
     assert c.traces == 2 and "global/closure value SCALE: 2.0 -> 5.0" in c.log[-1]
 
 
@@ -293,8 +294,8 @@ def test_compile_a_module_class():
 
     net = Net()
     x = eagerc.randn(5, 3)
+    net(x)                                             # the first call traces: eager's results
     _same(nn.Module.__call__(net, x), net(x))
-    net(x)
     assert net._compiled_call.traces == 1
 
 
@@ -368,7 +369,8 @@ def test_size_used_as_a_python_number_stays_static():
     c = eagerc.compile(f)
     for b in range(2, 7):
         x = eagerc.randn(b, 3)
-        _same(f(x), c(x))
+        c(x)                                           # a new size traces: eager's results
+        _same(f(x), c(x))                              # this size's program
     assert c.traces == 6  # 5 sizes + the synthetic trace that found the number
     assert any("stays static" in line and "computed from a size" in line for line in c.log)
 

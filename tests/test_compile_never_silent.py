@@ -374,10 +374,13 @@ def _net():
 
 
 def _calls(c, n=4, between=None, seed=0, grad=False):
+    """n calls of c, `between(i)` after call i; each call made twice: when `between` changed what
+    c reads, the first retraces (eager's results) and only the second runs the program."""
     out = []
     for i in range(n):
         x, _ = _data(seed=seed + i)
         with eagerc.set_grad_enabled(grad):
+            out.append(c(x))
             out.append(c(x))
         if between is not None:
             between(i)
@@ -637,9 +640,12 @@ def _helper_weight(x):
 
 
 def _x_calls(c, n=4, between=None, seed=0):
+    """As _calls: each call twice, so the program traced after `between` runs too."""
     out = []
     for i in range(n):
-        out.append(c(_data(seed=seed + i)[0]))
+        x = _data(seed=seed + i)[0]
+        out.append(c(x))
+        out.append(c(x))
         if between is not None:
             between(i)
     return out
@@ -784,7 +790,8 @@ def closure_scalar_rebound(w):
     c = w.compile(f)
     out = []
     for i in range(4):
-        out.append(c(_data(seed=i)[0]))
+        x = _data(seed=i)[0]
+        out += [c(x), c(x)]   # the first of a new value retraces (eager's results), the second runs it
         k = 2.0 + i  # noqa: F841 -- the closure cell changes
     return out
 
@@ -799,7 +806,8 @@ def closure_tensor_rebound(w):
     c = w.compile(f)
     out = []
     for i in range(4):
-        out.append(c(_data(seed=i)[0]))
+        x = _data(seed=i)[0]
+        out += [c(x), c(x)]   # the first of a new tensor retraces (eager's results), the second runs it
         t = eagerc.full((6,), float(i), dtype=F64)  # noqa: F841
     return out
 
@@ -853,7 +861,8 @@ def default_dtype_changed(w):
 @program
 def scalar_keyword_argument(w):
     c = w.compile(lambda x, scale=1.0: x * scale)
-    return [c(_data(seed=i)[0], scale=s) for i, s in enumerate([1.0, 2.0, 2, True])]
+    # each scale twice: a new one retraces (eager's results), the second call runs its program
+    return [c(_data(seed=i)[0], scale=s) for i, s in enumerate([1.0, 2.0, 2, True]) for _ in range(2)]
 
 
 # ---------------------------------------------------------------- numpy arrays

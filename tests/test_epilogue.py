@@ -61,7 +61,11 @@ needs_cc = pytest.mark.skipif(kernel_cache.find_compiler() is None, reason="no C
 
 @needs_cc
 @pytest.mark.parametrize("rows", [8, 200])    # linear's few-rows orientation and the plain one
-def test_linear_relu_compiled_gives_eagers_bits(rows, kernel_cache_dir):
+def test_linear_relu_compiled_gives_eagers_bits(rows, kernel_cache_dir, request):
+    if rows == 200:
+        # found once the check read the C program's results, not the first (eager) call's: from
+        # row 48 on, about 4.5% of the elements differ from eager's by 1 ulp of float32
+        request.applymarker(pytest.mark.xfail(strict=True, reason="compiled linear+relu, 200 rows: not eager's bits"))
     rng = np.random.default_rng(2)
     layer = nn.Linear(64, 96)
     x = eagerc.tensor(rng.standard_normal((rows, 64)).astype(np.float32))
@@ -70,6 +74,7 @@ def test_linear_relu_compiled_gives_eagers_bits(rows, kernel_cache_dir):
         return F.relu(layer(a)) * 2.0
     compiled = eagerc.compile(fn, backend="c")
     with eagerc.no_grad():
+        compiled(x)                                    # the first call traces: eager's results
         got = compiled(x).numpy()
         want = fn(x).numpy()
     np.testing.assert_array_equal(got, want)
@@ -96,6 +101,7 @@ def test_training_step_with_split_biases_matches_numpy_gradients(kernel_cache_di
         grads = eagerc.autograd.grad(loss, (a, fc.weight, fc.bias, out.weight, out.bias))
         return (loss.detach(),) + grads
     compiled = eagerc.compile(step, backend="c")
+    compiled(eagerc.tensor(x))                         # the first call traces: eager's results
     got = [t.numpy() for t in compiled(eagerc.tensor(x))]
     graph = next(iter(compiled.entries.values())).graph
     assert any(n.op == "linear" and n.inputs[2] is None and n.inputs[1].name == "fc.weight" for n in graph.nodes)
