@@ -448,16 +448,12 @@ def _ulp(x, dtype):
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("name", sorted(_HALF_PROGRAMS))
-def test_half_kernels_round_like_numpy(name, dtype, request):
+def test_half_kernels_round_like_numpy(name, dtype):
     # numpy's float16 ufuncs (and ml_dtypes' bfloat16 ones) compute in float32 and round every
     # result; the kernels hold these 16-bit floats as float and round after every op, so
     # results agree to the last bit except where float32 libm functions differ (allowed: 1 ulp)
     if dtype == "float16" and not kernel_cache.has_float16():
         pytest.skip("the C compiler has no _Float16")
-    if dtype == "float16" and name in ("compare_where", "layer_norm"):
-        # found once the check read the C program's results, not the first (eager) call's:
-        # 2 (compare_where) and 3 (layer_norm) ulps of float16 from numpy
-        request.applymarker(pytest.mark.xfail(strict=True, reason="C float16 kernels: 2-3 ulps from numpy"))
     dt = eagerc.runtime.dtypes.as_dtype(dtype).np
     fn = _HALF_PROGRAMS[name]
     rng = np.random.default_rng(5)

@@ -4,6 +4,8 @@ Which linears split (readers all fusible, output not returned, float32/64), and 
 results with the split against eager mode (bit for bit where the kernel computes what numpy
 computes) and against numpy formulas, forward and backward.
 """
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -14,7 +16,7 @@ from eagerc.compiler.backends.fused import fusible
 from eagerc.compiler.passes import CLEANUP, optimize
 from eagerc.compiler.passes.epilogue import bias_epilogues
 from eagerc.compiler.tracer import trace
-from eagerc.runtime import kernel_cache
+from eagerc.runtime import kernel_cache, threads
 
 
 def _graph(fn, *arrays):
@@ -60,12 +62,22 @@ needs_cc = pytest.mark.skipif(kernel_cache.find_compiler() is None, reason="no C
 
 
 @needs_cc
-@pytest.mark.parametrize("rows", [8, 200])    # linear's few-rows orientation and the plain one
-def test_linear_relu_compiled_gives_eagers_bits(rows, kernel_cache_dir, request):
-    if rows == 200:
-        # found once the check read the C program's results, not the first (eager) call's: from
-        # row 48 on, about 4.5% of the elements differ from eager's by 1 ulp of float32
-        request.applymarker(pytest.mark.xfail(strict=True, reason="compiled linear+relu, 200 rows: not eager's bits"))
+@pytest.mark.parametrize("rows, blas", [(8, "default"), (200, "one"), (200, "default")])
+def test_linear_relu_compiled_gives_eagers_bits(rows, blas, kernel_cache_dir, request):
+    # 8 rows: linear's few-rows orientation, 200: the plain one. The program's products are small,
+    # so it runs them on one BLAS thread (threads.blas_context_for); "one" computes eager's on one
+    # thread too, "default" on OpenBLAS's own count
+    one = threads.one_blas_thread()
+    if blas == "one" and one is None:
+        pytest.skip("numpy's OpenBLAS not reachable: nothing pins BLAS to one thread")
+    if rows == 200 and blas == "default" and (threads.blas_threads() or 1) > 1:
+        # OpenBLAS's sgemm bits depend on its thread count: split between threads, 200 rows take
+        # other edge tiles than on one thread (from row 48 on, ~4.5% of the elements 1 ulp apart,
+        # the same product x @ weight.T on both sides). Eager keeps numpy's threading; pinning it
+        # per product would cost ~1.3 us (an 8-row linear takes ~2.7), unpinning the program
+        # brings back issue 15's slowdowns: a policy decision, not an epilogue bug
+        request.applymarker(pytest.mark.xfail(strict=True, reason="OpenBLAS on several threads vs the "
+                                              "compiled program's one BLAS thread: 1 ulp"))
     rng = np.random.default_rng(2)
     layer = nn.Linear(64, 96)
     x = eagerc.tensor(rng.standard_normal((rows, 64)).astype(np.float32))
@@ -76,9 +88,11 @@ def test_linear_relu_compiled_gives_eagers_bits(rows, kernel_cache_dir, request)
     with eagerc.no_grad():
         compiled(x)                                    # the first call traces: eager's results
         got = compiled(x).numpy()
-        want = fn(x).numpy()
+        with one if blas == "one" else contextlib.nullcontext():
+            want = fn(x).numpy()
     np.testing.assert_array_equal(got, want)
     (entry,) = compiled.entries.values()
+    assert entry.program.blas_context is one           # its products on one BLAS thread
     (k,) = entry.program.kernels
     assert "layer.bias" in [b.name for b in k.inputs]      # the bias is added inside the relu kernel
     assert "k_linear(arg0, layer_weight, None)" in entry.program.source

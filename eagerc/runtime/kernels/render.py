@@ -84,9 +84,18 @@ def _sign(r, a):
 
 
 def _sigmoid(r, a):
-    # the eager kernel's formula: exp of a non-positive number only
-    e = f"{r.fn('exp')}(-{r.fn('fabs')}({a}))"
-    return f"({a} >= 0 ? {r.lit(1)} / ({r.lit(1)} + {e}) : {e} / ({r.lit(1)} + {e}))"
+    # the eager kernel's formula: exp of a non-positive number only; its three ufuncs (exp, the
+    # add, the division) each round a 16-bit float result, so the two inner ones round here
+    # too (the instruction rounds the division)
+    e = r.rounded(f"{r.fn('exp')}(-{r.fn('fabs')}({a}))")
+    d = r.rounded(f"({r.lit(1)} + {e})")
+    return f"({a} >= 0 ? {r.lit(1)} / {d} : {e} / {d})"
+
+
+def _rsqrt(r, a):
+    # eager's reciprocal of sqrt: a 16-bit float sqrt is rounded before the division
+    root = r.rounded(f"{r.fn('sqrt')}({a})")
+    return f"({r.lit(1)} / {root})"
 
 
 def _cast(r, a):
@@ -115,7 +124,7 @@ code_for_op = {
     "neg": _exact(lambda r, a: f"(-{a})"),
     "square": lambda r, a: f"({a} * {a})",
     "reciprocal": lambda r, a: f"({r.lit(1)} / {a})",
-    "rsqrt": lambda r, a: f"({r.lit(1)} / {r.fn('sqrt')}({a}))",
+    "rsqrt": _rsqrt,
     "relu": _exact(lambda r, a: _maximum(r, a, r.lit(0))),
     "maximum": _exact(_maximum),
     "minimum": _exact(_minimum),
@@ -173,6 +182,11 @@ class _Ctx:
 
     def ctype(self, dtype):
         return self.renderer.CTYPES[dtype]
+
+    def rounded(self, expr):
+        """`expr` rounded to the instruction's 16-bit float dtype, as an intermediate result
+        of a row that eager computes with several ufuncs (each rounding); others: as is."""
+        return self.renderer.to_dtype(self.dtype, expr) if self.dtype in HALVES else expr
 
 
 # bfloat16 is stored as its 16 bits (the top half of a float32) and held as float: widening
