@@ -17,6 +17,7 @@ from ..ops.elementwise import (exp, log, log1p, expm1, minimum, relu as _relu, s
                                tanh as _tanh, where)
 from ..ops.linalg import einsum
 from ..ops.nn import channel_shape, check_targets, class_dim, class_shape, index_target_shape, reduce_loss
+from .._missing import module_getattr as _module_getattr
 from .._tensor import Tensor
 from ..dispatch import apply
 from ..runtime.ops import OPS
@@ -755,8 +756,4 @@ from .functional_sparse import embedding_bag  # noqa: F401,E402
 __all__ = __all__ + [n for n in _conv_all + _resample_all if n not in __all__]
 
 
-def __getattr__(name):  # a missing name: PyTorch's and not implemented yet, or a typo?
-    if name.startswith("__"):
-        raise AttributeError(name)
-    from .._missing import missing
-    raise missing("eagerc.nn.functional", "torch.nn.functional", name)
+__getattr__ = _module_getattr("eagerc.nn.functional", "torch.nn.functional")  # PyTorch's, or a typo?
