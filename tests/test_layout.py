@@ -187,6 +187,10 @@ def test_cat_returns_c_order_so_the_reshape_after_it_is_a_view():
         out = OPS["cat"].cpu(q, k, v, dim=dim)
         assert out.flags.c_contiguous
         np.testing.assert_array_equal(out, np.concatenate([q, k, v], axis=dim))
+    mixed = OPS["cat"].cpu(q.astype(np.int32), k.astype(np.float32), dim=1)   # numpy's promotion, kept
+    want = np.concatenate([q.astype(np.int32), k.astype(np.float32)], axis=1)
+    assert mixed.dtype == want.dtype and mixed.flags.c_contiguous
+    np.testing.assert_array_equal(mixed, want)
     joined = OPS["cat"].cpu(q, k, v, dim=2)
     assert np.shares_memory(joined.reshape(2, 4, 45), joined)
     t = eagerc.cat([eagerc.tensor(q), eagerc.tensor(k)], dim=1)

@@ -67,7 +67,7 @@ def _cat(xp):
     views, and the (B, T, 3H, D) result came back head-major, so the reshape to (B, T, 3C)
     that reads it (passes/layout.py's premise: a view) copied all of it a second time (two
     ~37 us copies per layer of the GPT benchmark's step)."""
-    concatenate, empty = xp.concatenate, xp.empty
+    concatenate, empty, result_type = xp.concatenate, xp.empty, xp.result_type
 
     def cat(*xs, dim):
         for x in xs:
@@ -77,7 +77,7 @@ def _cat(xp):
             return concatenate(xs, axis=dim)      # C-ordered inputs give a C-ordered result
         shape = list(xs[0].shape)
         shape[dim] = sum(x.shape[dim] for x in xs)
-        return concatenate(xs, axis=dim, out=empty(shape, xs[0].dtype))
+        return concatenate(xs, axis=dim, out=empty(shape, result_type(*xs)))  # concatenate's own dtype
     return cat
 
 
