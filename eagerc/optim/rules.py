@@ -90,11 +90,12 @@ def sgd(ops, o, params):
                 continue
         g = _effective_grad(ops, p, g, wd, maximize)
         if momentum is not None:
-            if b is None:  # the first step (eager only: a traced step always has the buffer)
+            if b is None:  # an eager first step (a traced one finds the buffer made zero)
                 b = ops.new_state(p, "momentum_buffer", g)
             else:
                 ops.imul(b, momentum)
                 ops.iadd(b, ops.mul(g, keep, out=1) if keep is not None else g)
+                b = ops.first_step(b, g)  # traced: b = g if this is the first step
             if nesterov:  # p -= lr * g; p -= lr * momentum * b
                 ops.isub(p, ops.mul(g, lr, out=1))
                 ops.isub(p, ops.mul(b, lr_momentum, out=1))
@@ -433,6 +434,11 @@ class ArrayOps:
         t = self.state_of[key] = wrap(value.copy())
         return t._array
 
+    @staticmethod
+    def first_step(a, value):
+        """a: eagerly a first step makes its state with `new_state` (the state is missing)."""
+        return a
+
     def step(self, p):
         """state["step"] += 1; its new value as a Python float."""
         return advance_step(self.state_of)
@@ -551,12 +557,14 @@ def _as_option(a, b):
 
 class TensorOps:
     """The same arithmetic as recorded Tensor ops, for a compiled training step (the tracer
-    sees every update; state tensors are guarded to stay the ones traced)."""
-    __slots__ = ("tracer", "opt")
+    sees every update; state tensors are guarded to stay the ones traced). `first`: is this
+    traced step the optimizer's first (Optimizer._traced_step), then its graph input."""
+    __slots__ = ("tracer", "opt", "first")
 
     def __init__(self, tracer, opt):
         self.tracer = tracer
         self.opt = opt
+        self.first = False
 
     @staticmethod
     def each(params):
@@ -574,6 +582,15 @@ class TensorOps:
 
     def new_state(self, p, key, value):  # pragma: no cover - a traced step always has its state
         raise AssertionError(f"{type(self.opt).__name__}: state {key!r} missing while traced")
+
+    def first_step(self, a, value):
+        """a, or `value` on the optimizer's first step (the state `a` was made zero for it):
+        both are in the graph and `where` picks, bit-exact, by a 0-d bool graph input true only
+        while that step is traced (Tracer.first_step), so the graph serves every later call."""
+        first = self.first
+        if not isinstance(first, Tensor):
+            first = self.first = self.tracer.first_step(self.opt, first)
+        return a.copy_(where(first, value, a))
 
     def step(self, p):
         step = self.state(p, "step")
@@ -698,6 +715,8 @@ class AutogradOps(TensorOps):
         t = self.opt.state[p][key] = value.clone()
         self.kept.add(id(t))
         return t
+
+    first_step = staticmethod(ArrayOps.first_step)   # (a first step runs new_state, as eagerly)
 
     def step(self, p):
         return advance_step(self.opt.state[p])
