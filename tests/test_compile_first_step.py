@@ -4,8 +4,9 @@ Optimizer._traced_step), so the first call is already a traced call whose graph 
 state by reference at every later call. The reference is the same model and optimizer run
 eagerly: losses, parameters and optimizer state (its state_dict) after every step, the
 first included. SGD with momentum's first step copies the gradient into the buffer: traced, the
-buffer is made zero and the rule's `where` on a first-step graph input picks the gradient, so it
-traces once too, with the first step's buffer the gradient bit for bit (-0.0, inf and nan included)."""
+buffer is made zero, the graph records the general rule (what every later call runs) and the
+traced call itself sets the buffer to the gradient, so it traces once too, with the first step's
+buffer the gradient bit for bit (-0.0, inf and nan included)."""
 import copy
 
 import numpy as np
@@ -115,10 +116,8 @@ def test_batch_sweep_from_a_fresh_optimizer_traces_twice(backend, name):
 @pytest.mark.parametrize("name", ["adam", "sgd_momentum"])
 def test_a_parameter_first_updated_by_a_later_trace_gets_its_state_there(name):
     """A parameter without a gradient at the first call has no state (as eagerly); when a later
-    call (another key: another trace) updates it, that trace makes its state, the others' kept.
-    SGD: one first-step input cannot serve a step where some parameters make their buffers and
-    others have them, so that step runs eagerly (logged) and the next call traces; its late
-    buffer is that step's gradient."""
+    call (another key: another trace) updates it, that trace makes its state, the others' kept
+    (SGD: the late parameter's buffer is that step's gradient, the others' go on)."""
     make_opt = {"adam": lambda ps: eagerc.optim.Adam(ps, lr=1e-2),
                 "sgd_momentum": lambda ps: eagerc.optim.SGD(ps, lr=0.1, momentum=0.9, dampening=0.5)}[name]
     eagerc.manual_seed(0)
@@ -150,11 +149,7 @@ def test_a_parameter_first_updated_by_a_later_trace_gets_its_state_there(name):
             assert not opt_c.state[w]
         if i == 2 and name == "sgd_momentum":
             np.testing.assert_array_equal(opt_c.state[w]["momentum_buffer"].numpy(), w.grad.numpy())
-    eager_calls = _eager_calls(step_c)
-    if name == "adam":
-        assert not eager_calls, step_c.log
-    else:
-        assert len(eager_calls) == 1 and "SGD.step creates its state" in eager_calls[0], step_c.log
+    assert not _eager_calls(step_c), step_c.log
 
 
 SGD_VARIANTS = {
@@ -179,7 +174,9 @@ def _sgd_by_hand(p, g, buf, lr, momentum, dampening=0.0, weight_decay=0.0, neste
 def test_sgd_momentum_first_call_is_traced_and_every_step_matches(backend, name):
     """A batch sweep from a fresh SGD: the first step (buffer = the decayed, maximize-negated
     gradient, undamped) is traced, the sweep costs two traces and no eager call; every step is
-    eager's bit for bit (backend c: the file's tolerance) and PyTorch's formula in float64 numpy."""
+    eager's bit for bit (backend c: the file's tolerance) and PyTorch's formula in float64 numpy.
+    The graph traced at the first step is the general rule: the same program as one traced
+    after an eager first step."""
     options = SGD_VARIANTS[name]
 
     def make(ps):
@@ -202,6 +199,16 @@ def test_sgd_momentum_first_call_is_traced_and_every_step_matches(backend, name)
             assert step_c.traces == 1 and not step_c.entries[next(iter(step_c.entries))].eager, step_c.log
     assert step_c.traces == 2 and not _eager_calls(step_c), step_c.log
     assert any(e.dynamic is not None for e in step_c.entries.values()), step_c.log
+    warm = _mlp()
+    opt_w = make(warm.parameters())
+    step_w = _step(warm, opt_w, F.cross_entropy)
+    x, y = _batch(1, np.random.default_rng(3))
+    step_w(x, y)                     # an eager first step makes the buffers
+    step_w = eagerc.compile(step_w, backend=backend)
+    step_w(x, y)
+    first_graph = next(e.traced for e in step_c.entries.values() if e.dynamic is None and not e.eager)
+    # (the same lines; the .grad write-backs are listed in another order when .grad existed)
+    assert sorted(str(step_w.traced_graphs[0]).splitlines()) == sorted(str(first_graph).splitlines())
 
 
 def _bits(a):
@@ -245,8 +252,8 @@ def test_sgd_first_step_buffer_is_the_gradient_bit_for_bit(backend, dampening):
 
 @pytest.mark.parametrize("backend", ["numpy", "c"], indirect=True)
 def test_two_sgd_steps_in_one_call_from_a_fresh_optimizer(backend):
-    """One call stepping a fresh SGD twice: its first step picks the gradient, its second the
-    general rule (two first-step inputs, true and false while traced; both false later)."""
+    """One call stepping a fresh SGD twice: while traced, its first step sets the buffers to
+    the gradient and its second follows the general rule; compiled calls run both generally."""
     def make(m, opt):
         def step(x, y):
             for _ in range(2):
@@ -267,8 +274,6 @@ def test_two_sgd_steps_in_one_call_from_a_fresh_optimizer(backend):
             _same(p, q, backend, f"{n} after call {i}")
         _same_state(opt_e, opt_c, backend, f"after call {i}")
     assert step_c.traces == 1 and not _eager_calls(step_c), step_c.log
-    graph, = step_c.graphs
-    assert {"optimizer0.first_step", "optimizer0.first_step_2"} <= {v.name for _, v in graph.inputs}
 
 
 @pytest.mark.parametrize("name", list(SGD_VARIANTS))

@@ -37,8 +37,6 @@ from .guards import is_user_file
 __all__ = ["Tracer", "GraphBreak", "trace", "tracing", "user_location", "tensor_leaves"]
 
 _DTYPE_NAMES = {}   # numpy dtype -> its name in the IR (str(dtype))
-_NOT_FIRST = np.zeros((), bool)   # Tracer.first_step's value at every compiled call
-_NOT_FIRST.flags.writeable = False
 
 
 class GraphBreak(RuntimeError):
@@ -409,26 +407,6 @@ class Tracer:
         self.names[id(t)] = name
         self.hyper_inputs[name] = (opt, group, key, element)
         self._hyper[k] = t
-        return t
-
-    def first_step(self, opt, first):
-        """A 0-d bool graph input "this is opt's first step", for a rule that makes state from
-        the gradient then (SGD's momentum buffer = g: Optimizer._traced_step makes it zero and
-        the rule picks g by `where`, so one graph serves the first step and every later one):
-        `first` while this call is traced, False at every compiled call -- a compiled call runs
-        only on state a traced step made or read, which guards.py holds to be the same tensors,
-        so it never is a first step. (A read-only array: no call writes it.)"""
-        self.stepped(opt)
-        n = list(self.optimizers).index(id(opt))
-        name = f"optimizer{n}.first_step"
-        k = 1
-        while name in self.array_inputs:   # (a function stepping the optimizer twice)
-            k += 1
-            name = f"optimizer{n}.first_step_{k}"
-        t = dispatch.wrap(np.asarray(bool(first)))
-        self.made_outside((t,))
-        self.names[id(t)] = name
-        self.array_inputs[name] = (_NOT_FIRST, np.asarray)
         return t
 
     def hyper_nonzero(self, opt, group, key, element=None):

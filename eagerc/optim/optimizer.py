@@ -232,16 +232,14 @@ class Optimizer:
 
         State the eager rule makes from the gradient at its first step (`_first_step_state`:
         SGD's momentum buffer is a copy of the gradient, not momentum * 0 + (1 - dampening) *
-        g) is made zero here, and the rule picks its first-step value by `ops.first_step`: a
-        `where` on a 0-d graph input that is true only while this first step is traced
-        (Tracer.first_step), so the graph holds for both and its first-step values are the
-        eager ones bit for bit (g itself, whatever its sign, infinities and NaNs). That flag
-        is one per optimizer: a step where some parameters make that state and others have
-        it (a parameter's first gradient after others') runs eagerly, making it, and the next
-        call is traced again (`tracer.retry`); so does one missing state `_init_state` does
-        not make (a hand-edited state dict)."""
+        g) is made zero here too, and the rule, recorded as the general one, then gives it its
+        first-step value in this call only (`ops.first_step`): the graph is what every later
+        call runs -- a compiled call never is a first step, since its guards hold the state
+        this step made -- and this call's values are the eager first step's, bit for bit. A
+        key the traced rule needs that neither makes (a hand-edited state dict) runs this step
+        eagerly and asks for the next call to be traced again (`tracer.retry`)."""
         state = self.state
-        first, later = [], False   # [(parameter, first-step keys made here)]; any have them?
+        first = set()   # ids of the parameters whose first-step state this step makes
         for group in self.param_groups:
             keys = self._traced_state(group)
             if not keys:
@@ -256,18 +254,13 @@ class Optimizer:
                     tracer.made_outside(s.values())
                 new = [k for k in made if k not in s]
                 if new:
-                    first.append((p, new))
-                elif made:
-                    later = True
-                if any(k not in s and k not in new for k in keys) or (first and later):
+                    tracer.made_outside([self._zero_state(p, new)[k] for k in new])
+                    first.add(id(p))
+                if any(k not in s for k in keys):
                     tracer.retry(f"{type(self).__name__}.step creates its state on the first step")
                     return False
-        for p, new in first:
-            s = self._zero_state(p, new)
-            tracer.made_outside([s[k] for k in new])
         tracer.stepped(self)
-        ops = TensorOps(tracer, self)
-        ops.first = bool(first)
+        ops = TensorOps(tracer, self, first)
         with no_grad():
             for i, group in enumerate(self.param_groups):
                 self._rule(ops, TracedOptions(tracer, self, i), group["params"])

@@ -95,7 +95,7 @@ def sgd(ops, o, params):
             else:
                 ops.imul(b, momentum)
                 ops.iadd(b, ops.mul(g, keep, out=1) if keep is not None else g)
-                b = ops.first_step(b, g)  # traced: b = g if this is the first step
+                ops.first_step(p, b, g)  # a traced first step: b = g in this call
             if nesterov:  # p -= lr * g; p -= lr * momentum * b
                 ops.isub(p, ops.mul(g, lr, out=1))
                 ops.isub(p, ops.mul(b, lr_momentum, out=1))
@@ -435,9 +435,8 @@ class ArrayOps:
         return t._array
 
     @staticmethod
-    def first_step(a, value):
-        """a: eagerly a first step makes its state with `new_state` (the state is missing)."""
-        return a
+    def first_step(p, a, value):
+        """Nothing: eagerly a first step makes its state with `new_state` (it is missing)."""
 
     def step(self, p):
         """state["step"] += 1; its new value as a Python float."""
@@ -557,14 +556,15 @@ def _as_option(a, b):
 
 class TensorOps:
     """The same arithmetic as recorded Tensor ops, for a compiled training step (the tracer
-    sees every update; state tensors are guarded to stay the ones traced). `first`: is this
-    traced step the optimizer's first (Optimizer._traced_step), then its graph input."""
+    sees every update; state tensors are guarded to stay the ones traced). `first`: ids of
+    the parameters at their first step, whose first-step state was made zero for the rule
+    (Optimizer._traced_step)."""
     __slots__ = ("tracer", "opt", "first")
 
-    def __init__(self, tracer, opt):
+    def __init__(self, tracer, opt, first=frozenset()):
         self.tracer = tracer
         self.opt = opt
-        self.first = False
+        self.first = first
 
     @staticmethod
     def each(params):
@@ -583,14 +583,15 @@ class TensorOps:
     def new_state(self, p, key, value):  # pragma: no cover - a traced step always has its state
         raise AssertionError(f"{type(self.opt).__name__}: state {key!r} missing while traced")
 
-    def first_step(self, a, value):
-        """a, or `value` on the optimizer's first step (the state `a` was made zero for it):
-        both are in the graph and `where` picks, bit-exact, by a 0-d bool graph input true only
-        while that step is traced (Tracer.first_step), so the graph serves every later call."""
-        first = self.first
-        if not isinstance(first, Tensor):
-            first = self.first = self.tracer.first_step(self.opt, first)
-        return a.copy_(where(first, value, a))
+    def first_step(self, p, a, value):
+        """At p's first step, a state tensor `a` takes its first-step value (SGD's buffer = g)
+        in this call only, not in the graph: the graph holds the general rule, which is what
+        every compiled call runs (a compiled call never is a first step: its guards hold the
+        state this step made), and the ops after this one compute this call's values from
+        a's array, so the traced call gives the eager first step's bits (g itself: -0.0 stays
+        -0.0, which `momentum * 0 + g` would not give). Nothing at a later step."""
+        if id(p) in self.first:
+            a._array[...] = value._array   # (unrecorded on purpose)
 
     def step(self, p):
         step = self.state(p, "step")
