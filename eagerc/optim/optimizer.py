@@ -161,8 +161,8 @@ class Optimizer:
 
     def _first_step_state(self, group):
         """The state keys this group's rule makes from the gradient at a first step (eagerly
-        `ops.new_state`), which a traced first step makes zero before the rule; the rule then
-        picks its first-step value with `ops.first_step`."""
+        `ops.new_state`), which a traced first step makes zero before the rule; the rule, traced
+        as the general one, then sets its first-step value in that call with `ops.first_step`."""
         return ()
 
     def _new_state(self, p, *zeros):
@@ -239,7 +239,7 @@ class Optimizer:
         key the traced rule needs that neither makes (a hand-edited state dict) runs this step
         eagerly and asks for the next call to be traced again (`tracer.retry`)."""
         state = self.state
-        first = set()   # ids of the parameters whose first-step state this step makes
+        first = []   # (parameter, the first-step state keys this step makes for it)
         for group in self.param_groups:
             keys = self._traced_state(group)
             if not keys:
@@ -254,13 +254,14 @@ class Optimizer:
                     tracer.made_outside(s.values())
                 new = [k for k in made if k not in s]
                 if new:
-                    tracer.made_outside([self._zero_state(p, new)[k] for k in new])
-                    first.add(id(p))
-                if any(k not in s for k in keys):
+                    first.append((p, new))
+                if any(k not in s and k not in new for k in keys):
                     tracer.retry(f"{type(self).__name__}.step creates its state on the first step")
                     return False
+        for p, new in first:
+            tracer.made_outside([self._zero_state(p, new)[k] for k in new])
         tracer.stepped(self)
-        ops = TensorOps(tracer, self, first)
+        ops = TensorOps(tracer, self, frozenset(id(p) for p, _ in first))
         with no_grad():
             for i, group in enumerate(self.param_groups):
                 self._rule(ops, TracedOptions(tracer, self, i), group["params"])
