@@ -175,6 +175,8 @@ def fusion(graph, fuel=None, fusible=None):
         contracted too. So a graph pays for the bit sets only when its searches would cost
         more (a 32-layer GPT step's searches take ~3,000 steps in all, its bit sets ~40 ms)."""
         nonlocal steps_left
+        if not x.readers or not y.inputs:        # a node just placed has no readers yet
+            return False
         unit = group_of.get
         xout = {unit(r, r) for r in x.readers}
         xout.discard(x)
