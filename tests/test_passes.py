@@ -1056,6 +1056,39 @@ def programs(draw):
     return b.graph(*outs, mutations=muts)
 
 
+@st.composite
+def tangled(draw):
+    """Elementwise work over one shape tangled with products (which no group holds): many
+    merges that a path through products or other groups forbids."""
+    b = B()
+    vals = [b.arg("x", (4, 4)), b.arg("w", (4, 4))]
+    for _ in range(draw(st.integers(4, 30))):
+        x, y = draw(st.sampled_from(vals)), draw(st.sampled_from(vals))
+        op = draw(st.sampled_from(["exp", "add", "mul", "matmul", "matmul", "row"]))
+        if op == "row":
+            vals.append(b("sub", x, b("sum", x, dim=-1, keepdim=True)))
+        else:
+            vals.append(b(op, x) if op == "exp" else b(op, x, y))
+    return b.graph(*vals[2:])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tangled())
+def test_fusion_searches_and_bit_sets_agree(g):
+    # fusion's two ways to find a path that forbids a merge (searches from both ends; the
+    # graph's own reachability bit sets first) give one grouping, and it is legal
+    module = importlib.import_module("eagerc.compiler.passes.fusion")
+    searched = fusion(g)
+    steps, module.SEARCH_STEPS_PER_NODE = module.SEARCH_STEPS_PER_NODE, 0
+    try:
+        bits = fusion(g)
+    finally:
+        module.SEARCH_STEPS_PER_NODE = steps
+    assert searched.fusion_groups == bits.fusion_groups
+    assert [n.out.name for n in searched.nodes] == [n.out.name for n in bits.nodes]
+    assert _quotient_is_dag(searched)
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(programs(), st.booleans())
 def test_random_programs_through_the_pipeline(g, with_decompose):

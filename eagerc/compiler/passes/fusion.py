@@ -160,7 +160,7 @@ def fusion(graph, fuel=None, fusible=None):
     # its edges in its group (`readers`, `inputs`); the others here:
     succ = {}       # node output name -> the nodes (placed so far) that read it
     pred = {}       # node output name -> the nodes it reads
-    reach = []      # [bit sets of the whole graph's paths], made when the searches run long
+    reach = None    # bit sets of the whole graph's paths, made when the searches run long
     steps_left = len(graph.nodes) * SEARCH_STEPS_PER_NODE  # search steps before the bit sets
 
     def path(x, y):
@@ -196,7 +196,7 @@ def fusion(graph, fuel=None, fusible=None):
             steps_left -= 1
             if steps_left < 0 and not asked:
                 asked = True
-                if _graph_path(x, y):
+                if graph_path(x, y):
                     return True
             if (grow(fwd, fseen, bseen, "readers", succ, x, y)
                     or grow(bwd, bseen, fseen, "inputs", pred, x, y)):
@@ -217,15 +217,15 @@ def fusion(graph, fuel=None, fusible=None):
             todo.append(w)
         return False
 
-    def _graph_path(x, y):
+    def graph_path(x, y):
         """A path in the graph itself from an outside reader of x into y?"""
-        if not reach:
-            reach.append(_reach(graph))
-        bits = reach[0]
+        nonlocal reach
+        if reach is None:
+            reach = _reach(graph)
         ymask = 0
         for m in y.members:
             ymask |= 1 << index[m]
-        return any(bits[r] & ymask for r in x.readers if group_of.get(r, r) not in (x, y))
+        return any(reach[r] & ymask for r in x.readers if group_of.get(r, r) not in (x, y))
 
     def legal(group, other):
         """May `other`'s members join `group`? Two vertices of the acyclic graph with groups
