@@ -5,6 +5,7 @@ the result computes the same values as the original (both run with the reference
 interpreter on random inputs), and the specific structural effect of the pass (the
 duplicate merged, the mutation kept, the random draws not merged, the peak lowered...).
 """
+import importlib
 import json
 import time
 
@@ -590,7 +591,7 @@ def test_fusion_legality_through_other_groups():
         assert not (p1.name in grp and p2.name in grp and q2.name not in grp)
 
 
-def test_fusion_joins_independent_scalar_work_into_one_group():
+def test_fusion_joins_independent_scalar_work_into_one_group(search_steps):
     # an optimizer's per-parameter step counts and bias corrections: 0-d chains side by side
     # become one group, unless a path through other work joins them
     b = B()
@@ -612,7 +613,37 @@ def test_fusion_joins_independent_scalar_work_into_one_group():
     assert last.name in other
 
 
-def test_fusion_legality_far_apart_in_a_deep_graph():
+@pytest.fixture(params=["searches", "bit sets"])
+def search_steps(request, monkeypatch):
+    """Both ways fusion answers a legality search: from both ends, or (after the searches ran
+    long, here from the first step) asking the graph's own reachability bit sets first."""
+    if request.param == "bit sets":
+        monkeypatch.setattr(importlib.import_module("eagerc.compiler.passes.fusion"),
+                            "SEARCH_STEPS_PER_NODE", 0)
+    return request.param
+
+
+def test_fusion_pins_groups_and_order(search_steps):
+    # derived by hand: the check of each merge, the groups and the order
+    b = B()
+    x, w = b.arg("x", (4, 4)), b.arg("w", (4, 4))
+    p1 = b("exp", x)
+    k = b("cos", x)
+    mm1 = b("matmul", p1, w)
+    q1 = b("sin", mm1)
+    q2 = b("mul", q1, k)        # joins q1's group (no third unit between), then k's: G
+    mm2 = b("matmul", k, w)
+    p2 = b("add", p1, mm2)      # may not join p1: p1 -> mm1 -> G -> mm2 -> p2
+    p3 = b("add", p2, q2)       # joins p2; then not G: G -> mm2 -> p2
+    g = b.graph(p3)
+    out = assert_same(g, fusion(g))
+    assert out.fusion_groups == [[k.name, q1.name, q2.name], [p2.name, p3.name]]
+    # G needs mm1 (after k in the traced order): k moves down to its group
+    assert [n.out.name for n in out.nodes] == [v.name for v in (p1, mm1, k, q1, q2, mm2, p2, p3)]
+    assert _quotient_is_dag(out)
+
+
+def test_fusion_legality_far_apart_in_a_deep_graph(search_steps):
     # a training step's backward reads forward groups from far away: a node reading only the
     # group's value joins it (no other path: legal), one that also reads a value computed from
     # the group through the deep chain may not (the path group -> chain -> node would be a cycle)
@@ -1023,6 +1054,39 @@ def programs(draw):
     full = [v for v in vals[4:] if tuple(v.shape) == (4, 5)]
     muts = [("p", draw(st.sampled_from(full)))] if full and draw(st.booleans()) else []
     return b.graph(*outs, mutations=muts)
+
+
+@st.composite
+def tangled(draw):
+    """Elementwise work over one shape tangled with products (which no group holds): many
+    merges that a path through products or other groups forbids."""
+    b = B()
+    vals = [b.arg("x", (4, 4)), b.arg("w", (4, 4))]
+    for _ in range(draw(st.integers(4, 30))):
+        x, y = draw(st.sampled_from(vals)), draw(st.sampled_from(vals))
+        op = draw(st.sampled_from(["exp", "add", "mul", "matmul", "matmul", "row"]))
+        if op == "row":
+            vals.append(b("sub", x, b("sum", x, dim=-1, keepdim=True)))
+        else:
+            vals.append(b(op, x) if op == "exp" else b(op, x, y))
+    return b.graph(*vals[2:])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tangled())
+def test_fusion_searches_and_bit_sets_agree(g):
+    # fusion's two ways to find a path that forbids a merge (searches from both ends; the
+    # graph's own reachability bit sets first) give one grouping, and it is legal
+    module = importlib.import_module("eagerc.compiler.passes.fusion")
+    searched = fusion(g)
+    steps, module.SEARCH_STEPS_PER_NODE = module.SEARCH_STEPS_PER_NODE, 0
+    try:
+        bits = fusion(g)
+    finally:
+        module.SEARCH_STEPS_PER_NODE = steps
+    assert searched.fusion_groups == bits.fusion_groups
+    assert [n.out.name for n in searched.nodes] == [n.out.name for n in bits.nodes]
+    assert _quotient_is_dag(searched)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
