@@ -12,79 +12,113 @@ their (seed, offset) attributes, and mutations are applied after the run.
 import heapq
 
 from ...runtime.ir import Value
-from .util import alias_roots, drop_analysis, last_reads, own_bytes, schedule_peak
+from .util import alias_roots, drop_analysis, last_reads, own_bytes
 
 __all__ = ["schedule"]
 
 
 def schedule(graph):
+    """Runs on node indices: a value's memory is named by the index of the node that made it (its
+    alias root's); graph inputs, outputs and mutation values are pinned (never freed, they count
+    for nothing in a node's gain) and left out of the lists, which gives the same gains, order
+    and peaks as the definitions in util (last_reads, schedule_peak) at a fraction of the cost."""
     nodes = graph.nodes
     if len(nodes) < 3:
         return graph
-    root = alias_roots(graph)          # computed once: the two peaks below compare orders of one graph
+    root = alias_roots(graph)
     _, _, pinned = last_reads(graph, root=root)
     producer = {n.out.name: i for i, n in enumerate(nodes)}
     root_size = own_bytes(graph)       # value name -> bytes its node allocates (0 for a view)
     size = [root_size[n.out.name] for n in nodes]
-    in_roots = []                      # node -> its distinct input roots
-    readers = {}                       # root -> nodes reading it (or a view of it)
+    in_roots = []                      # node -> its distinct unpinned input roots (node indices)
+    readers = [[] for _ in nodes]      # root -> nodes reading it (or a view of it), in order
     deps = []                          # node -> number of distinct producers not yet run
     users = [[] for _ in nodes]
     for i, n in enumerate(nodes):
-        names = [x.name for x in n.inputs if isinstance(x, Value)]
-        rs = {root[v] for v in names}
+        ps = set()
+        rs = set()
+        for x in n.inputs:
+            if isinstance(x, Value):
+                name = x.name
+                p = producer.get(name)
+                if p is not None:
+                    ps.add(p)
+                r = root[name]
+                if r not in pinned:
+                    rs.add(producer[r])
+        rs = tuple(sorted(rs))
         in_roots.append(rs)
         for r in rs:
-            readers.setdefault(r, []).append(i)
-        ps = {producer[v] for v in names if v in producer}
+            readers[r].append(i)
         deps.append(len(ps))
         for p in ps:
             users[p].append(i)
-    remaining = {r: len(rs) for r, rs in readers.items()}
+    remaining = [len(rs) for rs in readers]
     done = [False] * len(nodes)
     ready = [False] * len(nodes)
     version = [0] * len(nodes)
+    heap = []
+    push = heapq.heappush
 
     def gain(i):
         """Bytes freed by running node i (inputs it reads last) minus bytes it allocates."""
         freed = 0
         for r in in_roots[i]:
-            if remaining[r] == 1 and r not in pinned:
-                freed += root_size.get(r, 0)
+            if remaining[r] == 1:
+                freed += size[r]
         return freed - size[i]
-
-    heap = []
-
-    def push(i):
-        version[i] += 1
-        heapq.heappush(heap, (-gain(i), i, version[i]))
 
     for i in range(len(nodes)):
         if deps[i] == 0:
             ready[i] = True
-            push(i)
+            version[i] += 1
+            push(heap, (-gain(i), i, version[i]))
     order = []
+    pop = heapq.heappop
     while heap:
-        _, i, ver = heapq.heappop(heap)
+        _, i, ver = pop(heap)
         if done[i] or ver != version[i]:
             continue
         done[i] = True
-        order.append(nodes[i])
+        order.append(i)
         for r in in_roots[i]:
             remaining[r] -= 1
             if remaining[r] == 1:   # its last reader now frees it: that reader's gain grew
                 for u in readers[r]:
                     if not done[u]:
                         if ready[u]:
-                            push(u)
+                            version[u] += 1
+                            push(heap, (-gain(u), u, version[u]))
                         break
         for u in users[i]:
             deps[u] -= 1
             if deps[u] == 0:
                 ready[u] = True
-                push(u)
+                version[u] += 1
+                push(heap, (-gain(u), u, version[u]))
     if len(order) != len(nodes):   # not a DAG in order: leave it to the verifier to explain
         return graph
-    if schedule_peak(graph, order, root=root, size=root_size) >= schedule_peak(graph, root=root, size=root_size):
+    freed = [0 if n.out.name in pinned else b for n, b in zip(nodes, size)]   # bytes a node's value frees
+    if _peak(order, in_roots, size, freed) >= _peak(range(len(nodes)), in_roots, size, freed):
         return graph
-    return drop_analysis(graph.copy(nodes=order))
+    return drop_analysis(graph.copy(nodes=[nodes[i] for i in order]))
+
+
+def _peak(order, in_roots, size, freed):
+    """util.schedule_peak of the nodes in `order` (indices), on the lists `schedule` built: each
+    unpinned root frees `freed` bytes after the last node that reads it (or makes it, if none does)."""
+    last = [0] * len(size)
+    for pos, i in enumerate(order):
+        last[i] = pos
+        for r in in_roots[i]:
+            last[r] = pos
+    frees = [0] * len(size)            # position -> bytes freed after it
+    for r, pos in enumerate(last):
+        frees[pos] += freed[r]
+    live = peak = 0
+    for pos, i in enumerate(order):
+        live += size[i]
+        if live > peak:
+            peak = live
+        live -= frees[pos]
+    return peak

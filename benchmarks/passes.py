@@ -1,0 +1,117 @@
+"""CPU time of each graph pass on the graphs a GPT training step compiles (issue 15 §3).
+
+    python benchmarks/passes.py [--layers 32] [--backend c] [--repeat 5] [--dump FILE]
+
+Traces and compiles the GPT step (`layers` x 64 wide, Adam, b=8, T=64) once, keeping every
+graph `passes.optimize` is given and the pipeline it runs; then runs each pipeline again pass
+by pass, `repeat` times, and prints each pass's CPU time (the thread's, summed over the
+graphs; the median of the repeats) and the memory planner's (the backend's plan of the
+optimised graph, and its check). --dump writes each optimised graph's printed form, fusion
+groups, memory plan and the backend's program (driver and C source) to FILE: two versions of the passes are compared by diffing dumps
+(the passes must give identical graphs).
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+import eagerc  # noqa: E402
+from eagerc.compiler import passes  # noqa: E402
+from eagerc.runtime import memplan as rt_memplan  # noqa: E402
+from compile import training_step  # noqa: E402
+from train_step import gpt  # noqa: E402
+
+
+def captured(layers, backend):
+    """[(graph, pass list)] that compiling the GPT step's first two calls optimised."""
+    seen = []
+    original = passes.optimize
+
+    def optimize(graph, passes=None):
+        seen.append((graph, passes))
+        return original(graph, passes)
+    passes.optimize = optimize
+    try:
+        rng = np.random.default_rng(0)
+        eagerc.manual_seed(0)
+        model = gpt(eagerc, d=64, layers=layers)
+        x, y = rng.integers(0, 256, (8, 64)), rng.integers(0, 256, (8, 64))
+        x, y = eagerc.from_numpy(x), eagerc.from_numpy(y)
+        step = eagerc.compile(training_step(model, eagerc.optim.Adam(model.parameters(), lr=1e-3)),
+                              backend=backend)
+        step(x, y)
+        step(x, y)
+    finally:
+        passes.optimize = original
+    return seen
+
+
+def timed_pipeline(graphs):
+    """{pass name: CPU seconds} of one run of every pipeline, and the optimised graphs."""
+    cost, out = {}, []
+    for graph, pipeline in graphs:
+        g = graph
+        for p in pipeline if pipeline is not None else passes.PIPELINE:
+            t = time.thread_time()
+            g = p(g)
+            cost[p.__name__] = cost.get(p.__name__, 0.0) + time.thread_time() - t
+        t = time.thread_time()
+        plan = rt_memplan.memory_plan(g)
+        cost["memory_plan (all OUT)"] = cost.get("memory_plan (all OUT)", 0.0) + time.thread_time() - t
+        t = time.thread_time()
+        rt_memplan.check_memory_plan(g.copy(memory_plan=plan))
+        cost["check_memory_plan"] = cost.get("check_memory_plan", 0.0) + time.thread_time() - t
+        out.append((g, plan))
+    return cost, out
+
+
+def dump(graphs, path, backend):
+    """Each optimised graph, its fusion groups, a plan, and the backend's program source."""
+    from eagerc.compiler.backends import get_backend
+    with open(path + ".tmp", "w") as f:
+        for g, plan in graphs:
+            f.write(str(g) + "\n")
+            f.write(json.dumps(g.fusion_groups) + "\n")
+            f.write(json.dumps(plan.to_json(), sort_keys=True) + "\n")
+            program = get_backend(backend).compile(g)
+            f.write(getattr(program, "source", "") + "\n")
+            f.write(getattr(program, "c_source", "") + "\n")
+    os.replace(path + ".tmp", path)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser()
+    p.add_argument("--layers", type=int, default=32)
+    p.add_argument("--backend", default="c")
+    p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--dump", help="write the optimised graphs here")
+    args = p.parse_args(argv)
+    graphs = captured(args.layers, args.backend)
+    runs = []
+    for _ in range(args.repeat):
+        cost, out = timed_pipeline(graphs)
+        runs.append(cost)
+    if args.dump:
+        dump(out, args.dump, args.backend)
+    nodes = sum(len(g.nodes) for g, _ in graphs)
+    print(f"GPT {args.layers}x64 training step, backend {args.backend}: {len(graphs)} graph(s), {nodes} traced nodes; "
+          f"CPU ms per pass (median of {args.repeat})")
+    total = 0.0
+    for name in runs[0]:
+        ms = statistics.median(r[name] for r in runs) * 1e3
+        total += ms
+        print(f"  {name:24s} {ms:8.1f}")
+    print(f"  {'total':24s} {total:8.1f}")
+
+
+if __name__ == "__main__":
+    main()
