@@ -11,6 +11,7 @@ groups, memory plan and the backend's program (driver and C source) to FILE: two
 (the passes must give identical graphs).
 """
 import argparse
+import gc
 import json
 import os
 import statistics
@@ -32,14 +33,20 @@ from train_step import gpt  # noqa: E402
 
 
 def captured(layers, backend):
-    """[(graph, pass list)] that compiling the GPT step's first two calls optimised."""
-    seen = []
-    original = passes.optimize
+    """[(graph, pass list)] that compiling the GPT step's first two calls optimised, and
+    [(args, kwargs)] of the memory plans the backend made (fused.py's `memplan` calls)."""
+    from eagerc.compiler.backends import fused
+    seen, plans = [], []
+    original, original_plan = passes.optimize, fused.memplan
 
     def optimize(graph, passes=None):
         seen.append((graph, passes))
         return original(graph, passes)
-    passes.optimize = optimize
+
+    def memplan(*args, **kwargs):
+        plans.append((args, kwargs))
+        return original_plan(*args, **kwargs)
+    passes.optimize, fused.memplan = optimize, memplan
     try:
         rng = np.random.default_rng(0)
         eagerc.manual_seed(0)
@@ -51,26 +58,36 @@ def captured(layers, backend):
         step(x, y)
         step(x, y)
     finally:
-        passes.optimize = original
-    return seen
+        passes.optimize, fused.memplan = original, original_plan
+    return seen, plans
 
 
-def timed_pipeline(graphs):
-    """{pass name: CPU seconds} of one run of every pipeline, and the optimised graphs."""
+def timed_pipeline(graphs, plans):
+    """{pass name: CPU seconds} of one run of every pipeline (the cyclic GC paused, as `optimize`
+    runs them), of the backend's memory plans and of checking one; and the optimised graphs."""
     cost, out = {}, []
-    for graph, pipeline in graphs:
-        g = graph
-        for p in pipeline if pipeline is not None else passes.PIPELINE:
-            t = time.thread_time()
-            g = p(g)
-            cost[p.__name__] = cost.get(p.__name__, 0.0) + time.thread_time() - t
+
+    def timed(name, f, *args, **kwargs):
         t = time.thread_time()
-        plan = rt_memplan.memory_plan(g)
-        cost["memory_plan (all OUT)"] = cost.get("memory_plan (all OUT)", 0.0) + time.thread_time() - t
-        t = time.thread_time()
-        rt_memplan.check_memory_plan(g.copy(memory_plan=plan))
-        cost["check_memory_plan"] = cost.get("check_memory_plan", 0.0) + time.thread_time() - t
-        out.append((g, plan))
+        r = f(*args, **kwargs)
+        cost[name] = cost.get(name, 0.0) + time.thread_time() - t
+        return r
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for graph, pipeline in graphs:
+            g = graph
+            for p in pipeline if pipeline is not None else passes.PIPELINE:
+                g = timed(p.__name__, p, g)
+            plan = rt_memplan.memory_plan(g)
+            timed("check_memory_plan", rt_memplan.check_memory_plan, g.copy(memory_plan=plan))
+            out.append((g, plan))
+        for args, kwargs in plans:
+            timed("memplan (backend's)", passes.memplan, *args, **kwargs)
+            timed("alias_ends", rt_memplan.alias_ends, args[0])
+    finally:
+        if enabled:
+            gc.enable()
     return cost, out
 
 
@@ -95,10 +112,10 @@ def main(argv=None):
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--dump", help="write the optimised graphs here")
     args = p.parse_args(argv)
-    graphs = captured(args.layers, args.backend)
+    graphs, plans = captured(args.layers, args.backend)
     runs = []
     for _ in range(args.repeat):
-        cost, out = timed_pipeline(graphs)
+        cost, out = timed_pipeline(graphs, plans)
         runs.append(cost)
     if args.dump:
         dump(out, args.dump, args.backend)

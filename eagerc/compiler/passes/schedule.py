@@ -12,7 +12,7 @@ their (seed, offset) attributes, and mutations are applied after the run.
 import heapq
 
 from ...runtime.ir import Value
-from .util import alias_roots, drop_analysis, last_reads, own_bytes
+from .util import alias_roots, drop_analysis, own_bytes
 
 __all__ = ["schedule"]
 
@@ -26,7 +26,9 @@ def schedule(graph):
     if len(nodes) < 3:
         return graph
     root = alias_roots(graph)
-    _, _, pinned = last_reads(graph, root=root)
+    pinned = {v.name for _, v in graph.inputs}    # as util.last_reads pins them
+    pinned.update(root[v.name] for v in graph.outputs)
+    pinned.update(root[v.name] for _, v in graph.mutations)
     producer = {n.out.name: i for i, n in enumerate(nodes)}
     root_size = own_bytes(graph)       # value name -> bytes its node allocates (0 for a view)
     size = [root_size[n.out.name] for n in nodes]
