@@ -195,14 +195,22 @@ def successors(graph):
     (vertices are graph inputs and node outputs; one edge per distinct reader)."""
     succ = {v.name: [] for _, v in graph.inputs}
     for n in graph.nodes:
-        succ[n.out.name] = []
+        out = n.out.name
+        succ[out] = []
+        first = None              # the first value read: most nodes read one or two distinct values
         seen = None
-        for v in n.input_values():
-            if seen is None:
-                seen = set()
-            if v.name not in seen:
-                seen.add(v.name)
-                succ[v.name].append(n.out.name)
+        for v in n.inputs:
+            if isinstance(v, Value):
+                name = v.name
+                if first is None:
+                    first = name
+                elif name == first or (seen is not None and name in seen):
+                    continue
+                elif seen is None:
+                    seen = {name}
+                else:
+                    seen.add(name)
+                succ[name].append(out)
     return succ
 
 
