@@ -29,9 +29,8 @@ def schedule(graph):
     pinned = {v.name for _, v in graph.inputs}    # as util.last_reads pins them
     pinned.update(root[v.name] for v in graph.outputs)
     pinned.update(root[v.name] for _, v in graph.mutations)
-    producer = {n.out.name: i for i, n in enumerate(nodes)}
-    root_size = own_bytes(graph)       # value name -> bytes its node allocates (0 for a view)
-    size = [root_size[n.out.name] for n in nodes]
+    size = list(own_bytes(graph).values())   # node -> bytes it allocates (0 for a view)
+    info = {v.name: (None, None) for _, v in graph.inputs}   # value -> (its node, its unpinned root's node)
     in_roots = []                      # node -> its distinct unpinned input roots (node indices)
     readers = [[] for _ in nodes]      # root -> nodes reading it (or a view of it), in order
     deps = []                          # node -> number of distinct producers not yet run
@@ -41,14 +40,15 @@ def schedule(graph):
         rs = set()
         for x in n.inputs:
             if isinstance(x, Value):
-                name = x.name
-                p = producer.get(name)
+                p, r = info[x.name]
                 if p is not None:
                     ps.add(p)
-                r = root[name]
-                if r not in pinned:
-                    rs.add(producer[r])
-        rs = tuple(sorted(rs))
+                    if r is not None:
+                        rs.add(r)
+        name = n.out.name
+        r = root[name]
+        info[name] = (i, None if r in pinned else i if r == name else info[r][1])
+        rs = tuple(rs)
         in_roots.append(rs)
         for r in rs:
             readers[r].append(i)

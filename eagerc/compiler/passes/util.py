@@ -151,20 +151,17 @@ def rewrite(graph, visit):
     whose inputs change are copied. Returns (new graph, number of nodes changed).
     """
     sub = {}
+    get = sub.get
     nodes = []
     changed = 0
     for n in graph.nodes:
         if sub:
-            new = None       # the inputs renamed, made only for a node that reads a replaced value
-            for k, x in enumerate(n.inputs):
+            for x in n.inputs:   # the inputs renamed, copied only for a node that reads a replaced value
                 if isinstance(x, Value):
-                    y = sub.get(x.name)
+                    y = get(x.name)
                     if y is not None and y is not x:
-                        if new is None:
-                            new = list(n.inputs)
-                        new[k] = y
-            if new is not None:
-                n = n.copy_with(inputs=new)
+                        n = n.copy_with(inputs=[get(v.name, v) if isinstance(v, Value) else v for v in n.inputs])
+                        break
         r = visit(n)
         if r is None or r is n:
             nodes.append(n)
@@ -237,8 +234,22 @@ def last_reads(graph, order=None, root=None):
 
 
 def own_bytes(graph, symbolic=1):
-    """value name -> bytes a node's output allocates: its size, 0 for a view (it shares memory)."""
-    return {n.out.name: 0 if may_alias(n) else nbytes(n.out, symbolic) for n in graph.nodes}
+    """value name -> bytes a node's output allocates: its size, 0 for a view (it shares memory).
+    In node order. Sizes are looked up by (shape, dtype): a model's layers repeat a few types."""
+    sizes, out = {}, {}
+    get = OPS.get
+    for n in graph.nodes:
+        v = n.out
+        op = get(n.op)
+        if op is None or op.aliases is not None:      # may_alias(n), inlined
+            out[v.name] = 0
+            continue
+        key = (v.shape, v.dtype)
+        b = sizes.get(key)
+        if b is None:
+            b = sizes[key] = nbytes(v, symbolic)
+        out[v.name] = b
+    return out
 
 
 def schedule_peak(graph, order=None, symbolic=1, root=None, size=None):
