@@ -25,36 +25,7 @@ def schedule(graph):
     nodes = graph.nodes
     if len(nodes) < 3:
         return graph
-    root = alias_roots(graph)
-    pinned = {v.name for _, v in graph.inputs}    # as util.last_reads pins them
-    pinned.update(root[v.name] for v in graph.outputs)
-    pinned.update(root[v.name] for _, v in graph.mutations)
-    size = list(own_bytes(graph).values())   # node -> bytes it allocates (0 for a view)
-    info = {v.name: (None, None) for _, v in graph.inputs}   # value -> (its node, its unpinned root's node)
-    in_roots = []                      # node -> its distinct unpinned input roots (node indices)
-    readers = [[] for _ in nodes]      # root -> nodes reading it (or a view of it), in order
-    deps = []                          # node -> number of distinct producers not yet run
-    users = [[] for _ in nodes]
-    for i, n in enumerate(nodes):
-        ps = set()
-        rs = set()
-        for x in n.inputs:
-            if isinstance(x, Value):
-                p, r = info[x.name]
-                if p is not None:
-                    ps.add(p)
-                    if r is not None:
-                        rs.add(r)
-        name = n.out.name
-        r = root[name]
-        info[name] = (i, None if r in pinned else i if r == name else info[r][1])
-        rs = tuple(rs)
-        in_roots.append(rs)
-        for r in rs:
-            readers[r].append(i)
-        deps.append(len(ps))
-        for p in ps:
-            users[p].append(i)
+    in_roots, readers, users, deps, size, freed = _index(graph)
     remaining = [len(rs) for rs in readers]
     done = [False] * len(nodes)
     ready = [False] * len(nodes)
@@ -100,10 +71,50 @@ def schedule(graph):
                 push(heap, (-gain(u), u, version[u]))
     if len(order) != len(nodes):   # not a DAG in order: leave it to the verifier to explain
         return graph
-    freed = [0 if n.out.name in pinned else b for n, b in zip(nodes, size)]   # bytes a node's value frees
     if _peak(order, in_roots, size, freed) >= _peak(range(len(nodes)), in_roots, size, freed):
         return graph
     return drop_analysis(graph.copy(nodes=[nodes[i] for i in order]))
+
+
+def _index(graph):
+    """The lists `schedule` works on, indexed by node: (in_roots, readers, users, deps, size, freed) --
+    its distinct unpinned input roots (as node indices), the nodes reading each root (or a view
+    of it) in order, the nodes reading its value, its number of distinct producers, the bytes it
+    allocates (0 for a view) and the bytes its value frees when dead (0 if pinned)."""
+    nodes = graph.nodes
+    root = alias_roots(graph)
+    pinned = {v.name for _, v in graph.inputs}    # as util.last_reads pins them
+    pinned.update(root[v.name] for v in graph.outputs)
+    pinned.update(root[v.name] for _, v in graph.mutations)
+    size = list(own_bytes(graph).values())
+    freed = [0 if n.out.name in pinned else b for n, b in zip(nodes, size)]
+    producer = {n.out.name: i for i, n in enumerate(nodes)}
+    info = {v.name: (None, None) for _, v in graph.inputs}   # value -> (its node, its unpinned root's node)
+    for i, n in enumerate(nodes):
+        r = root[n.out.name]
+        info[n.out.name] = (i, None if r in pinned else producer[r])
+    in_roots = []
+    readers = [[] for _ in nodes]
+    deps = []
+    users = [[] for _ in nodes]
+    for i, n in enumerate(nodes):
+        ps = set()
+        rs = set()
+        for x in n.inputs:
+            if isinstance(x, Value):
+                p, r = info[x.name]
+                if p is not None:
+                    ps.add(p)
+                    if r is not None:
+                        rs.add(r)
+        rs = tuple(rs)
+        in_roots.append(rs)
+        for r in rs:
+            readers[r].append(i)
+        deps.append(len(ps))
+        for p in ps:
+            users[p].append(i)
+    return in_roots, readers, users, deps, size, freed
 
 
 def _peak(order, in_roots, size, freed):
