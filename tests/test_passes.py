@@ -976,6 +976,7 @@ def test_successors_is_the_networkx_adjacency():
 
 
 def test_optimize_pauses_the_cyclic_gc_and_restores_it():
+    # as a compiled call does (gc_paused): export and the command line call optimize directly
     import gc
     seen = []
 

@@ -16,11 +16,11 @@ With EAGERC_DEBUG=1 the verifier runs after every pass (and the memory plan is c
 with EAGERC_DUMP_IR=1 the program is printed after every pass with the pass's name and
 time. EAGERC_FUSION_FUEL=N limits the number of fusions (see fusion.py).
 """
-import gc
 import os
 import sys
 import time
 
+from ...runtime.safetensors_io import gc_paused
 from ...runtime.verify import verify
 from .cse import cse
 from .dce import dce
@@ -44,22 +44,14 @@ PIPELINE = CLEANUP + [schedule, fusion, memplan]
 
 
 def optimize(graph, passes=None):
-    """Run `passes` (default PIPELINE) over `graph`.
-
-    Python's cyclic garbage collector is paused while the passes run: they allocate hundreds of
-    thousands of short-lived tuples, lists and dicts (freed by reference counting; passes make
-    no cycles worth collecting), and each allocation burst would otherwise set off collections
-    that walk every live object -- the traced graph included -- again and again (10-20% of the
-    pipeline's CPU time on a 32-layer GPT training step). It resumes afterwards if it was on."""
+    """Run `passes` (default PIPELINE) over `graph`, the cyclic garbage collector paused as a
+    compiled call pauses it (`gc_paused`; passes allocate ~10 short-lived objects per node, and
+    the collections they set off walk every live object: ~35% of the pipeline's CPU on a
+    32-layer GPT step). For the callers outside a compiled call: export, the command line."""
     if passes is None:
         passes = PIPELINE
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with gc_paused():
         return _run(graph, passes)
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _run(graph, passes):
