@@ -263,6 +263,22 @@ def test_cse_on_traced_layer():
     assert ops_of(out) == ["linear", "relu", "add"]
 
 
+def test_attrs_key_equal_exactly_when_the_json_is():
+    # cse merges nodes whose attribute keys are equal: a key must tell apart what JSON tells
+    # apart (1 / 1.0 / True, 0.0 / -0.0, nesting) and nothing else (a list and a tuple alike)
+    from eagerc.compiler.passes.util import attrs_key
+    cases = [{}, {"a": 1}, {"a": 1.0}, {"a": True}, {"a": 0.0}, {"a": -0.0}, {"a": None}, {"a": "x"},
+             {"a": (1, 0)}, {"a": [1, 0]}, {"a": (1.0, 0)}, {"a": (True, 0)}, {"a": (0.0,)}, {"a": (-0.0,)},
+             {"a": ()}, {"a": []}, {"a": ((1, 0),)}, {"a": [[1, 0]]}, {"a": {"b": 1}}, {"a": ("x",)},
+             {"a": (None,)}, {"a": (float("nan"),)}, {"a": (1,), "b": 2.5}, {"b": 2.5, "a": [1]},
+             {"a": (1,), "b": (2.5, "s")}, {"a": (1,), "b": [2.5, "s"]}, {"a": 1, "b": [[2]]}, {"a": 1, "b": ((2,),)}]
+    for x in cases:
+        hash(attrs_key(x))
+        for y in cases:
+            same_json = json.dumps(x, sort_keys=True) == json.dumps(y, sort_keys=True)
+            assert (attrs_key(x) == attrs_key(y)) == same_json, (x, y)
+
+
 # ====================================================================== simplify
 
 @pytest.mark.parametrize("op,args", [

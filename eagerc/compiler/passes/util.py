@@ -82,8 +82,10 @@ def fresh_names(graph):
 
 def attrs_key(attrs):
     """A hashable, type-exact key of JSON-plain attributes (1, 1.0 and True differ; so do 0.0
-    and -0.0). Attributes that are all scalars -- most nodes' -- key as a tuple (a float by
-    its repr), without json's encoder (called per node by cse, decompose and lowering)."""
+    and -0.0). Attributes that are scalars or flat sequences of them -- most nodes' (dims,
+    shapes) -- key as a tuple (a float by its repr; a list and a tuple alike, as in JSON),
+    without json's encoder (called per node by cse, decompose and lowering); anything else
+    keys as its JSON text. Two attribute dicts get equal keys exactly when their JSON is equal."""
     if not attrs:
         return ""
     key = []
@@ -92,10 +94,32 @@ def attrs_key(attrs):
         t = type(v)
         if t is float:
             v = repr(v)
+        elif t is tuple or t is list:
+            v = _seq_key(v)
+            if v is None:
+                return json.dumps(attrs, sort_keys=True)
+            t = list
         elif t not in _EXACT:
             return json.dumps(attrs, sort_keys=True)
         key.append((name, t, v))
     return tuple(key)
+
+
+def _seq_key(seq):
+    """A flat sequence's part of attrs_key: the ints themselves when all are ints, else a
+    (type, value) pair per element (the two forms never compare equal but for the empty
+    sequence); None for a nested one."""
+    if all(type(x) is int for x in seq):
+        return tuple(seq)
+    out = []
+    for x in seq:
+        t = type(x)
+        if t is float:
+            x = repr(x)
+        elif t not in _EXACT:
+            return None
+        out.append((t, x))
+    return tuple(out)
 
 
 _EXACT = frozenset((int, str, bool, type(None)))      # equal values of these types are the same attribute
