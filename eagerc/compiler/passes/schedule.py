@@ -88,26 +88,35 @@ def _index(graph):
     pinned.update(root[v.name] for _, v in graph.mutations)
     size = list(own_bytes(graph).values())
     freed = [0 if n.out.name in pinned else b for n, b in zip(nodes, size)]
-    producer = {n.out.name: i for i, n in enumerate(nodes)}
     info = {v.name: (None, None) for _, v in graph.inputs}   # value -> (its node, its unpinned root's node)
+    later = None
     for i, n in enumerate(nodes):
-        r = root[n.out.name]
-        info[n.out.name] = (i, None if r in pinned else producer[r])
+        name = n.out.name
+        r = root[name]
+        if r in pinned:
+            info[name] = (i, None)
+        elif r == name:
+            info[name] = (i, i)
+        elif r in info:
+            info[name] = (i, info[r][0])
+        else:            # a root defined further down: a graph out of order (the verifier says so)
+            if later is None:
+                later = {m.out.name: j for j, m in enumerate(nodes)}
+            info[name] = (i, later[r])
     in_roots = []
     readers = [[] for _ in nodes]
     deps = []
     users = [[] for _ in nodes]
     for i, n in enumerate(nodes):
-        ps = set()
-        rs = set()
+        ps = []          # distinct producers and roots: one or two, so lists, not sets
+        rs = []
         for x in n.inputs:
             if isinstance(x, Value):
                 p, r = info[x.name]
-                if p is not None:
-                    ps.add(p)
-                    if r is not None:
-                        rs.add(r)
-        rs = tuple(rs)
+                if p is not None and p not in ps:
+                    ps.append(p)
+                if r is not None and r not in rs:
+                    rs.append(r)
         in_roots.append(rs)
         for r in rs:
             readers[r].append(i)
