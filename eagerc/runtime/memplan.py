@@ -359,7 +359,10 @@ def check_memory_plan(graph):
 def returned(graph):
     """Names of the outputs and of every value an output may be a view of."""
     out = {v.name for v in graph.outputs}
+    get = OPS.get
     for n in reversed(graph.nodes):
-        if n.out.name in out and may_alias(n):
-            out.update(v.name for v in n.input_values())
+        if n.out.name in out:
+            op = get(n.op)
+            if op is None or op.aliases is not None:      # may_alias(n), inlined: runs per compile
+                out.update(v.name for v in n.input_values())
     return out
