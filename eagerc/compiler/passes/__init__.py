@@ -46,7 +46,7 @@ PIPELINE = CLEANUP + [schedule, fusion, memplan]
 def optimize(graph, passes=None):
     """Run `passes` (default PIPELINE) over `graph`, the cyclic garbage collector paused as a
     compiled call pauses it (`gc_paused`; passes allocate ~10 short-lived objects per node, and
-    the collections they set off walk every live object: ~35% of the pipeline's CPU on a
+    the collections they set off walk every live object: ~30% of the pipeline's CPU on a
     32-layer GPT step). For the callers outside a compiled call: export, the command line."""
     if passes is None:
         passes = PIPELINE
