@@ -7,6 +7,7 @@ duplicate merged, the mutation kept, the random draws not merged, the peak lower
 """
 import importlib
 import json
+import math
 import time
 
 import numpy as np
@@ -19,7 +20,7 @@ import eagerc.nn.functional as F
 from eagerc.compiler.passes import (PIPELINE, check_memory_plan, cse, dce, decompose, fold, fusion, memplan,
                                     optimize, peak_bytes, schedule, simplify)
 from eagerc.compiler.passes.memplan import BUFFER, FRESH, NONE, OUT
-from eagerc.compiler.passes.util import alias_roots, last_reads, own_bytes, schedule_peak
+from eagerc.compiler.passes.util import alias_roots, last_reads, own_bytes, schedule_peak, successors
 from eagerc.compiler.tracer import trace
 from eagerc.runtime import dtypes
 from eagerc.runtime.executor import run_graph
@@ -261,6 +262,22 @@ def test_cse_on_traced_layer():
     g, env = traced(f, eagerc.randn(4, 8), modules=lin)
     out = assert_same(g, dce(cse(g)), env)
     assert ops_of(out) == ["linear", "relu", "add"]
+
+
+def test_attrs_key_equal_exactly_when_the_json_is():
+    # cse merges nodes whose attribute keys are equal: a key must tell apart what JSON tells
+    # apart (1 / 1.0 / True, 0.0 / -0.0, nesting) and nothing else (a list and a tuple alike)
+    from eagerc.compiler.passes.util import attrs_key
+    cases = [{}, {"a": 1}, {"a": 1.0}, {"a": True}, {"a": 0.0}, {"a": -0.0}, {"a": None}, {"a": "x"},
+             {"a": (1, 0)}, {"a": [1, 0]}, {"a": (1.0, 0)}, {"a": (True, 0)}, {"a": (0.0,)}, {"a": (-0.0,)},
+             {"a": ()}, {"a": []}, {"a": ((1, 0),)}, {"a": [[1, 0]]}, {"a": {"b": 1}}, {"a": ("x",)},
+             {"a": (None,)}, {"a": (float("nan"),)}, {"a": (1,), "b": 2.5}, {"b": 2.5, "a": [1]},
+             {"a": (1,), "b": (2.5, "s")}, {"a": (1,), "b": [2.5, "s"]}, {"a": 1, "b": [[2]]}, {"a": 1, "b": ((2,),)}]
+    for x in cases:
+        hash(attrs_key(x))
+        for y in cases:
+            same_json = json.dumps(x, sort_keys=True) == json.dumps(y, sort_keys=True)
+            assert (attrs_key(x) == attrs_key(y)) == same_json, (x, y)
 
 
 # ====================================================================== simplify
@@ -772,6 +789,44 @@ def test_schedule_traced_training_step():
     assert schedule_peak(out) <= schedule_peak(g)
 
 
+def _random_orders(graph, k, seed=0):
+    """k random topological orders of the graph's nodes (as node indices)."""
+    rng = np.random.default_rng(seed)
+    producer = {n.out.name: i for i, n in enumerate(graph.nodes)}
+    preds = [{producer[v.name] for v in n.input_values() if v.name in producer} for n in graph.nodes]
+    for _ in range(k):
+        done, order = set(), []
+        while len(order) < len(preds):
+            ready = [i for i in range(len(preds)) if i not in done and preds[i] <= done]
+            i = ready[rng.integers(len(ready))]
+            done.add(i)
+            order.append(i)
+        yield order
+
+
+def test_schedule_peak_on_its_index_lists_is_schedule_peak():
+    # schedule works on node indices (unpinned alias roots as producer indices); the peak it
+    # computes for any order must be util.schedule_peak's for that order: views keep their
+    # base alive, outputs and mutation values are never freed, graph inputs count nothing
+    from eagerc.compiler.passes.schedule import _index, _peak
+    b = B()
+    x, w = b.arg("x", (8, 8)), b.ext("w", (8, 8))
+    e = b("exp", x)
+    r = b("reshape", e, shape=(64,))          # a view of e: e lives as long as r is read
+    s = b("sum", r, dim=None, keepdim=False)
+    m = b("mul", x, x)                         # reads x twice
+    t = b("permute", m, dims=(1, 0))           # a returned view: m is pinned through it
+    u = b("add", w, b("mul", e, 0.5))          # a mutation value
+    g = b.graph(s, t, mutations=[("w", u)])
+    step, _ = mlp_step_graph(batch=16)
+    for graph in (g, dce(step)):
+        in_roots, _, _, _, size, freed = _index(graph)
+        nodes = graph.nodes
+        orders = [list(range(len(nodes))), [nodes.index(n) for n in schedule(graph).nodes]]
+        for order in orders + list(_random_orders(graph, 10)):
+            assert _peak(order, in_roots, size, freed) == schedule_peak(graph, [nodes[i] for i in order])
+
+
 # ====================================================================== memplan
 
 def _check_plan_independently(graph):
@@ -909,6 +964,88 @@ def test_memplan_traced_training_step():
     assert peak_bytes(out, plan=True) <= sum(
         n.out.shape and int(np.prod(n.out.shape)) * 4 or 4 for n in out.nodes)
     assert_same(g, out, env, rtol=1e-4, atol=1e-6)
+
+
+def test_alias_ends_is_the_last_read_through_any_view():
+    # the definition, computed directly: a value lives until the last node reading it or any
+    # value that may share its memory (views of views, every input of a view), to the end if
+    # one of those is returned or written back, and to its own node if nothing reads it
+    from eagerc.runtime.memplan import alias_ends, may_alias
+    g, _ = mlp_step_graph(batch=4)
+    b = B()
+    x = b.arg("x", (4, 4))
+    e = b("exp", x)
+    v = b("reshape", b("permute", e, dims=(1, 0)), shape=(16,))
+    c = b("add", e, 1.0)
+    s = b("sum", v, dim=None, keepdim=False)
+    hand = b.graph(s, c)
+    for graph in (g, hand):
+        index = {n.out.name: i for i, n in enumerate(graph.nodes)}
+        escaping = {v.name for v in graph.outputs} | {v.name for _, v in graph.mutations}
+        shares = {}                         # value -> values that may share its memory, itself included
+        for n in graph.nodes:
+            shares.update((u.name, {u.name}) for u in n.input_values())
+            shares[n.out.name] = {n.out.name}
+        for n in reversed(graph.nodes):
+            if may_alias(n):
+                for u in n.input_values():
+                    shares.setdefault(u.name, {u.name}).update(shares[n.out.name])
+        expected = {}
+        for name, group in shares.items():
+            reads = [i for i, n in enumerate(graph.nodes) for u in n.input_values() if u.name in group]
+            end = max(reads + ([index[name]] if name in index else []))
+            expected[name] = math.inf if group & escaping else end
+        assert alias_ends(graph) == expected
+
+
+def test_unit_ends_convert_like_a_mapping():
+    from eagerc.runtime.memplan import _UnitEnds, alias_ends
+    g, _ = mlp_step_graph(batch=4)
+    ends = alias_ends(g)
+    units = {i: i // 3 for i in range(len(g.nodes))}
+    lazy = _UnitEnds(ends, units)
+    assert lazy.get("not a value") is None and lazy.get("not a value", 7) == 7
+    for v, e in ends.items():
+        want = e if e == math.inf else e // 3
+        assert lazy[v] == want and lazy.get(v) == want
+
+
+def test_successors_is_the_networkx_adjacency():
+    g, _ = mlp_step_graph(batch=4)
+    b = B()
+    x = b.arg("x", (4,))
+    m = b("mul", x, x)                      # one edge for a value read twice
+    w = b("where", b("gt", m, 0.0), m, m)   # and read three times
+    hand = b.graph(b("add", w, x))
+    for graph in (g, hand):
+        nxg = graph.to_networkx()
+        assert successors(graph) == {v: list(nxg.successors(v)) for v in nxg.nodes}
+
+
+def test_optimize_pauses_the_cyclic_gc_and_restores_it():
+    # as a compiled call does (gc_paused): export and the command line call optimize directly
+    import gc
+    seen = []
+
+    def probe(graph):
+        seen.append(gc.isenabled())
+        return graph
+
+    def failing(graph):
+        raise RuntimeError("pass failed")
+    g = _wide_graph()
+    was = gc.isenabled()
+    try:
+        for enabled in (True, False):
+            gc.enable() if enabled else gc.disable()
+            assert optimize(g, [probe]) is g
+            assert gc.isenabled() is enabled
+            with pytest.raises(RuntimeError, match="pass failed"):
+                optimize(g, [failing])
+            assert gc.isenabled() is enabled
+    finally:
+        gc.enable() if was else gc.disable()
+    assert seen == [False, False]
 
 
 # ====================================================================== pipeline

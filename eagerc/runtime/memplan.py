@@ -102,20 +102,25 @@ def alias_ends(graph):
     """value name -> index of the last node that reads it or any value that may alias it; inf
     when it (or such a value) is returned or written back; its definition if unread."""
     end = {}
+    views = []       # the nodes that may_alias, in order (inlined: this runs per compile on every node)
+    get = OPS.get
     for i, n in enumerate(graph.nodes):
         end[n.out.name] = i
-        for v in n.input_values():
-            end[v.name] = i
+        for v in n.inputs:
+            if isinstance(v, Value):
+                end[v.name] = i
+        op = get(n.op)
+        if op is None or op.aliases is not None:
+            views.append(n)
     for v in graph.outputs:
         end[v.name] = math.inf
     for _, v in graph.mutations:
         end[v.name] = math.inf
-    for n in reversed(graph.nodes):
-        if may_alias(n):
-            e = end[n.out.name]
-            for v in n.input_values():
-                if e > end.get(v.name, -1):
-                    end[v.name] = e
+    for n in reversed(views):
+        e = end[n.out.name]
+        for v in n.inputs:
+            if isinstance(v, Value) and e > end.get(v.name, -1):
+                end[v.name] = e
     return end
 
 
@@ -127,11 +132,13 @@ def memory_plan(graph, writes=None, buffers=True, units=None, takes=None, ends=N
     if ends is None:
         ends = alias_ends(graph)
     if units is not None:
-        ends = {v: e if e == math.inf else units[e] for v, e in ends.items()}
-    root = alias_roots(graph)
-    what = {}
-    for i, n in enumerate(graph.nodes):
-        what[i] = None if may_alias(n) else (OUT if writes is None else writes(n))
+        ends = _UnitEnds(ends, units)
+    what = []       # node index -> its predicate's answer; None for a view
+    get = OPS.get
+    for n in graph.nodes:
+        op = get(n.op)
+        what.append(None if op is None or op.aliases is not None else OUT if writes is None else writes(n))
+    root = alias_roots(graph) if OUT in what else None    # only rule 2 (OUT nodes) asks for roots
     storage = {}    # value name -> its _Storage (fresh values, chains and targets)
     inplace, targets = _target_chains(graph, what, ends, units)
     for v, t in (takes or {}).items():
@@ -165,6 +172,24 @@ def memory_plan(graph, writes=None, buffers=True, units=None, takes=None, ends=N
                       made_for=graph)
 
 
+class _UnitEnds(dict):
+    """alias_ends counted in units ({value: units[end]}), each converted when first asked: the
+    planner asks for the few values kernels write, not the graph's every value."""
+    __slots__ = ("ends", "units")
+
+    def __init__(self, ends, units):
+        super().__init__()
+        self.ends, self.units = ends, units
+
+    def __missing__(self, v):
+        e = self.ends[v]
+        self[v] = e = e if e == math.inf else self.units[e]
+        return e
+
+    def get(self, v, default=None):
+        return self[v] if v in self.ends else default
+
+
 def _dying_input(n, i, storage, ends, root):
     """An input whose memory node `n` may overwrite (rule 2 of the module docstring), or None."""
     out, vals = n.out, n.input_values()
@@ -190,10 +215,12 @@ def _target_chains(graph, what, ends, units):
                     and tuple(x.shape) == tuple(n.out.shape) and x.dtype == n.out.dtype:
                 reader[x.name] = (j, n.out)
                 break
+    forced, targets = {}, []   # node index -> (its value, the input it overwrites)
+    if not reader:
+        return {}, targets
     counts = _counts(graph)   # a target written twice, or a value written to two targets: leave alone
     inputs = {v.name: v for _, v in graph.inputs}
     escaping = returned(graph)
-    forced, targets = {}, []   # node index -> (its value, the input it overwrites)
     for target, mv in graph.mutations:
         m, v = mv.name, inputs.get(target)
         if v is None or target.endswith(".grad") or counts[target] > 1 or counts[m] > 1 or m in escaping \
@@ -332,7 +359,10 @@ def check_memory_plan(graph):
 def returned(graph):
     """Names of the outputs and of every value an output may be a view of."""
     out = {v.name for v in graph.outputs}
+    get = OPS.get
     for n in reversed(graph.nodes):
-        if n.out.name in out and may_alias(n):
-            out.update(v.name for v in n.input_values())
+        if n.out.name in out:
+            op = get(n.op)
+            if op is None or op.aliases is not None:      # may_alias(n), inlined: runs per compile
+                out.update(v.name for v in n.input_values())
     return out

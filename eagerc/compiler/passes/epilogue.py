@@ -21,8 +21,9 @@ __all__ = ["bias_epilogues"]
 def bias_epilogues(graph, fusible):
     readers = {}
     for n in graph.nodes:
-        for v in n.input_values():
-            readers.setdefault(v.name, []).append(n)
+        for v in n.inputs:
+            if isinstance(v, Value):
+                readers.setdefault(v.name, []).append(n)
     escaping = {v.name for v in graph.outputs} | {v.name for _, v in graph.mutations}
     fresh = fresh_names(graph)
 

@@ -22,7 +22,7 @@ import math
 import numpy as np
 
 from ...runtime.dtypes import FLOATING_KINDS
-from ...runtime.ir import Node
+from ...runtime.ir import Node, Value
 from ...runtime.ops import OPS
 from .util import ELEMENTWISE, is_random, may_alias, numel, rewrite
 
@@ -73,12 +73,13 @@ def fold(graph):
                                   "dtype": n.out.dtype}, n.out, n.loc, n.module)]
 
     def visit(n):
+        for x in n.inputs:      # most nodes read a non-constant: out before anything is computed
+            if isinstance(x, Value) and x.name not in const:
+                return None
         size = numel(n.out.shape)
         if size is None or n.out.device != "cpu" or is_random(n):
             return None
         vals = n.input_values()
-        if any(v.name not in const for v in vals):
-            return None
         op = OPS[n.op]
         if n.op in _CREATION:
             if size <= FOLD_LIMIT or n.op == "full":

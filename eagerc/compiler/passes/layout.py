@@ -37,8 +37,9 @@ def layout(graph):
     producer = {n.out.name: n for n in graph.nodes}
     readers = {}
     for n in graph.nodes:
-        for v in n.input_values():
-            readers[v.name] = readers.get(v.name, 0) + 1
+        for v in n.inputs:
+            if isinstance(v, Value):
+                readers[v.name] = readers.get(v.name, 0) + 1
     escaping = {v.name for v in graph.outputs} | {v.name for _, v in graph.mutations}
     name = fresh_names(graph)
 

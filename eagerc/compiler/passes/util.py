@@ -82,8 +82,10 @@ def fresh_names(graph):
 
 def attrs_key(attrs):
     """A hashable, type-exact key of JSON-plain attributes (1, 1.0 and True differ; so do 0.0
-    and -0.0). Attributes that are all scalars -- most nodes' -- key as a tuple (a float by
-    its repr), without json's encoder (called per node by cse, decompose and lowering)."""
+    and -0.0). Attributes that are scalars or flat sequences of them -- most nodes' (dims,
+    shapes) -- key as a tuple (a float by its repr; a list and a tuple alike, as in JSON),
+    without json's encoder (called per node by cse, decompose and lowering); anything else
+    keys as its JSON text. Two attribute dicts get equal keys exactly when their JSON is equal."""
     if not attrs:
         return ""
     key = []
@@ -92,10 +94,32 @@ def attrs_key(attrs):
         t = type(v)
         if t is float:
             v = repr(v)
+        elif t is tuple or t is list:
+            v = _seq_key(v)
+            if v is None:
+                return json.dumps(attrs, sort_keys=True)
+            t = list
         elif t not in _EXACT:
             return json.dumps(attrs, sort_keys=True)
         key.append((name, t, v))
     return tuple(key)
+
+
+def _seq_key(seq):
+    """A flat sequence's part of attrs_key: the ints themselves when all are ints, else a
+    (type, value) pair per element (the two forms never compare equal but for the empty
+    sequence); None for a nested one."""
+    if all(type(x) is int for x in seq):
+        return tuple(seq)
+    out = []
+    for x in seq:
+        t = type(x)
+        if t is float:
+            x = repr(x)
+        elif t not in _EXACT:
+            return None
+        out.append((t, x))
+    return tuple(out)
 
 
 _EXACT = frozenset((int, str, bool, type(None)))      # equal values of these types are the same attribute
@@ -151,20 +175,17 @@ def rewrite(graph, visit):
     whose inputs change are copied. Returns (new graph, number of nodes changed).
     """
     sub = {}
+    get = sub.get
     nodes = []
     changed = 0
     for n in graph.nodes:
         if sub:
-            new = None       # the inputs renamed, made only for a node that reads a replaced value
-            for k, x in enumerate(n.inputs):
+            for x in n.inputs:   # the inputs renamed, copied only for a node that reads a replaced value
                 if isinstance(x, Value):
-                    y = sub.get(x.name)
+                    y = get(x.name)
                     if y is not None and y is not x:
-                        if new is None:
-                            new = list(n.inputs)
-                        new[k] = y
-            if new is not None:
-                n = n.copy_with(inputs=new)
+                        n = n.copy_with(inputs=[get(v.name, v) if isinstance(v, Value) else v for v in n.inputs])
+                        break
         r = visit(n)
         if r is None or r is n:
             nodes.append(n)
@@ -195,14 +216,22 @@ def successors(graph):
     (vertices are graph inputs and node outputs; one edge per distinct reader)."""
     succ = {v.name: [] for _, v in graph.inputs}
     for n in graph.nodes:
-        succ[n.out.name] = []
+        out = n.out.name
+        succ[out] = []
+        first = None              # the first value read: most nodes read one or two distinct values
         seen = None
-        for v in n.input_values():
-            if seen is None:
-                seen = set()
-            if v.name not in seen:
-                seen.add(v.name)
-                succ[v.name].append(n.out.name)
+        for v in n.inputs:
+            if isinstance(v, Value):
+                name = v.name
+                if first is None:
+                    first = name
+                elif name == first or (seen is not None and name in seen):
+                    continue
+                elif seen is None:
+                    seen = {name}
+                else:
+                    seen.add(name)
+                succ[name].append(out)
     return succ
 
 
@@ -229,8 +258,22 @@ def last_reads(graph, order=None, root=None):
 
 
 def own_bytes(graph, symbolic=1):
-    """value name -> bytes a node's output allocates: its size, 0 for a view (it shares memory)."""
-    return {n.out.name: 0 if may_alias(n) else nbytes(n.out, symbolic) for n in graph.nodes}
+    """value name -> bytes a node's output allocates: its size, 0 for a view (it shares memory).
+    In node order. Sizes are looked up by (shape, dtype): a model's layers repeat a few types."""
+    sizes, out = {}, {}
+    get = OPS.get
+    for n in graph.nodes:
+        v = n.out
+        op = get(n.op)
+        if op is None or op.aliases is not None:      # may_alias(n), inlined
+            out[v.name] = 0
+            continue
+        key = (v.shape, v.dtype)
+        b = sizes.get(key)
+        if b is None:
+            b = sizes[key] = nbytes(v, symbolic)
+        out[v.name] = b
+    return out
 
 
 def schedule_peak(graph, order=None, symbolic=1, root=None, size=None):
