@@ -28,6 +28,7 @@ import itertools
 import keyword
 import linecache
 import math
+import operator
 import re
 import weakref
 
@@ -166,7 +167,7 @@ def _check_fixed(backend, fixed, overrides):
 
 _RESERVED = {"np", "cp", "env", "overrides", "bufs", "POOL", "OPS", "asarray", "alloc_buffers", "program",
              "msqrt", "fsqrt", "fpow", "fdiv", "c_rhs", "A_empty", "ptr", "A_u64",
-             "NO_OVERRIDES", "FIXED", "per_call", "check_fixed", "UPDATED", "OTHERS", "shared_or_readonly",
+             "NO_OVERRIDES", "FIXED", "INPUTS", "per_call", "check_fixed", "UPDATED", "OTHERS", "shared_or_readonly",
              *dir(builtins)}
 
 
@@ -179,7 +180,10 @@ class _Names:
         self.last = {}      # base -> the last suffix given (a deep graph repeats its temporaries' names)
 
     def __getitem__(self, name):
-        return self.map[name]
+        # named on first use: a fused program names only the values its lines mention (of a
+        # 32-layer training step's 14k nodes, most live inside kernels)
+        ident = self.map.get(name)
+        return ident if ident is not None else self.add(name)
 
     def add(self, name):
         # an ASCII identifier is already what the substitution makes (the usual case: t12, x)
@@ -213,6 +217,14 @@ def wrap_comment(head, items, width=100):
     return lines
 
 
+def _copies(names, indent, per_line=8):
+    """`(a, b, ...) = [x.copy() for x in (a, b, ...)]`, `per_line` names a line: one statement
+    (Python's compile() pays per statement)."""
+    rows = [", ".join(names[i:i + per_line]) + "," for i in range(0, len(names), per_line)]
+    return ([f"{indent}({rows[0]}"] + [f"{indent} {r}" for r in rows[1:]] + [f"{indent}) = [x.copy() for x in ("]
+            + [f"{indent}    {r}" for r in rows] + [f"{indent})]"])
+
+
 def where(node):
     """The comment of a node's line: the user's file:line and module path, else its type."""
     parts = [x for x in (node.loc, f"({node.module})" if node.module else None) if x]
@@ -232,8 +244,6 @@ class Driver:
         self.names = _Names()
         for _, v in graph.inputs:
             self.names.add(v.name)
-        for n in graph.nodes:
-            self.names.add(n.out.name)
         self.consts = {}        # global name -> object without a literal form
         self.kernels = {}       # op -> global name of its kernel
         self.notes = []
@@ -340,16 +350,8 @@ class Driver:
             lines += ["", "", "def alloc_buffers():", f"    # {self.buffer_note}"]
             lines += [f"    {src}" for _, src in self.buffers]
             lines.append(f"    return ({', '.join(bufnames)}{',' if len(bufnames) == 1 else ''})")
-        lines += ["", "", "def program(env, overrides=None):", "    # inputs"]
-        inputs = []
-        for kind, v in g.inputs:
-            what = "external" if kind == "external" else "argument"
-            if v.name in self.float_inputs:
-                inputs.append((f"{names[v.name]} = float(env[{v.name!r}])", f"{v.type_str()} {what}, as a float"))
-            else:
-                inputs.append((f"{names[v.name]} = env[{v.name!r}]", f"{v.type_str()} {what}"))
-        ipad = min(max([len(c) for c, _ in inputs] + [0]), 88)
-        lines += [f"    {c:<{ipad}}  # {cm}" for c, cm in inputs]
+        lines += ["", "", "def program(env, overrides=None):"]
+        lines += self._inputs()
         if self.per_call:
             lines += ["    if overrides is None:  # per-call attributes: the values recorded in the graph",
                       "        overrides = NO_OVERRIDES",
@@ -363,7 +365,7 @@ class Driver:
                                   self.updated)
             lines.append("    if shared_or_readonly(env, UPDATED, OTHERS):  # another input views one of them: "
                          "update copies instead")
-            lines += [f"        {names[t]} = {names[t]}.copy()" for t in self.updated]
+            lines += _copies([names[t] for t in self.updated], "        ")
         if self.buffers:
             lines += ["    try:  # a buffer set no other call is using",
                       "        bufs = POOL.pop()",
@@ -381,15 +383,46 @@ class Driver:
             lines.append(f"    {code:<{pad}}  # {comment}" if comment else f"    {code}")
             if nodes:
                 line_nodes[len(lines)] = nodes
+            if dead.get(j):      # (one `del` with the step's own temporaries)
+                if cleanup and cleanup[-1].startswith("del "):
+                    cleanup = cleanup[:-1] + [f"{cleanup[-1]}, {', '.join(dead[j])}"]
+                else:
+                    cleanup = cleanup + [f"del {', '.join(dead[j])}"]
             lines += [f"    {c}" for c in cleanup]
-            if dead.get(j):
-                lines.append(f"    del {', '.join(dead[j])}")
         if self.buffers:
             lines.append("    POOL.append(bufs)")
         outs = ", ".join(names[v.name] for v in g.outputs)
         muts = ", ".join(f"({t!r}, {names[v.name]})" for t, v in g.mutations)
         lines.append(f"    return [{outs}], [{muts}]")
         return "\n".join(lines) + "\n", self._globals(), line_nodes
+
+    def _inputs(self):
+        """The lines reading the inputs from env: one unpacking of INPUTS(env) (an itemgetter:
+        Python's compile() pays per statement, and a training step has an input per parameter
+        and optimizer state), each name commented with its type; inputs read as floats (numpy backend) one line each."""
+        g, names = self.graph, self.names
+        rows, floats = [], []
+        for kind, v in g.inputs:
+            what = "external" if kind == "external" else "argument"
+            if v.name in self.float_inputs:
+                floats.append((f"{names[v.name]} = float(env[{v.name!r}])", f"{v.type_str()} {what}, as a float"))
+            else:
+                rows.append((names[v.name], f"{v.type_str()} {what}"))
+        lines = ["    # inputs" + (" (INPUTS: env's values in this order)" if len(rows) > 1 else "")]
+        if len(rows) == 1:
+            floats.insert(0, (f"{rows[0][0]} = env[{self._read[0]!r}]", rows[0][1]))
+        elif rows:
+            pad = min(max(len(n) for n, _ in rows) + 1, 88)
+            lines.append(f"    ({rows[0][0] + ',':<{pad}}  # {rows[0][1]}")
+            lines += [f"     {n + ',':<{pad}}  # {c}" for n, c in rows[1:]]
+            lines.append("    ) = INPUTS(env)")
+        pad = min(max([len(c) for c, _ in floats] + [0]), 88)
+        return lines + [f"    {c:<{pad}}  # {cm}" for c, cm in floats]
+
+    @property
+    def _read(self):
+        """Names of the inputs read through INPUTS (all but the float inputs), in order."""
+        return [v.name for _, v in self.graph.inputs if v.name not in self.float_inputs]
 
     def _globals(self):
         g, b = self.graph, self.binding
@@ -401,6 +434,8 @@ class Driver:
                  "FIXED": frozenset(fixed), "UPDATED": tuple(self.updated),
                  "OTHERS": tuple(v.name for _, v in g.inputs if v.name not in updated),
                  "check_fixed": lambda overrides: _check_fixed(backend, fixed, overrides)}
+        if len(self._read) > 1:
+            globs["INPUTS"] = operator.itemgetter(*self._read)
         for name, x in self.consts.items():
             globs[name] = b.to_device(x) if b.to_device is not None and isinstance(x, np.ndarray) else x
         globs.update(self.globs)

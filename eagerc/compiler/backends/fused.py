@@ -223,14 +223,18 @@ def driver(graph, plan, binding, language, inplace=True):
     view_of = drv.use_buffers(memory)
     contiguous = set()       # values made by kernels: contiguous, recorded dtype
     # each array's pointer is taken once per call (ptr() is the costliest part of a kernel line:
-    # ~0.3 us, and an optimizer's kernels read lr, betas and eps again for every parameter):
-    # (value, dtype) -> (its array's local, its pointer's local, whether the array is a temp)
+    # ~0.3 us, and an optimizer's kernels read lr, betas and eps again for every parameter): a
+    # pointer passed more than once (a later kernel reads the array, or an in-place output
+    # passes its input's again) gets a local, the others are taken inline in the call.
+    # (value, dtype) -> (its array's local, its pointer's local or inline expression, whether
+    # the array is a temporary to `del` after its last read)
     held = {}
-    held_ptrs = {}           # pointer local -> how many `held` entries use it (in-place outputs share one)
     last_read = {(b.name, b.dtype): j for j, (_, _, k) in enumerate(plan) for b in k.inputs}
     kernel_index = {start: j for j, (start, _, _) in enumerate(plan)}
 
-    def pointer(arr, code):
+    def pointer(arr, code, keep):
+        if not keep:
+            return f"ptr({arr})"
         p = names.add(f"_p{len(names.map)}")
         code.append(f"{p} = ptr({arr})")
         return p
@@ -246,45 +250,53 @@ def driver(graph, plan, binding, language, inplace=True):
             continue
         members, k = starts[i]
         j = kernel_index[i]
-        code, ptrs, temps, loaded = [], [], [], []
-        for b in k.inputs:
-            key = (b.name, b.dtype)
+        code, temps = [], []
+        keys = [(b.name, b.dtype) for b in k.inputs]
+        passes = {}
+        for key in keys:
+            passes[key] = passes.get(key, 0) + 1
+        into = {}            # input slot -> the in-place output whose array it is
+        for o, s in k.inplace.items():
+            passes[keys[s]] += 1 + (last_read.get((k.outputs[o].name, k.outputs[o].dtype), -1) > j)
+            into[s] = k.outputs[o]
+        arrays, ptrs = [], []
+        for s, (b, key) in enumerate(zip(k.inputs, keys)):
             if key not in held:
                 if b.name in contiguous:
-                    held[key] = (names[b.name], pointer(names[b.name], code), False)
+                    arr, temp = names[b.name], False
+                elif s in into and into[s].dtype == b.dtype:
+                    # the converted array is the in-place output's own (its value from here on)
+                    arr, temp = names[into[s].name], False
+                    code.append(f"{arr} = asarray({names[b.name]}, {np_type(b.dtype)}, order='C')")
                 else:
-                    tmp = names.add("_c" + str(len(loaded)))
-                    code.append(f"{tmp} = asarray({names[b.name]}, {np_type(b.dtype)}, order='C')")
-                    held[key] = (tmp, pointer(tmp, code), True)
-                held_ptrs[held[key][1]] = held_ptrs.get(held[key][1], 0) + 1
-            arr, p, temp = held[key]
-            loaded.append(arr)
+                    arr, temp = names.add("_c" + str(s)), True
+                    code.append(f"{arr} = asarray({names[b.name]}, {np_type(b.dtype)}, order='C')")
+                held[key] = (arr, pointer(arr, code, passes[key] > 1 or last_read[key] > j), temp)
+            arr, p, _ = held[key]
+            arrays.append(arr)
             ptrs.append(p)
-        for key in dict.fromkeys((b.name, b.dtype) for b in k.inputs):   # (in order: deterministic source)
+        for key in dict.fromkeys(keys):   # (in order: deterministic source)
             if last_read[key] == j:
-                arr, p, temp = held.pop(key)
-                held_ptrs[p] -= 1
-                temps += [arr, p] if temp else [p]
+                arr, _, temp = held.pop(key)
+                if temp:
+                    temps.append(arr)
         for o, b in enumerate(k.outputs):
+            later = last_read.get((b.name, b.dtype), -1) > j
             if o in k.inplace:
-                code.append(f"{names[b.name]} = {loaded[k.inplace[o]]}")
+                if arrays[k.inplace[o]] != names[b.name]:
+                    code.append(f"{names[b.name]} = {arrays[k.inplace[o]]}")
                 p = ptrs[k.inplace[o]]
             else:
                 if b.name in view_of:
                     code.append(f"{names[b.name]} = {view_of[b.name]}")
                 else:
                     code.append(f"{names[b.name]} = A_empty({literal(tuple(b.shape))}, {np_type(b.dtype)})")
-                p = pointer(names[b.name], code)
+                p = pointer(names[b.name], code, later)
             ptrs.append(p)
             contiguous.add(b.name)
-            if (b.name, b.dtype) in last_read and last_read[(b.name, b.dtype)] > j:
+            if later:
                 held[(b.name, b.dtype)] = (names[b.name], p, False)
-                held_ptrs[p] = held_ptrs.get(p, 0) + 1
-            elif o not in k.inplace:
-                temps.append(p)
         ptrs += _param_args(k, node_of, drv, code, temps)
-        # an in-place output read later keeps its input's pointer
-        temps = [t for t in dict.fromkeys(temps) if not held_ptrs.get(t)]
         drv.step(f"K_{k.name}({', '.join(ptrs)})", f"{k.name}: fused {' '.join(members)}", members,
                  [b.name for b in k.inputs], [b.name for b in k.outputs], setup=code,
                  cleanup=[f"del {', '.join(temps)}"] if temps else ())

@@ -342,23 +342,32 @@ def lower_group(nodes, needed, name="k0"):
     Memoised by the group's structure (`signature`: ops, attributes, shapes, dtypes, constants
     and who reads whom, without the values' names): the 32 identical layers of a transformer
     lower each of their groups once, and the others get a copy of that Kernel with their own
-    value names (`stats["lowered"]` / `stats["shared"]` count them)."""
+    value names (`stats["lowered"]` / `stats["shared"]` count them). A refusal is remembered
+    too (`stats["refused"]`: plan_kernels tries each layer's groups and their prefixes, and the
+    same structure is refused for the same reason), raised again with the first group's reason."""
     sig, names = signature(nodes, needed)
     hit = _memo.get(sig)
     if hit is not None:
-        stats["shared"] += 1
         template, template_names = hit
+        if template is None:
+            stats["refused"] += 1
+            raise Unsupported(template_names)
+        stats["shared"] += 1
         return _renamed(template, dict(zip(template_names, names)), name)
-    k = _lower(nodes, needed, name)
-    stats["lowered"] += 1
     if len(_memo) >= _MEMO_MAX:
         _memo.clear()
+    try:
+        k = _lower(nodes, needed, name)
+    except Unsupported as e:
+        _memo[sig] = (None, str(e))
+        raise
+    stats["lowered"] += 1
     _memo[sig] = (_renamed(k, {}, name), names)     # a private copy: callers may set k.inplace
     return k
 
 
-stats = {"lowered": 0, "shared": 0}    # groups lowered / answered from the memo (this process)
-_memo = {}          # signature -> (Kernel, the value names it was lowered with)
+stats = {"lowered": 0, "shared": 0, "refused": 0}   # groups lowered / from the memo / refused from it
+_memo = {}          # signature -> (Kernel, the value names it was lowered with) or (None, why not)
 _MEMO_MAX = 1 << 14
 
 
