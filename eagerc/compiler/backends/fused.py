@@ -23,7 +23,8 @@ import math
 
 from ...runtime.ops import OPS
 from ...runtime.kernels.ir import DTYPES, contiguous_strides
-from ..kernels.lower import DECOMPOSED, LOWERABLE, RANDOM, REDUCIBLE, Unsupported, index_space, lower_group
+from ..kernels.lower import (DECOMPOSED, LOWERABLE, RANDOM, REDUCIBLE, Unsupported, index_space, lower_group,
+                             walk_group)
 from ..passes import CLEANUP, cse, dce, fusion, schedule, simplify
 from ..passes.decompose import decompose, decomposable
 from ..passes.epilogue import bias_epilogues
@@ -32,7 +33,7 @@ from ..passes.memplan import BUFFER, FRESH, NONE, alias_ends, memplan, returned
 from ..passes.util import numel
 from .driver import Driver, literal, np_type, where
 
-__all__ = ["PIPELINE", "SINGLETON_MIN", "fusible", "plan_kernels", "uses_float16", "driver"]
+__all__ = ["PIPELINE", "SINGLETON_MIN", "fusible", "plan_kernels", "uses_float16", "set_inplace", "driver"]
 
 SINGLETON_MIN = 1 << 16     # a lone op is worth a kernel (threads) only when this large
 # composite ops whose lowering is their decomposition into a row kernel (softmax, layer_norm,
@@ -91,8 +92,26 @@ def plan_kernels(graph, singleton_min=SINGLETON_MIN, float16=True):
     groups.sort(key=lambda g: index[g[0]])
     plan = []
 
-    def needed(ms):
-        return {m for m in ms if m in escaping or readers.get(m, set()) - ms}
+    def outside_reads(nodes):
+        """For each of `nodes`: True when the value escapes or a node outside `nodes` reads it,
+        else the position of its last reader among `nodes` (-1: none). Its prefix nodes[:cut]
+        must store it when True or >= cut: one pass serves every prefix tried."""
+        pos = {n.out.name: i for i, n in enumerate(nodes)}
+        out = []
+        for n in nodes:
+            m = n.out.name
+            if m in escaping:
+                out.append(True)
+                continue
+            last = -1
+            for r in readers.get(m, ()):
+                i = pos.get(r)
+                if i is None:
+                    last = True
+                    break
+                last = max(last, i)
+            out.append(last)
+        return out
 
     for g in groups:
         idx = [index.get(m) for m in g]
@@ -101,11 +120,12 @@ def plan_kernels(graph, singleton_min=SINGLETON_MIN, float16=True):
         nodes = [graph.nodes[i] for i in idx]
         while nodes:
             # the longest prefix that lowers becomes a kernel; the rest is tried again
+            walk, reads = walk_group(nodes), outside_reads(nodes)
             for cut in range(len(nodes), 0, -1):
                 part = nodes[:cut]
-                members = {n.out.name for n in part}
+                needed = {n.out.name for n, r in zip(part, reads) if r is True or r >= cut}
                 try:
-                    k = lower_group(part, needed(members), f"k{len(plan)}")
+                    k = lower_group(part, needed, f"k{len(plan)}", walk)
                 except Unsupported:
                     continue
                 if not float16 and uses_float16(k):
@@ -186,9 +206,22 @@ def _writes(plan, fused):
     return writes
 
 
-def driver(graph, plan, binding, language, inplace=True):
+def set_inplace(graph, plan, inplace=True):
+    """Decide which kernel outputs are written into their mutation target's array (each
+    Kernel's `inplace`, part of what its C function computes: `functions` reads it) and return
+    `alias_ends(graph)` for `driver`. Apart from `driver`, so that a backend can render its
+    kernels and start their compiler before it builds the driver."""
+    ends = alias_ends(graph)
+    targets = _inplace_targets(graph, plan, ends) if inplace else {}
+    for k in (k for _, _, k in plan):
+        k.inplace = targets.get(k.name, {})
+    return ends
+
+
+def driver(graph, plan, binding, language, ends):
     """The Driver of the program that runs `plan` ([(first node index, member names, Kernel)])
-    over `graph`; the backend binds each kernel as global K_<name>, then loads it.
+    over `graph`, after `set_inplace` (`ends`: what it returned); the backend binds each kernel
+    as global K_<name>, then loads it.
 
     Kernel outputs go where memplan puts them, each kernel one unit: (1) for a mutation whose
     target the kernel reads elementwise: into the target's own array (`inplace`; the
@@ -201,10 +234,6 @@ def driver(graph, plan, binding, language, inplace=True):
     starts = {start: (members, k) for start, members, k in plan}
     node_of = {n.out.name: n for n in graph.nodes}
     fused = {m for _, members, _ in plan for m in members}
-    ends = alias_ends(graph)
-    targets = _inplace_targets(graph, plan, ends) if inplace else {}
-    for k in (k for _, _, k in plan):
-        k.inplace = targets.get(k.name, {})
     targets_of = {}
     for t, v in graph.mutations:
         targets_of.setdefault(v.name, []).append(t)
