@@ -250,6 +250,7 @@ class Driver:
         self.steps = []         # (setup lines, (code, comment, node names), cleanup lines, reads, defines)
         self.buffers = []       # [(local name or None, source line)]: allocating one buffer set
         self.buffer_note = ""
+        self.bound = set()      # values named by a buffer's local (`bind`): never `del`ed
         self.updated = []       # input names written in place
         self.float_inputs = ()  # input names read as Python floats (numpy backend's scalars.py)
         self.globs = {}
@@ -287,10 +288,11 @@ class Driver:
         expr = f"{k}({', '.join(args)})"
         return expr if n.out.shape else f"asarray({expr})"   # kernels may return numpy scalars for 0-d
 
-    def use_buffers(self, memory):
+    def use_buffers(self, memory, pointers=False):
         """Allocate the buffers of a memory plan (passes/memplan.py) once per buffer set -- one
         array per buffer, or a flat one and a view of it per shape it holds -- and return
-        {value name: the local name of its array or view}, in first-use order."""
+        {value name: the local name of its array or view}, in first-use order. `pointers`: each
+        array's or view's data pointer too, as local `<name>_p` (taken once per buffer set)."""
         values = {n.out.name: n.out for n in self.graph.nodes}
         views, view_of = {}, {}   # (buffer id, shape) -> local name
         for name, b in memory.buffer.items():
@@ -314,7 +316,18 @@ class Driver:
             src = f"{raw[b]}[:{math.prod(shape)}].reshape({literal(shape)})" if b in raw else \
                 f"A_empty({literal(shape)}, {np_type(dtype)})"
             self.buffers.append((view, f"{view} = {src}"))
+        if pointers:
+            self.buffers += [(f"{view}_p", f"{view}_p = ptr({view})") for view in views.values()]
         return view_of
+
+    def bind(self, name, local):
+        """Name value `name` by `local`, a buffer's array that outlives it (no alias line, no
+        `del`); False when the value already has a name."""
+        if name in self.names.map:
+            return False
+        self.names.map[name] = local
+        self.bound.add(name)
+        return True
 
     def step(self, code, comment, nodes, reads, defines, setup=(), cleanup=()):
         """One unit of the program: `code` computes `nodes` (output names; commented), after the
@@ -334,7 +347,7 @@ class Driver:
             last.setdefault(v.name, -1)
         dead = {}
         for v, j in last.items():
-            if v not in kept:
+            if v not in kept and v not in self.bound:
                 dead.setdefault(j, []).append(self.names[v])
         return dead
 

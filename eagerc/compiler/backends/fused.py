@@ -249,7 +249,7 @@ def driver(graph, plan, binding, language, ends):
             count += 1
     memory = memplan(graph, _writes(plan, fused), units=unit_of, takes={
         k.outputs[o].name: k.inputs[s].name for _, _, k in plan for o, s in k.inplace.items()}, ends=ends).memory_plan
-    view_of = drv.use_buffers(memory)
+    view_of = drv.use_buffers(memory, pointers=True)
     contiguous = set()       # values made by kernels: contiguous, recorded dtype
     # each array's pointer is taken once per call (ptr() is the costliest part of a kernel line:
     # ~0.3 us, and an optimizer's kernels read lr, betas and eps again for every parameter): a
@@ -315,6 +315,8 @@ def driver(graph, plan, binding, language, ends):
                 if arrays[k.inplace[o]] != names[b.name]:
                     code.append(f"{names[b.name]} = {arrays[k.inplace[o]]}")
                 p = ptrs[k.inplace[o]]
+            elif b.name in view_of and drv.bind(b.name, view_of[b.name]):
+                p = f"{view_of[b.name]}_p"      # the buffer's array, its pointer taken per buffer set
             else:
                 if b.name in view_of:
                     code.append(f"{names[b.name]} = {view_of[b.name]}")
