@@ -128,10 +128,14 @@ class CBackend:
                              str(e).splitlines()[0])
                 kernel_cache.notice("backend 'c'", f"the C compiler failed ({first[:200]})", "the numpy backend")
                 return NumpyBackend().compile(graph)
+        bound = {}      # C function name -> its ctypes function, argument types set once
         for k in kernels:
-            f = getattr(libs[name_of[k.name]], name_of[k.name])
-            f.argtypes = [ctypes.c_void_p] * (len(k.inputs) + len(k.outputs)) + [ctypes.c_uint64] * len(k.params)
-            f.restype = None
+            name = name_of[k.name]
+            f = bound.get(name)
+            if f is None:
+                f = bound[name] = getattr(libs[name], name)
+                f.argtypes = [ctypes.c_void_p] * (len(k.inputs) + len(k.outputs)) + [ctypes.c_uint64] * len(k.params)
+                f.restype = None
             program.__globals__["K_" + k.name] = f
         program.c_source = _assemble([u for _, u in units])
         program.kernels = kernels

@@ -12,8 +12,12 @@ ops' kernels; they differ only in the kernels' language and device (`Binding`):
    least `singleton_min` elements -- is lowered to a Kernel (compiler/kernels/lower.py); a
    group that does not lower as a whole gives its longest lowerable prefix, and the rest is
    tried again.
-3. `driver`: the Python driver (driver.py) calling kernel K_<name> with data pointers per
-   group, the op's kernel for other nodes. Where kernel outputs go is passes/memplan.py's
+3. `set_inplace`, then `driver`: which kernel outputs overwrite their mutation target (part
+   of each kernel's C function, so decided first: backend c starts its C compiler before it
+   builds the driver); the Python driver (driver.py) calling kernel K_<name> with data
+   pointers per group -- a pointer passed once taken inline, one passed again (a later kernel,
+   an in-place output) kept in a local, a reused buffer's taken once per buffer set -- and
+   the op's kernel for other nodes. Where kernel outputs go is passes/memplan.py's
    plan (each kernel one unit, fed by `_writes`): into the arrays of the mutation targets
    they update (optimizer steps, in place: `_inplace_targets` says which a kernel can),
    into buffers reused by every call (values that stay inside the program), or into fresh
