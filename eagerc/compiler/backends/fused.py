@@ -80,10 +80,6 @@ def plan_kernels(graph, singleton_min=SINGLETON_MIN, float16=True):
     """[(first node index, member names, Kernel)] for the groups that lower, in graph order.
     float16=False: groups computing float16 values are left to numpy."""
     index = {n.out.name: i for i, n in enumerate(graph.nodes)}
-    readers = {}
-    for n in graph.nodes:
-        for v in n.input_values():
-            readers.setdefault(v.name, set()).add(n.out.name)
     escaping = {v.name for v in graph.outputs} | {v.name for _, v in graph.mutations}
     groups = [list(g) for g in graph.fusion_groups or ()]
     grouped = {m for g in groups for m in g}
@@ -93,7 +89,14 @@ def plan_kernels(graph, singleton_min=SINGLETON_MIN, float16=True):
         size = numel(index_space([n])) if all(hasattr(x, "shape") for x in n.input_values()) else None
         if size is not None and size >= singleton_min:
             groups.append([n.out.name])
+            grouped.add(n.out.name)
     groups.sort(key=lambda g: index[g[0]])
+    readers = {}             # member of a group -> the nodes reading it
+    for n in graph.nodes:
+        for x in n.inputs:
+            name = getattr(x, "name", None)
+            if name in grouped:
+                readers.setdefault(name, []).append(n.out.name)
     plan = []
 
     def outside_reads(nodes):
