@@ -4,10 +4,11 @@ Every generated backend makes the same kind of program -- `program(env, override
 (outputs, mutations)` -- that reads its inputs (one unpacking of `INPUTS(env)`), checks the
 per-call attributes, takes a buffer set from a pool, runs one line per node (or per fused
 kernel), `del`s each value after its last use and returns. Python's `compile()` of the
-program pays per statement (a 32-layer GPT training step's driver: ~13k lines, ~0.15 s), so
-the emitter spends none on bookkeeping: the inputs (and their copies when one views
-another) are one statement each, values are named on first use, a kernel output kept in a
-reused buffer is named by the buffer's local (`bind`), not copied to a name of its own. The backends differ only in what a line calls, so they
+program pays per statement (a 32-layer GPT training step's driver: ~12.6k lines, ~0.15 s), so
+the emitter spends none on bookkeeping: the inputs are one statement (their update copies,
+when one views another, one more: `copied(env, UPDATED)` before it), values are named on
+first use, numpy types are globals (`A_float32`), a kernel output kept in a reused buffer is
+named by the buffer's local (`bind`), not copied to a name of its own. The backends differ only in what a line calls, so they
 share this emitter and hand it their lines (`Driver.step`):
 
 - numpy: direct ufunc calls and the ops' numpy kernels (`k_linear = OPS['linear'].cpu`);
@@ -146,6 +147,12 @@ def shared_or_readonly(env, targets, others=None):
     return False
 
 
+def _copied(env, targets):
+    """`env` with a copy of each of `targets`' arrays (an update the program must not make in
+    the caller's array: `shared_or_readonly`)."""
+    return {**env, **{t: env[t].copy() for t in targets}}
+
+
 def _per_call(overrides, name, **recorded):
     """A node's per-call attributes: those recorded in the graph, updated from `overrides`."""
     o = overrides.get(name)
@@ -171,7 +178,7 @@ def _check_fixed(backend, fixed, overrides):
 
 _RESERVED = {"np", "cp", "env", "overrides", "bufs", "POOL", "OPS", "asarray", "alloc_buffers", "program",
              "msqrt", "fsqrt", "fpow", "fdiv", "c_rhs", "A_empty", "ptr", "A_u64",
-             "NO_OVERRIDES", "FIXED", "INPUTS", "per_call", "check_fixed", "UPDATED", "OTHERS", "shared_or_readonly",
+             "NO_OVERRIDES", "FIXED", "INPUTS", "per_call", "check_fixed", "UPDATED", "OTHERS", "shared_or_readonly", "copied",
              *dir(builtins)}
 
 
@@ -221,14 +228,6 @@ def wrap_comment(head, items, width=100):
     return lines
 
 
-def _copies(names, indent, per_line=8):
-    """`(a, b, ...) = [x.copy() for x in (a, b, ...)]`, `per_line` names a line: one statement
-    (Python's compile() pays per statement)."""
-    rows = [", ".join(names[i:i + per_line]) + "," for i in range(0, len(names), per_line)]
-    return ([f"{indent}({rows[0]}"] + [f"{indent} {r}" for r in rows[1:]] + [f"{indent}) = [x.copy() for x in ("]
-            + [f"{indent}    {r}" for r in rows] + [f"{indent})]"])
-
-
 def where(node):
     """The comment of a node's line: the user's file:line and module path, else its type."""
     parts = [x for x in (node.loc, f"({node.module})" if node.module else None) if x]
@@ -266,6 +265,17 @@ class Driver:
             return lit
         g = f"A_{len(self.consts)}"
         self.consts[g] = x
+        return g
+
+    def dtype(self, dtype):
+        """Source of numpy type `dtype` for the lines: a global A_<name> (fewer tokens for
+        Python's compile() than `np.float32`, one lookup per call), np_type's for bfloat16."""
+        name = np.dtype(dtype).name
+        if name == "bfloat16":
+            return np_type(dtype)
+        g = "A_" + name
+        if g not in self.globs:
+            self.globs[g] = np.dtype(dtype).type
         return g
 
     def arg(self, x):
@@ -368,6 +378,12 @@ class Driver:
             lines += [f"    {src}" for _, src in self.buffers]
             lines.append(f"    return ({', '.join(bufnames)}{',' if len(bufnames) == 1 else ''})")
         lines += ["", "", "def program(env, overrides=None):"]
+        if self.updated:
+            lines += wrap_comment("    # updated in place (the write-back after the run then has nothing to copy): ",
+                                  self.updated)
+            lines.append("    if shared_or_readonly(env, UPDATED, OTHERS):  # another input views one of them: "
+                         "update copies instead")
+            lines.append("        env = copied(env, UPDATED)")
         lines += self._inputs()
         if self.per_call:
             lines += ["    if overrides is None:  # per-call attributes: the values recorded in the graph",
@@ -377,12 +393,6 @@ class Driver:
         else:
             lines += ["    if overrides and not FIXED.isdisjoint(overrides):",
                       "        check_fixed(overrides)"]
-        if self.updated:
-            lines += wrap_comment("    # updated in place (the write-back after the run then has nothing to copy): ",
-                                  self.updated)
-            lines.append("    if shared_or_readonly(env, UPDATED, OTHERS):  # another input views one of them: "
-                         "update copies instead")
-            lines += _copies([names[t] for t in self.updated], "        ")
         if self.buffers:
             lines += ["    try:  # a buffer set no other call is using",
                       "        bufs = POOL.pop()",
@@ -447,7 +457,7 @@ class Driver:
         updated = set(self.updated)
         backend = b.backend.replace("_backend", "")
         globs = {**b.globs, "OPS": OPS, "POOL": [], "__name__": f"eagerc_compiled_{backend}",
-                 "NO_OVERRIDES": {}, "per_call": _per_call, "shared_or_readonly": shared_or_readonly,
+                 "NO_OVERRIDES": {}, "per_call": _per_call, "shared_or_readonly": shared_or_readonly, "copied": _copied,
                  "FIXED": frozenset(fixed), "UPDATED": tuple(self.updated),
                  "OTHERS": tuple(v.name for _, v in g.inputs if v.name not in updated),
                  "check_fixed": lambda overrides: _check_fixed(backend, fixed, overrides)}

@@ -35,7 +35,7 @@ from ..passes.epilogue import bias_epilogues
 from ..passes.layout import layout
 from ..passes.memplan import BUFFER, FRESH, NONE, alias_ends, memplan, returned
 from ..passes.util import numel
-from .driver import Driver, literal, np_type, where
+from .driver import Driver, literal, where
 
 __all__ = ["PIPELINE", "SINGLETON_MIN", "fusible", "plan_kernels", "uses_float16", "set_inplace", "driver"]
 
@@ -303,10 +303,10 @@ def driver(graph, plan, binding, language, ends):
                 elif s in into and into[s].dtype == b.dtype:
                     # the converted array is the in-place output's own (its value from here on)
                     arr, temp = names[into[s].name], False
-                    code.append(f"{arr} = asarray({names[b.name]}, {np_type(b.dtype)}, order='C')")
+                    code.append(f"{arr} = asarray({names[b.name]}, {drv.dtype(b.dtype)}, 'C')")
                 else:
                     arr, temp = names.add("_c" + str(s)), True
-                    code.append(f"{arr} = asarray({names[b.name]}, {np_type(b.dtype)}, order='C')")
+                    code.append(f"{arr} = asarray({names[b.name]}, {drv.dtype(b.dtype)}, 'C')")
                 held[key] = (arr, pointer(arr, code, passes[key] > 1 or last_read[key] > j), temp)
             arr, p, _ = held[key]
             arrays.append(arr)
@@ -328,7 +328,7 @@ def driver(graph, plan, binding, language, ends):
                 if b.name in view_of:
                     code.append(f"{names[b.name]} = {view_of[b.name]}")
                 else:
-                    code.append(f"{names[b.name]} = A_empty({literal(tuple(b.shape))}, {np_type(b.dtype)})")
+                    code.append(f"{names[b.name]} = A_empty({literal(tuple(b.shape))}, {drv.dtype(b.dtype)})")
                 p = pointer(names[b.name], code, later)
             ptrs.append(p)
             contiguous.add(b.name)
