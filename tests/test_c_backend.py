@@ -293,6 +293,10 @@ def test_optimizer_updates_are_written_in_place_and_buffers_reused():
                 getattr(e.program, "kernels", None)]
     assert any(k.inplace for p in programs for k in p.kernels)
     assert any("alloc_buffers" in p.source for p in programs)
+    # a kernel writing into a reused buffer passes the buffer's pointer, taken once per buffer
+    # set (alloc_buffers), and the buffer's local names its value (no copy to another name)
+    src = next(p.source for p in programs if "alloc_buffers" in p.source)
+    assert "    buf0_p = ptr(buf0)" in src and "buf0_p" in src.split("def program")[1]
     for (n, p), q in zip(eager.named_parameters(), comp.parameters()):
         np.testing.assert_allclose(q.numpy(force=True), p.numpy(force=True), rtol=1e-9, atol=1e-12, err_msg=n)
 

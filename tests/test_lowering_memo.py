@@ -96,3 +96,42 @@ def test_shared_lowering_computes_the_blocks(monkeypatch, tmp_path):
     env = {f"arg{i}": a for i, a in enumerate(arrays)}
     got = program(env)[0][0]
     np.testing.assert_allclose(got, _reference(*arrays), rtol=1e-10, atol=1e-12)
+
+
+def test_one_walk_gives_every_prefix_signature():
+    # plan_kernels walks a group once (lower.walk_group) and tries its prefixes with it: each
+    # prefix's signature must be exactly the one a walk of that prefix alone gives
+    graph, _ = _graph(2)
+    readers = {}
+    for n in graph.nodes:
+        for x in n.input_values():
+            readers.setdefault(x.name, set()).add(n.out.name)
+    index = {n.out.name: i for i, n in enumerate(graph.nodes)}
+    groups = [[graph.nodes[index[m]] for m in g] for g in graph.fusion_groups if len(g) > 2]
+    assert groups
+    for nodes in groups:
+        walk = lower.walk_group(nodes)
+        for cut in range(1, len(nodes) + 1):
+            part = nodes[:cut]
+            members = {n.out.name for n in part}
+            needed = {m for m in members if readers.get(m, set()) - members}
+            assert lower.signature(part, needed, walk) == lower.signature(part, needed)
+
+
+def test_a_refused_structure_is_refused_again_from_the_memo(monkeypatch):
+    # a group that does not lower is remembered by its structure: the second one raises too,
+    # without lowering (stats["refused"]), with the first one's reason
+    monkeypatch.setattr(lower, "_memo", {})
+    from eagerc.runtime.ir import Node, Value
+    def group(suffix):
+        x = Value("x" + suffix, (4, 8), "float32")
+        s = Node("sum", [x], {"dim": 0, "keepdim": True}, Value("s" + suffix, (1, 8), "float32"))
+        e = Node("exp", [s.out], {}, Value("e" + suffix, (1, 8), "float32"))
+        return [s, e]
+    with pytest.raises(lower.Unsupported) as first:
+        lower.lower_group(group("a"), {"ea"})
+    before = dict(lower.stats)
+    with pytest.raises(lower.Unsupported) as second:
+        lower.lower_group(group("b"), {"eb"})
+    assert lower.stats["refused"] == before["refused"] + 1 and lower.stats["lowered"] == before["lowered"]
+    assert str(second.value) == str(first.value)

@@ -265,7 +265,8 @@ def test_source_reads_like_a_program():
     lines = src.splitlines()
     assert lines[0] == "# Constructed by numpy_backend"
     assert "def program(env, overrides=None):" in src
-    assert "    arg0 = env['arg0']" in src and "f32[4,3] argument" in src   # the inputs, listed
+    # the inputs, listed with their types, read from env in one unpacking
+    assert "    (arg0," in src and "f32[4,3] argument" in src and "    ) = INPUTS(env)" in src
     for n in graph.nodes:   # one line per node, with the user's line in its comment
         line = next(ln for ln in lines if ln.lstrip().startswith(n.out.name + " = "))
         assert line.rstrip().split("# ")[-1].startswith("test_numpy_backend.py:")
@@ -296,7 +297,8 @@ def test_literals_and_odd_names():
     g = Graph([("arg", x), ("external", v)], nodes, [nodes[2].out, nodes[3].out])
     program = build_program(g)
     assert "float('nan')" in program.source and "-float('inf')" in program.source
-    assert "v_np = " in program.source and "layers_0_weight = env['layers.0.weight']" in program.source
+    assert "v_np = " in program.source and "     layers_0_weight,  " in program.source
+    assert program.__globals__["INPUTS"]({"x": 1, "layers.0.weight": 2}) == (1, 2)
     env = {"x": np.array([1.0, -2.0, 3.0]), "layers.0.weight": np.array([0.5, 0.5, -5.0])}
     a, b = program(env)[0], run_graph(g, env)[0]
     for p, q in zip(a, b):

@@ -10,8 +10,8 @@ backend "cuda"); this module only binds them to the CPU:
    (`functions`: `k_<hash of its text>`, so identical layers share functions, and so do
    graphs and processes); runtime/kernel_cache.py finds each function in its disk cache
    (keyed by source + compiler version + flags) or compiles the missing ones together, a
-   few translation units side by side, and loads them with ctypes -- while Python renders and
-   compiles the driver (fused.driver), which calls them with data pointers as `K_<kernel>`
+   few translation units side by side, and loads them with ctypes -- while Python builds,
+   renders and compiles the driver (fused.driver), which calls them with data pointers as `K_<kernel>`
    (bound once they are loaded), and the other nodes' numpy kernels (matmul and convolution
    stay on BLAS through numpy).
 
@@ -32,7 +32,7 @@ from ...runtime import kernel_cache, threads
 from ...runtime.kernels.render import CRenderer
 from . import register_backend
 from .driver import Binding
-from .fused import PIPELINE, SINGLETON_MIN, driver, plan_kernels, uses_float16
+from .fused import PIPELINE, SINGLETON_MIN, driver, plan_kernels, set_inplace, uses_float16
 from .numpy_backend import NumpyBackend
 
 __all__ = ["CBackend", "functions"]
@@ -108,14 +108,16 @@ class CBackend:
             program.kernels = []
             return program
         kernels = [k for _, _, k in plan]
-        drv = driver(graph, plan, C, "C")      # decides which outputs are written in place
+        ends = set_inplace(graph, plan)        # which outputs are written in place: part of the C
         name_of, units = functions(kernels)
-        drv.notes.append(f"# {len(units)} distinct C function{'s' if len(units) != 1 else ''}: K_<kernel> "
-                         "is the function named in `functions` (C source: .c_source)")
-        # the C compiler runs (in its own processes, waited for on a thread) while Python renders
-        # and compiles the driver, which reads its K_<kernel> globals only when it runs
+        # the C compiler runs (in its own processes, waited for on a thread) as soon as the kernels
+        # are rendered, while Python builds, renders and compiles the driver, which reads its
+        # K_<kernel> globals only when it runs
         with ThreadPoolExecutor(1) as pool:
             building = pool.submit(kernel_cache.load_functions, units, _assemble, chunk=CHUNK)
+            drv = driver(graph, plan, C, "C", ends)
+            drv.notes.append(f"# {len(units)} distinct C function{'s' if len(units) != 1 else ''}: K_<kernel> "
+                             "is the function named in `functions` (C source: .c_source)")
             program = drv.load("c-")
             try:
                 libs = building.result()
@@ -126,10 +128,14 @@ class CBackend:
                              str(e).splitlines()[0])
                 kernel_cache.notice("backend 'c'", f"the C compiler failed ({first[:200]})", "the numpy backend")
                 return NumpyBackend().compile(graph)
+        bound = {}      # C function name -> its ctypes function, argument types set once
         for k in kernels:
-            f = getattr(libs[name_of[k.name]], name_of[k.name])
-            f.argtypes = [ctypes.c_void_p] * (len(k.inputs) + len(k.outputs)) + [ctypes.c_uint64] * len(k.params)
-            f.restype = None
+            name = name_of[k.name]
+            f = bound.get(name)
+            if f is None:
+                f = bound[name] = getattr(libs[name], name)
+                f.argtypes = [ctypes.c_void_p] * (len(k.inputs) + len(k.outputs)) + [ctypes.c_uint64] * len(k.params)
+                f.restype = None
             program.__globals__["K_" + k.name] = f
         program.c_source = _assemble([u for _, u in units])
         program.kernels = kernels

@@ -24,7 +24,7 @@ import numpy as np
 
 from . import register_backend
 from .driver import Binding
-from .fused import PIPELINE, SINGLETON_MIN, driver, plan_kernels
+from .fused import PIPELINE, SINGLETON_MIN, driver, plan_kernels, set_inplace
 from ..kernels.cuda_render import launch_config, render_cuda
 
 __all__ = ["CudaBackend", "import_cupy"]
@@ -67,7 +67,7 @@ class CudaBackend:
         binding = Binding("cuda_backend", kernel="OPS[{op!r}].kernel(cp)", to_device=cp.asarray,
                           globs={"cp": cp, "asarray": cp.asarray, "A_empty": cp.empty, "ptr": lambda a: a,
                                  "A_u64": np.uint64})
-        drv = driver(graph, plan, binding, "CUDA", inplace=False)
+        drv = driver(graph, plan, binding, "CUDA", set_inplace(graph, plan, inplace=False))
         cuda_source = render_cuda(kernels) if kernels else ""
         module = None
         if kernels:

@@ -12,8 +12,12 @@ ops' kernels; they differ only in the kernels' language and device (`Binding`):
    least `singleton_min` elements -- is lowered to a Kernel (compiler/kernels/lower.py); a
    group that does not lower as a whole gives its longest lowerable prefix, and the rest is
    tried again.
-3. `driver`: the Python driver (driver.py) calling kernel K_<name> with data pointers per
-   group, the op's kernel for other nodes. Where kernel outputs go is passes/memplan.py's
+3. `set_inplace`, then `driver`: which kernel outputs overwrite their mutation target (part
+   of each kernel's C function, so decided first: backend c starts its C compiler before it
+   builds the driver); the Python driver (driver.py) calling kernel K_<name> with data
+   pointers per group -- a pointer passed once taken inline, one passed again (a later kernel,
+   an in-place output) kept in a local, a reused buffer's taken once per buffer set -- and
+   the op's kernel for other nodes. Where kernel outputs go is passes/memplan.py's
    plan (each kernel one unit, fed by `_writes`): into the arrays of the mutation targets
    they update (optimizer steps, in place: `_inplace_targets` says which a kernel can),
    into buffers reused by every call (values that stay inside the program), or into fresh
@@ -23,16 +27,17 @@ import math
 
 from ...runtime.ops import OPS
 from ...runtime.kernels.ir import DTYPES, contiguous_strides
-from ..kernels.lower import DECOMPOSED, LOWERABLE, RANDOM, REDUCIBLE, Unsupported, index_space, lower_group
+from ..kernels.lower import (DECOMPOSED, LOWERABLE, RANDOM, REDUCIBLE, Unsupported, index_space, lower_group,
+                             walk_group)
 from ..passes import CLEANUP, cse, dce, fusion, schedule, simplify
 from ..passes.decompose import decompose, decomposable
 from ..passes.epilogue import bias_epilogues
 from ..passes.layout import layout
 from ..passes.memplan import BUFFER, FRESH, NONE, alias_ends, memplan, returned
 from ..passes.util import numel
-from .driver import Driver, literal, np_type, where
+from .driver import Driver, literal, where
 
-__all__ = ["PIPELINE", "SINGLETON_MIN", "fusible", "plan_kernels", "uses_float16", "driver"]
+__all__ = ["PIPELINE", "SINGLETON_MIN", "fusible", "plan_kernels", "uses_float16", "set_inplace", "driver"]
 
 SINGLETON_MIN = 1 << 16     # a lone op is worth a kernel (threads) only when this large
 # composite ops whose lowering is their decomposition into a row kernel (softmax, layer_norm,
@@ -75,10 +80,6 @@ def plan_kernels(graph, singleton_min=SINGLETON_MIN, float16=True):
     """[(first node index, member names, Kernel)] for the groups that lower, in graph order.
     float16=False: groups computing float16 values are left to numpy."""
     index = {n.out.name: i for i, n in enumerate(graph.nodes)}
-    readers = {}
-    for n in graph.nodes:
-        for v in n.input_values():
-            readers.setdefault(v.name, set()).add(n.out.name)
     escaping = {v.name for v in graph.outputs} | {v.name for _, v in graph.mutations}
     groups = [list(g) for g in graph.fusion_groups or ()]
     grouped = {m for g in groups for m in g}
@@ -88,11 +89,36 @@ def plan_kernels(graph, singleton_min=SINGLETON_MIN, float16=True):
         size = numel(index_space([n])) if all(hasattr(x, "shape") for x in n.input_values()) else None
         if size is not None and size >= singleton_min:
             groups.append([n.out.name])
+            grouped.add(n.out.name)
     groups.sort(key=lambda g: index[g[0]])
+    readers = {}             # member of a group -> the nodes reading it
+    for n in graph.nodes:
+        for x in n.inputs:
+            name = getattr(x, "name", None)
+            if name in grouped:
+                readers.setdefault(name, []).append(n.out.name)
     plan = []
 
-    def needed(ms):
-        return {m for m in ms if m in escaping or readers.get(m, set()) - ms}
+    def outside_reads(nodes):
+        """For each of `nodes`: True when the value escapes or a node outside `nodes` reads it,
+        else the position of its last reader among `nodes` (-1: none). Its prefix nodes[:cut]
+        must store it when True or >= cut: one pass serves every prefix tried."""
+        pos = {n.out.name: i for i, n in enumerate(nodes)}
+        out = []
+        for n in nodes:
+            m = n.out.name
+            if m in escaping:
+                out.append(True)
+                continue
+            last = -1
+            for r in readers.get(m, ()):
+                i = pos.get(r)
+                if i is None:
+                    last = True
+                    break
+                last = max(last, i)
+            out.append(last)
+        return out
 
     for g in groups:
         idx = [index.get(m) for m in g]
@@ -101,11 +127,12 @@ def plan_kernels(graph, singleton_min=SINGLETON_MIN, float16=True):
         nodes = [graph.nodes[i] for i in idx]
         while nodes:
             # the longest prefix that lowers becomes a kernel; the rest is tried again
+            walk, reads = walk_group(nodes), outside_reads(nodes)
             for cut in range(len(nodes), 0, -1):
                 part = nodes[:cut]
-                members = {n.out.name for n in part}
+                needed = {n.out.name for n, r in zip(part, reads) if r is True or r >= cut}
                 try:
-                    k = lower_group(part, needed(members), f"k{len(plan)}")
+                    k = lower_group(part, needed, f"k{len(plan)}", walk)
                 except Unsupported:
                     continue
                 if not float16 and uses_float16(k):
@@ -186,9 +213,22 @@ def _writes(plan, fused):
     return writes
 
 
-def driver(graph, plan, binding, language, inplace=True):
+def set_inplace(graph, plan, inplace=True):
+    """Decide which kernel outputs are written into their mutation target's array (each
+    Kernel's `inplace`, part of what its C function computes: `functions` reads it) and return
+    `alias_ends(graph)` for `driver`. Apart from `driver`, so that a backend can render its
+    kernels and start their compiler before it builds the driver."""
+    ends = alias_ends(graph)
+    targets = _inplace_targets(graph, plan, ends) if inplace else {}
+    for k in (k for _, _, k in plan):
+        k.inplace = targets.get(k.name, {})
+    return ends
+
+
+def driver(graph, plan, binding, language, ends):
     """The Driver of the program that runs `plan` ([(first node index, member names, Kernel)])
-    over `graph`; the backend binds each kernel as global K_<name>, then loads it.
+    over `graph`, after `set_inplace` (`ends`: what it returned); the backend binds each kernel
+    as global K_<name>, then loads it.
 
     Kernel outputs go where memplan puts them, each kernel one unit: (1) for a mutation whose
     target the kernel reads elementwise: into the target's own array (`inplace`; the
@@ -201,10 +241,6 @@ def driver(graph, plan, binding, language, inplace=True):
     starts = {start: (members, k) for start, members, k in plan}
     node_of = {n.out.name: n for n in graph.nodes}
     fused = {m for _, members, _ in plan for m in members}
-    ends = alias_ends(graph)
-    targets = _inplace_targets(graph, plan, ends) if inplace else {}
-    for k in (k for _, _, k in plan):
-        k.inplace = targets.get(k.name, {})
     targets_of = {}
     for t, v in graph.mutations:
         targets_of.setdefault(v.name, []).append(t)
@@ -220,17 +256,21 @@ def driver(graph, plan, binding, language, inplace=True):
             count += 1
     memory = memplan(graph, _writes(plan, fused), units=unit_of, takes={
         k.outputs[o].name: k.inputs[s].name for _, _, k in plan for o, s in k.inplace.items()}, ends=ends).memory_plan
-    view_of = drv.use_buffers(memory)
+    view_of = drv.use_buffers(memory, pointers=True)
     contiguous = set()       # values made by kernels: contiguous, recorded dtype
     # each array's pointer is taken once per call (ptr() is the costliest part of a kernel line:
-    # ~0.3 us, and an optimizer's kernels read lr, betas and eps again for every parameter):
-    # (value, dtype) -> (its array's local, its pointer's local, whether the array is a temp)
+    # ~0.3 us, and an optimizer's kernels read lr, betas and eps again for every parameter): a
+    # pointer passed more than once (a later kernel reads the array, or an in-place output
+    # passes its input's again) gets a local, the others are taken inline in the call.
+    # (value, dtype) -> (its array's local, its pointer's local or inline expression, whether
+    # the array is a temporary to `del` after its last read)
     held = {}
-    held_ptrs = {}           # pointer local -> how many `held` entries use it (in-place outputs share one)
     last_read = {(b.name, b.dtype): j for j, (_, _, k) in enumerate(plan) for b in k.inputs}
     kernel_index = {start: j for j, (start, _, _) in enumerate(plan)}
 
-    def pointer(arr, code):
+    def pointer(arr, code, keep):
+        if not keep:
+            return f"ptr({arr})"
         p = names.add(f"_p{len(names.map)}")
         code.append(f"{p} = ptr({arr})")
         return p
@@ -246,45 +286,55 @@ def driver(graph, plan, binding, language, inplace=True):
             continue
         members, k = starts[i]
         j = kernel_index[i]
-        code, ptrs, temps, loaded = [], [], [], []
-        for b in k.inputs:
-            key = (b.name, b.dtype)
+        code, temps = [], []
+        keys = [(b.name, b.dtype) for b in k.inputs]
+        passes = {}
+        for key in keys:
+            passes[key] = passes.get(key, 0) + 1
+        into = {}            # input slot -> the in-place output whose array it is
+        for o, s in k.inplace.items():
+            passes[keys[s]] += 1 + (last_read.get((k.outputs[o].name, k.outputs[o].dtype), -1) > j)
+            into[s] = k.outputs[o]
+        arrays, ptrs = [], []
+        for s, (b, key) in enumerate(zip(k.inputs, keys)):
             if key not in held:
                 if b.name in contiguous:
-                    held[key] = (names[b.name], pointer(names[b.name], code), False)
+                    arr, temp = names[b.name], False
+                elif s in into and into[s].dtype == b.dtype:
+                    # the converted array is the in-place output's own (its value from here on)
+                    arr, temp = names[into[s].name], False
+                    code.append(f"{arr} = asarray({names[b.name]}, {drv.dtype(b.dtype)}, 'C')")
                 else:
-                    tmp = names.add("_c" + str(len(loaded)))
-                    code.append(f"{tmp} = asarray({names[b.name]}, {np_type(b.dtype)}, order='C')")
-                    held[key] = (tmp, pointer(tmp, code), True)
-                held_ptrs[held[key][1]] = held_ptrs.get(held[key][1], 0) + 1
-            arr, p, temp = held[key]
-            loaded.append(arr)
+                    arr, temp = names.add("_c" + str(s)), True
+                    code.append(f"{arr} = asarray({names[b.name]}, {drv.dtype(b.dtype)}, 'C')")
+                held[key] = (arr, pointer(arr, code, passes[key] > 1 or last_read[key] > j), temp)
+            arr, p, _ = held[key]
+            arrays.append(arr)
             ptrs.append(p)
-        for key in dict.fromkeys((b.name, b.dtype) for b in k.inputs):   # (in order: deterministic source)
+        for key in dict.fromkeys(keys):   # (in order: deterministic source)
             if last_read[key] == j:
-                arr, p, temp = held.pop(key)
-                held_ptrs[p] -= 1
-                temps += [arr, p] if temp else [p]
+                arr, _, temp = held.pop(key)
+                if temp:
+                    temps.append(arr)
         for o, b in enumerate(k.outputs):
+            later = last_read.get((b.name, b.dtype), -1) > j
             if o in k.inplace:
-                code.append(f"{names[b.name]} = {loaded[k.inplace[o]]}")
+                if arrays[k.inplace[o]] != names[b.name]:
+                    code.append(f"{names[b.name]} = {arrays[k.inplace[o]]}")
                 p = ptrs[k.inplace[o]]
+            elif b.name in view_of and drv.bind(b.name, view_of[b.name]):
+                p = f"{view_of[b.name]}_p"      # the buffer's array, its pointer taken per buffer set
             else:
                 if b.name in view_of:
                     code.append(f"{names[b.name]} = {view_of[b.name]}")
                 else:
-                    code.append(f"{names[b.name]} = A_empty({literal(tuple(b.shape))}, {np_type(b.dtype)})")
-                p = pointer(names[b.name], code)
+                    code.append(f"{names[b.name]} = A_empty({literal(tuple(b.shape))}, {drv.dtype(b.dtype)})")
+                p = pointer(names[b.name], code, later)
             ptrs.append(p)
             contiguous.add(b.name)
-            if (b.name, b.dtype) in last_read and last_read[(b.name, b.dtype)] > j:
+            if later:
                 held[(b.name, b.dtype)] = (names[b.name], p, False)
-                held_ptrs[p] = held_ptrs.get(p, 0) + 1
-            elif o not in k.inplace:
-                temps.append(p)
         ptrs += _param_args(k, node_of, drv, code, temps)
-        # an in-place output read later keeps its input's pointer
-        temps = [t for t in dict.fromkeys(temps) if not held_ptrs.get(t)]
         drv.step(f"K_{k.name}({', '.join(ptrs)})", f"{k.name}: fused {' '.join(members)}", members,
                  [b.name for b in k.inputs], [b.name for b in k.outputs], setup=code,
                  cleanup=[f"del {', '.join(temps)}"] if temps else ())

@@ -35,7 +35,7 @@ from ...runtime.kernels.ir import DTYPES, FLOATS, Buffer, Kernel, Param, Reducti
 from ..passes.util import attrs_key
 from .selects import push_into_selects
 
-__all__ = ["Unsupported", "lower_group", "lowers", "LOWERINGS", "LOWERABLE", "REDUCIBLE", "RANDOM", "DECOMPOSED",
+__all__ = ["Unsupported", "lower_group", "walk_group", "lowers", "LOWERINGS", "LOWERABLE", "REDUCIBLE", "RANDOM", "DECOMPOSED",
            "index_space"]
 
 
@@ -335,40 +335,60 @@ def _clamp(g, n):
     return i
 
 
-def lower_group(nodes, needed, name="k0"):
+def lower_group(nodes, needed, name="k0", walk=None):
     """The Kernel computing `nodes` (a fusion group, in graph order). `needed`: names of the
-    members' values read outside the group (stored).
+    members' values read outside the group (stored). `walk`: `walk_group(group)` of a group that
+    `nodes` begins, when the caller tries its prefixes (plan_kernels): one walk serves them all.
 
     Memoised by the group's structure (`signature`: ops, attributes, shapes, dtypes, constants
     and who reads whom, without the values' names): the 32 identical layers of a transformer
     lower each of their groups once, and the others get a copy of that Kernel with their own
-    value names (`stats["lowered"]` / `stats["shared"]` count them)."""
-    sig, names = signature(nodes, needed)
+    value names (`stats["lowered"]` / `stats["shared"]` count them). A refusal is remembered
+    too (`stats["refused"]`: plan_kernels tries each layer's groups and their prefixes, and the
+    same structure is refused for the same reason), raised again with the first group's reason."""
+    sig, names = signature(nodes, needed, walk)
     hit = _memo.get(sig)
     if hit is not None:
-        stats["shared"] += 1
         template, template_names = hit
+        if template is None:
+            stats["refused"] += 1
+            raise Unsupported(template_names)
+        stats["shared"] += 1
         return _renamed(template, dict(zip(template_names, names)), name)
-    k = _lower(nodes, needed, name)
-    stats["lowered"] += 1
     if len(_memo) >= _MEMO_MAX:
         _memo.clear()
+    try:
+        k = _lower(nodes, needed, name)
+    except Unsupported as e:
+        _memo[sig] = (None, str(e))
+        raise
+    stats["lowered"] += 1
     _memo[sig] = (_renamed(k, {}, name), names)     # a private copy: callers may set k.inplace
     return k
 
 
-stats = {"lowered": 0, "shared": 0}    # groups lowered / answered from the memo (this process)
-_memo = {}          # signature -> (Kernel, the value names it was lowered with)
+stats = {"lowered": 0, "shared": 0, "refused": 0}   # groups lowered / from the memo / refused from it
+_memo = {}          # signature -> (Kernel, the value names it was lowered with) or (None, why not)
 _MEMO_MAX = 1 << 14
 
 
-def signature(nodes, needed):
+def signature(nodes, needed, walk=None):
     """(key, names): what lowering `nodes` depends on, with every graph value replaced by its
     place -- a member by its position, a value read from outside by its order of first read
     (with its shape and dtype) -- and the value names in that order (outside values, then
     members), to rename a Kernel lowered from another group with the same key. A random
-    node's seed and offset are left out: the kernel reads them per call (params by node name)."""
-    place, outside, key = {}, [], []
+    node's seed and offset are left out: the kernel reads them per call (params by node name).
+    `walk`: `walk_group` of a group `nodes` begins, else walked here."""
+    parts, outside, reads = walk if walk is not None else walk_group(nodes)
+    key = tuple([part + (n.out.name in needed,) for part, n in zip(parts, nodes)])
+    return key, outside[:reads[len(nodes) - 1]] + [n.out.name for n in nodes]
+
+
+def walk_group(nodes):
+    """(parts, outside, reads): each node's part of `signature` but whether it is needed, the
+    values read from outside in order of first read, and how many of them nodes[:i + 1] read --
+    the same for every prefix of `nodes`, so one walk gives every prefix's signature."""
+    place, outside, parts, reads = {}, [], [], []
     for i, n in enumerate(nodes):
         ins = []
         for x in n.inputs:
@@ -385,9 +405,10 @@ def signature(nodes, needed):
         attrs = n.attrs
         if n.op in RANDOM:
             attrs = {a: v for a, v in attrs.items() if a not in ("seed", "offset")}
-        key.append((n.op, tuple(ins), attrs_key(attrs), tuple(n.out.shape), n.out.dtype, n.out.name in needed))
+        parts.append((n.op, tuple(ins), attrs_key(attrs), tuple(n.out.shape), n.out.dtype))
+        reads.append(len(outside))
         place[n.out.name] = ("m", i)
-    return tuple(key), outside + [n.out.name for n in nodes]
+    return parts, outside, reads
 
 
 def _renamed(k, names, name):
