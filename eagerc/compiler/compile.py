@@ -29,6 +29,7 @@ import types
 import warnings
 
 from .. import dispatch
+from ..runtime.kernels import eager as eager_kernels
 from ..runtime.safetensors_io import gc_paused
 from . import breaks, dynamic as dyn, entries, keys
 from .entries import Entry
@@ -320,14 +321,16 @@ class CompiledFunction:
         self.traces += 1
         watch = self._watch(args)
         cut = symbolic is None or symbolic.forced is not None  # (forced: a symbolic path of a split key)
-        if joint:
-            from .training import trace_joint
-            fwd, split, result, tracer = trace_joint(self.fn, args, kwargs, names, self._module_paths(),
-                                                     fullgraph, watch, symbolic, split=cut)
-        else:
-            fwd, result, tracer = trace(self.fn, args, kwargs, names, self._module_paths(), fullgraph, watch,
-                                        symbolic, split=cut)
-            split = None
+        # the backend replaces some eager kernels by its own: the trace's eager run builds none of those
+        with eager_kernels.only_built(getattr(self.backend, "replaced_ops", ())):
+            if joint:
+                from .training import trace_joint
+                fwd, split, result, tracer = trace_joint(self.fn, args, kwargs, names, self._module_paths(),
+                                                         fullgraph, watch, symbolic, split=cut)
+            else:
+                fwd, result, tracer = trace(self.fn, args, kwargs, names, self._module_paths(), fullgraph, watch,
+                                            symbolic, split=cut)
+                split = None
         tracer.watch = watch
         return fwd, split, result, tracer, owners
 

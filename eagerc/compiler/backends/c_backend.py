@@ -32,7 +32,7 @@ from ...runtime import kernel_cache, threads
 from ...runtime.kernels.render import CRenderer
 from . import register_backend
 from .driver import Binding
-from .fused import PIPELINE, SINGLETON_MIN, driver, plan_kernels, set_inplace, uses_float16
+from .fused import PIPELINE, ROW_COMPOSITES, SINGLETON_MIN, driver, plan_kernels, set_inplace, uses_float16
 from .numpy_backend import NumpyBackend
 
 __all__ = ["CBackend", "functions"]
@@ -90,6 +90,12 @@ class CBackend:
         """The passes `optimize` runs for this backend: fused.PIPELINE, or the numpy backend's
         without a C compiler (the program then runs on numpy)."""
         return PIPELINE if kernel_cache.find_compiler() is not None else NumpyBackend.pipeline
+
+    @property
+    def replaced_ops(self):
+        """Ops whose eager C kernels the tracer's eager run need not build (eager.only_built):
+        this backend's pipeline decomposes them and fuses their parts into its own kernels."""
+        return ROW_COMPOSITES if kernel_cache.find_compiler() is not None else ()
 
     def compile(self, graph):
         program = self._compile(graph)

@@ -59,29 +59,36 @@ _enabled = os.environ.get("EAGERC_EAGER_KERNELS", "1").strip().lower() not in ("
 _available = None          # None: not checked yet; False after a missing or failing compiler
 _kernels = {}              # (op, dtype, cols, variant) -> RowKernel
 _lock = threading.Lock()
-_scope = threading.local()   # .only_built: this thread runs code being traced (see only_built)
+_scope = threading.local()   # .replaced: ops whose kernels are not built now (see only_built)
 _absent = set()            # row-kernel keys and sources found not built under only_built
+# eager kernels serving ops of another name (the op names `only_built` is given)
+_SERVES = {"norm_weight_backward": ("layer_norm_weight_backward", "rms_norm_weight_backward")}
 
 
 @contextlib.contextmanager
-def only_built():
-    """Within: eager composites use a C kernel only if it is built already (this process, the
-    disk cache), and never start a compiler; otherwise numpy runs. Why: the tracer runs the
-    traced function eagerly once, and the compiled program replaces these kernels -- building
-    them then cost a cold `eagerc.compile` of a GPT step ~1 s of compilers (12 eager kernels
-    beside the graph's 2 libraries), for kernels it never calls again. The numpy kernels'
-    results agree to the tolerance the module docstring states."""
-    old = getattr(_scope, "only_built", False)
-    _scope.only_built = True
+def only_built(ops):
+    """Within: the eager kernels of `ops` (op names) are used only if built already (this
+    process, the disk cache), never compiled; their numpy kernels run otherwise. Why: a trace
+    runs the function eagerly once, and backend "c" replaces these ops by its own fused
+    kernels (their decompositions) -- building their eager kernels cost a cold compile of the
+    2-layer GPT training step 12 compiles (~1 s of compiler CPU) beside the graph's own 2
+    libraries, for kernels the compiled program never calls. Ops the program still runs as
+    they are (embedding_backward, an LSTM step) build as usual: the first call and the
+    following ones then run the same kernel. The numpy kernels agree to the tolerance the
+    module docstring states (the first call of a cold trace differs from the later, compiled
+    calls as the compiled kernels differ from numpy's)."""
+    old = getattr(_scope, "replaced", None)
+    _scope.replaced = frozenset(ops)
     try:
         yield
     finally:
-        _scope.only_built = old
+        _scope.replaced = old
 
 
-def building():
-    """May eager kernels be compiled now (not inside `only_built`)?"""
-    return not getattr(_scope, "only_built", False)
+def building(op):
+    """May the eager kernel of `op` be compiled now (not within `only_built` of it)?"""
+    skip = getattr(_scope, "replaced", None)
+    return not skip or not any(n in skip for n in _SERVES.get(op, (op,)))
 
 
 def enabled():
@@ -361,7 +368,7 @@ def row_kernel(op, dtype, cols, *variant):
     k = _kernels.get(key)
     if k is not None or key in _kernels:
         return k
-    build = building()
+    build = building(op)
     if not build and key in _absent:
         return None
     with _lock:
@@ -403,12 +410,12 @@ def prefetch(op, dtype, cols=None, variant=()):
     `op`'s backward will run; a later row_kernel / rows.kernel of one of them finds it built.
     Nothing when the kernels are off or no compiler works."""
     companions = COMPANIONS.get(op)
-    if companions is None or not (_enabled and _available and building()) or (op, dtype, cols, variant) in _prefetched:
+    if companions is None or not (_enabled and _available) or (op, dtype, cols, variant) in _prefetched:
         return
     _prefetched.add((op, dtype, cols, variant))
     from . import rows       # rows.py builds on this module
     for key in companions(dtype, cols, variant):
-        if key in _kernels or key in rows._kernels:
+        if key in _kernels or key in rows._kernels or not building(key[0]):
             continue
         src = source(kernel_ir(*key)) if key[0] in BUILDERS else rows.source(*key)[1]
         try:
@@ -417,14 +424,13 @@ def prefetch(op, dtype, cols=None, variant=()):
             return
 
 
-def c_function(name, src):
+def c_function(name, src, build=True):
     """Function `name` of C source `src` (a hand-written eager kernel: foreach.py, rows.py),
     compiled on first use or found in the disk cache; None when the kernels are off, no
     compiler works or it fails (after one notice: the caller runs numpy), or when it is not
-    built and `only_built` is on (the caller must not remember that None: see `building`)."""
+    built and `build` is False (the caller must not remember that None: see `building`)."""
     if not (_enabled and (_available or available())):
         return None
-    build = building()
     if not build and src in _absent:
         return None
     with _lock:

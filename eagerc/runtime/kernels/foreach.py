@@ -124,7 +124,5 @@ def update_kernel(rule, dtype, flags):
     if k is False:
         name, src, n_arrays, n_scalars = source(rule, dtype, flags)
         fn = eager.c_function(name, src)
-        k = None if fn is None else UpdateKernel(fn, dtype, n_arrays, n_scalars)
-        if k is not None or eager.building():
-            _kernels[key] = k
+        k = _kernels[key] = None if fn is None else UpdateKernel(fn, dtype, n_arrays, n_scalars)
     return k

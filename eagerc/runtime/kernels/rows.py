@@ -268,14 +268,15 @@ def kernel(op, dtype):
     key = (op, dtype)
     fn = _kernels.get(key, False)
     if fn is False:
-        eager.prefetch(op, dtype)          # its backward's kernel compiles beside it (not while tracing)
+        eager.prefetch(op, dtype)          # its backward's kernel compiles beside it
         name, src = source(op, dtype)
-        fn = c_function(name, src)
+        build = eager.building(op)
+        fn = c_function(name, src, build)
         if fn is not None:
             real = ctypes.c_float if dtype == "float32" else ctypes.c_double
             fn.argtypes = [{"p": ctypes.c_void_p, "i": ctypes.c_int64, "u": ctypes.c_uint64, "f": real}[a]
                            for a in _ARGS[op]]
             fn.restype = None
-        if fn is not None or eager.building():
+        if fn is not None or build:
             _kernels[key] = fn
     return fn
