@@ -9,8 +9,9 @@ with Adam, RMSprop and SGD with momentum. Each row: traces the compiled function
 (`traces`, an eager first step that asked for a retrace included), the CPU time of the whole
 compiled sweep (tracing and compiling included) and of the same sweep run eagerly. Target
 (issue 15 section 3): at most 2 traces per sweep (one static, one symbolic), the optimizer's
-first step included: Adam and RMSprop make their state while the first call is traced; SGD's
-first step (its momentum buffer is a copy of the gradient) runs eagerly, so its row shows 3.
+first step included: Adam and RMSprop make their state while the first call is traced, and so
+does SGD with momentum (its first buffer is a copy of the gradient: the traced call sets it,
+its graph holds the general rule; 3 traces before, its first step running eagerly).
 "training step with loss.item()" checks the loss value in the middle of the step (a graph break:
 the step runs in two compiled pieces, breaks.py); its pieces become symbolic too, so it also
 costs 2 traces (one per size up to max_graphs before, then eager); so does one that returns

@@ -432,3 +432,30 @@ def test_a_forward_kernel_prefetches_its_backward(monkeypatch, tmp_path):
     np.testing.assert_allclose(out, e / e.sum(-1, keepdims=True), rtol=1e-13, atol=1e-16)
     bwd(g, out, gx, rows=rows)
     np.testing.assert_allclose(gx, out * (g - (g * out).sum(-1, keepdims=True)), rtol=1e-12, atol=1e-15)
+
+
+def test_tracing_builds_no_eager_kernel(monkeypatch, tmp_path):
+    # the tracer's eager run uses only kernels already built (the compiled program replaces
+    # them): a cold eagerc.compile does not pay for eager kernels it never calls again
+    if not c_rows.available():
+        pytest.skip("needs a C compiler")
+    monkeypatch.setenv("EAGERC_CACHE_DIR", str(tmp_path))
+    cols = 97                                   # a row length no other test builds
+    src = c_rows.source(c_rows.kernel_ir("softmax", "float64", cols))
+    so = os.path.join(str(tmp_path), kernel_cache.key_of(src)[:32] + ".so")
+    x = np.random.default_rng(9).standard_normal((40, cols))
+    e = np.exp(x - x.max(-1, keepdims=True))
+    want = e / e.sum(-1, keepdims=True)
+
+    f = eagerc.compile(lambda t: F.softmax(t, -1), backend="numpy")
+    np.testing.assert_allclose(f(eagerc.tensor(x)).numpy(), want, rtol=1e-13, atol=1e-16)   # traced: numpy's
+    assert not os.path.exists(so) and so not in kernel_cache._pending
+    probe = "int eagerc_only_built_probe(void) { return 7; }\n"
+    with c_rows.only_built():
+        assert c_rows.row_kernel("softmax", "float64", cols) is None
+        assert c_rows.c_function("eagerc_only_built_probe", probe) is None
+    assert not os.path.exists(so) and ("softmax", "float64", cols) not in c_rows._kernels
+    assert c_rows.c_function("eagerc_only_built_probe", probe)() == 7
+    # eager mode afterwards builds it as usual (the None seen while tracing was not remembered)
+    np.testing.assert_allclose(F.softmax(eagerc.tensor(x), -1).numpy(), want, rtol=1e-13, atol=1e-16)
+    assert os.path.exists(so) and c_rows.row_kernel("softmax", "float64", cols) is not None

@@ -165,6 +165,32 @@ def test_copy_from_grad_requiring_source_routes_gradient():
     np.testing.assert_allclose(src.grad.numpy(), [22.0, 22.0, 22.0])
 
 
+def test_copy_keeps_signed_zeros_and_nans_with_grad_and_traced():
+    """copy_ is a copy, as in PyTorch: -0.0 stays -0.0 (an `x + 0` would make it +0.0) when it
+    records a gradient and in a compiled function, its tracing call and the compiled calls."""
+    v = np.array([-0.0, 0.0, np.nan, -np.inf, -2.5])
+
+    def signs(a):
+        a = np.asarray(a)
+        return np.signbit(a).tolist(), np.isnan(a).tolist(), np.where(np.isnan(a), 0, a).tolist()
+    src = t64(v.tolist(), requires_grad=True)
+    dst = eagerc.zeros(5, dtype=eagerc.float64)
+    dst.copy_(src)
+    assert signs(dst.detach().numpy()) == signs(v)
+    dst.sum().backward()
+    np.testing.assert_array_equal(src.grad.numpy(), np.ones(5))
+
+    def f(d, s):
+        d.copy_(s)
+        return d
+    cf = eagerc.compile(f, backend="numpy")
+    for i in range(3):
+        d = eagerc.zeros(5, dtype=eagerc.float64)
+        cf(d, t64(v.tolist()))
+        assert signs(d.numpy()) == signs(v), i
+    assert cf.traces == 1, cf.log
+
+
 def test_in_place_on_saved_tensor_errors_but_clone_is_safe():
     x = t64([1.0, 2.0], requires_grad=True)
     a = x * 1

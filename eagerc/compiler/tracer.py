@@ -29,6 +29,7 @@ import numpy as np
 from .. import dispatch
 from .._tensor import Tensor
 from ..runtime.ir import Graph, Node, Value
+from ..runtime.kernels import eager as eager_kernels
 from ..runtime.pytree import flatten
 from ..ops.inplace import scatter_spec
 from ..runtime.ownership import is_eagerc_file
@@ -592,7 +593,8 @@ def tracing(tracer, modules=None, watch=None):
     dispatch.set_tracer(tracer)
     ok = False
     try:
-        yield tracer
+        with eager_kernels.only_built():    # the compiled program replaces them: compile none now
+            yield tracer
         ok = True
     finally:
         dispatch.set_tracer(None)

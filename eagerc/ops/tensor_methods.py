@@ -245,7 +245,7 @@ def copy_(self, src, non_blocking=False):
             # old history still reaches its leaves; where() gives that without touching the values
             from .elementwise import where
             return commit(self, where(_false(), self, value), "copy_")
-        return commit(self, value + 0, "copy_")
+        return commit(self, value.clone(), "copy_")  # (a copy: `value + 0` would make -0.0 +0.0)
     self._array[...] = src._array
     bump_version(self, "copy_")
     drop_history(self)

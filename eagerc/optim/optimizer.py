@@ -141,10 +141,10 @@ class Optimizer:
 
     # ------------------------------------------------------------ the update
     # A subclass names its rule (optim/rules.py: written once, run eagerly on raw arrays and
-    # traced as Tensor ops), the state it creates before a first step (`_init_state`), and the
-    # state a traced step needs. A traced first step creates that state the same way and is
-    # traced; one whose rule itself makes state at a first step (SGD's momentum buffer) runs
-    # eagerly and the next call is traced (`tracer.retry`): see _traced_step.
+    # traced as Tensor ops), the state it creates before a first step (`_init_state`), the
+    # state a traced step needs, and the state its rule makes from the gradient at a first
+    # step (`_first_step_state`: SGD's momentum buffer). A traced first step creates all of it
+    # and is traced: see _traced_step.
     _bump = "add_"      # the in-place op a step counts as, for version counters
     _scratch_buffers = 2  # work arrays per parameter shape the eager rule writes into
     _state_shaped_like_params = True  # load_state_dict checks state tensors' shapes (not LBFGS)
@@ -159,14 +159,25 @@ class Optimizer:
         """The state keys a traced step of this group needs."""
         return ()
 
+    def _first_step_state(self, group):
+        """The state keys this group's rule makes from the gradient at a first step (eagerly
+        `ops.new_state`), which a traced first step makes zero before the rule; the rule, traced
+        as the general one, then sets its first-step value in that call with `ops.first_step`."""
+        return ()
+
     def _new_state(self, p, *zeros):
         """A first step's state for p: a step counter (CPU float32, as PyTorch keeps it) and
         a zero tensor shaped like p for each name in `zeros`."""
+        state = self.state[p]
+        state["step"] = new_step()
+        return self._zero_state(p, zeros)
+
+    def _zero_state(self, p, keys):
+        """state[p][key] = a zero tensor shaped like p, for each key; returns state[p]."""
         d = p._array
         xp = array_module(d)
         state = self.state[p]
-        state["step"] = new_step()
-        for key in zeros:
+        for key in keys:
             state[key] = wrap(xp.zeros_like(d))
         return state
 
@@ -214,21 +225,26 @@ class Optimizer:
         """The step as recorded Tensor ops, or False when this step runs eagerly.
 
         A first step (a parameter with a gradient and no state yet) creates its state here as
-        the eager first step does, before the rule (`_init_state`: zeros, Rprop's
-        step sizes and ASGD's eta = lr...), and the rule is then the general one:
-        the tracer reads the new tensors by reference from this call on, exactly like state
-        made before the trace, so the first call is already a traced call whose graph holds
-        for every later one. That is right only where the eager first step is `_init_state`
-        followed by the general rule -- every optimizer here but SGD with momentum, whose rule
-        makes its buffer at the first step as a copy of the gradient (not momentum * 0 +
-        (1 - dampening) * g). When `_init_state` leaves a key the traced rule needs missing,
-        the tracer is asked to trace the next call again (`tracer.retry`) and this step runs
-        eagerly, making that state."""
+        the eager first step does, before the rule (`_init_state`: zeros, Rprop's step sizes
+        and ASGD's eta = lr...), and the rule is then the general one: the tracer reads the new
+        tensors by reference from this call on, exactly like state made before the trace, so
+        the first call is already a traced call whose graph holds for every later one.
+
+        State the eager rule makes from the gradient at its first step (`_first_step_state`:
+        SGD's momentum buffer is a copy of the gradient, not momentum * 0 + (1 - dampening) *
+        g) is made zero here too, and the rule, recorded as the general one, then gives it its
+        first-step value in this call only (`ops.first_step`): the graph is what every later
+        call runs -- a compiled call never is a first step, since its guards hold the state
+        this step made -- and this call's values are the eager first step's, bit for bit. A
+        key the traced rule needs that neither makes (a hand-edited state dict) runs this step
+        eagerly and asks for the next call to be traced again (`tracer.retry`)."""
         state = self.state
+        first = []   # (parameter, the first-step state keys this step makes for it)
         for group in self.param_groups:
             keys = self._traced_state(group)
             if not keys:
                 continue
+            made = self._first_step_state(group)
             for p in group["params"]:
                 if p._grad is None:
                     continue
@@ -236,11 +252,16 @@ class Optimizer:
                 if not s:  # as ArrayOps.each does before the rule, eagerly
                     self._init_state(p, group)
                     tracer.made_outside(s.values())
-                if any(k not in s for k in keys):
+                new = [k for k in made if k not in s]
+                if new:
+                    first.append((p, new))
+                if any(k not in s and k not in new for k in keys):
                     tracer.retry(f"{type(self).__name__}.step creates its state on the first step")
                     return False
+        for p, new in first:
+            tracer.made_outside([self._zero_state(p, new)[k] for k in new])
         tracer.stepped(self)
-        ops = TensorOps(tracer, self)
+        ops = TensorOps(tracer, self, frozenset(id(p) for p, _ in first))
         with no_grad():
             for i, group in enumerate(self.param_groups):
                 self._rule(ops, TracedOptions(tracer, self, i), group["params"])

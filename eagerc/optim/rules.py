@@ -92,11 +92,12 @@ def sgd(ops, o, params):
                 continue
         g = _effective_grad(ops, p, g, wd, maximize)
         if momentum is not None:
-            if b is None:  # the first step (eager only: a traced step always has the buffer)
+            if b is None:  # an eager first step (a traced one finds the buffer made zero)
                 b = ops.new_state(p, "momentum_buffer", g)
             else:
                 ops.imul(b, momentum)
                 ops.iadd(b, ops.mul(g, keep, out=1) if keep is not None else g)
+                ops.first_step(p, b, g)  # a traced first step: b = g in this call
             if nesterov:  # p -= lr * g; p -= lr * momentum * b
                 ops.isub(p, ops.mul(g, lr, out=1))
                 ops.isub(p, ops.mul(b, lr_momentum, out=1))
@@ -437,6 +438,10 @@ class ArrayOps:
         t = self.state_of[key] = wrap(value.copy())
         return t._array
 
+    @staticmethod
+    def first_step(p, a, value):
+        """Nothing: eagerly a first step makes its state with `new_state` (it is missing)."""
+
     def step(self, p):
         """state["step"] += 1; its new value as a Python float."""
         return advance_step(self.state_of)
@@ -555,12 +560,15 @@ def _as_option(a, b):
 
 class TensorOps:
     """The same arithmetic as recorded Tensor ops, for a compiled training step (the tracer
-    sees every update; state tensors are guarded to stay the ones traced)."""
-    __slots__ = ("tracer", "opt")
+    sees every update; state tensors are guarded to stay the ones traced). `first`: ids of
+    the parameters at their first step, whose first-step state was made zero for the rule
+    (Optimizer._traced_step)."""
+    __slots__ = ("tracer", "opt", "first")
 
-    def __init__(self, tracer, opt):
+    def __init__(self, tracer, opt, first=frozenset()):
         self.tracer = tracer
         self.opt = opt
+        self.first = first
 
     @staticmethod
     def each(params):
@@ -576,7 +584,7 @@ class TensorOps:
         Python (a 32-layer GPT's Adam step: 388 parameters, ~10k recorded ops). REPLAY = False
         runs the body for every parameter (for tests and bisecting)."""
         tracer = self.tracer
-        if not REPLAY or tracer.symbolic is not None:
+        if not REPLAY or tracer.symbolic is not None or self.first:  # (first_step writes are not taped)
             yield from self.each(params)
             return
         state = self.opt.state
@@ -611,6 +619,16 @@ class TensorOps:
 
     def new_state(self, p, key, value):  # pragma: no cover - a traced step always has its state
         raise AssertionError(f"{type(self.opt).__name__}: state {key!r} missing while traced")
+
+    def first_step(self, p, a, value):
+        """At p's first step, a state tensor `a` takes its first-step value (SGD's buffer = g)
+        in this call only, not in the graph: the graph holds the general rule, which is what
+        every compiled call runs (a compiled call never is a first step: its guards hold the
+        state this step made), and the ops after this one compute this call's values from
+        a's array, so the traced call gives the eager first step's bits (g itself: -0.0 stays
+        -0.0, which `momentum * 0 + g` would not give). Nothing at a later step."""
+        if id(p) in self.first:
+            a._array[...] = value._array   # (unrecorded on purpose)
 
     def step(self, p):
         step = self.state(p, "step")
@@ -760,6 +778,8 @@ class AutogradOps(TensorOps):
         t = self.opt.state[p][key] = value.clone()
         self.kept.add(id(t))
         return t
+
+    first_step = staticmethod(ArrayOps.first_step)   # (a first step runs new_state, as eagerly)
 
     def step(self, p):
         return advance_step(self.opt.state[p])

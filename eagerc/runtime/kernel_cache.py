@@ -157,9 +157,11 @@ def key_of(source, cc=None, flags=FLAGS):
     return h.hexdigest()
 
 
-def load(source, flags=FLAGS):
+def load(source, flags=FLAGS, build=True):
     """The ctypes library of `source`, compiled (or found in the disk cache) and loaded; waits
-    for a `prefetch` of the same source rather than compiling it again."""
+    for a `prefetch` of the same source rather than compiling it again. With build=False, only
+    a library already built (this process, the disk cache or a prefetch on its way): None if
+    it would have to be compiled."""
     cc = find_compiler()
     if cc is None:
         raise NoCompiler("no C compiler found (set EAGERC_CC or install cc)")
@@ -173,6 +175,8 @@ def load(source, flags=FLAGS):
             pending.result()          # its compile error, if any, is this load's
         elif so in _libs or os.path.exists(so):
             stats["hits"] += 1
+        elif not build:
+            return None
         else:
             _compile(cc, source, so, flags)
         lib = _loaded[key] = _open(so)

@@ -31,6 +31,7 @@ rather than numpy's own loops: results agree to a few ulp of the row's scale
 (tests/test_eager_kernels.py states the tolerance). Where the C kernel does not apply, or is
 switched off, results are numpy's bits.
 """
+import contextlib
 import ctypes
 import os
 import threading
@@ -41,7 +42,7 @@ from ...runtime import kernel_cache
 from .ir import Kernel
 from .render import PARALLEL_MIN, CRenderer
 
-__all__ = ["row_kernel", "c_function", "prefetch", "COMPANIONS", "use", "NAMES", "enabled", "set_enabled", "available", "MIN_ELEMENTS", "BUILDERS"]
+__all__ = ["row_kernel", "c_function", "prefetch", "only_built", "building", "COMPANIONS", "use", "NAMES", "enabled", "set_enabled", "available", "MIN_ELEMENTS", "BUILDERS"]
 
 # per op: from this many elements the C kernel beats numpy's (a kernel call costs ~6 us of
 # ctypes and pointers; numpy's softmax_backward is two cheap passes, layer_norm's are many).
@@ -58,6 +59,29 @@ _enabled = os.environ.get("EAGERC_EAGER_KERNELS", "1").strip().lower() not in ("
 _available = None          # None: not checked yet; False after a missing or failing compiler
 _kernels = {}              # (op, dtype, cols, variant) -> RowKernel
 _lock = threading.Lock()
+_scope = threading.local()   # .only_built: this thread runs code being traced (see only_built)
+_absent = set()            # row-kernel keys and sources found not built under only_built
+
+
+@contextlib.contextmanager
+def only_built():
+    """Within: eager composites use a C kernel only if it is built already (this process, the
+    disk cache), and never start a compiler; otherwise numpy runs. Why: the tracer runs the
+    traced function eagerly once, and the compiled program replaces these kernels -- building
+    them then cost a cold `eagerc.compile` of a GPT step ~1 s of compilers (12 eager kernels
+    beside the graph's 2 libraries), for kernels it never calls again. The numpy kernels'
+    results agree to the tolerance the module docstring states."""
+    old = getattr(_scope, "only_built", False)
+    _scope.only_built = True
+    try:
+        yield
+    finally:
+        _scope.only_built = old
+
+
+def building():
+    """May eager kernels be compiled now (not inside `only_built`)?"""
+    return not getattr(_scope, "only_built", False)
 
 
 def enabled():
@@ -337,12 +361,19 @@ def row_kernel(op, dtype, cols, *variant):
     k = _kernels.get(key)
     if k is not None or key in _kernels:
         return k
+    build = building()
+    if not build and key in _absent:
+        return None
     with _lock:
         if key in _kernels:
             return _kernels[key]
-        prefetch(op, dtype, cols, variant)      # its backward's kernels compile beside it
+        if build:
+            prefetch(op, dtype, cols, variant)      # its backward's kernels compile beside it
         ir = kernel_ir(op, dtype, cols, *variant)
-        lib = _build(source(ir))
+        lib = _build(source(ir), build)
+        if lib is None and not build:
+            _absent.add(key)
+            return None
         k = _kernels[key] = None if lib is None else RowKernel(ir, lib)
         return k
 
@@ -372,7 +403,7 @@ def prefetch(op, dtype, cols=None, variant=()):
     `op`'s backward will run; a later row_kernel / rows.kernel of one of them finds it built.
     Nothing when the kernels are off or no compiler works."""
     companions = COMPANIONS.get(op)
-    if companions is None or not (_enabled and _available) or (op, dtype, cols, variant) in _prefetched:
+    if companions is None or not (_enabled and _available and building()) or (op, dtype, cols, variant) in _prefetched:
         return
     _prefetched.add((op, dtype, cols, variant))
     from . import rows       # rows.py builds on this module
@@ -389,19 +420,26 @@ def prefetch(op, dtype, cols=None, variant=()):
 def c_function(name, src):
     """Function `name` of C source `src` (a hand-written eager kernel: foreach.py, rows.py),
     compiled on first use or found in the disk cache; None when the kernels are off, no
-    compiler works or it fails (after one notice: the caller runs numpy)."""
+    compiler works or it fails (after one notice: the caller runs numpy), or when it is not
+    built and `only_built` is on (the caller must not remember that None: see `building`)."""
     if not (_enabled and (_available or available())):
         return None
+    build = building()
+    if not build and src in _absent:
+        return None
     with _lock:
-        lib = _build(src)
+        lib = _build(src, build)
+    if lib is None and not build:
+        _absent.add(src)
     return None if lib is None else getattr(lib, name)
 
 
-def _build(src):
-    """kernel_cache.load(src), or None after the one notice when the compiler fails."""
+def _build(src, build=True):
+    """kernel_cache.load(src), or None after the one notice when the compiler fails (or when it
+    is not built and build=False)."""
     global _available
     try:
-        return kernel_cache.load(src)
+        return kernel_cache.load(src, build=build)
     except (kernel_cache.CompileError, kernel_cache.NoCompiler, OSError) as e:
         lines = str(e).splitlines() or [type(e).__name__]
         first = next((line.strip() for line in lines[1:] if "error" in line), lines[0])

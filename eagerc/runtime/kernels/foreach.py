@@ -124,5 +124,7 @@ def update_kernel(rule, dtype, flags):
     if k is False:
         name, src, n_arrays, n_scalars = source(rule, dtype, flags)
         fn = eager.c_function(name, src)
-        k = _kernels[key] = None if fn is None else UpdateKernel(fn, dtype, n_arrays, n_scalars)
+        k = None if fn is None else UpdateKernel(fn, dtype, n_arrays, n_scalars)
+        if k is not None or eager.building():
+            _kernels[key] = k
     return k

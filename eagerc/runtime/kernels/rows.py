@@ -268,7 +268,7 @@ def kernel(op, dtype):
     key = (op, dtype)
     fn = _kernels.get(key, False)
     if fn is False:
-        eager.prefetch(op, dtype)          # its backward's kernel compiles beside it
+        eager.prefetch(op, dtype)          # its backward's kernel compiles beside it (not while tracing)
         name, src = source(op, dtype)
         fn = c_function(name, src)
         if fn is not None:
@@ -276,5 +276,6 @@ def kernel(op, dtype):
             fn.argtypes = [{"p": ctypes.c_void_p, "i": ctypes.c_int64, "u": ctypes.c_uint64, "f": real}[a]
                            for a in _ARGS[op]]
             fn.restype = None
-        _kernels[key] = fn
+        if fn is not None or eager.building():
+            _kernels[key] = fn
     return fn
