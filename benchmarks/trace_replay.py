@@ -25,10 +25,10 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import eagerc  # noqa: E402
-import eagerc.nn.functional as F  # noqa: E402
 from eagerc.compiler.compile import explain  # noqa: E402
 from eagerc.optim import rules  # noqa: E402
 from _harness import table  # noqa: E402
+from compile import training_step  # noqa: E402 (benchmarks/compile.py)
 from train_step import gpt  # noqa: E402
 
 
@@ -37,16 +37,7 @@ def _step(layers):
     eagerc.manual_seed(0)
     model = gpt(eagerc, d=64, layers=layers)
     x, y = eagerc.from_numpy(rng.integers(0, 256, (8, 64))), eagerc.from_numpy(rng.integers(0, 256, (8, 64)))
-    opt = eagerc.optim.Adam(model.parameters(), lr=1e-3)
-
-    def step(x, y):
-        logits = model(x)
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        return loss.detach()
-    return step, x, y
+    return training_step(model, eagerc.optim.Adam(model.parameters(), lr=1e-3)), x, y
 
 
 def _trace_s(layers):
