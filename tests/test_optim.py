@@ -835,6 +835,61 @@ def test_compiled_steps_give_the_eager_bits(name, kwargs, backend):
     assert compiled.traces == 1, compiled.log
 
 
+
+def _alike_model(name, kwargs):
+    """Three float32 Linear(4, 4) (alike), a float64 one and one without gradients, one optimizer;
+    returns (loss function, optimizer)."""
+    eagerc.manual_seed(0)
+    layers = [eagerc.nn.Linear(4, 4) for _ in range(3)] + [eagerc.nn.Linear(4, 4).double()]
+    frozen = eagerc.nn.Linear(4, 4)
+    model = eagerc.nn.Sequential(*layers[:3], eagerc.nn.Tanh())
+    opt = getattr(optim, name)([p for m in layers + [frozen] for p in m.parameters()], **kwargs)
+
+    def step(x):
+        loss = (model(x) ** 2).mean() + (layers[3](x.double()) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss.detach()
+    return step, opt
+
+
+@pytest.mark.parametrize("name,kwargs", [c for c in COMPILED if c[0] != "SGD"], ids=[c[0] for c in COMPILED[1:]])
+def test_alike_parameters_replay_the_first_ones_update(name, kwargs, monkeypatch):
+    """A traced rule runs its Python for the first parameter of each kind (shape, dtype, state)
+    and replays that tape for the others (TensorOps.each_alike): the traced graph is the very
+    one the rule makes for every parameter (nodes, names, attrs, locations, modules, inputs,
+    mutations), and the parameters keep eager mode's bits. A float64 layer is a kind of its
+    own; a parameter without a gradient is skipped."""
+    from eagerc.compiler import tracer as tracer_mod
+    from eagerc.optim import rules
+
+    replays = []
+    real = tracer_mod.Tracer.replay
+    monkeypatch.setattr(tracer_mod.Tracer, "replay", lambda self, seg, roles: replays.append(1) or real(self, seg, roles))
+
+    def run(compile_it, replay=True):
+        monkeypatch.setattr(rules, "REPLAY", replay)
+        step, opt = _alike_model(name, kwargs)
+        if compile_it:
+            step = eagerc.compile(step, backend="numpy", fullgraph=True)
+        rng = np.random.default_rng(1)
+        for _ in range(3):
+            step(eagerc.tensor(rng.standard_normal((5, 4)).astype(np.float32)))
+        params = [p.detach().numpy() for p in opt.param_groups[0]["params"]]
+        return (step.traced_graphs[0] if compile_it else None), params
+
+    g0, p0 = run(True, replay=False)
+    assert not replays
+    g1, p1 = run(True)
+    assert len(replays) == 4   # the second and third float32 Linear's weight and bias
+    assert g1.dumps() == g0.dumps()
+    assert [(n.loc, n.module) for n in g1.nodes] == [(n.loc, n.module) for n in g0.nodes]
+    _, pe = run(False)
+    for a, b, c in zip(p1, p0, pe):
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(a, c)
+
 def _lbfgs_on_a_bowl():
     x = eagerc.tensor([1.5, -0.5], dtype=eagerc.float64, requires_grad=True)
     opt = optim.LBFGS([x], max_iter=5)

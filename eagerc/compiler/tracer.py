@@ -39,6 +39,10 @@ __all__ = ["Tracer", "GraphBreak", "trace", "tracing", "user_location", "tensor_
 _DTYPE_NAMES = {}   # numpy dtype -> its name in the IR (str(dtype))
 
 
+class _NotReplayable(Exception):
+    """A taped segment holds something Tracer.replay cannot repeat."""
+
+
 class GraphBreak(RuntimeError):
     """The traced function did something a graph cannot hold: needed a concrete tensor value
     (item(), bool(), data-dependent sizes...) or wrote memory the tracer cannot follow."""
@@ -167,6 +171,8 @@ class Tracer:
         self.symbolic = None   # a dynamic.Symbolic while tracing on synthetic sizes
         self.split = False     # bool()/item() are splittable breaks (breaks.Break), not the trace's end
         self.breaks = []       # [breaks.Break] in the order the function took them
+        self.tape = None       # while a segment is taped (start_segment): what replay needs
+        self.replay_location = None  # while replaying a segment: the location its node had
         self._n = 0
         self._nconst = 0
 
@@ -262,8 +268,10 @@ class Tracer:
     def record(self, op, args, attrs, out):
         ins = [self.value_of(a) if isinstance(a, Tensor) else a for a in args]
         v = self._new_value(out)
-        self.nodes.append(Node(op.name, ins, attrs, v, self._location(),
-                               self.module_stack[-1] if self.module_stack else None))
+        loc = self.replay_location or self._location()
+        self.nodes.append(Node(op.name, ins, attrs, v, loc, self.module_stack[-1] if self.module_stack else None))
+        if self.tape is not None:
+            self.tape.append(("op", op, args, attrs, out, loc, self.rng_source))
         self.values[id(out)] = v
         self.by_array[id(out._array)] = out
         self._keep(out)
@@ -290,6 +298,9 @@ class Tracer:
         """`target` now holds `result`'s value (an in-place op, already done eagerly)."""
         if self.broken is not None:
             return
+        if self.tape is not None:  # (inplace.commit calls this right after its _bump named the op)
+            vc = target._vc
+            self.tape.append(("commit", target, result, vc[1] if vc is not None and len(vc) > 1 else None))
         rv = self.value_of(result)
         td, rd = target._array, result._array
         if rd.dtype != td.dtype:  # commit casts into the target's dtype
@@ -433,7 +444,86 @@ class Tracer:
         (load_state_dict and hand edits replace state tensors)."""
         t = opt.state[p][key]
         self.stepped(opt)[3].append((p, key, t))
+        if self.tape is not None:
+            self.tape.append(("state", opt, p, key))
         return t
+
+    # ------------------------------------------------------------ segments replayed
+    def start_segment(self):
+        """Tape what follows (recorded ops, in-place commits, optimizer state reads) until
+        end_segment, to replay it later on other tensors (an optimizer's update of one parameter,
+        replayed for each parameter alike: optim/rules.py TensorOps.each_alike)."""
+        self.tape = []
+        self._segment_start = (len(self.inputs), len(self.breaks))
+
+    def end_segment(self, roles):
+        """The taped events as a Segment whose holes are `roles` (the tensors that differ from one
+        replay to the next); None when replaying could not repeat them exactly: the run broke or
+        split, made an input that is not one of `roles` or an optimizer option, drew random
+        numbers, or ran a creation op or an op on tensors inside containers."""
+        tape, self.tape = self.tape, None
+        n_inputs, n_breaks = self._segment_start
+        if tape is None or self.broken is not None or len(self.breaks) != n_breaks:
+            return None
+        allowed = {self.input_of.get(id(t)) for t in roles}
+        if any(v.name not in allowed and v.name not in self.hyper_inputs for _, v in self.inputs[n_inputs:]):
+            return None
+        role_of = {id(t): i for i, t in enumerate(roles)}
+        made = {}   # id(op output) -> its index among the segment's op outputs
+
+        def ref(x):
+            if isinstance(x, Tensor):
+                i = role_of.get(id(x))
+                if i is not None:
+                    return 0, i
+                i = made.get(id(x))
+                return (1, i) if i is not None else (2, x)  # (2: a tensor every replay shares)
+            if x is None or type(x) in (bool, int, float, str):
+                return 2, x
+            raise _NotReplayable
+
+        events = []
+        try:
+            for ev in tape:
+                if ev[0] == "op":
+                    _, op, args, attrs, out, loc, rng = ev
+                    if not args or rng is not None:
+                        return None
+                    events.append((0, op, tuple(ref(a) for a in args), attrs, loc))
+                    made[id(out)] = len(made)
+                elif ev[0] == "commit":
+                    if ev[3] is None:
+                        return None
+                    events.append((1, ref(ev[1]), ref(ev[2]), ev[3]))
+                else:
+                    events.append((2, ev[1], ref(ev[2]), ev[3]))
+        except _NotReplayable:
+            return None
+        return events
+
+    def replay(self, segment, roles):
+        """Run a segment again with `roles` in its holes: the same dispatch.apply calls, commits
+        and state reads, in order, so the nodes, inputs and mutations recorded (and the eager
+        results) are those the code that was taped would make for these tensors; only the Python
+        around those calls is skipped. Each node gets the location its taped one had."""
+        from ..ops.inplace import commit
+        apply = dispatch.apply
+        outs = []
+
+        def val(r):
+            kind, x = r
+            return roles[x] if kind == 0 else outs[x] if kind == 1 else x
+        try:
+            for ev in segment:
+                if ev[0] == 0:
+                    self.replay_location = ev[4]
+                    outs.append(apply(ev[1], tuple(val(a) for a in ev[2]), ev[3]))  # (Node copies attrs)
+                elif ev[0] == 1:
+                    commit(val(ev[1]), val(ev[2]), ev[3])
+                else:
+                    self.optimizer_state(ev[1], val(ev[2]), ev[3])
+        finally:
+            self.replay_location = None
 
     def array_input(self, t, array, convert):
         """Tensor t was made from numpy array `array` inside the traced function: a graph input

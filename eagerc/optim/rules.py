@@ -11,7 +11,9 @@ group's options, `ops` the arithmetic, the optimizer state and scratch space. It
 - while a compiled training step is traced, on Tensors (`TensorOps`): recorded in-place
   Tensor ops, so the graph updates parameters and state through mutation outputs, and
   the numeric options are graph inputs read at every call (`Tracer.hyper`; a scheduler
-  costs no retrace); backend "c" then fuses the recorded ops into one kernel.
+  costs no retrace); backend "c" then fuses the recorded ops into one kernel. A rule whose
+  loop is `ops.each_alike` runs its Python for the first parameter of each kind only; the
+  others replay what it recorded (TensorOps.each_alike).
 
 Both run the same operations in the same order (options combined in float64 -- Python
 floats eagerly, 0-d float64 inputs when traced -- then rounded once to the parameter's
@@ -36,7 +38,7 @@ import numpy as np
 
 _power = np.power
 
-from ..dispatch import wrap
+from ..dispatch import active_tracer, wrap
 from ..ops.elementwise import where
 from ..ops.inplace import bump_version
 from .._tensor import Tensor
@@ -130,7 +132,7 @@ def adam(ops, o, params):
     keep1, keep2, amsgrad = 1 - beta1, 1 - beta2, o.flag("amsgrad")
     flags = frozenset(f for f, on in (("decay", decay is not None), ("wd", wd is not None),
                                       ("maximize", maximize), ("amsgrad", amsgrad)) if on)
-    for p, g in ops.each(params):
+    for p, g in ops.each_alike(params):
         step = ops.step(p)
         bias1 = 1 - ops.scalar_pow(beta1, step)
         bias2_sqrt = ops.scalar_sqrt(1 - ops.scalar_pow(beta2, step))
@@ -160,7 +162,7 @@ def rmsprop(ops, o, params):
     wd, maximize = _grad_terms(o)
     centered = o.flag("centered")
     momentum = o["momentum"] if o.nonzero("momentum") else None
-    for p, g in ops.each(params):
+    for p, g in ops.each_alike(params):
         ops.step(p)
         g = _effective_grad(ops, p, g, wd, maximize)
         s = ops.state(p, "square_avg")
@@ -188,7 +190,7 @@ def adagrad(ops, o, params):
     """clr = lr / (1 + (t - 1) * lr_decay);  s = s + g * g;  p = p - clr * g / (sqrt(s) + eps)."""
     lr, lr_decay, eps = o["lr"], o["lr_decay"], o["eps"]
     wd, maximize = _grad_terms(o)
-    for p, g in ops.each(params):
+    for p, g in ops.each_alike(params):
         step = ops.step(p)
         g = _effective_grad(ops, p, g, wd, maximize)
         clr = lr / (1 + (step - 1) * lr_decay)
@@ -204,7 +206,7 @@ def adadelta(ops, o, params):
     lr, rho, eps = o["lr"], o["rho"], o["eps"]
     keep = 1 - rho
     wd, maximize = _grad_terms(o)
-    for p, g in ops.each(params):
+    for p, g in ops.each_alike(params):
         ops.step(p)
         g = _effective_grad(ops, p, g, wd, maximize)
         s, u = ops.state(p, "square_avg"), ops.state(p, "acc_delta")
@@ -223,7 +225,7 @@ def adamax(ops, o, params):
     lr, beta1, beta2, eps = o["lr"], o.item("betas", 0), o.item("betas", 1), o["eps"]
     keep1 = 1 - beta1
     wd, maximize = _grad_terms(o)
-    for p, g in ops.each(params):
+    for p, g in ops.each_alike(params):
         step = ops.step(p)
         g = _effective_grad(ops, p, g, wd, maximize)
         m, u = ops.state(p, "exp_avg"), ops.state(p, "exp_inf")
@@ -246,7 +248,7 @@ def nadam(ops, o, params):
     decoupled, decay = _decoupled_decay(o, lr)
     wd, maximize = _grad_terms(o, weight_decay=not decoupled)
     keep1, keep2 = 1 - beta1, 1 - beta2
-    for p, g in ops.each(params):
+    for p, g in ops.each_alike(params):
         step = ops.step(p)
         bias2 = 1 - ops.scalar_pow(beta2, step)
         if decay is not None:
@@ -271,7 +273,7 @@ def radam(ops, o, params):
     wd, maximize = _grad_terms(o, weight_decay=not decoupled)
     keep1, keep2 = 1 - beta1, 1 - beta2
     rho_inf = 2 / keep2 - 1
-    for p, g in ops.each(params):
+    for p, g in ops.each_alike(params):
         step = ops.step(p)
         if decay is not None:
             ops.imul(p, decay)
@@ -296,7 +298,7 @@ def asgd(ops, o, params):
     float32 scalars, as PyTorch keeps them)."""
     lr, lambd, alpha, t0 = o["lr"], o["lambd"], o["alpha"], o["t0"]
     wd, maximize = _grad_terms(o)
-    for p, g in ops.each(params):
+    for p, g in ops.each_alike(params):
         step = ops.step(p)
         g = _effective_grad(ops, p, g, wd, maximize)
         eta_s, mu_s, ax = ops.state(p, "eta"), ops.state(p, "mu"), ops.state(p, "ax")
@@ -316,7 +318,7 @@ def rprop(ops, o, params):
     etaminus, etaplus = o.item("etas", 0), o.item("etas", 1)
     size_min, size_max = o.item("step_sizes", 0), o.item("step_sizes", 1)
     maximize = o.flag("maximize")
-    for p, g in ops.each(params):
+    for p, g in ops.each_alike(params):
         ops.step(p)
         if maximize:
             g = ops.neg(g, out=0)
@@ -402,6 +404,8 @@ class ArrayOps:
         for k, (arrays, scalars) in self.pending.items():
             k(arrays, scalars)
         self.pending.clear()
+
+    each_alike = each
 
     def fused(self, rule, flags, arrays, scalars):
         """Leave this parameter's update to the group's one foreach C call (runtime/kernels/
@@ -572,6 +576,39 @@ class TensorOps:
             if p._grad is not None:
                 yield p, p._grad
 
+    def each_alike(self, params):
+        """`each`, for a rule whose loop body reads nothing but its parameter's tensors and the
+        group's options: the first parameter of each kind (`_alike`: shapes, dtypes, state keys...)
+        runs the body, taped (Tracer.start_segment), and every later one of that kind replays the
+        tape on its own tensors (Tracer.replay) -- the same nodes and kernels, without the rule's
+        Python (a 32-layer GPT's Adam step: 388 parameters, ~10k recorded ops). REPLAY = False
+        runs the body for every parameter (for tests and bisecting)."""
+        tracer = self.tracer
+        if not REPLAY or tracer.symbolic is not None or self.first:  # (first_step writes are not taped)
+            yield from self.each(params)
+            return
+        state = self.opt.state
+        segments = {}   # kind -> taped segment (None: not replayable)
+        for p in params:
+            g = p._grad
+            if g is None:
+                continue
+            s = state[p]
+            roles = [p, g, *s.values()]
+            kind = _alike(tracer, tuple(s), roles)
+            live = active_tracer() is tracer
+            if live and kind is not None and segments.get(kind) is not None:
+                tracer.replay(segments[kind], roles)
+                continue
+            tape = live and kind is not None and kind not in segments
+            if tape:
+                tracer.start_segment()
+            try:
+                yield p, g
+            finally:
+                if tape:
+                    segments[kind] = tracer.end_segment(roles)
+
     @staticmethod
     def fused(rule, flags, arrays, scalars):
         """Traced (or under autograd) the rule's own Tensor ops run: the compiler fuses them."""
@@ -683,6 +720,29 @@ class TensorOps:
         return x.clamp(min=lo) if isinstance(x, Tensor) else max(x, lo)
 
 
+REPLAY = True   # TensorOps.each_alike replays alike parameters' updates
+
+
+def _alike(tracer, keys, roles):
+    """What decides the ops a rule records for one parameter, beyond the group's options: its
+    state keys and, for the parameter, its gradient and its state tensors, the Tensor class,
+    shape, dtype, layout, grad flags and which of them share an array. None (never replayed)
+    for a state value that is not a numpy-backed tensor or a tensor the tracer knows as a view."""
+    kind = [keys]
+    arrays = {}
+    views = tracer.views
+    for t in roles:
+        if not isinstance(t, Tensor) or id(t) in views:
+            return None
+        a = t._array
+        if type(a) is not np.ndarray:
+            return None
+        flags = a.flags
+        kind.append((type(t), a.shape, a.dtype, flags.c_contiguous, flags.writeable, t._requires_grad,
+                     t.grad_fn is None, arrays.setdefault(id(a), len(arrays))))
+    return tuple(kind)
+
+
 class AutogradOps(TensorOps):
     """The traced arithmetic run eagerly with grad mode on (`differentiable=True`): autograd
     records the update. State is the optimizer's own tensors, created at a first step.
@@ -708,6 +768,8 @@ class AutogradOps(TensorOps):
                 opt._init_state(p, self.group)
             self.kept = {id(p)} | {id(t) for t in state.values() if isinstance(t, Tensor)}
             yield p, p._grad
+
+    each_alike = each
 
     def state(self, p, key):
         return self.opt.state[p].get(key)
