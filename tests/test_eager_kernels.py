@@ -461,7 +461,7 @@ def test_tracing_builds_no_eager_kernel(monkeypatch, tmp_path):
     assert os.path.exists(so) and c_rows.row_kernel("softmax", "float64", cols) is not None
 
 
-# ---------------------------------------------------------------- max pooling's gradient (rows.py: max_pool2d_backward)
+# ---------------------------------------------------------------- max pooling (rows.py: max_pool2d_2x2, max_pool2d_backward)
 
 _POOL_WINDOWS = [  # kernel_size, stride, padding, dilation, ceil_mode: every variant max_pool2d takes
     ((2, 2), (2, 2), (0, 0), (1, 1), False), ((3, 3), (2, 2), (1, 1), (1, 1), False),
@@ -489,8 +489,9 @@ def _pool_input(rng, dtype, shape=(3, 4, 13, 11)):
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("window", _POOL_WINDOWS)
-def test_max_pool2d_backward_c_kernel_is_the_numpy_kernel_bit_for_bit(dtype, window):
-    """Gradients routed to the first maximum (ties, -inf windows, NaN as the maximum, windows in the
+def test_max_pool2d_c_kernels_are_the_numpy_kernels_bit_for_bit(dtype, window):
+    """The 2x2 / stride 2 forward's values (NaN propagating; of equal signed zeros the one numpy's
+    maximum keeps, the later). Gradients routed to the first maximum (ties, -inf windows, NaN as the maximum, windows in the
     padding or hanging over the edge with ceil_mode, overlapping windows adding in the numpy
     kernel's order), for strided x and gy, an inf gradient reaching its argmax only."""
     kernel_size, stride, padding, dilation, ceil_mode = window
@@ -498,6 +499,9 @@ def test_max_pool2d_backward_c_kernel_is_the_numpy_kernel_bit_for_bit(dtype, win
     rng = np.random.default_rng(5)
     for shape in ((3, 4, 13, 11), (3, 4, 10, 22)):           # rows of 5 and of 11 2x2 windows (vector code)
         x = _pool_input(rng, dtype, shape)
+        if window == _POOL_WINDOWS[0]:                       # the forward's C kernel: 2x2 / stride 2 only
+            got, want = _both("max_pool2d", x, **attrs)
+            assert got.shape == want.shape and got.dtype == want.dtype and np.array_equal(_bits(got), _bits(want))
         gy = rng.standard_normal(OPS["max_pool2d"].cpu(x, **attrs).shape).astype(dtype)
         gy[0, 0, 0, 0] = np.inf                              # reaches its argmax only
         for g in (gy, gy[:, :, ::-1], gy[..., ::-1], np.ones_like(gy)):   # strided; equal gradients
@@ -538,29 +542,29 @@ def test_max_pool2d_against_torch():
 
 
 def test_max_pool2d_without_a_compiler_runs_numpy_with_the_same_bits(tmp_path):
-    """No C compiler (an empty cache): the numpy kernel runs, after the one notice, and gives the C
-    kernel's bits."""
+    """No C compiler (an empty cache): the numpy kernels run, after the one notice, and give the C
+    kernels' bits (a 3x3 / stride 2 pooling, then a 2x2 one: both C kernels, forward and backward)."""
     code = """
         import warnings
         import numpy as np
         import eagerc, eagerc.nn.functional as F
         from eagerc.runtime.kernels import rows
-        x = eagerc.tensor(np.random.default_rng(0).integers(-4, 4, (8, 6, 14, 14)).astype(np.float32),
+        x = eagerc.tensor(np.random.default_rng(0).integers(-4, 4, (8, 6, 30, 30)).astype(np.float32),
                           requires_grad=True)
         with warnings.catch_warnings(record=True) as w:
             warnings.simplefilter("always")
-            y = F.max_pool2d(x, 3, 2, 1)
-            (y * y).sum().backward()
-        np.save("{out}", np.concatenate([y.detach().numpy().ravel(), x.grad.numpy().ravel()]))
+            y = F.max_pool2d(x, 3, 2, 1) * 2
+            (y.sum() + F.max_pool2d(y, 2).sum()).backward()
+        np.save("{out}", np.concatenate([F.max_pool2d(y, 2).detach().numpy().ravel(), x.grad.numpy().ravel()]))
         print("kernels", sum(k is not None for k in rows._kernels.values()),
               "notices", sum("eager kernels" in str(m.message) for m in w))
     """
     out = str(tmp_path / "nocc.npy")
     r = _run(code.format(out=out), EAGERC_CACHE_DIR=str(tmp_path / "cache"), EAGERC_CC="/nonexistent/cc")
     assert r.stdout.split() == ["kernels", "0", "notices", "1"]
-    x = eagerc.tensor(np.random.default_rng(0).integers(-4, 4, (8, 6, 14, 14)).astype(np.float32),
+    x = eagerc.tensor(np.random.default_rng(0).integers(-4, 4, (8, 6, 30, 30)).astype(np.float32),
                       requires_grad=True)
-    y = F.max_pool2d(x, 3, 2, 1)
-    (y * y).sum().backward()
-    want = np.concatenate([y.detach().numpy().ravel(), x.grad.numpy().ravel()])
+    y = F.max_pool2d(x, 3, 2, 1) * 2
+    (y.sum() + F.max_pool2d(y, 2).sum()).backward()
+    want = np.concatenate([F.max_pool2d(y, 2).detach().numpy().ravel(), x.grad.numpy().ravel()])
     assert np.array_equal(np.load(out), want)

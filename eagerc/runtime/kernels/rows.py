@@ -242,6 +242,46 @@ void {name}(const T *src, T *dst, int64_t A, int64_t B, int64_t R, int64_t C, in
             }
 }
 """,
+    # max pooling's 2x2 / stride 2 windows (no padding or dilation) over (N, C, H, W) planes of x
+    # (strides sn, sc, sh_ and 1), into y C-contiguous (N, C, oh, ow), ow >= 4: each window folded
+    # as the numpy kernel folds the kernel positions' slices with `maximum` (maximum(m, v) = m if
+    # m > v or m is NaN, else v: NaN propagates, of equal values -- signed zeros -- the later one):
+    # the same bits. Vector code across a row, 4 or 8 windows at a time, the last ones overlapping
+    # (as in the backward below); other windows stay numpy's (kh*kw vectorised strided passes)
+    "max_pool2d_2x2": """
+#define MAXIMUM(a, b) ((a) != (a) ? (a) : (a) > (b) ? (a) : (b))
+/* without NaNs maximum(m, v) is m > v ? m : v (vector code; GCC does not vectorise a != a, so a
+   row's NaN or infinity shows as a NaN of the sum of v - v, and that row runs MAXIMUM, scalar) */
+#define TILE2_MAX(S, SIMD) { \\
+    _Pragma(SIMD) \\
+    for (int64_t b = bs; b < bs + S; b++) { \\
+        const T v0 = r0[2 * b], v1 = r0[2 * b + 1], v2 = r1[2 * b], v3 = r1[2 * b + 1]; \\
+        const T m01 = v0 > v1 ? v0 : v1, m012 = m01 > v2 ? m01 : v2; \\
+        yr[b] = m012 > v3 ? m012 : v3; \\
+        odd += (v0 - v0) + (v1 - v1) + (v2 - v2) + (v3 - v3); } }
+void {name}(const T *x, T *y, int64_t N, int64_t C, int64_t sn, int64_t sc, int64_t sh_, int64_t oh, int64_t ow)
+{
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t a = 0; a < oh; a++) {
+                const T *r0 = x + n * sn + c * sc + 2 * a * sh_, *r1 = r0 + sh_;
+                T *yr = y + ((n * C + c) * oh + a) * ow;
+                const int64_t L = ow >= 8 ? 8 : 4;
+                T odd = 0;
+                for (int64_t b0 = 0; b0 < ow; b0 += L) {
+                    const int64_t bs = b0 + L <= ow ? b0 : ow - L;
+                    if (L == 8) TILE2_MAX(8, "omp simd simdlen(8) reduction(+:odd)")
+                    else TILE2_MAX(4, "omp simd simdlen(4) reduction(+:odd)")
+                }
+                if (odd == 0) continue;
+                for (int64_t b = 0; b < ow; b++) {
+                    const T v0 = r0[2 * b], v1 = r0[2 * b + 1], v2 = r1[2 * b], v3 = r1[2 * b + 1];
+                    const T m01 = MAXIMUM(v0, v1), m012 = MAXIMUM(m01, v2);
+                    yr[b] = MAXIMUM(m012, v3);
+                }
+            }
+}
+""",
     # max pooling's gradient (runtime/ops/conv.py) over (N, C, H, W) planes of x of any element
     # strides (sn, sc, sh_, sw_), windows kh x kw at stride (sh, sw), padding (ph, pw) read as -inf,
     # dilation (dh, dw): gy (N, C, oh, ow; strides gn, gc, gh, gw) added into dx (zeros, C-contiguous
@@ -350,7 +390,8 @@ void {name}(T *out, int64_t n, uint64_t seed, uint64_t offset)
 _ARGS = {"cross_entropy": "ppp" "ii" "ff", "cross_entropy_backward": "pppp" "iii" "ff",
          "norm_weight_backward": "ppp" "iii" "f", "embedding_backward": "ppp" "iii",
          "lstm_step": "pppppp" "iii", "lstm_step_backward": "ppppppppppp" "iii", "uniform": "p" "i" "uu",
-         "copy4d": "pp" + "i" * 12, "max_pool2d_backward": "ppp" + "i" * 22}
+         "copy4d": "pp" + "i" * 12, "max_pool2d_backward": "ppp" + "i" * 22,
+         "max_pool2d_2x2": "pp" + "i" * 7}
 
 _kernels = {}
 

@@ -562,8 +562,9 @@ def _pool_c_kernel(xp, op, x):
     """The hand-written C kernel of `op` (runtime/kernels/rows.py) for a float numpy x of any
     strides, or None (numpy runs: other dtypes, cupy, small inputs, kernels off, no compiler).
     Why: numpy's max-pooling backward is a (K, n, c, oh, ow) window copy, a max, masks for ties
-    and a masked scatter; the C loop reads each window once. (The forward stays numpy's: its
-    kh*kw vectorised strided passes beat a window-at-a-time C loop.)"""
+    and a masked scatter, its forward kh*kw strided passes; the C loops read each window once.
+    (A forward in C pays only for 2x2 / stride 2 windows, in vector code: other forwards stay
+    numpy's, whose vectorised strided passes beat a window-at-a-time C loop.)"""
     if (xp is not np or x.dtype not in c_rows.NAMES or x.size < c_rows.MIN_ELEMENTS[op]
             or any(t % x.itemsize for t in x.strides) or not (c_rows.enabled() and c_rows.available())):
         return None
@@ -576,6 +577,14 @@ def _max_pool2d(xp):
         oh, ow, pads = _pool_geometry(x.shape[2:], kernel_size, stride, padding, dilation, ceil_mode)
         if oh <= 0 or ow <= 0:
             raise ValueError("max_pool2d: output size")
+        if (tuple(kernel_size) == (2, 2) and tuple(stride) == (2, 2) and tuple(padding) == (0, 0)
+                and tuple(dilation) == (1, 1) and ow >= 4 and (oh, ow) == (x.shape[2] // 2, x.shape[3] // 2)
+                and x.strides[3] == x.itemsize):
+            k = _pool_c_kernel(xp, "max_pool2d_2x2", x)
+            if k is not None:
+                y = np.empty(x.shape[:2] + (oh, ow), x.dtype)
+                k(x.ctypes.data, y.ctypes.data, *x.shape[:2], *(t // x.itemsize for t in x.strides[:3]), oh, ow)
+                return y
         xpad = _pad(xp, x, pads, _lowest(x.dtype))
         it = _slices(xpad, kernel_size, stride, dilation, oh, ow)
         out = next(it).copy()
