@@ -568,3 +568,18 @@ def test_max_pool2d_without_a_compiler_runs_numpy_with_the_same_bits(tmp_path):
     (y.sum() + F.max_pool2d(y, 2).sum()).backward()
     want = np.concatenate([F.max_pool2d(y, 2).detach().numpy().ravel(), x.grad.numpy().ravel()])
     assert np.array_equal(np.load(out), want)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("dilation", [(1, 1), (2, 1)])
+def test_col2im_runs_c_kernel_is_numpys_strided_adds_bit_for_bit(dtype, dilation):
+    """A transposed convolution (a convolution's input gradient) adds its columns back over row-wrapped
+    runs in C: the numpy kernel's additions in its order, the same bits."""
+    from eagerc.runtime.kernels import rows
+    rng = np.random.default_rng(7)
+    gy = rng.standard_normal((8, 6, 14, 13)).astype(dtype)
+    w = rng.standard_normal((6, 5, 3, 3)).astype(dtype)
+    attrs = dict(stride=(1, 1), padding=((1, 1), (1, 1)), output_padding=(0, 0), dilation=dilation, groups=1)
+    got, want = _both("conv_transpose2d", gy, w, None, **attrs)
+    assert rows._kernels.get(("col2im_runs", dtype)) is not None
+    assert got.shape == want.shape and np.array_equal(got, want)

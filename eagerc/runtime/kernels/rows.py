@@ -3,9 +3,10 @@ a per-row class index (cross_entropy and its backward), a leading-dim sum of a n
 product (layer_norm's and rms_norm's weight gradients), a scatter-add by index (embedding's
 backward), an LSTM step's gate math (forward and backward, on the layer's strided reserve) and
 uniform draws a Philox block at a time (rand, dropout's mask), a 4-d strided copy of short rows
-(a convolution's padded input and its gradient's row-wrapped runs), and max pooling's gradient
-(each window's first argmax found and its gradient stored in one pass: in a CNN step numpy's
-window copy, masks and scatter cost ~15x PyTorch's backward).
+(a convolution's padded input and its gradient's row-wrapped runs), col2im's adds over such runs
+(a convolution's input gradient), and max pooling and its gradient (each window's first argmax
+found and its gradient stored in one pass: in a CNN step numpy's window copy, masks and scatter
+cost ~15x PyTorch's backward).
 
 Why: in a GPT training step these were numpy's multi-pass kernels -- cross_entropy forward and
 backward ~4x PyTorch's, the layer_norm weight gradient twice the cost of the whole input
@@ -13,7 +14,7 @@ gradient, embedding_backward's `np.add.at` ~6x PyTorch's scatter-add. Each is on
 (the row in cache) in C.
 
 Numbers. embedding_backward adds the rows in index order into zeros, as `np.add.at` does: the
-same bits; so does max_pool2d_backward (the numpy kernel's argmax and order of additions). The
+same bits; so do max pooling (numpy's fold and argmax, its order of additions) and col2im_runs. The
 others add row sums (and the weight gradient's column sums) in double where numpy
 sums float32 pairwise, and take exp/log from glibc: within a few ulp of the numpy kernel's
 result's scale (tests/test_eager_kernels.py states the bounds); the elementwise steps are the
@@ -242,6 +243,24 @@ void {name}(const T *src, T *dst, int64_t A, int64_t B, int64_t R, int64_t C, in
             }
 }
 """,
+    # col2im over row-wrapped runs (runtime/ops/conv.py _col2im_add, a transposed convolution's or
+    # an input gradient's columns added back): out (C, N, L) += cols (C, K, N, P) at offset off[k]
+    # of each (c, n) plane, kernel position k by k -- each element adds its terms in the numpy
+    # kernel's order (one strided add per kernel position): the same bits. A channel's planes stay
+    # in cache over its K passes where numpy streams the whole buffer K times
+    "col2im_runs": """
+void {name}(const T *cols, T *out, const int64_t *off, int64_t C, int64_t K, int64_t N, int64_t P, int64_t L)
+{
+    for (int64_t c = 0; c < C; c++)
+        for (int64_t k = 0; k < K; k++)
+            for (int64_t n = 0; n < N; n++) {
+                const T *s = cols + ((c * K + k) * N + n) * P;
+                T *d = out + (c * N + n) * L + off[k];
+                #pragma omp simd
+                for (int64_t p = 0; p < P; p++) d[p] = d[p] + s[p];
+            }
+}
+""",
     # max pooling's 2x2 / stride 2 windows (no padding or dilation) over (N, C, H, W) planes of x
     # (strides sn, sc, sh_ and 1), into y C-contiguous (N, C, oh, ow), ow >= 4: each window folded
     # as the numpy kernel folds the kernel positions' slices with `maximum` (maximum(m, v) = m if
@@ -391,7 +410,7 @@ _ARGS = {"cross_entropy": "ppp" "ii" "ff", "cross_entropy_backward": "pppp" "iii
          "norm_weight_backward": "ppp" "iii" "f", "embedding_backward": "ppp" "iii",
          "lstm_step": "pppppp" "iii", "lstm_step_backward": "ppppppppppp" "iii", "uniform": "p" "i" "uu",
          "copy4d": "pp" + "i" * 12, "max_pool2d_backward": "ppp" + "i" * 22,
-         "max_pool2d_2x2": "pp" + "i" * 7}
+         "max_pool2d_2x2": "pp" + "i" * 7, "col2im_runs": "ppp" + "i" * 5}
 
 _kernels = {}
 

@@ -241,18 +241,34 @@ def _conv(xp):
     return conv
 
 
+def _col2im_kernel(xp, cols, runs):
+    """rows.py's col2im_runs for C-contiguous float numpy cols (c, *k, n, P) and runs (c, n, L), or
+    None (numpy's strided adds). Why: numpy streams the whole buffer once per kernel position; the
+    C loop adds a channel's K runs while its planes are in cache."""
+    if (xp is np and cols.dtype in c_rows.NAMES and cols.dtype == runs.dtype and cols.flags.c_contiguous
+            and runs.flags.c_contiguous and cols.size >= c_rows.MIN_ELEMENTS["col2im_runs"]
+            and c_rows.enabled() and c_rows.available()):
+        return c_row_kernels.kernel("col2im_runs", c_rows.NAMES[cols.dtype])
+    return None
+
+
 def _col2im_add(xp, cols, out, k, stride, dilation, size, flat):
     """Adjoint of the im2col gather: add cols (c, *k, n, P or prod(size)) into the zeroed
     channel-major padded buffer out (c, n, *padded), one strided add per kernel position."""
     c, n = out.shape[:2]
     padded = out.shape[2:]
-    positions = itertools.product(*(range(kk) for kk in k))
+    positions = list(itertools.product(*(range(kk) for kk in k)))
     if flat:
         P = cols.shape[-1]
         runs = out.reshape(c, n, math.prod(padded))
         inner = [math.prod(padded[i + 1:]) for i in range(len(padded))]
-        for pos in positions:
-            o = sum(p * d * e for p, d, e in zip(pos, dilation, inner))
+        offsets = [sum(p * d * e for p, d, e in zip(pos, dilation, inner)) for pos in positions]
+        kern = _col2im_kernel(xp, cols, runs)
+        if kern is not None:
+            kern(cols.ctypes.data, runs.ctypes.data, np.array(offsets, np.int64).ctypes.data, c, len(offsets), n, P,
+                 runs.shape[-1])
+            return out
+        for pos, o in zip(positions, offsets):
             runs[:, :, o:o + P] += cols[(slice(None),) + pos]
         return out
     cols = cols.reshape((c,) + tuple(k) + (n,) + tuple(size))
