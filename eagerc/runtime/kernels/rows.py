@@ -81,6 +81,19 @@ _POOL_WINDOW = """
             BODY } } }
 """
 
+# a row of ow >= 4 2x2 windows, WINDOWS(S, pragma) run on windows bs .. bs + S - 1: L = 8 or 4 at a
+# time, the last L overlapping the ones before them (plain stores: a window written twice gets the
+# same values), so that every window runs in vector code (a row is a few vectors long: a scalar
+# remainder loop would cost as much as the rest); `odd` sums v - v over the row
+_TILE2_ROW = """
+#define TILE2_ROW(WINDOWS) { \\
+    const int64_t L = ow >= 8 ? 8 : 4; \\
+    for (int64_t b0 = 0; b0 < ow; b0 += L) { \\
+        const int64_t bs = b0 + L <= ow ? b0 : ow - L; \\
+        if (L == 8) WINDOWS(8, "omp simd simdlen(8) reduction(+:odd)") \\
+        else WINDOWS(4, "omp simd simdlen(4) reduction(+:odd)") } }
+"""
+
 SOURCES = {
     # per-row loss: lse - z[t]; with label smoothing (1 - eps) loss + eps / C (lse C - sum z)
     "cross_entropy": """
@@ -265,9 +278,9 @@ void {name}(const T *cols, T *out, const int64_t *off, int64_t C, int64_t K, int
     # (strides sn, sc, sh_ and 1), into y C-contiguous (N, C, oh, ow), ow >= 4: each window folded
     # as the numpy kernel folds the kernel positions' slices with `maximum` (maximum(m, v) = m if
     # m > v or m is NaN, else v: NaN propagates, of equal values -- signed zeros -- the later one):
-    # the same bits. Vector code across a row, 4 or 8 windows at a time, the last ones overlapping
-    # (as in the backward below); other windows stay numpy's (kh*kw vectorised strided passes)
-    "max_pool2d_2x2": """
+    # the same bits. Vector code across a row (TILE2_ROW); other windows stay numpy's (kh*kw
+    # vectorised strided passes)
+    "max_pool2d_2x2": _TILE2_ROW + """
 #define MAXIMUM(a, b) ((a) != (a) ? (a) : (a) > (b) ? (a) : (b))
 /* without NaNs maximum(m, v) is m > v ? m : v (vector code; GCC does not vectorise a != a, so a
    row's NaN or infinity shows as a NaN of the sum of v - v, and that row runs MAXIMUM, scalar) */
@@ -285,13 +298,8 @@ void {name}(const T *x, T *y, int64_t N, int64_t C, int64_t sn, int64_t sc, int6
             for (int64_t a = 0; a < oh; a++) {
                 const T *r0 = x + n * sn + c * sc + 2 * a * sh_, *r1 = r0 + sh_;
                 T *yr = y + ((n * C + c) * oh + a) * ow;
-                const int64_t L = ow >= 8 ? 8 : 4;
                 T odd = 0;
-                for (int64_t b0 = 0; b0 < ow; b0 += L) {
-                    const int64_t bs = b0 + L <= ow ? b0 : ow - L;
-                    if (L == 8) TILE2_MAX(8, "omp simd simdlen(8) reduction(+:odd)")
-                    else TILE2_MAX(4, "omp simd simdlen(4) reduction(+:odd)")
-                }
+                TILE2_ROW(TILE2_MAX)
                 if (odd == 0) continue;
                 for (int64_t b = 0; b < ow; b++) {
                     const T v0 = r0[2 * b], v1 = r0[2 * b + 1], v2 = r1[2 * b], v3 = r1[2 * b + 1];
@@ -314,7 +322,7 @@ void {name}(const T *x, T *y, int64_t N, int64_t C, int64_t sn, int64_t sc, int6
     # stride) has its own loop, vector code across a row of windows (4x faster than the scalar
     # chain of compares): each window's four elements written once, the gradient or +0.0 (what
     # the numpy kernel's select writes)
-    "max_pool2d_backward": _POOL_WINDOW + """
+    "max_pool2d_backward": _POOL_WINDOW + _TILE2_ROW + """
 /* windows bs .. bs + S - 1 of a 2x2 / stride 2 row: selects of floats only (GCC vectorises
    these, not int/float mixes): the gradient goes to the last position that beats all before it */
 #define TILE2_WINDOWS(S, SIMD) { \\
@@ -342,17 +350,8 @@ void {name}(const T *gy, const T *x, T *dx, int64_t N, int64_t C, int64_t H, int
                 for (int64_t a = 0; a < oh; a++) {
                     const T *r0 = xp + 2 * a * sh_, *r1 = r0 + sh_, *gr = gp + a * gh;
                     T *d0 = dp + 2 * a * W, *d1 = d0 + W;
-                    /* L windows at a time, the last L overlapping the ones before them (plain
-                       stores: a window written twice gets the same values), so that every window
-                       runs in vector code (a row is a few vectors long: a scalar remainder loop
-                       would cost as much as the rest) */
                     T odd = 0;      /* NaN when the row holds a NaN or an infinity */
-                    const int64_t L = ow >= 8 ? 8 : 4;
-                    for (int64_t b0 = 0; b0 < ow; b0 += L) {
-                        const int64_t bs = b0 + L <= ow ? b0 : ow - L;
-                        if (L == 8) TILE2_WINDOWS(8, "omp simd simdlen(8) reduction(+:odd)")
-                        else TILE2_WINDOWS(4, "omp simd simdlen(4) reduction(+:odd)")
-                    }
+                    TILE2_ROW(TILE2_WINDOWS)
                     if (odd == 0) continue;
                     for (int64_t b = 0; b < ow; b++) {
                         T m = -INFINITY;
