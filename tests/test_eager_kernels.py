@@ -462,3 +462,127 @@ def test_tracing_for_backend_c_builds_no_eager_kernel_it_replaces(monkeypatch, t
     g = eagerc.compile(lambda t: F.softmax(t, -1) * 2, backend="numpy")
     np.testing.assert_allclose(g(eagerc.tensor(x)).numpy(), 2 * want, rtol=1e-13, atol=1e-16)
     assert os.path.exists(so) and c_rows.row_kernel("softmax", "float64", cols) is not None
+
+
+# ---------------------------------------------------------------- max pooling (rows.py: max_pool2d_2x2, max_pool2d_backward)
+
+_POOL_WINDOWS = [  # kernel_size, stride, padding, dilation, ceil_mode: every variant max_pool2d takes
+    ((2, 2), (2, 2), (0, 0), (1, 1), False), ((3, 3), (2, 2), (1, 1), (1, 1), False),
+    ((3, 3), (1, 1), (1, 1), (1, 1), False), ((3, 2), (2, 3), (1, 0), (2, 1), True),
+    ((2, 2), (3, 3), (1, 0), (1, 1), True), ((2, 3), (1, 2), (0, 1), (2, 2), False),
+    ((4, 4), (2, 2), (2, 2), (1, 1), True)]
+
+
+def _bits(a):
+    """a's bytes as unsigned ints, every NaN made one pattern: equal bits, signed zeros included."""
+    a = np.where(np.isnan(a), np.nan, a).astype(a.dtype)
+    return a.view({4: np.uint32, 8: np.uint64}[a.itemsize])
+
+
+def _pool_input(rng, dtype, shape=(3, 4, 13, 11)):
+    """Small integers (many ties), a -inf plane and row, NaNs, signed zeros; transposed to
+    channel-major strides as a convolution's output is."""
+    x = rng.integers(-3, 3, shape).astype(dtype)
+    x[0, 1] = -np.inf
+    x[1, 2, 4] = -np.inf
+    x[2, 0, rng.integers(0, shape[2], 6), rng.integers(0, shape[3], 6)] = np.nan
+    x[2, 3] = rng.choice(np.array([0.0, -0.0], dtype), shape[2:])
+    return np.ascontiguousarray(x.transpose(1, 0, 2, 3)).transpose(1, 0, 2, 3)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("window", _POOL_WINDOWS)
+def test_max_pool2d_c_kernels_are_the_numpy_kernels_bit_for_bit(dtype, window):
+    """The 2x2 / stride 2 forward's values (NaN propagating; of equal signed zeros the one numpy's
+    maximum keeps, the later). Gradients routed to the first maximum (ties, -inf windows, NaN as the maximum, windows in the
+    padding or hanging over the edge with ceil_mode, overlapping windows adding in the numpy
+    kernel's order), for strided x and gy, an inf gradient reaching its argmax only."""
+    kernel_size, stride, padding, dilation, ceil_mode = window
+    attrs = dict(kernel_size=kernel_size, stride=stride, padding=padding, dilation=dilation, ceil_mode=ceil_mode)
+    rng = np.random.default_rng(5)
+    for shape in ((3, 4, 13, 11), (3, 4, 10, 22)):           # rows of 5 and of 11 2x2 windows (vector code)
+        x = _pool_input(rng, dtype, shape)
+        if window == _POOL_WINDOWS[0]:                       # the forward's C kernel: 2x2 / stride 2 only
+            got, want = _both("max_pool2d", x, **attrs)
+            assert got.shape == want.shape and got.dtype == want.dtype and np.array_equal(_bits(got), _bits(want))
+        gy = rng.standard_normal(OPS["max_pool2d"].cpu(x, **attrs).shape).astype(dtype)
+        gy[0, 0, 0, 0] = np.inf                              # reaches its argmax only
+        for g in (gy, gy[:, :, ::-1], gy[..., ::-1], np.ones_like(gy)):   # strided; equal gradients
+            got, want = _both("max_pool2d_backward", g, x, **attrs)
+            assert got.shape == x.shape and got.dtype == x.dtype and np.array_equal(_bits(got), _bits(want))
+
+
+def test_max_pool2d_backward_routes_to_the_first_max_by_hand(monkeypatch):
+    """The first maximum in row-major kernel order wins ties (PyTorch's rule); a NaN is the maximum;
+    overlapping windows add."""
+    monkeypatch.setitem(c_rows.MIN_ELEMENTS, "max_pool2d_backward", 0)
+    x = np.zeros((1, 1, 2, 4), np.float32)
+    x[0, 0] = [[1, 5, 5, 0], [5, 2, np.nan, 3]]
+    gy = np.array([[[[10, 20]]]], np.float32)
+    got, _ = _both("max_pool2d_backward", gy, x, kernel_size=(2, 2), stride=(2, 2), padding=(0, 0),
+                   dilation=(1, 1), ceil_mode=False)
+    assert got.tolist() == [[[[0, 10, 0, 0], [0, 0, 20, 0]]]]
+    gy = np.array([[[[1, 2, 4]]]], np.float64)
+    got, _ = _both("max_pool2d_backward", gy, np.array([[[[1, 5, 5, 0], [5, 2, 5, 3]]]], np.float64), kernel_size=(2, 2),
+                   stride=(1, 1), padding=(0, 0), dilation=(1, 1), ceil_mode=False)
+    assert got.tolist() == [[[[0, 3, 4, 0], [0, 0, 0, 0]]]]
+
+
+def test_max_pool2d_against_torch():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(6)
+    x = rng.integers(-3, 3, (4, 3, 17, 16)).astype(np.float32)
+    for kernel_size, stride, padding, dilation, ceil_mode in _POOL_WINDOWS:
+        tx = torch.from_numpy(x).requires_grad_()
+        ty = torch.nn.functional.max_pool2d(tx, kernel_size, stride, padding, dilation, ceil_mode)
+        gy = rng.standard_normal(tuple(ty.shape)).astype(np.float32)
+        ty.backward(torch.from_numpy(gy))
+        ex = eagerc.from_numpy(x).requires_grad_()
+        ey = F.max_pool2d(ex, kernel_size, stride, padding, dilation, ceil_mode)
+        ey.backward(eagerc.from_numpy(gy))
+        np.testing.assert_array_equal(ey.detach().numpy(), ty.detach().numpy())
+        np.testing.assert_allclose(ex.grad.numpy(), tx.grad.numpy(), rtol=1e-6, atol=1e-6)
+
+
+def test_max_pool2d_without_a_compiler_runs_numpy_with_the_same_bits(tmp_path):
+    """No C compiler (an empty cache): the numpy kernels run, after the one notice, and give the C
+    kernels' bits (a 3x3 / stride 2 pooling, then a 2x2 one: both C kernels, forward and backward)."""
+    code = """
+        import warnings
+        import numpy as np
+        import eagerc, eagerc.nn.functional as F
+        from eagerc.runtime.kernels import rows
+        x = eagerc.tensor(np.random.default_rng(0).integers(-4, 4, (8, 6, 30, 30)).astype(np.float32),
+                          requires_grad=True)
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            y = F.max_pool2d(x, 3, 2, 1) * 2
+            (y.sum() + F.max_pool2d(y, 2).sum()).backward()
+        np.save("{out}", np.concatenate([F.max_pool2d(y, 2).detach().numpy().ravel(), x.grad.numpy().ravel()]))
+        print("kernels", sum(k is not None for k in rows._kernels.values()),
+              "notices", sum("eager kernels" in str(m.message) for m in w))
+    """
+    out = str(tmp_path / "nocc.npy")
+    r = _run(code.format(out=out), EAGERC_CACHE_DIR=str(tmp_path / "cache"), EAGERC_CC="/nonexistent/cc")
+    assert r.stdout.split() == ["kernels", "0", "notices", "1"]
+    x = eagerc.tensor(np.random.default_rng(0).integers(-4, 4, (8, 6, 30, 30)).astype(np.float32),
+                      requires_grad=True)
+    y = F.max_pool2d(x, 3, 2, 1) * 2
+    (y.sum() + F.max_pool2d(y, 2).sum()).backward()
+    want = np.concatenate([F.max_pool2d(y, 2).detach().numpy().ravel(), x.grad.numpy().ravel()])
+    assert np.array_equal(np.load(out), want)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("dilation", [(1, 1), (2, 1)])
+def test_col2im_runs_c_kernel_is_numpys_strided_adds_bit_for_bit(dtype, dilation):
+    """A transposed convolution (a convolution's input gradient) adds its columns back over row-wrapped
+    runs in C: the numpy kernel's additions in its order, the same bits."""
+    from eagerc.runtime.kernels import rows
+    rng = np.random.default_rng(7)
+    gy = rng.standard_normal((8, 6, 14, 13)).astype(dtype)
+    w = rng.standard_normal((6, 5, 3, 3)).astype(dtype)
+    attrs = dict(stride=(1, 1), padding=((1, 1), (1, 1)), output_padding=(0, 0), dilation=dilation, groups=1)
+    got, want = _both("conv_transpose2d", gy, w, None, **attrs)
+    assert rows._kernels.get(("col2im_runs", dtype)) is not None
+    assert got.shape == want.shape and np.array_equal(got, want)

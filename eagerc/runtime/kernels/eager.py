@@ -50,7 +50,8 @@ __all__ = ["row_kernel", "c_function", "prefetch", "only_built", "building", "CO
 MIN_ELEMENTS = {"softmax": 2048, "log_softmax": 2048, "softmax_backward": 8192, "log_softmax_backward": 8192,
                 "layer_norm": 256, "layer_norm_backward": 256, "rms_norm": 256, "rms_norm_backward": 256, "gelu": 2048, "gelu_backward": 256,
                 "cross_entropy": 1024, "norm_weight_backward": 256, "embedding_backward": 1024,
-                "lstm_step": 0, "copy4d": 16384}
+                "lstm_step": 0, "copy4d": 16384,
+                "max_pool2d_2x2": 1024, "col2im_runs": 16384, "max_pool2d_backward": 1024}
 DTYPES = ("float32", "float64")
 _F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)     # native byte order (dtype singletons)
 NAMES = {_F32: "float32", _F64: "float64"}   # dtype -> name without numpy's Python-level `dtype.name`

@@ -2,8 +2,11 @@
 a per-row class index (cross_entropy and its backward), a leading-dim sum of a normalised
 product (layer_norm's and rms_norm's weight gradients), a scatter-add by index (embedding's
 backward), an LSTM step's gate math (forward and backward, on the layer's strided reserve) and
-uniform draws a Philox block at a time (rand, dropout's mask), and a 4-d strided copy of short rows
-(a convolution's padded input and its gradient's row-wrapped runs).
+uniform draws a Philox block at a time (rand, dropout's mask), a 4-d strided copy of short rows
+(a convolution's padded input and its gradient's row-wrapped runs), col2im's adds over such runs
+(a convolution's input gradient), and max pooling and its gradient (each window's first argmax
+found and its gradient stored in one pass: in a CNN step numpy's window copy, masks and scatter
+cost ~15x PyTorch's backward).
 
 Why: in a GPT training step these were numpy's multi-pass kernels -- cross_entropy forward and
 backward ~4x PyTorch's, the layer_norm weight gradient twice the cost of the whole input
@@ -11,7 +14,8 @@ gradient, embedding_backward's `np.add.at` ~6x PyTorch's scatter-add. Each is on
 (the row in cache) in C.
 
 Numbers. embedding_backward adds the rows in index order into zeros, as `np.add.at` does: the
-same bits. The others add row sums (and the weight gradient's column sums) in double where numpy
+same bits; so do max pooling (numpy's fold and argmax, its order of additions) and col2im_runs. The
+others add row sums (and the weight gradient's column sums) in double where numpy
 sums float32 pairwise, and take exp/log from glibc: within a few ulp of the numpy kernel's
 result's scale (tests/test_eager_kernels.py states the bounds); the elementwise steps are the
 numpy kernel's, in its order (kernel_cache compiles with -ffp-contract=off).
@@ -56,6 +60,38 @@ _ROW_LSE = """
         double s;
         BLOCKED_SUM(s, C, EXP(xr[c] - mx));
         const T lse = LOG((T)s);
+"""
+
+# the kernel positions of window (a, b) in plane xp inside the plane, row-major, as v at (h, w):
+# the bounds computed once per window, no branch per element (positions in the padding read -inf,
+# which changes no maximum: skipped)
+_POOL_WINDOW = """
+#define FOR_WINDOW(BODY) { \\
+    const int64_t h0_ = a * sh - ph, w0_ = b * sw - pw; \\
+    const int64_t i0_ = h0_ >= 0 ? 0 : (-h0_ + dh - 1) / dh, j0_ = w0_ >= 0 ? 0 : (-w0_ + dw - 1) / dw; \\
+    int64_t i1_ = (H - 1 - h0_) / dh + 1, j1_ = (W - 1 - w0_) / dw + 1; \\
+    if (i1_ > kh) i1_ = kh; \\
+    if (j1_ > kw) j1_ = kw; \\
+    for (int64_t i = i0_; i < i1_; i++) { \\
+        const int64_t h = h0_ + i * dh; \\
+        const T *xr_ = xp + h * sh_; \\
+        for (int64_t j = j0_; j < j1_; j++) { \\
+            const int64_t w = w0_ + j * dw; \\
+            const T v = xr_[w * sw_]; \\
+            BODY } } }
+"""
+
+# a row of ow >= 4 2x2 windows, WINDOWS(S, pragma) run on windows bs .. bs + S - 1: L = 8 or 4 at a
+# time, the last L overlapping the ones before them (plain stores: a window written twice gets the
+# same values), so that every window runs in vector code (a row is a few vectors long: a scalar
+# remainder loop would cost as much as the rest); `odd` sums v - v over the row
+_TILE2_ROW = """
+#define TILE2_ROW(WINDOWS) { \\
+    const int64_t L = ow >= 8 ? 8 : 4; \\
+    for (int64_t b0 = 0; b0 < ow; b0 += L) { \\
+        const int64_t bs = b0 + L <= ow ? b0 : ow - L; \\
+        if (L == 8) WINDOWS(8, "omp simd simdlen(8) reduction(+:odd)") \\
+        else WINDOWS(4, "omp simd simdlen(4) reduction(+:odd)") } }
 """
 
 SOURCES = {
@@ -220,6 +256,130 @@ void {name}(const T *src, T *dst, int64_t A, int64_t B, int64_t R, int64_t C, in
             }
 }
 """,
+    # col2im over row-wrapped runs (runtime/ops/conv.py _col2im_add, a transposed convolution's or
+    # an input gradient's columns added back): out (C, N, L) += cols (C, K, N, P) at offset off[k]
+    # of each (c, n) plane, kernel position k by k -- each element adds its terms in the numpy
+    # kernel's order (one strided add per kernel position): the same bits. A channel's planes stay
+    # in cache over its K passes where numpy streams the whole buffer K times
+    "col2im_runs": """
+void {name}(const T *cols, T *out, const int64_t *off, int64_t C, int64_t K, int64_t N, int64_t P, int64_t L)
+{
+    for (int64_t c = 0; c < C; c++)
+        for (int64_t k = 0; k < K; k++)
+            for (int64_t n = 0; n < N; n++) {
+                const T *s = cols + ((c * K + k) * N + n) * P;
+                T *d = out + (c * N + n) * L + off[k];
+                #pragma omp simd
+                for (int64_t p = 0; p < P; p++) d[p] = d[p] + s[p];
+            }
+}
+""",
+    # max pooling's 2x2 / stride 2 windows (no padding or dilation) over (N, C, H, W) planes of x
+    # (strides sn, sc, sh_ and 1), into y C-contiguous (N, C, oh, ow), ow >= 4: each window folded
+    # as the numpy kernel folds the kernel positions' slices with `maximum` (maximum(m, v) = m if
+    # m > v or m is NaN, else v: NaN propagates, of equal values -- signed zeros -- the later one):
+    # the same bits. Vector code across a row (TILE2_ROW); other windows stay numpy's (kh*kw
+    # vectorised strided passes)
+    "max_pool2d_2x2": _TILE2_ROW + """
+#define MAXIMUM(a, b) ((a) != (a) ? (a) : (a) > (b) ? (a) : (b))
+/* without NaNs maximum(m, v) is m > v ? m : v (vector code; GCC does not vectorise a != a, so a
+   row's NaN or infinity shows as a NaN of the sum of v - v, and that row runs MAXIMUM, scalar) */
+#define TILE2_MAX(S, SIMD) { \\
+    _Pragma(SIMD) \\
+    for (int64_t b = bs; b < bs + S; b++) { \\
+        const T v0 = r0[2 * b], v1 = r0[2 * b + 1], v2 = r1[2 * b], v3 = r1[2 * b + 1]; \\
+        const T m01 = v0 > v1 ? v0 : v1, m012 = m01 > v2 ? m01 : v2; \\
+        yr[b] = m012 > v3 ? m012 : v3; \\
+        odd += (v0 - v0) + (v1 - v1) + (v2 - v2) + (v3 - v3); } }
+void {name}(const T *x, T *y, int64_t N, int64_t C, int64_t sn, int64_t sc, int64_t sh_, int64_t oh, int64_t ow)
+{
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t a = 0; a < oh; a++) {
+                const T *r0 = x + n * sn + c * sc + 2 * a * sh_, *r1 = r0 + sh_;
+                T *yr = y + ((n * C + c) * oh + a) * ow;
+                T odd = 0;
+                TILE2_ROW(TILE2_MAX)
+                if (odd == 0) continue;
+                for (int64_t b = 0; b < ow; b++) {
+                    const T v0 = r0[2 * b], v1 = r0[2 * b + 1], v2 = r1[2 * b], v3 = r1[2 * b + 1];
+                    const T m01 = MAXIMUM(v0, v1), m012 = MAXIMUM(m01, v2);
+                    yr[b] = MAXIMUM(m012, v3);
+                }
+            }
+}
+""",
+    # max pooling's gradient (runtime/ops/conv.py) over (N, C, H, W) planes of x of any element
+    # strides (sn, sc, sh_, sw_), windows kh x kw at stride (sh, sw), padding (ph, pw) read as -inf,
+    # dilation (dh, dw): gy (N, C, oh, ow; strides gn, gc, gh, gw) added into dx (zeros, C-contiguous
+    # (N, C, H, W)) at each window's first maximum in x (kernel positions in row-major order, a NaN
+    # counting as the maximum: PyTorch's rule, the numpy kernel's mask). Branch-free over the data
+    # (a data-dependent branch per element mispredicts: 2x slower); a window holding a NaN is read
+    # again for its first NaN. A window of -inf only picks its first position, dropped if that is
+    # padding, as the numpy kernel drops it. Windows are added last to first, so each element adds
+    # its gradients in kernel-position order, as the numpy kernel's one strided add per kernel
+    # position does: the same bits. The common 2x2 / stride 2 window (no padding, rows of unit
+    # stride) has its own loop, vector code across a row of windows (4x faster than the scalar
+    # chain of compares): each window's four elements written once, the gradient or +0.0 (what
+    # the numpy kernel's select writes)
+    "max_pool2d_backward": _POOL_WINDOW + _TILE2_ROW + """
+/* windows bs .. bs + S - 1 of a 2x2 / stride 2 row: selects of floats only (GCC vectorises
+   these, not int/float mixes): the gradient goes to the last position that beats all before it */
+#define TILE2_WINDOWS(S, SIMD) { \\
+    _Pragma(SIMD) \\
+    for (int64_t b = bs; b < bs + S; b++) { \\
+        const T v0 = r0[2 * b], v1 = r0[2 * b + 1], v2 = r1[2 * b], v3 = r1[2 * b + 1]; \\
+        const T g = gr[b], z = 0; \\
+        const T m01 = v1 > v0 ? v1 : v0, m = v2 > m01 ? v2 : m01; \\
+        const T s3 = v3 > m ? g : z, l3 = v3 > m ? z : g; \\
+        const T s2 = v2 > m01 ? l3 : z, l2 = v2 > m01 ? z : l3; \\
+        d0[2 * b] = v1 > v0 ? z : l2; d0[2 * b + 1] = v1 > v0 ? l2 : z; \\
+        d1[2 * b] = s2; d1[2 * b + 1] = s3; \\
+        odd += (v0 - v0) + (v1 - v1) + (v2 - v2) + (v3 - v3); } }
+void {name}(const T *gy, const T *x, T *dx, int64_t N, int64_t C, int64_t H, int64_t W, int64_t sn, int64_t sc,
+            int64_t sh_, int64_t sw_, int64_t gn, int64_t gc, int64_t gh, int64_t gw, int64_t oh, int64_t ow,
+            int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw)
+{
+    const int tile2 = kh == 2 && kw == 2 && sh == 2 && sw == 2 && ph == 0 && pw == 0 && dh == 1 && dw == 1 && sw_ == 1
+                      && gw == 1 && ow >= 4;
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t c = 0; c < C; c++) {
+            const T *xp = x + n * sn + c * sc, *gp = gy + n * gn + c * gc;
+            T *dp = dx + (n * C + c) * H * W;
+            if (tile2) {
+                for (int64_t a = 0; a < oh; a++) {
+                    const T *r0 = xp + 2 * a * sh_, *r1 = r0 + sh_, *gr = gp + a * gh;
+                    T *d0 = dp + 2 * a * W, *d1 = d0 + W;
+                    T odd = 0;      /* NaN when the row holds a NaN or an infinity */
+                    TILE2_ROW(TILE2_WINDOWS)
+                    if (odd == 0) continue;
+                    for (int64_t b = 0; b < ow; b++) {
+                        T m = -INFINITY;
+                        int nan = 0;
+                        int64_t at = 2 * a * W + 2 * b;
+                        FOR_WINDOW(const int gt = v > m; m = gt ? v : m; at = gt ? h * W + w : at; nan |= v != v;)
+                        if (nan) FOR_WINDOW(if (v != v) { at = h * W + w; goto found; })
+                    found:
+                        d0[2 * b] = d0[2 * b + 1] = d1[2 * b] = d1[2 * b + 1] = 0;
+                        dp[at] = gr[b];
+                    }
+                }
+                continue;
+            }
+            for (int64_t a = oh - 1; a >= 0; a--)
+                for (int64_t b = ow - 1; b >= 0; b--) {
+                    const int64_t h0 = a * sh - ph, w0 = b * sw - pw;
+                    T m = -INFINITY;
+                    int nan = 0;
+                    int64_t at = h0 >= 0 && w0 >= 0 ? h0 * W + w0 : -1;
+                    FOR_WINDOW(const int gt = v > m; m = gt ? v : m; at = gt ? h * W + w : at; nan |= v != v;)
+                    if (nan) FOR_WINDOW(if (v != v) { at = h * W + w; goto done; })
+                done:
+                    if (at >= 0) dp[at] += gp[a * gh + b * gw];
+                }
+        }
+}
+""",
     # uniform floats in [0, 1): element i from word offset + i of the Philox stream (random.py), a
     # whole block of 4 words at a time (numpy's generator also computes each block once; the
     # kernels' eagerc_philox_word computes one per element); the unaligned ends word by word
@@ -248,7 +408,8 @@ void {name}(T *out, int64_t n, uint64_t seed, uint64_t offset)
 _ARGS = {"cross_entropy": "ppp" "ii" "ff", "cross_entropy_backward": "pppp" "iii" "ff",
          "norm_weight_backward": "ppp" "iii" "f", "embedding_backward": "ppp" "iii",
          "lstm_step": "pppppp" "iii", "lstm_step_backward": "ppppppppppp" "iii", "uniform": "p" "i" "uu",
-         "copy4d": "pp" + "i" * 12}
+         "copy4d": "pp" + "i" * 12, "max_pool2d_backward": "ppp" + "i" * 22,
+         "max_pool2d_2x2": "pp" + "i" * 7, "col2im_runs": "ppp" + "i" * 5}
 
 _kernels = {}
 

@@ -28,7 +28,8 @@ Pooling: the window at kernel position (i, j) over all outputs is one strided sl
 of the padded input; max pooling folds `maximum` over the kh*kw slices, average
 pooling adds them. Max pooling's backward recomputes, from one contiguous copy of the
 windows, a mask of each window's first maximum (kernel positions in row-major order,
-so ties go to the first position, as in PyTorch) and routes the gradient there. 3-d
+so ties go to the first position, as in PyTorch) and routes the gradient there (in C for float
+CPU arrays: runtime/kernels/rows.py's max_pool2d_backward, the same bits). 3-d
 pooling is separable onto these 2-d ops (eagerc/nn/functional_conv.py). Adaptive max
 pooling of any rank is one op giving each window's first argmax (the values are a
 gather).
@@ -240,18 +241,34 @@ def _conv(xp):
     return conv
 
 
+def _col2im_kernel(xp, cols, runs):
+    """rows.py's col2im_runs for C-contiguous float numpy cols (c, *k, n, P) and runs (c, n, L), or
+    None (numpy's strided adds). Why: numpy streams the whole buffer once per kernel position; the
+    C loop adds a channel's K runs while its planes are in cache."""
+    if (xp is np and cols.dtype in c_rows.NAMES and cols.dtype == runs.dtype and cols.flags.c_contiguous
+            and runs.flags.c_contiguous and cols.size >= c_rows.MIN_ELEMENTS["col2im_runs"]
+            and c_rows.enabled() and c_rows.available()):
+        return c_row_kernels.kernel("col2im_runs", c_rows.NAMES[cols.dtype])
+    return None
+
+
 def _col2im_add(xp, cols, out, k, stride, dilation, size, flat):
     """Adjoint of the im2col gather: add cols (c, *k, n, P or prod(size)) into the zeroed
     channel-major padded buffer out (c, n, *padded), one strided add per kernel position."""
     c, n = out.shape[:2]
     padded = out.shape[2:]
-    positions = itertools.product(*(range(kk) for kk in k))
+    positions = list(itertools.product(*(range(kk) for kk in k)))
     if flat:
         P = cols.shape[-1]
         runs = out.reshape(c, n, math.prod(padded))
         inner = [math.prod(padded[i + 1:]) for i in range(len(padded))]
-        for pos in positions:
-            o = sum(p * d * e for p, d, e in zip(pos, dilation, inner))
+        offsets = [sum(p * d * e for p, d, e in zip(pos, dilation, inner)) for pos in positions]
+        kern = _col2im_kernel(xp, cols, runs)
+        if kern is not None:
+            kern(cols.ctypes.data, runs.ctypes.data, np.array(offsets, np.int64).ctypes.data, c, len(offsets), n, P,
+                 runs.shape[-1])
+            return out
+        for pos, o in zip(positions, offsets):
             runs[:, :, o:o + P] += cols[(slice(None),) + pos]
         return out
     cols = cols.reshape((c,) + tuple(k) + (n,) + tuple(size))
@@ -557,12 +574,33 @@ def _check_pool_input(x, floating=False, kernel_size=None, padding=None):
         raise ValueError("pool: padding")
 
 
+def _pool_c_kernel(xp, op, x):
+    """The hand-written C kernel of `op` (runtime/kernels/rows.py) for a float numpy x of any
+    strides, or None (numpy runs: other dtypes, cupy, small inputs, kernels off, no compiler).
+    Why: numpy's max-pooling backward is a (K, n, c, oh, ow) window copy, a max, masks for ties
+    and a masked scatter, its forward kh*kw strided passes; the C loops read each window once.
+    (A forward in C pays only for 2x2 / stride 2 windows, in vector code: other forwards stay
+    numpy's, whose vectorised strided passes beat a window-at-a-time C loop.)"""
+    if (xp is not np or x.dtype not in c_rows.NAMES or x.size < c_rows.MIN_ELEMENTS[op]
+            or any(t % x.itemsize for t in x.strides) or not (c_rows.enabled() and c_rows.available())):
+        return None
+    return c_row_kernels.kernel(op, c_rows.NAMES[x.dtype])
+
+
 def _max_pool2d(xp):
     def max_pool2d(x, kernel_size, stride, padding, dilation, ceil_mode):
         _check_pool_input(x, False, kernel_size, padding)
         oh, ow, pads = _pool_geometry(x.shape[2:], kernel_size, stride, padding, dilation, ceil_mode)
         if oh <= 0 or ow <= 0:
             raise ValueError("max_pool2d: output size")
+        if (tuple(kernel_size) == (2, 2) and tuple(stride) == (2, 2) and tuple(padding) == (0, 0)
+                and tuple(dilation) == (1, 1) and ow >= 4 and (oh, ow) == (x.shape[2] // 2, x.shape[3] // 2)
+                and x.strides[3] == x.itemsize):
+            k = _pool_c_kernel(xp, "max_pool2d_2x2", x)
+            if k is not None:
+                y = np.empty(x.shape[:2] + (oh, ow), x.dtype)
+                k(x.ctypes.data, y.ctypes.data, *x.shape[:2], *(t // x.itemsize for t in x.strides[:3]), oh, ow)
+                return y
         xpad = _pad(xp, x, pads, _lowest(x.dtype))
         it = _slices(xpad, kernel_size, stride, dilation, oh, ow)
         out = next(it).copy()
@@ -606,6 +644,15 @@ def _max_pool2d_backward(xp):
     def max_pool2d_backward(gy, x, kernel_size, stride, padding, dilation, ceil_mode):
         """Route each output gradient to its window's (first) argmax in x."""
         _check_pool_input(x)
+        k = _pool_c_kernel(xp, "max_pool2d_backward", x)
+        if k is not None and gy.dtype == x.dtype and not any(t % gy.itemsize for t in gy.strides):
+            oh, ow, _ = _pool_geometry(x.shape[2:], kernel_size, stride, padding, dilation, ceil_mode)
+            if gy.shape != x.shape[:2] + (oh, ow):
+                raise ValueError("max_pool2d_backward: grad shape")
+            dx = np.zeros(x.shape, x.dtype)
+            k(gy.ctypes.data, x.ctypes.data, dx.ctypes.data, *x.shape, *(t // x.itemsize for t in x.strides),
+              *(t // gy.itemsize for t in gy.strides), oh, ow, *kernel_size, *stride, *padding, *dilation)
+            return dx
         first, oh, ow, pads, padded = _first_max_mask(xp, x, kernel_size, stride, padding, dilation, ceil_mode)
         if gy.shape != first.shape[1:]:
             raise ValueError("max_pool2d_backward: grad shape")
@@ -615,12 +662,13 @@ def _max_pool2d_backward(xp):
         windows = _window_stack(xp, dx, kernel_size, stride, dilation, oh, ow)
         if all(s >= d * (k - 1) + 1 for k, s, d in zip(kernel_size, stride, dilation)):
             # windows are disjoint: every input position is written at most once
-            xp.multiply(first.reshape(windows.shape), gy, out=windows)
+            # (a select, not mask * gy: an inf or NaN gradient reaches its argmax only, as in PyTorch)
+            windows[...] = xp.where(first.reshape(windows.shape), gy, gy.dtype.type(0))
         else:  # overlapping windows: add per kernel position (the same position may win twice)
             kw = kernel_size[1]
             for i in range(kernel_size[0]):
                 for j in range(kw):
-                    windows[i, j] += first[i * kw + j] * gy
+                    windows[i, j] += xp.where(first[i * kw + j], gy, gy.dtype.type(0))
         return _unpad(xp, dx, pads, x.shape[2:])
     return max_pool2d_backward
 
