@@ -506,6 +506,24 @@ def test_many_kernels_compile_in_parallel_shared_objects(monkeypatch, tmp_path):
         _close(np.asarray(o), w, 1e-12, 1e-12)
 
 
+def test_parallel_translation_units_are_balanced_by_source_length():
+    # the compilers of a program's units run side by side and the slowest decides: the
+    # functions go to the unit with the least text so far, longest first; each unit keeps the
+    # functions' order (deterministic sources: the same program gives the same libraries)
+    rng = np.random.default_rng(5)
+    todo = [(f"f{i}", "x" * int(n), f"k{i}") for i, n in enumerate(rng.integers(10, 1000, 37))]
+    todo[3] = ("f3", "x" * 9000, "k3")            # one function longer than half the rest
+    parts = kernel_cache._balanced(todo, 2)
+    assert sorted(t for p in parts for t in p) == sorted(todo)
+    for p in parts:
+        assert [todo.index(t) for t in p] == sorted(todo.index(t) for t in p)
+    lengths = sorted(sum(len(t[1]) for t in p) for p in parts)
+    longest_rest = max(len(t[1]) for t in todo if t[0] != "f3")
+    assert lengths[1] == 9000 or lengths[1] - lengths[0] <= longest_rest   # greedy LPT's bound
+    even = kernel_cache._balanced([(f"f{i}", "x" * 100, "k") for i in range(6)], 3)
+    assert [len(p) for p in even] == [2, 2, 2] and kernel_cache._balanced(todo, 1) == [todo]
+
+
 def test_identical_kernels_are_one_function_shared_across_graphs(monkeypatch, tmp_path):
     # kernels are named by what they compute, not by graph node: four identical blocks give one
     # function, compiled once; another graph holding the same computation compiles nothing

@@ -225,7 +225,7 @@ def load_functions(units, assemble, flags=FLAGS, chunk=24):
     holding it alone -- so a kernel met before, in any graph or process, is found and loaded
     and compiles nothing: a `<key>.fn` index file names the shared object that holds it. The
     missing ones are compiled together: one translation unit (`assemble(texts)`) per `chunk`
-    functions, at most one per CPU, the units' compilers running in parallel (a compiler
+    functions, at most one per CPU, of about equal text (`_balanced`), the units' compilers running in parallel (a compiler
     process costs ~40 ms to start; a unit of many kernels costs its kernels' time, split
     between the CPUs)."""
     cc = find_compiler()
@@ -246,9 +246,7 @@ def load_functions(units, assemble, flags=FLAGS, chunk=24):
         else:
             out[name] = lib
     if todo:
-        n = max(1, min(os.cpu_count() or 1, -(-len(todo) // chunk)))
-        size = -(-len(todo) // n)
-        parts = [todo[i:i + size] for i in range(0, len(todo), size)]
+        parts = _balanced(todo, max(1, min(os.cpu_count() or 1, -(-len(todo) // chunk))))
         jobs = []
         for part in parts:
             source = assemble([t for _, t, _ in part])
@@ -272,6 +270,21 @@ def load_functions(units, assemble, flags=FLAGS, chunk=24):
 
 
 _functions = {}       # function key -> CDLL (this process)
+
+
+def _balanced(todo, n):
+    """`todo` in `n` parts of about equal source length (the longest function first into the
+    lightest part), each in `todo`'s order: the compilers run in parallel and the slowest
+    decides, so a part of twice the other's text (a GPT step's backward and Adam kernels in
+    one, as consecutive chunks made them) kept a core idle while it finished."""
+    if n == 1:
+        return [todo]
+    load, member = [0] * n, {}
+    for i in sorted(range(len(todo)), key=lambda i: -len(todo[i][1])):
+        j = load.index(min(load))
+        load[j] += len(todo[i][1])
+        member[i] = j
+    return [p for p in ([t for i, t in enumerate(todo) if member[i] == j] for j in range(n)) if p]
 
 
 def _indexed(d, key):
