@@ -245,9 +245,7 @@ def _col2im_kernel(xp, cols, runs):
     """rows.py's col2im_runs for C-contiguous float numpy cols (c, *k, n, P) and runs (c, n, L), or
     None (numpy's strided adds). Why: numpy streams the whole buffer once per kernel position; the
     C loop adds a channel's K runs while its planes are in cache."""
-    if (xp is np and cols.dtype in c_rows.NAMES and cols.dtype == runs.dtype and cols.flags.c_contiguous
-            and runs.flags.c_contiguous and cols.size >= c_rows.MIN_ELEMENTS["col2im_runs"]
-            and c_rows.enabled() and c_rows.available()):
+    if xp is np and c_rows.use("col2im_runs", cols) and cols.dtype == runs.dtype and runs.flags.c_contiguous:
         return c_row_kernels.kernel("col2im_runs", c_rows.NAMES[cols.dtype])
     return None
 
