@@ -15,10 +15,14 @@ Then eager mode: F.softmax / F.log_softmax / F.layer_norm / F.rms_norm / F.cross
 F.dropout forward and forward+backward over
 4096x1024 float32, eager with the generated C row kernels (runtime/kernels/eager.py) vs
 the numpy kernels (EAGERC_EAGER_KERNELS=0's path) vs PyTorch eager, in CPU time of the calling
-thread (one thread each; process CPU time with BENCH_THREADS=default), interleaved round by
-round for EAGER_ROUNDS rounds so load on the machine hits all three alike: the median time of
-each, and C / torch as the median (min-max) of the per-round ratios -- a best-of-N of each
-side taken at different moments mixed quiet and loaded moments and swung the ratio 1.0-1.4x.
+thread (one thread each; process CPU time with BENCH_THREADS=default): C and PyTorch as
+EAGER_ROUNDS back-to-back pairs (which of the two goes first alternates), so load on the machine
+hits both alike, then the numpy kernels in rounds of their own. The median time of each, and
+C / torch as the median (and quartiles) of the per-pair ratios. Why so: a best-of-N of each side taken
+at different moments mixed quiet and loaded moments and swung the ratio 1.0-1.4x; and with the
+numpy kernels measured between the two, their 16 MB temporaries evicted the input from the
+cache before one side and not the other (4096x1024 float32 in and out is half of this machine's
+L3), which swung per-round ratios 0.2-2.0x.
     python benchmarks/fused_kernels.py --eager   # the eager table only
 """
 import os
@@ -146,6 +150,11 @@ def _median(v):
     return v[len(v) // 2] if len(v) % 2 else 0.5 * (v[len(v) // 2 - 1] + v[len(v) // 2])
 
 
+def _quartiles(v):
+    v = sorted(v)
+    return f"{v[len(v) // 4]:.2f}-{v[(3 * len(v)) // 4]:.2f}"
+
+
 def eager_main():
     """Eager composites: generated C kernels vs numpy kernels vs PyTorch, interleaved."""
     torch = try_torch()
@@ -183,23 +192,25 @@ def eager_main():
                 if backward:
                     y.backward(tg if y.ndim else None)
             times = {"c": [], "numpy": [], "torch": []}
-            for _ in range(EAGER_ROUNDS):
-                for k in times:
-                    if k == "torch" and not torch:
-                        continue
-                    if k != "torch":
-                        c_rows.set_enabled(k == "c")
+            # C and PyTorch as back-to-back pairs, first one then the other in turn; the numpy
+            # kernels in rounds of their own after them (their 16 MB temporaries, run between the
+            # two, evicted the shared input from the cache for whichever came next)
+            for r in range(EAGER_ROUNDS):
+                for k in (("c", "torch") if r % 2 == 0 else ("torch", "c")) if torch else ("c",):
                     times[k].append(_cpu_us(theirs if k == "torch" else ours))
+            c_rows.set_enabled(False)
+            for _ in range(EAGER_ROUNDS // 3 + 1):
+                times["numpy"].append(_cpu_us(ours))
             c_rows.set_enabled(True)
             t = {k: _median(v) if v else None for k, v in times.items()}
             per_round = [c / p for c, p in zip(times["c"], times["torch"])]
             rows.append([f"F.{name}{' + backward' if backward else ''} 4096x1024 f32", fmt(t["c"] / 1e3, "ms"),
                          fmt(t["numpy"] / 1e3, "ms"), fmt(t["torch"] and t["torch"] / 1e3, "ms"),
-                         f"{_median(per_round):.2f}x ({min(per_round):.2f}-{max(per_round):.2f})"
+                         f"{_median(per_round):.2f}x ({_quartiles(per_round)})"
                          if per_round else "-", ratio(t["c"], t["numpy"])])
     print(f"eager, threads: {THREADS} (BENCH_THREADS), {EAGER_ROUNDS} interleaved rounds, medians of CPU time; "
           f"load average {os.getloadavg()[0]:.2f}")
-    print(table(rows, ["case", "eager C kernels", "eager numpy kernels", "torch eager", "C / torch (range)",
+    print(table(rows, ["case", "eager C kernels", "eager numpy kernels", "torch eager", "C / torch (quartiles)",
                        "C / numpy"]))
 
 

@@ -7,6 +7,7 @@ vector library: the module docstring says why bits differ); where the C kernel d
 one compile per row length whatever the row count, the disk cache in a second process, no
 compiler import, and the fallback with its one-line notice without a C compiler.
 """
+import ctypes
 import os
 import subprocess
 import sys
@@ -586,3 +587,77 @@ def test_col2im_runs_c_kernel_is_numpys_strided_adds_bit_for_bit(dtype, dilation
     got, want = _both("conv_transpose2d", gy, w, None, **attrs)
     assert rows._kernels.get(("col2im_runs", dtype)) is not None
     assert got.shape == want.shape and np.array_equal(got, want)
+
+
+def _shifted_exp_kernel(cols):
+    """A row kernel computing exp(x - row_max(x)) -- the pattern render.py gives its inline exp."""
+    from eagerc.runtime.kernels.ir import Kernel
+    from eagerc.runtime.kernels.render import CRenderer
+    k = Kernel(f"shifted_exp_{cols}", (1, cols), row_dims=1)
+    x = k.load("x", "float32", (1, cols))
+    s = k.add("sub", (x, k.add("row_max", (x,), "float32")), "float32")
+    k.store(k.add("exp", (s,), "float32"), "out", "float32", (1, cols))
+    src = CRenderer().source([k])
+    assert CRenderer.NONPOS_EXP + "(" in src       # (the kernel under test is the inline one)
+    fn = getattr(kernel_cache.load(src), k.name)
+    fn.argtypes, fn.restype = [ctypes.c_void_p, ctypes.c_void_p], None
+    return lambda row, out: fn(kernel_cache.ptr(row), kernel_cache.ptr(out))
+
+
+def test_inline_exp_of_a_row_less_its_max_is_within_one_ulp():
+    """render.py's inline float32 exp (softmax's exp(x - max)): within 1 ulp of float64 exp
+    wherever the result is a normal float, 0 where exp gives a subnormal (x < log(FLT_MIN)),
+    NaN for NaN, 0 for -inf, 1 at the max itself -- over every argument from -104 to 0."""
+    n = 1 << 16
+    run = _shifted_exp_kernel(n)
+    worst = 0.0
+    for lo in np.arange(-104.0, 0.0, 8.0):
+        row = np.linspace(lo, lo + 8.0, n - 1, dtype=np.float32)
+        row = np.concatenate([row, np.float32([0.0])])         # the max: x - max = x
+        out = np.empty_like(row)
+        run(row, out)
+        want = np.exp(row.astype(np.float64))
+        normal = want >= np.finfo(np.float32).tiny
+        ulp = np.spacing(want[normal].astype(np.float32)).astype(np.float64)
+        worst = max(worst, float(np.max(np.abs(out[normal] - want[normal]) / ulp)))
+        assert np.all(out[~normal] == 0) and np.all(np.abs(out[~normal] - want[~normal]) < np.finfo(np.float32).tiny)
+    assert worst <= 1.0, worst
+    special = np.float32([-np.inf, 0.0, -0.0, -1e30, -88.0, np.nan] + [-1.0] * (n - 6))
+    out = np.empty_like(special)
+    run(special, out)           # a NaN in the row makes its max NaN: every result NaN, as numpy's softmax
+    assert np.all(np.isnan(out))
+    special[5] = -2.0
+    run(special, out)
+    np.testing.assert_array_equal(out[:5], np.float32([0.0, 1.0, 1.0, 0.0, 0.0]))
+
+
+@pytest.mark.parametrize("rows", [1, 2, 7])
+def test_row_kernels_hinting_the_next_row_read_nothing_past_their_arrays(rows):
+    """A multi-pass row kernel prefetches the row after the one it computes -- past the end of
+    the array at the last row (a hint never faults): arrays ending at a page boundary followed
+    by an unmapped page, every row's result against numpy's formula."""
+    import mmap
+    cols = 1024
+    page = mmap.PAGESIZE
+    nbytes = rows * cols * 4
+    size = -(-nbytes // page) * page
+    buf = mmap.mmap(-1, size + page)
+    # the page after the arrays: no access at all (a real read there would fault)
+    libc = ctypes.CDLL(None)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+    assert libc.mprotect(ctypes.c_void_p(base + size), page, 0) == 0
+    try:
+        arena = np.frombuffer(buf, dtype=np.uint8, count=size)
+        x = arena[size - nbytes:].view(np.float32).reshape(rows, cols)
+        x[...] = np.random.default_rng(rows).standard_normal((rows, cols)).astype(np.float32)
+        k = c_rows.row_kernel("softmax", "float32", cols)
+        out = np.empty((rows, cols), np.float32)
+        k(x, out, rows=rows)
+        x64 = x.astype(np.float64)
+        e = np.exp(x64 - x64.max(-1, keepdims=True))
+        np.testing.assert_allclose(out, e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-8)
+        assert "__builtin_prefetch" in c_rows.source(c_rows.kernel_ir("softmax", "float32", cols))
+    finally:
+        libc.mprotect(ctypes.c_void_p(base + size), page, 3)
+        del arena, x
+        buf.close()

@@ -45,6 +45,7 @@ class CudaRenderer(CRenderer):
     RNG_SOURCE = philox.CUDA_SOURCE
     # INFINITY / NAN as math.h spells them (the table and the C literals use them)
     # float16 is stored as its 16 bits and converted with PTX cvt (no cuda_fp16.h under NVRTC)
+    NONPOS_EXP = None     # CUDA's expf is fast enough (render.py's inline one is for the CPU's simd loops)
     PRELUDE = ("#ifndef INFINITY\n#define INFINITY __int_as_float(0x7f800000)\n#endif\n"
                "#ifndef NAN\n#define NAN __int_as_float(0x7fffffff)\n#endif\n"
                "__device__ __forceinline__ float eagerc_h2f(unsigned short h) "

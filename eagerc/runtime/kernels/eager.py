@@ -26,8 +26,9 @@ compiler -- or if it fails -- the numpy kernels run, after one RuntimeWarning li
 
 Numbers: not bit for bit numpy's. The elementwise steps are numpy's, in its order, rounded as
 its ufuncs round them (-ffp-contract=off), but row sums add float partial sums in double
-(render.py) where numpy sums pairwise, and exp/log/tanh/erf come from glibc (vector and scalar)
-rather than numpy's own loops: results agree to a few ulp of the row's scale
+(render.py) where numpy sums pairwise, and exp/log/tanh/erf come from glibc (vector and scalar;
+softmax's exp(x - max) is render.py's inline one, <= 1 ulp) rather than numpy's own loops:
+results agree to a few ulp of the row's scale
 (tests/test_eager_kernels.py states the tolerance). Where the C kernel does not apply, or is
 switched off, results are numpy's bits.
 """
@@ -310,7 +311,13 @@ def kernel_ir(op, dtype, cols, *variant):
     k = Kernel("_".join(["eager", op, dtype, str(cols)] + [_tag(v) for v in variant]), (1, cols), row_dims=1,
                nodes=[op])
     BUILDERS[op](k, dtype, cols, *variant)
+    _run_by_rows(k)
     return k
+
+
+def _run_by_rows(k):
+    """k is run row after row by `source`'s wrapper: its row inputs' next row is `cols` on."""
+    k.next_rows = {i: k.shape[-1] for i, b in enumerate(k.inputs) if len(b.shape) == 2}
 
 
 def _tag(v):
@@ -329,6 +336,7 @@ def source(k):
     if twin is not None:
         t = Kernel(k.name + "_masked", k.shape, row_dims=1, nodes=list(k.nodes))
         twin(t, k.inputs[0].dtype, cols)
+        _run_by_rows(t)
         kernels.append(t)
         call = f"(in0[r * {cols}] == -INFINITY || in0[r * {cols} + {cols - 1}] == -INFINITY ? {t.name} : {k.name})"
     ct = CRenderer.CTYPES

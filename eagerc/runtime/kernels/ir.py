@@ -131,6 +131,9 @@ class Kernel:
     row_dims: int = 0                              # trailing dimensions that form a row
     inplace: dict = field(default_factory=dict)    # output slot -> input slot it overwrites
     params: list = field(default_factory=list)     # [Param]: scalar arguments after the outputs
+    # input slot -> element offset of the row after this kernel's one, for a kernel of one row that
+    # a caller runs row by row (eager.py's `<name>_rows`); rows of a kernel's own come from strides
+    next_rows: dict = field(default_factory=dict)
 
     # ------------------------------------------------------------ building
     def add(self, op, args, dtype):
