@@ -83,8 +83,11 @@ def test_c_kernels_match_numpy_kernels(dtype, shape):
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_masked_rows_run_the_twin_kernel(dtype):
     """Rows starting or ending with -inf (causal / padding masks) take softmax's and log_softmax's
-    masked twin (exp kept in its fast range): numpy's values, masked lanes exactly 0 (-inf in
-    log_softmax), NaN rows NaN, scores far below the row's max 0 instead of a subnormal."""
+    masked twin (exp kept in its fast range) in float64, and in float32 the one kernel, whose
+    inline exp has no slow path: numpy's values, masked lanes exactly 0 (-inf in log_softmax),
+    NaN rows NaN, scores far below the row's max 0 instead of a subnormal."""
+    twin = "_masked(" in c_rows.source(c_rows.kernel_ir("softmax", dtype, 64))
+    assert twin == (dtype == "float64")
     rng = np.random.default_rng(5)
     L = 64
     x = rng.standard_normal((6, L, L)).astype(dtype) * 4
@@ -100,7 +103,7 @@ def test_masked_rows_run_the_twin_kernel(dtype):
         masked = np.isneginf(x) & ~np.isnan(want)
         if op == "softmax":
             assert np.all(got[masked] == 0)
-            far = 1 if dtype == "float32" else 2           # its exp is below the fast range: the twin ran
+            far = 1 if dtype == "float32" else 2           # exp below its fast range (float64: the twin ran)
             assert got[2, 10, far] == 0 and want[2, 10, far] > 0
             np.testing.assert_allclose(got, want, rtol=0, atol=ULPS * np.finfo(dtype).eps)
         else:

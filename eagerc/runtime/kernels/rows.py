@@ -16,7 +16,8 @@ gradient, embedding_backward's `np.add.at` ~6x PyTorch's scatter-add. Each is on
 Numbers. embedding_backward adds the rows in index order into zeros, as `np.add.at` does: the
 same bits; so do max pooling (numpy's fold and argmax, its order of additions) and col2im_runs. The
 others add row sums (and the weight gradient's column sums) in double where numpy
-sums float32 pairwise, and take exp/log from glibc: within a few ulp of the numpy kernel's
+sums float32 pairwise, and take exp/log from glibc (float32 exp(x - max): render.py's inline
+one): within a few ulp of the numpy kernel's
 result's scale (tests/test_eager_kernels.py states the bounds); the elementwise steps are the
 numpy kernel's, in its order (kernel_cache compiles with -ffp-contract=off).
 
@@ -33,7 +34,9 @@ from .render import CRenderer
 __all__ = ["kernel", "SOURCES"]
 
 _CT = {"float32": "float", "float64": "double"}
-_MATH = {"float32": ("expf", "logf", "sqrtf", "tanhf"), "float64": ("exp", "log", "sqrt", "tanh")}
+# EXP is only ever exp(x - the row's max) here: float32 takes the renderer's inline exp for that
+# (render.py NONPOS_EXP: <= 1 ulp, no call per vector)
+_MATH = {"float32": (CRenderer.NONPOS_EXP, "logf", "sqrtf", "tanhf"), "float64": ("exp", "log", "sqrt", "tanh")}
 
 # a row's max as the renderer computes it (a vector max plus a NaN flag: NaN propagates as in
 # numpy), then sums of float blocks of 256 added in double (render.py's SUM_BLOCK: vectorised
@@ -419,7 +422,8 @@ def source(op, dtype):
     name = f"eager_{op}_{dtype}"
     body = SOURCES[op].replace("{name}", name)
     rng = "" if op != "uniform" else philox.C_SOURCE + f"#define UNIFORM eagerc_uniform_f{dtype[-2:]}\n"
-    return name, (CRenderer.PRELUDE + _PRELUDE + rng + f"#define T {_CT[dtype]}\n#define EXP {exp}\n#define LOG {log}\n"
+    nonpos = CRenderer.NONPOS_EXP_SOURCE if exp == CRenderer.NONPOS_EXP else ""
+    return name, (CRenderer.PRELUDE + nonpos + _PRELUDE + rng + f"#define T {_CT[dtype]}\n#define EXP {exp}\n#define LOG {log}\n"
                   f"#define SQRT {sqrt}\n#define TANH {tanh}\n" + body)
 
 
