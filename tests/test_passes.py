@@ -630,6 +630,37 @@ def test_fusion_joins_independent_scalar_work_into_one_group(search_steps):
     assert last.name in other
 
 
+def test_work_joined_side_by_side_keeps_each_chain_together():
+    """Chains joined side by side (0-d work here; parameters' updates alike) are members one chain
+    after the other, whatever order the schedule interleaved them in, and the graph holds them
+    in that order: alike chains then lower to the same kernel instructions (one C function for
+    every kernel of alike updates)."""
+    b = B()
+    s1, s2, beta = b.arg("s1", ()), b.arg("s2", ()), b.arg("beta", ())
+    a1, a2 = b("add", s1, 1.0), b("add", s2, 1.0)          # the two chains, interleaved
+    p1, p2 = b("pow", beta, a1), b("pow", beta, a2)
+    c1, c2 = b("sub", 1.0, p1), b("sub", 1.0, p2)
+    g = b.graph(c1, c2)
+    out = assert_same(g, fusion(g))
+    assert out.fusion_groups == [[a1.name, p1.name, c1.name, a2.name, p2.name, c2.name]]
+    assert [n.out.name for n in out.nodes] == out.fusion_groups[0]
+    # a member reading one of an earlier chain's keeps the graph order (a direct edge is allowed)
+    from eagerc.compiler.passes.fusion import _side_by_side
+    index = {n.out.name: i for i, n in enumerate(g.nodes)}
+    by_name = {n.out.name: n for n in g.nodes}
+    assert _side_by_side([[a2.name, p2.name, c2.name], [a1.name, p1.name, c1.name]], index, by_name) == \
+        [a1.name, p1.name, c1.name, a2.name, p2.name, c2.name]
+    b2 = B()
+    t, u = b2.arg("t", ()), b2.arg("u", ())
+    x1 = b2("add", t, 1.0)
+    y1 = b2("neg", u)
+    x2 = b2("mul", x1, y1)     # in x1's chain, but reads y1 of the chain joined after it
+    g2 = b2.graph(x2)
+    index = {n.out.name: i for i, n in enumerate(g2.nodes)}
+    by_name = {n.out.name: n for n in g2.nodes}
+    assert _side_by_side([[x1.name, x2.name], [y1.name]], index, by_name) == [x1.name, y1.name, x2.name]
+
+
 @pytest.fixture(params=["searches", "bit sets"])
 def search_steps(request, monkeypatch):
     """Both ways fusion answers a legality search: from both ends, or (after the searches ran

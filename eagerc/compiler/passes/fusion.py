@@ -35,8 +35,9 @@ check every result on the networkx DiGraph itself (the graph with each group con
 is acyclic).
 
 Result: graph.fusion_groups = [[node output name, ...], ...] for groups of two
-or more nodes, members in graph order; nodes are not rewritten, only reordered so that
-each group's members are adjacent (a topological order of the graph with every group
+or more nodes, members in graph order (groups joined side by side: one joined group after the
+other, `_side_by_side`); nodes are not rewritten, only reordered so that each group's members
+are adjacent, in the group's order (a topological order of the graph with every group
 contracted, otherwise keeping the scheduled order): a backend can emit one kernel
 where the group starts. The C and CUDA backends consume the groups.
 
@@ -295,6 +296,7 @@ def fusion(graph, fuel=None, fusible=None):
     # and bias corrections), and groups that update external state (the parameters' updates).
     updated = {v.name for _, v in graph.mutations}
     first = {}      # shape -> the group the others of that shape join
+    parts = {}      # id(joined group) -> the member lists of the groups it joined, in turn
     for n in graph.nodes:
         g = group_of.get(n.out.name)
         if g is None or g.closed or g.row_dims or (g.shape != () and n.out.name not in updated):
@@ -311,18 +313,42 @@ def fusion(graph, fuel=None, fusible=None):
             continue
         if fuel is not None:
             fuel -= 1
-        first[g.shape] = into.merge(g, group_of)    # both open, no row: the same but members
+        joined = parts.pop(id(into), None) or [list(into.members)]
+        joined.append(list(g.members))
+        first[g.shape] = into = into.merge(g, group_of)    # both open, no row: the same but members
+        parts[id(into)] = joined
 
     groups = []
     done = set()
+    by_name = {n.out.name: n for n in graph.nodes} if parts else None
     for n in graph.nodes:
         g = group_of.get(n.out.name)
         if g is None or id(g) in done or len(g.members) < 2:
             continue
         done.add(id(g))
-        groups.append(sorted(g.members, key=index.__getitem__))
+        joined = parts.get(id(g))
+        groups.append(_side_by_side(joined, index, by_name) if joined else sorted(g.members, key=index.__getitem__))
     return graph.copy(nodes=_contiguous(graph, groups, group_of, succ) if groups else graph.nodes,
                       fusion_groups=groups)
+
+
+def _side_by_side(joined, index, by_name):
+    """The members of groups joined side by side, one group after the other (each in graph
+    order): two parameters' updates then render as the same instructions whatever order the
+    schedule interleaved them in, so kernels joining alike updates are one C function (a
+    32-layer GPT step's Adam kernels over [64] were 6 distinct functions of the same ops).
+    Graph order where that would put a member before one it reads (a join never has a path
+    of two edges, but may have a direct edge)."""
+    order = [m for part in sorted(joined, key=lambda p: index[p[0]]) for m in sorted(part, key=index.__getitem__)]
+    placed = set()
+    members = set(order)
+    for m in order:
+        for v in by_name[m].inputs:
+            name = getattr(v, "name", None)
+            if name in members and name not in placed:
+                return sorted(order, key=index.__getitem__)
+        placed.add(m)
+    return order
 
 
 def _reach(graph):
@@ -339,14 +365,16 @@ def _reach(graph):
 
 
 def _contiguous(graph, groups, group_of, succ):
-    """A topological order of the graph in which each group's members are adjacent: Kahn's
+    """A topological order of the graph in which each group's members are adjacent, in the
+    group's order: Kahn's
     algorithm on the graph with groups contracted (a DAG, by the legality check), taking
     ready units in their original order (units are numbered by their first member's place,
     so the heap holds plain numbers). A unit's readers: its _Group's, or `succ`'s."""
     group_id = {m: k for k, grp in enumerate(groups) for m in grp}
     unit_of_group = [None] * len(groups)
-    nodes = []                      # unit id -> its nodes, in graph order
+    nodes = []                      # unit id -> its nodes, in graph order (a group's: its own order)
     unit = {}                       # node name -> unit id
+    by_name = {}
     for n in graph.nodes:
         name = n.out.name
         k = group_id.get(name)
@@ -354,12 +382,14 @@ def _contiguous(graph, groups, group_of, succ):
             unit[name] = len(nodes)
             nodes.append((n,))
             continue
+        by_name[name] = n
         u = unit_of_group[k]
         if u is None:
             u = unit_of_group[k] = len(nodes)
-            nodes.append([])
+            nodes.append(groups[k])
         unit[name] = u
-        nodes[u].append(n)
+    for u in unit_of_group:
+        nodes[u] = [by_name[m] for m in nodes[u]]
     indeg = [0] * len(nodes)
     edges = []
     for u, ns in enumerate(nodes):
