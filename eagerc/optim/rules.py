@@ -27,7 +27,12 @@ rectification, ASGD's averaging) is `ops.select(cond, if_true, if_false)` over t
 functions that write only scratch buffers: eagerly one of them runs, traced both run and
 `where` picks, so the compiled graph needs no guard on the step. Scalar state (NAdam's
 mu_product, ASGD's eta and mu: float32 0-d tensors, as PyTorch keeps them) is read with
-`ops.value` and written with `ops.assign`.
+`ops.value` and written with `ops.assign`. The step count is advanced with `ops.step(p, derive)`,
+which returns `derive(t)`: every scalar the rule computes from the new count t (bias
+corrections...) comes from that one function, and the rule computes nothing before its loop
+but options, so a traced step whose parameters all have the same count records the count
+and those scalars once per group, not once per parameter (TensorOps.step; eagerly `derive`
+runs once per run of equal counts).
 
 With `differentiable=True` a rule runs on `AutogradOps`: the traced arithmetic, not
 recorded by a tracer but by autograd, so the update itself has a gradient.
