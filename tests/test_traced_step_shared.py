@@ -10,6 +10,7 @@ import pytest
 import eagerc
 from eagerc import optim
 from eagerc.optim import rules
+from test_optim import mse_step
 
 
 def _model(dtype):
@@ -30,16 +31,8 @@ def _pair(name, kwargs, dtype="float32", split=False, backend="numpy"):
     """(eager step, compiled step, eager model, compiled model, eager optimizer, compiled one)."""
     models = [_model(dtype), _model(dtype)]
     opts = [getattr(optim, name)(_groups(m, split), **kwargs) for m in models]
-
-    def step(model, opt, x, y):
-        loss = ((model(x) - y) ** 2).mean()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        return loss.detach()
-
-    compiled = eagerc.compile(lambda x, y: step(models[1], opts[1], x, y), backend=backend, fullgraph=True)
-    return (lambda x, y: step(models[0], opts[0], x, y)), compiled, models, opts
+    compiled = eagerc.compile(lambda x, y: mse_step(models[1], opts[1], x, y), backend=backend, fullgraph=True)
+    return (lambda x, y: mse_step(models[0], opts[0], x, y)), compiled, models, opts
 
 
 def _data(i, dtype="float32"):
@@ -197,10 +190,7 @@ def test_steps_equal_again_after_eager_steps():
     compiled(*_data(0)), eager(*_data(0))
     for i in range(1, 3):   # the "compiled" model's optimizer stepped eagerly too
         x, y = _data(i)
-        loss = ((models[1](x) - y) ** 2).mean()
-        opts[1].zero_grad()
-        loss.backward()
-        opts[1].step()
+        mse_step(models[1], opts[1], x, y)
         eager(x, y)
     for i in range(3, 5):
         x, y = _data(i)
