@@ -792,6 +792,15 @@ COMPILED = [("SGD", dict(lr=0.05, momentum=0.9, nesterov=True)), ("Adam", dict(l
             ("Rprop", dict(step_sizes=(1e-4, 0.02)))]
 
 
+def mse_step(model, opt, x, y):
+    """One training step (mean squared error, backward, the optimizer's update): its loss."""
+    loss = ((model(x) - y) ** 2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    return loss.detach()
+
+
 @pytest.mark.parametrize("name,kwargs", COMPILED, ids=[c[0] for c in COMPILED])
 @pytest.mark.parametrize("backend", ["numpy", "interpreter"])
 def test_compiled_steps_give_the_eager_bits(name, kwargs, backend):
@@ -807,14 +816,7 @@ def test_compiled_steps_give_the_eager_bits(name, kwargs, backend):
 
     models = [build(), build()]
     opts = [getattr(optim, name)(m.parameters(), **kwargs) for m in models]
-
-    def step(model, opt, x, y):
-        loss = ((model(x) - y) ** 2).mean()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        return loss.detach()
-
+    step = mse_step
     compiled = eagerc.compile(lambda x, y: step(models[1], opts[1], x, y), backend=backend, fullgraph=True)
     rng = np.random.default_rng(3)
     for i in range(12):

@@ -41,6 +41,7 @@ import weakref
 import numpy as np
 
 from .._tensor import Tensor
+from ..optim.rules import steps_equal
 from ..runtime import dtypes as _dtypes
 from ..runtime.ownership import PACKAGE_DIR, is_eagerc_file
 
@@ -488,13 +489,16 @@ def _first_difference(old, new):
 
 class _OptimizerGuard:
     """An optimizer that stepped while traced: the same param groups and parameters, the
-    same non-numeric options, the same state tensors, and each option the rule branched
-    on still zero or not. Numeric values themselves are graph inputs (entries.readers).
-    Checked per call with identity tests; values are compared only when those fail."""
-    __slots__ = ("opt", "version", "groups", "zeros", "name", "state")
+    same non-numeric options, the same state tensors, each option the rule branched on
+    still zero or not, and the step counts a group's update recorded as one (`shared`:
+    optim/rules.py TensorOps.step) still all equal. Numeric values themselves are graph
+    inputs (entries.readers). Checked per call with identity tests; values are compared
+    only when those fail, and for the shared step counts (one float() each)."""
+    __slots__ = ("opt", "version", "groups", "zeros", "name", "state", "shared")
 
-    def __init__(self, opt, name, numeric, zeros, state):
+    def __init__(self, opt, name, numeric, zeros, state, shared=()):
         self.opt = opt
+        self.shared = tuple(shared)
         self.name = name
         self.version = opt.__dict__.get("_version", 0)
         self.zeros = [(i, k, e, nz) for (i, k, e), nz in zeros.items()]
@@ -544,6 +548,10 @@ class _OptimizerGuard:
                     return f"{self.name}: optimizer state of a parameter was replaced (load_state_dict?)"
             except KeyError:
                 return f"{self.name}: optimizer state of a parameter was removed"
+        for steps in self.shared:
+            if not steps_equal(steps):
+                return (f"{self.name}: the step counts of a param group's {len(steps)} parameters are no longer "
+                        "all equal (the graph counts them as one)")
         return None
 
     def _revalidate(self):
@@ -614,6 +622,7 @@ class Guards:
                 out.append(f"{len(p.mods)} modules unchanged (attributes, members, hooks)")
             elif isinstance(p, _OptimizerGuard):
                 out.append(f"{p.name}: same param groups and non-numeric options")
+                out += [f"{p.name}: the step counts of {len(s)} parameters equal" for s in p.shared]
             elif isinstance(p, _DefaultsGuard):
                 out.append("the function's default arguments")
         return out
@@ -845,6 +854,7 @@ class Watch:
             seen.setdefault(id(m), m)
         if seen:
             parts.append(_ModulesGuard(list(seen.values()), module_names))
-        for k, (opt, numeric, zeros, state) in enumerate(tracer.optimizers.values()):
-            parts.append(_OptimizerGuard(opt, f"{type(opt).__name__} (optimizer{k})", numeric, zeros, state))
+        for k, (opt, numeric, zeros, state, shared) in enumerate(tracer.optimizers.values()):
+            parts.append(_OptimizerGuard(opt, f"{type(opt).__name__} (optimizer{k})", numeric, zeros, state,
+                                         shared))
         return Guards(parts, dtypes.get_default_dtype())

@@ -302,6 +302,8 @@ class Tracer:
             vc = target._vc
             self.tape.append(("commit", target, result, vc[1] if vc is not None and len(vc) > 1 else None))
         rv = self.value_of(result)
+        if id(target) not in self.values:  # an external tensor overwritten before any read (copy_):
+            self.value_of(target)          # an input, or its write would be no mutation output
         td, rd = target._array, result._array
         if rd.dtype != td.dtype:  # commit casts into the target's dtype
             rv = self._emit("cast", [rv], {"dtype": str(td.dtype)}, target)
@@ -433,11 +435,16 @@ class Tracer:
     def stepped(self, opt):
         """opt.step() ran while tracing: its param groups are guarded (guards.py). Returns
         (optimizer, {group: numeric keys read as inputs}, {(group, key, element): nonzero},
-        [(parameter, state key, state tensor)])."""
+        [(parameter, state key, state tensor)], [step tensors updated as one])."""
         info = self.optimizers.get(id(opt))
         if info is None:
-            info = self.optimizers[id(opt)] = (opt, {}, {}, [])
+            info = self.optimizers[id(opt)] = (opt, {}, {}, [], [])
         return info
+
+    def shared_steps(self, opt, steps):
+        """A param group's step tensors were updated as one count (optim/rules.py TensorOps.step):
+        guarded to hold equal values at every call."""
+        self.stepped(opt)[4].append(steps)
 
     def optimizer_state(self, opt, p, key):
         """opt.state[p][key], read by a traced update rule: guarded to stay that very tensor

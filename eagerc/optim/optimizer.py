@@ -264,6 +264,7 @@ class Optimizer:
         ops = TensorOps(tracer, self, frozenset(id(p) for p, _ in first))
         with no_grad():
             for i, group in enumerate(self.param_groups):
+                ops.begin_group()
                 self._rule(ops, TracedOptions(tracer, self, i), group["params"])
         return True
 

@@ -27,12 +27,18 @@ rectification, ASGD's averaging) is `ops.select(cond, if_true, if_false)` over t
 functions that write only scratch buffers: eagerly one of them runs, traced both run and
 `where` picks, so the compiled graph needs no guard on the step. Scalar state (NAdam's
 mu_product, ASGD's eta and mu: float32 0-d tensors, as PyTorch keeps them) is read with
-`ops.value` and written with `ops.assign`.
+`ops.value` and written with `ops.assign`. The step count is advanced with `ops.step(p, derive)`,
+which returns `derive(t)`: every scalar the rule computes from the new count t (bias
+corrections...) comes from that one function, and the rule computes nothing before its loop
+but options, so a traced step whose parameters all have the same count records the count
+and those scalars once per group, not once per parameter (TensorOps.step; eagerly `derive`
+runs once per run of equal counts).
 
 With `differentiable=True` a rule runs on `AutogradOps`: the traced arithmetic, not
 recorded by a tracer but by autograd, so the update itself has a gradient.
 """
 import math
+import operator
 
 import numpy as np
 
@@ -40,7 +46,7 @@ _power = np.power
 
 from ..dispatch import active_tracer, wrap
 from ..ops.elementwise import where
-from ..ops.inplace import bump_version
+from ..ops.inplace import bump_version, commit
 from .._tensor import Tensor
 from ..runtime.device import xp_of
 from ..runtime.kernels import eager as c_rows, foreach
@@ -132,12 +138,15 @@ def adam(ops, o, params):
     keep1, keep2, amsgrad = 1 - beta1, 1 - beta2, o.flag("amsgrad")
     flags = frozenset(f for f, on in (("decay", decay is not None), ("wd", wd is not None),
                                       ("maximize", maximize), ("amsgrad", amsgrad)) if on)
-    for p, g in ops.each_alike(params):
-        step = ops.step(p)
+
+    def scalars(step):
         bias1 = 1 - ops.scalar_pow(beta1, step)
         bias2_sqrt = ops.scalar_sqrt(1 - ops.scalar_pow(beta2, step))
         # lr/bias1 * m / (sqrt(v)/bias2_sqrt + eps), with bias2_sqrt moved to the numerator
-        c1, c2 = eps * bias2_sqrt, lr * bias2_sqrt / bias1
+        return eps * bias2_sqrt, lr * bias2_sqrt / bias1
+
+    for p, g in ops.each_alike(params):
+        c1, c2 = ops.step(p, scalars)
         if ops.fused("adam", flags, (p, g, ops.state(p, "exp_avg"), ops.state(p, "exp_avg_sq"))
                      + ((ops.state(p, "max_exp_avg_sq"),) if amsgrad else ()),
                      (1.0 if decay is None else decay, 0.0 if wd is None else wd, beta1, keep1, beta2, keep2, c1, c2)):
@@ -191,9 +200,8 @@ def adagrad(ops, o, params):
     lr, lr_decay, eps = o["lr"], o["lr_decay"], o["eps"]
     wd, maximize = _grad_terms(o)
     for p, g in ops.each_alike(params):
-        step = ops.step(p)
+        clr = ops.step(p, lambda step: lr / (1 + (step - 1) * lr_decay))
         g = _effective_grad(ops, p, g, wd, maximize)
-        clr = lr / (1 + (step - 1) * lr_decay)
         s = ops.state(p, "sum")
         ops.iadd(s, ops.mul(g, g, out=1))
         t = ops.div(g, ops.iadd(ops.sqrt(s, out=1), eps), out=1)
@@ -226,14 +234,13 @@ def adamax(ops, o, params):
     keep1 = 1 - beta1
     wd, maximize = _grad_terms(o)
     for p, g in ops.each_alike(params):
-        step = ops.step(p)
+        clr = ops.step(p, lambda step: lr / (1 - ops.scalar_pow(beta1, step)))
         g = _effective_grad(ops, p, g, wd, maximize)
         m, u = ops.state(p, "exp_avg"), ops.state(p, "exp_inf")
         ops.imul(m, beta1)
         ops.iadd(m, ops.mul(g, keep1, out=1))
         ops.imul(u, beta2)
         ops.imaximum(u, ops.iadd(ops.abs(g, out=1), eps))
-        clr = lr / (1 - ops.scalar_pow(beta1, step))
         ops.isub(p, ops.imul(ops.div(m, u, out=1), clr))
 
 
@@ -248,19 +255,22 @@ def nadam(ops, o, params):
     decoupled, decay = _decoupled_decay(o, lr)
     wd, maximize = _grad_terms(o, weight_decay=not decoupled)
     keep1, keep2 = 1 - beta1, 1 - beta2
+
+    def scalars(step):   # (1 - b2**t, mu_t, mu_{t+1}, lr * (1 - mu_t), lr * mu_{t+1})
+        mu = beta1 * (1.0 - 0.5 * ops.scalar_pow(0.96, step * momentum_decay))
+        mu_next = beta1 * (1.0 - 0.5 * ops.scalar_pow(0.96, (step + 1) * momentum_decay))
+        return 1 - ops.scalar_pow(beta2, step), mu, mu_next, lr * (1.0 - mu), lr * mu_next
+
     for p, g in ops.each_alike(params):
-        step = ops.step(p)
-        bias2 = 1 - ops.scalar_pow(beta2, step)
+        bias2, mu, mu_next, lr_mu, lr_mu_next = ops.step(p, scalars)
         if decay is not None:
             ops.imul(p, decay)
         g = _effective_grad(ops, p, g, wd, maximize)
-        mu = beta1 * (1.0 - 0.5 * ops.scalar_pow(0.96, step * momentum_decay))
-        mu_next = beta1 * (1.0 - 0.5 * ops.scalar_pow(0.96, (step + 1) * momentum_decay))
         mu_product = ops.value(ops.imul(ops.state(p, "mu_product"), mu))
         m, v = _moments(ops, p, g, beta1, keep1, beta2, keep2)
         d = ops.iadd(ops.sqrt(ops.div(v, bias2, out=1), out=1), eps)
-        ops.isub(p, ops.imul(ops.div(g, d, out=0), lr * (1.0 - mu) / (1.0 - mu_product)))
-        ops.isub(p, ops.imul(ops.div(m, d, out=0), lr * mu_next / (1.0 - mu_product * mu_next)))
+        ops.isub(p, ops.imul(ops.div(g, d, out=0), lr_mu / (1.0 - mu_product)))
+        ops.isub(p, ops.imul(ops.div(m, d, out=0), lr_mu_next / (1.0 - mu_product * mu_next)))
 
 
 def radam(ops, o, params):
@@ -273,23 +283,31 @@ def radam(ops, o, params):
     wd, maximize = _grad_terms(o, weight_decay=not decoupled)
     keep1, keep2 = 1 - beta1, 1 - beta2
     rho_inf = 2 / keep2 - 1
+
+    def scalars(step):   # (lr / (1 - b1**t), rho_t > 5, sqrt(1 - b2**t) * r or 0 while rho_t <= 5)
+        beta2_t = ops.scalar_pow(beta2, step)
+        bias1, bias2 = 1 - ops.scalar_pow(beta1, step), 1 - beta2_t
+        rho_t = rho_inf - 2 * step * beta2_t / bias2
+        rectify = rho_t > 5.0
+
+        def scale():  # abs(): traced, this also runs (and is discarded) while rho_t <= 5
+            r = ops.scalar_sqrt(abs((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t)))
+            return ops.scalar_sqrt(bias2) * r
+        return lr / bias1, rectify, ops.select(rectify, scale, lambda: 0.0)
+
     for p, g in ops.each_alike(params):
-        step = ops.step(p)
+        lr_bias1, rectify, scale = ops.step(p, scalars)
         if decay is not None:
             ops.imul(p, decay)
         g = _effective_grad(ops, p, g, wd, maximize)
         m, v = _moments(ops, p, g, beta1, keep1, beta2, keep2)
-        beta2_t = ops.scalar_pow(beta2, step)
-        bias1, bias2 = 1 - ops.scalar_pow(beta1, step), 1 - beta2_t
-        rho_t = rho_inf - 2 * step * beta2_t / bias2
-        update = ops.mul(m, lr / bias1, out=0)
+        update = ops.mul(m, lr_bias1, out=0)
 
-        def rectified():  # abs(): traced, this also runs (and is discarded) while rho_t <= 5
-            r = ops.scalar_sqrt(abs((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t)))
+        def rectified():
             t = ops.iadd(ops.sqrt(v, out=1), eps)
-            return ops.imul(ops.div(update, t, out=1), ops.scalar_sqrt(bias2) * r)
+            return ops.imul(ops.div(update, t, out=1), scale)
 
-        ops.isub(p, ops.select(rho_t > 5.0, rectified, lambda: update))
+        ops.isub(p, ops.select(rectify, rectified, lambda: update))
 
 
 def asgd(ops, o, params):
@@ -298,8 +316,12 @@ def asgd(ops, o, params):
     float32 scalars, as PyTorch keeps them)."""
     lr, lambd, alpha, t0 = o["lr"], o["lambd"], o["alpha"], o["t0"]
     wd, maximize = _grad_terms(o)
+
+    def scalars(step):   # the next step's eta and mu
+        return lr / ops.scalar_pow(1 + lambd * lr * step, alpha), 1 / ops.scalar_max(step - t0, 1.0)
+
     for p, g in ops.each_alike(params):
-        step = ops.step(p)
+        next_eta, next_mu = ops.step(p, scalars)
         g = _effective_grad(ops, p, g, wd, maximize)
         eta_s, mu_s, ax = ops.state(p, "eta"), ops.state(p, "mu"), ops.state(p, "ax")
         eta = ops.value(eta_s)
@@ -308,8 +330,8 @@ def asgd(ops, o, params):
         mu = ops.value(mu_s)
         ops.copy(ax, ops.select(mu != 1, lambda: ops.add(ax, ops.imul(ops.sub(p, ax, out=1), mu), out=1),
                                 lambda: p))
-        ops.assign(eta_s, lr / ops.scalar_pow(1 + lambd * lr * step, alpha))
-        ops.assign(mu_s, 1 / ops.scalar_max(step - t0, 1.0))
+        ops.assign(eta_s, next_eta)
+        ops.assign(mu_s, next_mu)
 
 
 def rprop(ops, o, params):
@@ -374,7 +396,7 @@ class ArrayOps:
     """A rule's arithmetic on raw arrays (numpy or cupy): in place, into scratch buffers
     (two, or the optimizer's `_scratch_buffers`) shared by the parameters of one shape. `each(params)` binds it to each parameter in
     turn (its array, gradient, state) and bumps the parameter's version after its update."""
-    __slots__ = ("opt", "group", "xp", "scratch", "state_of", "powers", "pending")
+    __slots__ = ("opt", "group", "xp", "scratch", "state_of", "powers", "pending", "derived")
 
     def __init__(self, opt):
         self.opt = opt
@@ -384,6 +406,7 @@ class ArrayOps:
         self.state_of = None
         self.powers = {}    # scalar_pow's results in this step (the parameters share their step)
         self.pending = {}   # foreach kernel -> ([arrays per parameter], [scalars per parameter])
+        self.derived = None  # (derive, step, derive(step)) last computed by `step`
 
     def each(self, params):
         opt = self.opt
@@ -442,9 +465,17 @@ class ArrayOps:
     def first_step(p, a, value):
         """Nothing: eagerly a first step makes its state with `new_state` (it is missing)."""
 
-    def step(self, p):
-        """state["step"] += 1; its new value as a Python float."""
-        return advance_step(self.state_of)
+    def step(self, p, derive=None):
+        """state["step"] += 1; its new value as a Python float, or derive(value): the rule's
+        scalars that depend on the step (bias corrections...), computed once for a run of
+        parameters with the same step."""
+        value = advance_step(self.state_of)
+        if derive is None:
+            return value
+        d = self.derived
+        if d is None or d[0] is not derive or d[1] != value:
+            d = self.derived = (derive, value, derive(value))
+        return d[2]
 
     # arithmetic: out= names a scratch buffer (0 or 1)
     def mul(self, a, b, out):
@@ -549,29 +580,86 @@ class ArrayOps:
 
 # ---------------------------------------------------------------- traced: Tensor ops
 
-def _as_option(a, b):
-    """b, for an in-place update of a: a 0-d float64 option updating a 0-d state tensor of
-    another dtype (NAdam's float32 mu_product) is rounded to that dtype first, as the Python
-    float it is eagerly would be (two 0-d tensors would otherwise compute in float64)."""
-    if a.ndim == 0 and isinstance(b, Tensor) and b.ndim == 0 and b.dtype != a.dtype:
-        return b.to(a.dtype)
-    return b
+_ARRAY = operator.attrgetter("_array")
+
+
+def steps_equal(steps):
+    """Whether the step counters (0-d tensors) all hold the same value: a traced step then
+    updates them as one (TensorOps.step), and guards.py checks this again at every call."""
+    return len(set(map(float, map(_ARRAY, steps)))) == 1
+
+
+class _SharedStep:
+    """The step count of a param group whose updated parameters all have the same step: a
+    traced step increments it once and derives its scalars once (TensorOps.step)."""
+    __slots__ = ("first", "steps", "new", "value")
+
+    def __init__(self, first, steps):
+        self.first = first    # the first updated parameter
+        self.steps = steps    # every updated parameter's step tensor, in order
+        self.new = None       # the incremented step, once computed
+        self.value = None     # what the rule's `derive` made of it
+
+    @classmethod
+    def of(cls, state, params):
+        """The group's shared step, or None: fewer than two parameters with a gradient, a step
+        that is not a 0-d tensor of its own, or steps of different values (per-parameter form)."""
+        steps, first = [], None
+        for p in params:
+            if p._grad is None:
+                continue
+            t = state[p].get("step") if p in state else None
+            if not isinstance(t, Tensor) or t._array.ndim:
+                return None
+            first = p if first is None else first
+            steps.append(t)
+        if len(steps) < 2 or len({id(t._array) for t in steps}) < len(steps) or not steps_equal(steps):
+            return None
+        return cls(first, tuple(steps))
 
 
 class TensorOps:
     """The same arithmetic as recorded Tensor ops, for a compiled training step (the tracer
     sees every update; state tensors are guarded to stay the ones traced). `first`: ids of
     the parameters at their first step, whose first-step state was made zero for the rule
-    (Optimizer._traced_step)."""
-    __slots__ = ("tracer", "opt", "first")
+    (Optimizer._traced_step).
+
+    When the updated parameters of a group all have the same step count (the normal case),
+    the group's step and the scalars derived from it (bias corrections...) are recorded once,
+    not once per parameter: `step` increments the first parameter's step, derives the
+    scalars, and writes the new count into every parameter's own step tensor (one mutation
+    each); guards.py checks at every call that the counts are still equal (else retrace, in
+    the per-parameter form). Group scalars (options, derived scalars) are cast to a
+    parameter's dtype once per dtype (`_operand`). Both are recorded outside any taped
+    segment, so replays (each_alike) share them instead of recording them again."""
+    __slots__ = ("tracer", "opt", "first", "shared", "scalars", "casts", "mark")
 
     def __init__(self, tracer, opt, first=frozenset()):
         self.tracer = tracer
         self.opt = opt
         self.first = first
+        self.shared = None   # the current group's _SharedStep, or None: per-parameter steps
+        self.scalars = {}    # id -> group scalar made outside the loop over parameters (kept alive: ids stay unique)
+        self.casts = {}      # (id(scalar), dtype) -> (scalar, its cast to dtype)
+        self.mark = None     # len(tracer.keep) when the group's rule began (begin_group)
 
-    @staticmethod
-    def each(params):
+    def begin_group(self):
+        """A rule is about to run on the next param group (Optimizer._traced_step)."""
+        self.mark = len(self.tracer.keep)
+
+    def _begin_loop(self, params):
+        """The rule's loop over the group's parameters begins: the group's shared step, and the
+        0-d tensors the rule made before its loop (from options only, by the rules' convention:
+        1 - beta1...) as group scalars."""
+        self.shared = _SharedStep.of(self.opt.state, params)
+        if self.mark is not None:
+            for t in self.tracer.keep[self.mark:]:
+                if not t._array.ndim:
+                    self.scalars[id(t)] = t
+            self.mark = None
+
+    def each(self, params):
+        self._begin_loop(params)
         for p in params:
             if p._grad is not None:
                 yield p, p._grad
@@ -588,6 +676,7 @@ class TensorOps:
             yield from self.each(params)
             return
         state = self.opt.state
+        self._begin_loop(params)
         segments = {}   # kind -> taped segment (None: not replayable)
         for p in params:
             g = p._grad
@@ -630,19 +719,66 @@ class TensorOps:
         if id(p) in self.first:
             a._array[...] = value._array   # (unrecorded on purpose)
 
-    def step(self, p):
-        step = self.state(p, "step")
-        step.add_(1)
-        return step.double()
+    def step(self, p, derive=None):
+        """state["step"] += 1 and its new value as a 0-d float64 tensor, or derive(value):
+        per parameter, or once for the group (see the class)."""
+        shared = self.shared
+        if shared is None:
+            step = self.state(p, "step")
+            step.add_(1)
+            value = step.double()
+            return value if derive is None else derive(value)
+        if shared.new is None:
+            shared.new, shared.value = self._untaped(self._derive, shared, derive)
+            self.tracer.shared_steps(self.opt, shared.steps)
+        commit(self.state(p, "step"), shared.new, "copy_")
+        return shared.value
+
+    def _derive(self, shared, derive):
+        new = self.state(shared.first, "step") + 1
+        value = new.double()
+        if derive is not None:
+            value = derive(value)
+        for t in value if isinstance(value, tuple) else (value,):
+            if isinstance(t, Tensor):
+                self.scalars[id(t)] = t
+        return new, value
+
+    def _untaped(self, fn, *args):
+        """fn(*args) recorded outside a taped segment: replays share its results (Tracer.replay)."""
+        tracer = self.tracer
+        tape, tracer.tape = tracer.tape, None
+        try:
+            return fn(*args)
+        finally:
+            tracer.tape = tape
+
+    def _operand(self, a, b):
+        """b, as the second operand of an op on a. A 0-d b of another dtype is cast to a's as
+        the op would (Python floats eagerly are rounded likewise; a 0-d a and b would compute
+        in float64 otherwise: NAdam's float32 mu_product); a group scalar (an option, a scalar
+        derived from a shared step or made before the rule's loop) is cast once per dtype, outside
+        any taped segment."""
+        if not isinstance(b, Tensor) or b._array.ndim or b.dtype == a.dtype:
+            return b
+        key = (id(b), a.dtype)
+        c = self.casts.get(key)
+        if c is not None:
+            return c[1]
+        tracer = self.tracer
+        if id(b) not in self.scalars and tracer.names.get(id(b)) not in tracer.hyper_inputs:
+            return b.to(a.dtype) if a.ndim == 0 else b
+        c = self.casts[key] = (b, self._untaped(b.to, a.dtype))
+        return c[1]
 
     def mul(self, a, b, out=None):
-        return a * b
+        return a * self._operand(a, b)
 
     def div(self, a, b, out=None):
-        return a / b
+        return a / self._operand(a, b)
 
     def sub(self, a, b, out=None):
-        return a - b
+        return a - self._operand(a, b)
 
     def sqrt(self, a, out=None):
         return a.sqrt()
@@ -651,16 +787,16 @@ class TensorOps:
         return -a
 
     def imul(self, a, b):
-        return a.mul_(_as_option(a, b))
+        return a.mul_(self._operand(a, b))
 
     def iadd(self, a, b):
-        return a.add_(_as_option(a, b))
+        return a.add_(self._operand(a, b))
 
     def isub(self, a, b):
-        return a.sub_(_as_option(a, b))
+        return a.sub_(self._operand(a, b))
 
     def add(self, a, b, out=None):
-        return a + b
+        return a + self._operand(a, b)
 
     def abs(self, a, out=None):
         return a.abs()
@@ -781,8 +917,9 @@ class AutogradOps(TensorOps):
 
     first_step = staticmethod(ArrayOps.first_step)   # (a first step runs new_state, as eagerly)
 
-    def step(self, p):
-        return advance_step(self.opt.state[p])
+    def step(self, p, derive=None):
+        value = advance_step(self.opt.state[p])
+        return value if derive is None else derive(value)
 
     def _read(self, a):
         """a, or a copy of it if it is a tensor updated in place later."""
