@@ -192,6 +192,7 @@ def _describe(row):
 # ---------------------------------------------------------------- the default group
 
 _state = {"world": None, "hook": None}
+ABORT_GRACE_S = 0.2   # after an uncaught exception's traceback, before MPI_Abort (see the hook)
 
 
 def world(group=None, what="this collective"):
@@ -282,16 +283,22 @@ def _engine(name, host, device_id=None):
 
 
 def _abort_on_uncaught_exception(comm):
-    """An uncaught exception prints this rank's traceback, then MPI_Abort ends every rank."""
+    """An uncaught exception prints this rank's error and traceback, then MPI_Abort ends every
+    rank. The error itself comes first, in the line that announces the abort: when the abort
+    kills the job, mpiexec may drop what it had not yet forwarded of a rank's output (under
+    load the traceback was cut off mid-line, the message with it), so the line that matters
+    most goes out first, and the rank pauses a moment before the abort for the rest."""
     previous = sys.excepthook
 
     def hook(tp, value, tb):
         try:
-            sys.stderr.write(f"[eagerc.distributed] rank {comm.Get_rank()}: uncaught exception, ending the job "
-                             "(MPI_Abort)\n")
+            sys.stderr.write(f"[eagerc.distributed] rank {comm.Get_rank()}: uncaught {tp.__name__}: {value}\n"
+                             "[eagerc.distributed] ending the job (MPI_Abort); the traceback follows\n")
+            sys.stderr.flush()
             previous(tp, value, tb)
             sys.stderr.flush()
             sys.stdout.flush()
+            time.sleep(ABORT_GRACE_S)
         finally:
             comm.Abort(1)
 
