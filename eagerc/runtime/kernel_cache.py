@@ -227,7 +227,18 @@ def load_functions(units, assemble, flags=FLAGS, chunk=24):
     missing ones are compiled together: one translation unit (`assemble(texts)`) per `chunk`
     functions, at most one per CPU, of about equal text (`_balanced`), the units' compilers running in parallel (a compiler
     process costs ~40 ms to start; a unit of many kernels costs its kernels' time, split
-    between the CPUs)."""
+    between the CPUs). In two steps, `plan_functions` then `build_functions`, for a caller
+    that runs the second on another thread (see plan_functions)."""
+    return build_functions(plan_functions(units, assemble, flags, chunk))
+
+
+def plan_functions(units, assemble, flags=FLAGS, chunk=24):
+    """load_functions' Python work -- each function's key, the libraries already built, the
+    translation units to compile -- as (found {name: lib}, jobs, flags) for `build_functions`.
+    Why apart: backend c builds on a thread while its own thread generates the driver, and
+    this part, run on that thread, waited for the busy one's GIL (~0.1-0.2 s before the first
+    compiler started, for a 32-layer GPT step); done first on the calling thread it takes a
+    few ms, and the other thread only waits for compilers."""
     cc = find_compiler()
     if cc is None:
         raise NoCompiler("no C compiler found (set EAGERC_CC or install cc)")
@@ -245,27 +256,34 @@ def load_functions(units, assemble, flags=FLAGS, chunk=24):
             todo.append((name, text, key))
         else:
             out[name] = lib
+    jobs = []
     if todo:
-        parts = _balanced(todo, max(1, min(os.cpu_count() or 1, -(-len(todo) // chunk))))
-        jobs = []
-        for part in parts:
+        for part in _balanced(todo, max(1, min(os.cpu_count() or 1, -(-len(todo) // chunk)))):
             source = assemble([t for _, t, _ in part])
             so = os.path.join(d, key_of(source, cc, flags)[:32] + ".so")
             jobs.append((part, source, so))
-        missing = [(s, so) for _, s, so in jobs if not os.path.exists(so)]
-        if len(missing) > 1:
-            from concurrent.futures import ThreadPoolExecutor
-            with ThreadPoolExecutor(len(missing)) as pool:
-                for f in [pool.submit(_compile, cc, s, so, flags) for s, so in missing]:
-                    f.result()
-        else:
-            for s, so in missing:
-                _compile(cc, s, so, flags)
-        for part, _, so in jobs:
-            lib = _open(so)
-            for name, _, key in part:
-                _index(d, key, so)
-                out[name] = _functions[key] = lib
+    return out, jobs, (cc, d, flags)
+
+
+def build_functions(planned):
+    """Compile plan_functions' translation units (their compilers side by side) and load them:
+    {name: library} for every function planned."""
+    out, jobs, (cc, d, flags) = planned
+    out = dict(out)
+    missing = [(s, so) for _, s, so in jobs if not os.path.exists(so)]
+    if len(missing) > 1:
+        from concurrent.futures import ThreadPoolExecutor
+        with ThreadPoolExecutor(len(missing)) as pool:
+            for f in [pool.submit(_compile, cc, s, so, flags) for s, so in missing]:
+                f.result()
+    else:
+        for s, so in missing:
+            _compile(cc, s, so, flags)
+    for part, _, so in jobs:
+        lib = _open(so)
+        for name, _, key in part:
+            _index(d, key, so)
+            out[name] = _functions[key] = lib
     return out
 
 

@@ -120,7 +120,8 @@ class CBackend:
         # are rendered, while Python builds, renders and compiles the driver, which reads its
         # K_<kernel> globals only when it runs
         with ThreadPoolExecutor(1) as pool:
-            building = pool.submit(kernel_cache.load_functions, units, _assemble, chunk=CHUNK)
+            building = pool.submit(kernel_cache.build_functions,
+                                   kernel_cache.plan_functions(units, _assemble, chunk=CHUNK))
             drv = driver(graph, plan, C, "C", ends)
             drv.notes.append(f"# {len(units)} distinct C function{'s' if len(units) != 1 else ''}: K_<kernel> "
                              "is the function named in `functions` (C source: .c_source)")
