@@ -34,9 +34,9 @@ SCRATCH_BYTES = 1 << 15
 SUM_BLOCK = 256   # float32 row sums: float partial sums over this many elements, then double
 # a row kernel of several passes asks for the next row's cache lines once its first pass has read
 # its own row (PREFETCH_LINE bytes apart), so that memory fetches them while the later passes compute
-# on the row in cache: a 4096x1024 float32 softmax or layer_norm otherwise waits for memory and
-# computes in turn (measured 0.8-1.0x PyTorch's time -> 0.6-0.7x). Rows of fewer bytes than
-# PREFETCH_MIN_BYTES are left to the hardware prefetcher.
+# on the row in cache: a 4096x1024 float32 layer_norm otherwise waits for memory and computes in
+# turn (0.84x PyTorch's time -> 0.62x; softmax, bound by its exp, about unchanged). Rows of fewer
+# bytes than PREFETCH_MIN_BYTES are left to the hardware prefetcher.
 PREFETCH_LINE = 64
 PREFETCH_MIN_BYTES = 1024
 ROW_THREADS_MIN = 8   # fewer rows than this (and enough elements): threads split each row
