@@ -41,7 +41,10 @@ __all__ = ["CBackend", "functions"]
 C = Binding("c_backend", globs={"A_empty": np.empty, "ptr": kernel_cache.ptr, "A_u64": int})
 
 
-CHUNK = 24    # most kernels per translation unit when several compile side by side (kernel_cache)
+# most kernels per translation unit when several compile side by side (kernel_cache; one unit
+# per CPU at most): from 7 distinct kernels a program's C compiles as two units or more -- an MLP
+# training step's 11 took 0.23-0.27 s as one unit, 0.16-0.20 s as two on 2 cores (cold first two)
+CHUNK = 6
 _NAME = "eagerc_kernel_"      # the name a kernel is rendered under before it is named by content
 
 
