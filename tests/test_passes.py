@@ -647,8 +647,7 @@ def test_work_joined_side_by_side_keeps_each_chain_together():
     # a member reading one of an earlier chain's keeps the graph order (a direct edge is allowed)
     from eagerc.compiler.passes.fusion import _side_by_side
     index = {n.out.name: i for i, n in enumerate(g.nodes)}
-    by_name = {n.out.name: n for n in g.nodes}
-    assert _side_by_side([[a2.name, p2.name, c2.name], [a1.name, p1.name, c1.name]], index, by_name) == \
+    assert _side_by_side(g, [[a2.name, p2.name, c2.name], [a1.name, p1.name, c1.name]], index) == \
         [a1.name, p1.name, c1.name, a2.name, p2.name, c2.name]
     b2 = B()
     t, u = b2.arg("t", ()), b2.arg("u", ())
@@ -657,8 +656,7 @@ def test_work_joined_side_by_side_keeps_each_chain_together():
     x2 = b2("mul", x1, y1)     # in x1's chain, but reads y1 of the chain joined after it
     g2 = b2.graph(x2)
     index = {n.out.name: i for i, n in enumerate(g2.nodes)}
-    by_name = {n.out.name: n for n in g2.nodes}
-    assert _side_by_side([[x1.name, x2.name], [y1.name]], index, by_name) == [x1.name, y1.name, x2.name]
+    assert _side_by_side(g2, [[x1.name, x2.name], [y1.name]], index) == [x1.name, y1.name, x2.name]
 
 
 @pytest.fixture(params=["searches", "bit sets"])

@@ -3,12 +3,12 @@ and a ctypes loader. Runtime layer: numpy and the standard library only.
 
     lib = load(source)          # compiles at most once per (source, compiler, flags, cpu)
     lib.k0(ptr(a), ptr(out))
-    libs = load_functions([(name, text), ...], assemble)   # {name: lib}, per function
+    libs = build_functions(plan_functions([(name, text), ...], assemble))   # {name: lib}, per function
 
 The key is the sha256 of the exact source, the compiler's `--version` banner, the flags
 and the machine (flags include -march=native). The cache lives in $EAGERC_CACHE_DIR, else
 ~/.cache/eagerc/kernels, one `<key>.so` per compiled source (plus the `.c` for reading).
-`load_functions` (backend c, whose kernels are functions named by their content) caches
+`plan_functions` / `build_functions` (backend c, whose kernels are functions named by their content) cache
 each function on its own key: a `<key>.fn` index names the object holding it, so a kernel
 met in any earlier graph or process is loaded, not compiled, and the missing ones are
 compiled together, a few translation units side by side. Writes go to a temporary file
@@ -35,7 +35,8 @@ import warnings
 
 from . import threads
 
-__all__ = ["find_compiler", "works", "why_not", "notice", "compiler_version", "cache_dir", "load", "load_functions",
+__all__ = ["find_compiler", "works", "why_not", "notice", "compiler_version", "cache_dir", "load", "plan_functions",
+           "build_functions",
            "ptr", "FLAGS", "stats", "has_float16", "CompileError", "NoCompiler"]
 
 # IEEE semantics (no -ffast-math): -fno-math-errno only lets sqrt & co. inline and vectorize;
@@ -217,28 +218,23 @@ _pending = {}         # shared object path -> Future of a prefetched compile (th
 _pool = None          # the prefetch compilers' threads, made on first use
 
 
-def load_functions(units, assemble, flags=FLAGS, chunk=24):
-    """{name: library holding C function `name`} for `units`, [(name, text)] of distinct
-    functions whose names come from their text (backend c's canonical kernels).
+def plan_functions(units, assemble, flags=FLAGS, chunk=24):
+    """The plan for `units`, [(name, text)] of distinct functions whose names come from their
+    text (backend c's canonical kernels): (found {name: lib}, jobs, toolchain), which
+    `build_functions` turns into {name: library holding C function `name`}.
 
     Each function is cached on its own key -- that of `assemble([text])`, the translation unit
     holding it alone -- so a kernel met before, in any graph or process, is found and loaded
     and compiles nothing: a `<key>.fn` index file names the shared object that holds it. The
     missing ones are compiled together: one translation unit (`assemble(texts)`) per `chunk`
-    functions, at most one per CPU, of about equal text (`_balanced`), the units' compilers running in parallel (a compiler
-    process costs ~40 ms to start; a unit of many kernels costs its kernels' time, split
-    between the CPUs). In two steps, `plan_functions` then `build_functions`, for a caller
-    that runs the second on another thread (see plan_functions)."""
-    return build_functions(plan_functions(units, assemble, flags, chunk))
+    functions, at most one per CPU, of about equal text (`_balanced`), the units' compilers
+    running in parallel (a compiler process costs ~40 ms to start; a unit of many kernels
+    costs its kernels' time, split between the CPUs).
 
-
-def plan_functions(units, assemble, flags=FLAGS, chunk=24):
-    """load_functions' Python work -- each function's key, the libraries already built, the
-    translation units to compile -- as (found {name: lib}, jobs, flags) for `build_functions`.
-    Why apart: backend c builds on a thread while its own thread generates the driver, and
-    this part, run on that thread, waited for the busy one's GIL (~0.1-0.2 s before the first
-    compiler started, for a 32-layer GPT step); done first on the calling thread it takes a
-    few ms, and the other thread only waits for compilers."""
+    Why two steps: backend c builds on a helper thread while its own thread generates the
+    driver; this part (keys, lookups, sources: a few ms), run on the helper, waited for the
+    busy thread's GIL (~0.1-0.2 s before the first compiler started, for a 32-layer GPT step),
+    so the caller runs it first and the helper only waits for compilers."""
     cc = find_compiler()
     if cc is None:
         raise NoCompiler("no C compiler found (set EAGERC_CC or install cc)")

@@ -77,7 +77,7 @@ def functions(kernels):
 
 
 def _assemble(units):
-    """The translation unit of [(text, kernel)] (kernel_cache.load_functions' `assemble`)."""
+    """The translation unit of [(text, kernel)] (kernel_cache.plan_functions' `assemble`)."""
     return CRenderer().source([k for _, k in units], [t for t, _ in units])
 
 

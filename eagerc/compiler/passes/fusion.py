@@ -320,19 +320,18 @@ def fusion(graph, fuel=None, fusible=None):
 
     groups = []
     done = set()
-    by_name = {n.out.name: n for n in graph.nodes} if parts else None
     for n in graph.nodes:
         g = group_of.get(n.out.name)
         if g is None or id(g) in done or len(g.members) < 2:
             continue
         done.add(id(g))
         joined = parts.get(id(g))
-        groups.append(_side_by_side(joined, index, by_name) if joined else sorted(g.members, key=index.__getitem__))
-    return graph.copy(nodes=_contiguous(graph, groups, group_of, succ) if groups else graph.nodes,
+        groups.append(_side_by_side(graph, joined, index) if joined else sorted(g.members, key=index.__getitem__))
+    return graph.copy(nodes=_contiguous(graph, groups, group_of, succ, index) if groups else graph.nodes,
                       fusion_groups=groups)
 
 
-def _side_by_side(joined, index, by_name):
+def _side_by_side(graph, joined, index):
     """The members of groups joined side by side, one group after the other (each in graph
     order): two parameters' updates then render as the same instructions whatever order the
     schedule interleaved them in, so kernels joining alike updates are one C function (a
@@ -343,7 +342,7 @@ def _side_by_side(joined, index, by_name):
     placed = set()
     members = set(order)
     for m in order:
-        for v in by_name[m].inputs:
+        for v in graph.nodes[index[m]].inputs:
             name = getattr(v, "name", None)
             if name in members and name not in placed:
                 return sorted(order, key=index.__getitem__)
@@ -364,7 +363,7 @@ def _reach(graph):
     return reach
 
 
-def _contiguous(graph, groups, group_of, succ):
+def _contiguous(graph, groups, group_of, succ, index):
     """A topological order of the graph in which each group's members are adjacent, in the
     group's order: Kahn's
     algorithm on the graph with groups contracted (a DAG, by the legality check), taking
@@ -374,7 +373,6 @@ def _contiguous(graph, groups, group_of, succ):
     unit_of_group = [None] * len(groups)
     nodes = []                      # unit id -> its nodes, in graph order (a group's: its own order)
     unit = {}                       # node name -> unit id
-    by_name = {}
     for n in graph.nodes:
         name = n.out.name
         k = group_id.get(name)
@@ -382,14 +380,13 @@ def _contiguous(graph, groups, group_of, succ):
             unit[name] = len(nodes)
             nodes.append((n,))
             continue
-        by_name[name] = n
         u = unit_of_group[k]
         if u is None:
             u = unit_of_group[k] = len(nodes)
             nodes.append(groups[k])
         unit[name] = u
     for u in unit_of_group:
-        nodes[u] = [by_name[m] for m in nodes[u]]
+        nodes[u] = [graph.nodes[index[m]] for m in nodes[u]]
     indeg = [0] * len(nodes)
     edges = []
     for u, ns in enumerate(nodes):
